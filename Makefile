@@ -1,0 +1,37 @@
+# swiftcore: two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
+# Every plugin distribution in the repository (a folder with a pyproject.toml under these roots).
+PLUGIN_DISTS := $(sort $(dir $(wildcard template_plugins/*/pyproject.toml model_plugins/*/pyproject.toml plugins/*/pyproject.toml megatron_bridges/*/pyproject.toml)))
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test demo lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DISTS))
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip setuptools wheel
+	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(PIP) torch==2.13.0
+	$(PIP) --no-build-isolation -e './core[train,serve,test]' $(foreach d,$(PLUGIN_DISTS),-e ./$(d)) pytest ruff openai httpx matplotlib
+	touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+demo: install
+	$(BIN)/python -m swiftcore.demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check core/src
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

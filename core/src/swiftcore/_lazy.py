@@ -1,0 +1,43 @@
+"""Resolve lazy ``"module:attr"`` references, the way specs name heavy objects."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+from swiftcore.errors import SwiftcoreError
+
+__all__ = ["resolve", "is_reference"]
+
+_REF = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+def is_reference(value: object) -> bool:
+    """True when ``value`` is a well-formed ``"package.module:attr.sub"`` string."""
+    return isinstance(value, str) and bool(_REF.match(value))
+
+
+def resolve(reference: str, *, what: str = "object") -> Any:
+    """Import ``module`` and return ``attr`` (dots walk attributes) for ``"module:attr"``.
+
+    Args:
+        reference: the ``"module:attr"`` string.
+        what: how to name it in an error, e.g. ``"loader of model 'qwen3_5' (plugin qwen3_5)"``.
+
+    Raises:
+        SwiftcoreError: the string is malformed, the module cannot be imported or has no such attribute.
+    """
+    if not is_reference(reference):
+        raise SwiftcoreError(f"{what}: {reference!r} is not a 'package.module:attribute' reference")
+    module_name, _, attr_path = reference.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SwiftcoreError(f"{what}: cannot import {module_name!r} for {reference!r}: {exc}") from exc
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise SwiftcoreError(f"{what}: {module_name!r} has no attribute {attr_path!r}") from exc
+    return obj

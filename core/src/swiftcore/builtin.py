@@ -1,0 +1,24 @@
+"""The core's own plugin: what swiftcore provides without any plugin installed.
+
+Registered first under the plugin name ``swiftcore`` (as llm's default plugins are), so built-ins
+go through exactly the same registry, provider tracking and conflict rules as third-party plugins.
+"""
+
+from __future__ import annotations
+
+from swiftcore.hookspecs import hookimpl
+from swiftcore.plugin_api import API_VERSION_STRING
+
+SWIFTCORE_API = API_VERSION_STRING
+
+
+@hookimpl
+def swiftcore_register_templates() -> list:
+    """Built-in templates (filled as the template engine lands)."""
+    return []
+
+
+@hookimpl
+def swiftcore_register_backends() -> list:
+    """Built-in inference backends (filled as the inference issue lands)."""
+    return []

@@ -1,0 +1,162 @@
+"""The ``swiftcore`` entry point: a click group whose sub-commands are imported only when run.
+
+``swiftcore --help`` and ``swiftcore plugins`` must answer well under a second, so nothing here
+imports torch, transformers, or a plugin module. Plugin commands are listed from the static
+capability index (entry-point group ``swiftcore.commands``) and loaded when invoked.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from swiftcore import __version__
+from swiftcore.errors import SwiftcoreError
+from swiftcore.plugin_api import API_VERSION_STRING
+from swiftcore.registry import CORE_COMMANDS
+
+__all__ = ["cli", "main", "CliState", "plugin_option", "pass_state"]
+
+#: core command -> ("module:attr", short help). Keys must equal registry.CORE_COMMANDS.
+_CORE: dict[str, tuple[str, str]] = {
+    "plugins": ("swiftcore.cli.plugins_cmd:plugins", "List installed plugins and what they provide."),
+    "train": ("swiftcore.cli.train_cmd:train", "Fine-tune a model (SFT, full or LoRA)."),
+    "infer": ("swiftcore.cli.infer_cmd:infer", "Run a model on a JSONL file of conversations."),
+    "deploy": ("swiftcore.cli.deploy_cmd:deploy", "Serve a model behind an OpenAI-compatible API."),
+    "export": ("swiftcore.cli.export_cmd:export", "Convert checkpoints (HF <-> Megatron-core, merge LoRA)."),
+    "template": ("swiftcore.cli.template_cmd:template", "List, render and check chat templates."),
+    "make-tiny": ("swiftcore.cli.make_tiny_cmd:make_tiny", "Write a tiny random checkpoint of a model family."),
+    "new-plugin": ("swiftcore.cli.new_plugin_cmd:new_plugin", "Scaffold a new plugin distribution."),
+}
+assert tuple(_CORE) == CORE_COMMANDS  # noqa: S101 - a programming error, caught by any test run
+
+
+@dataclass
+class CliState:
+    """What the group collected for its sub-commands: ``--plugin`` values and the loaded plugins."""
+
+    plugin_specs: list[str] = field(default_factory=list)
+    _plugins: Any = None
+
+    def plugins(self, extra: tuple[str, ...] | list[str] = ()) -> Any:
+        """Load (once) and return the :class:`~swiftcore._plugins.Plugins` for this invocation.
+
+        Args:
+            extra: the sub-command's own ``--plugin`` values, added to the group's.
+        """
+        if self._plugins is None:
+            from swiftcore._plugins import load_plugins
+
+            self.plugin_specs.extend(extra)
+            self._plugins = load_plugins(self.plugin_specs, export_env=True)
+        return self._plugins
+
+
+pass_state = click.make_pass_decorator(CliState, ensure=True)
+
+
+def plugin_option(func: Any) -> Any:
+    """The ``--plugin`` option, shared by the group and the sub-commands that load plugins."""
+    return click.option(
+        "--plugin",
+        "plugin_specs",
+        multiple=True,
+        metavar="SPEC",
+        help=(
+            "Load only this plugin (repeatable): an entry-point name, a distribution name, a dotted "
+            "module or a .py file; 'no:NAME' blocks one. Default: every installed plugin, or "
+            "SWIFTCORE_PLUGINS=a,b (empty = none)."
+        ),
+    )(func)
+
+
+class LazyGroup(click.Group):
+    """A group that imports a sub-command's module only when that sub-command runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_CORE) + sorted(n for n in _plugin_command_index() if n not in _CORE)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in _CORE:
+            from swiftcore._lazy import resolve
+
+            return resolve(_CORE[name][0], what=f"command {name!r}")
+        if name in _plugin_command_index():
+            return _PluginCommand(name)
+        return None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, help_) for name, (_, help_) in _CORE.items()]
+        plugin_rows = [
+            (name, f"[plugin {owner}]") for name, owner in sorted(_plugin_command_index().items()) if name not in _CORE
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+        if plugin_rows:
+            with formatter.section("Plugin commands"):
+                formatter.write_dl(plugin_rows)
+
+
+def _plugin_command_index() -> dict[str, str]:
+    from swiftcore._plugins import discover
+
+    return {cmd: info.name for info in discover().values() for cmd in info.capabilities.get("command", ())}
+
+
+class _PluginCommand(click.Command):
+    """Stands in for a plugin's command until it runs; then the plugin is loaded and it takes over."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                                 "help_option_names": []})
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from swiftcore._lazy import resolve
+
+        state = ctx.find_object(CliState) or CliState()
+        spec = state.plugins().registry.get("command", self.name)
+        command = resolve(spec.target, what=f"command {self.name!r} of {spec.provider}")
+        if not isinstance(command, click.Command):
+            raise SwiftcoreError(f"command {self.name!r} of {spec.provider}: {spec.target!r} is not a click command")
+        return command.main(ctx.args, prog_name=f"swiftcore {self.name}", standalone_mode=False)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", message=f"swiftcore %(version)s (plugin API {API_VERSION_STRING})")
+@plugin_option
+@click.pass_context
+def cli(ctx: click.Context, plugin_specs: tuple[str, ...]) -> None:
+    """swiftcore: fine-tune, serve and convert models; each model family is a plugin.
+
+    \b
+    Start here:
+      swiftcore plugins                 what is installed (no torch import)
+      swiftcore make-tiny qwen3_5 DIR   a tiny random checkpoint to try things on
+      swiftcore train --model DIR --dataset data.jsonl --tuner lora
+    """
+    ctx.ensure_object(CliState).plugin_specs.extend(plugin_specs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; a :class:`SwiftcoreError` prints one clear line and exits with code 2."""
+    try:
+        cli.main(args=argv, prog_name="swiftcore", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except SwiftcoreError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""``swiftcore plugins``: what is installed, from metadata alone; ``--check`` validates each plugin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import click
+
+from swiftcore.cli.main import pass_state, CliState
+
+__all__ = ["plugins"]
+
+
+def _rows(state: CliState) -> list[dict[str, Any]]:
+    from swiftcore._plugins import BUILTIN_PLUGIN, discover, requested_from_env
+
+    specs = [*(requested_from_env() or []), *state.plugin_specs]
+    blocked = {s[3:] for s in specs if s.startswith("no:")}
+    from swiftcore import __version__
+
+    rows = [
+        {
+            "name": BUILTIN_PLUGIN,
+            "module": "swiftcore.builtin",
+            "distribution": "swiftcore",
+            "version": __version__,
+            "source": "builtin",
+            "provides": {},
+            "status": "builtin",
+            "error": None,
+            "api": None,
+        }
+    ]
+    for name, info in discover().items():
+        if name in blocked:
+            info.status = "blocked"
+        rows.append(info.as_dict())
+    return rows
+
+
+def _check_all(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    env = dict(os.environ)
+    env.pop("SWIFTCORE_PLUGINS", None)
+    reports = []
+    for row in rows:
+        if row["source"] == "builtin" or row["status"] == "blocked":
+            continue
+        proc = subprocess.run(
+            [sys.executable, "-m", "swiftcore._check", row["name"]],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        try:
+            report = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            report = {"plugin": row["name"], "ok": False, "problems": [f"check crashed: {proc.stderr.strip()[-2000:]}"]}
+        reports.append(report)
+    # Conflicts: the same (kind, name) provided by two plugins.
+    owners: dict[tuple[str, str], list[str]] = {}
+    for report in reports:
+        for kind, names in report.get("provides", {}).items():
+            for n in names:
+                owners.setdefault((kind, n), []).append(report["plugin"])
+    for (kind, n), plugin_names in sorted(owners.items()):
+        if len(plugin_names) > 1:
+            for report in reports:
+                if report["plugin"] in plugin_names:
+                    report["ok"] = False
+                    report["problems"].append(
+                        f"conflict: {kind} {n!r} is also provided by "
+                        f"{', '.join(p for p in plugin_names if p != report['plugin'])}; users must pick "
+                        f"with '{n}@PLUGIN'"
+                    )
+    return reports
+
+
+@click.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Import each plugin in a subprocess and validate it (API version, specs, lazy references, "
+    "no torch/transformers/megatron at import, conflicts). Exits 1 when any check fails.",
+)
+@pass_state
+def plugins(state: CliState, as_json: bool, check: bool) -> None:
+    """List installed plugins: name, distribution, version, what each provides, status.
+
+    Reads installed metadata only: no plugin code runs unless --check is given.
+    """
+    rows = _rows(state)
+    reports = _check_all(rows) if check else []
+    if as_json:
+        out: dict[str, Any] = {"plugins": rows}
+        if check:
+            out["check"] = reports
+        click.echo(json.dumps(out, indent=2))
+    else:
+        _print_table(rows)
+        for report in reports:
+            mark = "ok" if report["ok"] else "FAILED"
+            extra = f" ({report['import_seconds']:.3f}s import)" if "import_seconds" in report else ""
+            click.echo(f"check {report['plugin']}: {mark}{extra}")
+            for problem in report["problems"]:
+                click.echo(f"  - {problem}")
+    if check and not all(r["ok"] for r in reports):
+        raise click.exceptions.Exit(1)
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    header = ("name", "distribution", "version", "status", "provides")
+    lines = [header]
+    for row in rows:
+        provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in row["provides"].items()) or "-"
+        lines.append((row["name"], row["distribution"] or row["module"], row["version"] or "-", row["status"], provides))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(4)]
+    for line in lines:
+        click.echo("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(line[:4])) + "  " + str(line[4]))

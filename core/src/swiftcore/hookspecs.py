@@ -1,0 +1,134 @@
+"""swiftcore's hook specifications (pluggy project ``"swiftcore"``).
+
+Plugins implement these with ``@swiftcore.hookimpl``. Collector hooks (``swiftcore_register_*``)
+take no arguments and return a list of frozen spec dataclasses; the core calls each
+implementation separately so every spec records its provider. They are called once per process,
+before torch is imported: an implementation must not import torch, transformers or megatron.
+
+Hooks only ever gain arguments (pluggy lets an implementation accept fewer arguments than the
+spec), so a plugin written for API 1.0 keeps working on 1.x.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from swiftcore.specs import (
+        BackendSpec,
+        BridgeSpec,
+        CommandSpec,
+        HeadSpec,
+        ModelSpec,
+        TemplateSpec,
+    )
+
+__all__ = ["hookspec", "hookimpl", "PROJECT_NAME"]
+
+PROJECT_NAME = "swiftcore"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# --------------------------------------------------------------------------- collectors
+
+
+@hookspec
+def swiftcore_register_models() -> list[ModelSpec]:
+    """Return the model families this plugin provides.
+
+    Called once per process by the registry, each implementation on its own (not firstresult).
+    Must not import torch, transformers or megatron.
+
+    .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def swiftcore_register_templates() -> list[TemplateSpec]:
+    """Return the chat templates this plugin provides.
+
+    Called once per process by the registry, each implementation on its own (not firstresult).
+
+    .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def swiftcore_register_lm_heads() -> list[HeadSpec]:
+    """Return the lm_heads (classification, embedding, reranker, generative reranker) this plugin provides.
+
+    Called once per process by the registry, each implementation on its own (not firstresult).
+
+    .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def swiftcore_register_bridges() -> list[BridgeSpec]:
+    """Return the Hugging Face <-> Megatron-core bridges this plugin provides.
+
+    Called once per process by the registry, each implementation on its own (not firstresult).
+    The bridge classes are named lazily: megatron-core is imported only when one is used.
+
+    .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def swiftcore_register_backends() -> list[BackendSpec]:
+    """Return the inference backends this plugin provides.
+
+    Called once per process by the registry, each implementation on its own (not firstresult).
+
+    .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def swiftcore_register_commands() -> list[CommandSpec]:
+    """Return extra ``swiftcore`` sub-commands.
+
+    Called when the CLI needs a command it does not have. A command whose name is a core
+    command's is refused (reported, never run).
+
+    .. versionadded:: 1.0
+    """
+
+
+# --------------------------------------------------------------------------- model lifecycle
+
+
+@hookspec(firstresult=True)
+def swiftcore_resolve_model(
+    model_dir: str, hf_config: dict[str, Any], candidates: list[ModelSpec]
+) -> str | None:
+    """Pick the model spec for a checkpoint directory.
+
+    Called by model resolution after ``--model-type`` and the directory's swiftcore args file gave
+    no answer, before matching ``config.json``'s ``model_type``/``architectures``. Stops at the
+    first non-None result.
+
+    :param model_dir: the checkpoint directory.
+    :param hf_config: its parsed ``config.json`` (empty when there is none).
+    :param candidates: every registered ModelSpec.
+    :return: a model spec name (``name`` or ``name@plugin``), or None to pass.
+
+    .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def swiftcore_post_model_load(model: Any, spec: ModelSpec, model_dir: str) -> None:
+    """Adjust a model right after it is loaded (patches, extra buffers), before tuners are applied.
+
+    Called for every implementation, in registration order (not firstresult).
+
+    :param model: the loaded ``torch.nn.Module``.
+    :param spec: the ModelSpec it was loaded with.
+    :param model_dir: the checkpoint directory.
+
+    .. versionadded:: 1.0
+    """
