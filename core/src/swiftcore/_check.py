@@ -63,6 +63,7 @@ def check(spec: str) -> dict[str, Any]:
                 except SwiftcoreError as exc:
                     report["problems"].append(str(exc))
     report["provides"] = provides
+    report["problems"].extend(registry.problems)
     for name in names:
         info = plugins.infos[name]
         if info.source != "entry-point":
@@ -72,7 +73,7 @@ def check(spec: str) -> dict[str, Any]:
             report["problems"].append(
                 f"plugin {name!r}: the static capability index in its pyproject entry points "
                 f"({declared}) differs from what its hooks return ({provides}); update the "
-                "[project.entry-points.\"swiftcore.<kind>s\"] tables"
+                '[project.entry-points."swiftcore.<kind>s"] tables'
             )
     report["ok"] = not report["problems"]
     return report

@@ -8,7 +8,7 @@ from typing import Any
 
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["resolve", "is_reference"]
+__all__ = ["is_reference", "resolve"]
 
 _REF = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 

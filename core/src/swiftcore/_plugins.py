@@ -45,16 +45,16 @@ from swiftcore.plugin_api import API_VERSION_STRING, check_api_version
 from swiftcore.specs import Provider
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
-    "INDEX_GROUPS",
-    "ENV_PLUGINS",
     "BUILTIN_PLUGIN",
+    "ENTRY_POINT_GROUP",
+    "ENV_PLUGINS",
+    "INDEX_GROUPS",
     "PluginInfo",
     "Plugins",
-    "discover",
     "clear_discovery_cache",
-    "new_plugin_manager",
+    "discover",
     "load_plugins",
+    "new_plugin_manager",
     "requested_from_env",
 ]
 
@@ -146,8 +146,7 @@ def _discover_cached() -> tuple[tuple[str, PluginInfo], ...]:
             # Two distributions claim one plugin name: keep the first, report on use.
             info.status = "failed"
             info.error = (
-                f"plugin name {ep.name!r} is also registered by {found[ep.name].distribution}; "
-                "uninstall one of them"
+                f"plugin name {ep.name!r} is also registered by {found[ep.name].distribution}; uninstall one of them"
             )
             found[f"{ep.name}@{info.distribution}"] = info
             continue
@@ -238,6 +237,39 @@ class Plugins:
         name = self.pm.get_name(plugin_object)
         return self.infos[name]  # type: ignore[index]
 
+    def add(
+        self,
+        plugin: object,
+        name: str,
+        *,
+        distribution: str | None = None,
+        version: str | None = None,
+        explicit: bool = True,
+    ) -> PluginInfo:
+        """Register an already-imported plugin object (a module or class with hookimpls) under ``name``.
+
+        The API version is checked as for discovered plugins. Used by tests and embedding
+        applications; the CLI loads plugins with :func:`load_plugins`.
+        """
+        module = getattr(plugin, "__name__", type(plugin).__name__)
+        info = PluginInfo(name=name, module=module, distribution=distribution, version=version, source="module")
+        check_api_version(getattr(plugin, "SWIFTCORE_API", None), info.describe(), _core_version())
+        info.api = plugin.SWIFTCORE_API  # type: ignore[attr-defined]
+        self.pm.register(plugin, name=name)
+        info.status = "loaded"
+        self.infos[name] = info
+        if explicit:
+            self.explicit.add(name)
+        self._registry = None
+        return info
+
+    def remove(self, name: str) -> None:
+        """Unregister the plugin called ``name`` (the inverse of :meth:`add`)."""
+        self.pm.unregister(name=name)
+        self.infos.pop(name, None)
+        self.explicit.discard(name)
+        self._registry = None
+
     def child_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """``env`` (default: this process's) with ``SWIFTCORE_PLUGINS`` set to this plugin set."""
         out = dict(os.environ if env is None else env)
@@ -291,7 +323,12 @@ def _resolve_spec(spec: str, discovered: dict[str, PluginInfo]) -> list[PluginIn
     by_dist = [i for i in discovered.values() if i.distribution and _normalize(i.distribution) == wanted_dist]
     if by_dist:
         candidates["distribution"] = by_dist
-    if spec.replace(".", "").replace("_", "").isalnum() and not spec[0].isdigit():
+    same_package = any(
+        i.module.partition(":")[0] == spec or i.module.startswith(spec + ".")
+        for infos in candidates.values()
+        for i in infos
+    )
+    if not same_package and spec.replace(".", "").replace("_", "").isalnum() and not spec[0].isdigit():
         try:
             found = importlib.util.find_spec(spec)
         except (ImportError, ValueError):
@@ -301,9 +338,7 @@ def _resolve_spec(spec: str, discovered: dict[str, PluginInfo]) -> list[PluginIn
 
     targets = {tuple(sorted(i.module for i in infos)) for infos in candidates.values()}
     if len(targets) > 1:
-        listing = "; ".join(
-            f"{how} -> {', '.join(i.module for i in infos)}" for how, infos in candidates.items()
-        )
+        listing = "; ".join(f"{how} -> {', '.join(i.module for i in infos)}" for how, infos in candidates.items())
         raise PluginError(
             f"--plugin {spec!r} is ambiguous: {listing}. Use the entry-point name, the "
             "distribution name or a path that names only one."
@@ -311,9 +346,7 @@ def _resolve_spec(spec: str, discovered: dict[str, PluginInfo]) -> list[PluginIn
     if candidates:
         return next(iter(candidates.values()))
 
-    known = sorted(
-        set(discovered) | {i.distribution for i in discovered.values() if i.distribution}
-    )
+    known = sorted(set(discovered) | {i.distribution for i in discovered.values() if i.distribution})
     close = difflib.get_close_matches(spec, known, n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise PluginNotFoundError(

@@ -8,13 +8,13 @@ instead of a traceback.
 from __future__ import annotations
 
 __all__ = [
-    "SwiftcoreError",
-    "SpecError",
+    "ConflictError",
+    "IncompatiblePluginError",
     "PluginError",
     "PluginLoadError",
     "PluginNotFoundError",
-    "IncompatiblePluginError",
-    "ConflictError",
+    "SpecError",
+    "SwiftcoreError",
     "UnknownNameError",
 ]
 

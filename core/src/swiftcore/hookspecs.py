@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         TemplateSpec,
     )
 
-__all__ = ["hookspec", "hookimpl", "PROJECT_NAME"]
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
 PROJECT_NAME = "swiftcore"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -102,9 +102,7 @@ def swiftcore_register_commands() -> list[CommandSpec]:
 
 
 @hookspec(firstresult=True)
-def swiftcore_resolve_model(
-    model_dir: str, hf_config: dict[str, Any], candidates: list[ModelSpec]
-) -> str | None:
+def swiftcore_resolve_model(model_dir: str, hf_config: dict[str, Any], candidates: list[ModelSpec]) -> str | None:
     """Pick the model spec for a checkpoint directory.
 
     Called by model resolution after ``--model-type`` and the directory's swiftcore args file gave

@@ -34,14 +34,13 @@ def check_api_version(declared: object, who: str, core_version: str) -> None:
     """
     if declared is None:
         raise IncompatiblePluginError(
-            f"{who} declares no SWIFTCORE_API. Add SWIFTCORE_API = \"{API_VERSION_STRING}\" to its "
+            f'{who} declares no SWIFTCORE_API. Add SWIFTCORE_API = "{API_VERSION_STRING}" to its '
             f"plugin module (the plugin API swiftcore {core_version} provides)."
         )
     parsed = _parse(declared)
     if parsed is None:
         raise IncompatiblePluginError(
-            f"{who} has SWIFTCORE_API = {declared!r}; expected a string 'MAJOR.MINOR' such as "
-            f"{API_VERSION_STRING!r}."
+            f"{who} has SWIFTCORE_API = {declared!r}; expected a string 'MAJOR.MINOR' such as {API_VERSION_STRING!r}."
         )
     major, minor = parsed
     if major == API_VERSION[0] and minor <= API_VERSION[1]:
@@ -57,6 +56,5 @@ def check_api_version(declared: object, who: str, core_version: str) -> None:
             f"(pip install 'swiftcore<{API_VERSION[0]}')."
         )
     raise IncompatiblePluginError(
-        f"{who} targets plugin API {declared}; swiftcore {core_version} provides "
-        f"{API_VERSION_STRING}. {fix}"
+        f"{who} targets plugin API {declared}; swiftcore {core_version} provides {API_VERSION_STRING}. {fix}"
     )

@@ -19,7 +19,7 @@ from swiftcore.specs import SPEC_KINDS
 if TYPE_CHECKING:
     from swiftcore._plugins import Plugins
 
-__all__ = ["Registry", "HOOK_FOR_KIND", "CORE_COMMANDS"]
+__all__ = ["CORE_COMMANDS", "HOOK_FOR_KIND", "Registry"]
 
 HOOK_FOR_KIND = {
     "model": "swiftcore_register_models",
@@ -93,9 +93,7 @@ class Registry:
                 self._report(info.name, f"{info.describe()}: {hook_name}() returned a bad spec: {exc}")
                 continue
             except Exception as exc:  # plugin code may raise anything
-                self._report(
-                    info.name, f"{info.describe()}: {hook_name}() raised {type(exc).__name__}: {exc}"
-                )
+                self._report(info.name, f"{info.describe()}: {hook_name}() raised {type(exc).__name__}: {exc}")
                 continue
             for spec in specs:
                 if kind == "command" and spec.name in CORE_COMMANDS:
@@ -157,9 +155,7 @@ class Registry:
             picked = [s for s in found if s.provider.plugin == plugin or s.provider.distribution == plugin]
             if not picked:
                 have = ", ".join(str(s.provider) for s in found) or "no plugin"
-                raise UnknownNameError(
-                    f"{kind} {base!r} is not provided by plugin {plugin!r} (provided by: {have})"
-                )
+                raise UnknownNameError(f"{kind} {base!r} is not provided by plugin {plugin!r} (provided by: {have})")
             found = picked
         if not found:
             raise UnknownNameError(self._unknown_message(kind, base))

@@ -19,17 +19,17 @@ from swiftcore._lazy import is_reference
 from swiftcore.errors import SpecError
 
 __all__ = [
-    "Provider",
+    "BACKEND_CAPABILITIES",
+    "HEAD_TASKS",
+    "SPEC_KINDS",
+    "BackendSpec",
+    "BridgeSpec",
+    "CommandSpec",
+    "HeadSpec",
     "ModelParts",
     "ModelSpec",
+    "Provider",
     "TemplateSpec",
-    "HeadSpec",
-    "BridgeSpec",
-    "BackendSpec",
-    "CommandSpec",
-    "SPEC_KINDS",
-    "HEAD_TASKS",
-    "BACKEND_CAPABILITIES",
 ]
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")

@@ -18,7 +18,7 @@ from swiftcore.errors import SwiftcoreError
 from swiftcore.plugin_api import API_VERSION_STRING
 from swiftcore.registry import CORE_COMMANDS
 
-__all__ = ["cli", "main", "CliState", "plugin_option", "pass_state"]
+__all__ = ["CliState", "cli", "main", "pass_state", "plugin_option"]
 
 #: core command -> ("module:attr", short help). Keys must equal registry.CORE_COMMANDS.
 _CORE: dict[str, tuple[str, str]] = {
@@ -31,7 +31,7 @@ _CORE: dict[str, tuple[str, str]] = {
     "make-tiny": ("swiftcore.cli.make_tiny_cmd:make_tiny", "Write a tiny random checkpoint of a model family."),
     "new-plugin": ("swiftcore.cli.new_plugin_cmd:new_plugin", "Scaffold a new plugin distribution."),
 }
-assert tuple(_CORE) == CORE_COMMANDS  # noqa: S101 - a programming error, caught by any test run
+assert tuple(_CORE) == CORE_COMMANDS
 
 
 @dataclass
@@ -110,8 +110,9 @@ class _PluginCommand(click.Command):
     """Stands in for a plugin's command until it runs; then the plugin is loaded and it takes over."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                                 "help_option_names": []})
+        super().__init__(
+            name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+        )
 
     def invoke(self, ctx: click.Context) -> Any:
         from swiftcore._lazy import resolve
@@ -143,7 +144,8 @@ def cli(ctx: click.Context, plugin_specs: tuple[str, ...]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a :class:`SwiftcoreError` prints one clear line and exits with code 2."""
     try:
-        cli.main(args=argv, prog_name="swiftcore", standalone_mode=False)
+        # standalone_mode=False returns the exit code of click.exceptions.Exit instead of exiting.
+        result = cli.main(args=argv, prog_name="swiftcore", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return 130
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except SwiftcoreError as exc:
         click.echo(f"Error: {exc}", err=True)
         return exc.exit_code
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

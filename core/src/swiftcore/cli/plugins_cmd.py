@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from swiftcore.cli.main import pass_state, CliState
+from swiftcore.cli.main import CliState, pass_state
 
 __all__ = ["plugins"]
 
@@ -117,7 +117,9 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     lines = [header]
     for row in rows:
         provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in row["provides"].items()) or "-"
-        lines.append((row["name"], row["distribution"] or row["module"], row["version"] or "-", row["status"], provides))
+        lines.append(
+            (row["name"], row["distribution"] or row["module"], row["version"] or "-", row["status"], provides)
+        )
     widths = [max(len(str(line[i])) for line in lines) for i in range(4)]
     for line in lines:
         click.echo("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(line[:4])) + "  " + str(line[4]))

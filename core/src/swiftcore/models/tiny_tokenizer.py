@@ -1,0 +1,239 @@
+"""Build small, real tokenizers for tiny test checkpoints.
+
+A tiny tokenizer is a BPE trained (with the ``tokenizers`` library) on a small built-in text, laid out
+exactly like its family's real tokenizer, so that the class ``AutoTokenizer`` picks for the family
+(which may rebuild the normalizer and pre-tokenizer from vocab and merges, as ``Qwen3_5Tokenizer``
+and ``GemmaTokenizer`` do) gives the same ids as the raw ``tokenizers.Tokenizer``. The family's
+special tokens come first, in the order given, so their ids are small and stable.
+
+Styles:
+
+* ``"qwen"``: Qwen3.5 layout (NFC, Qwen's split regex, byte-level without regex, no unk).
+* ``"qwen2"``: Qwen2/Qwen3 layout (same, with the Qwen2 split regex; ``Qwen2Tokenizer``).
+* ``"gemma"``: Gemma layout (spaces become ``▁``, split after spaces, byte fallback to ``<0xNN>``).
+* ``"bytelevel"``: a plain GPT-2 style byte-level BPE (loaded as-is by ``TokenizersBackend``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from swiftcore.errors import SwiftcoreError
+
+__all__ = ["STYLES", "build_tiny_tokenizer"]
+
+STYLES = ("qwen", "qwen2", "gemma", "bytelevel")
+
+# The tokenizer class each style is saved as: the one whose rebuild rules it was trained to match.
+_TOKENIZER_CLASS = {
+    "qwen": "Qwen3_5Tokenizer",
+    "qwen2": "Qwen2Tokenizer",
+    "gemma": "GemmaTokenizer",
+    "bytelevel": "TokenizersBackend",
+}
+
+
+def build_tiny_tokenizer(
+    out_dir: str | Path,
+    *,
+    special_tokens: Sequence[str],
+    eos: str,
+    pad: str | None = None,
+    bos: str | None = None,
+    unk: str | None = None,
+    non_special: Iterable[str] = (),
+    named_tokens: Mapping[str, str] | None = None,
+    chat_template: str | None = None,
+    style: str = "qwen",
+    vocab_size: int = 512,
+    add_bos_token: bool = False,
+    model_max_length: int = 4096,
+    corpus: Iterable[str] | None = None,
+) -> Any:
+    """Train a tiny BPE tokenizer with the family's real special tokens and save it to ``out_dir``.
+
+    Args:
+        out_dir: directory to write ``tokenizer.json``, ``tokenizer_config.json`` (and the chat
+            template) into; created if missing.
+        special_tokens: the family's special and control tokens, given ids ``0..n-1`` in this order.
+        eos: the end-of-sequence token (must be in ``special_tokens``).
+        pad: the padding token (default: ``eos``).
+        bos: the beginning-of-sequence token, if the family has one.
+        unk: the unknown token (``gemma`` style needs one; byte-level styles have none).
+        non_special: tokens of ``special_tokens`` that decoding keeps (e.g. ``<think>``), as in the
+            family's real tokenizer.
+        named_tokens: attribute name -> token, saved as ``extra_special_tokens`` so that processors
+            find them (e.g. ``{"image_token": "<|image_pad|>"}``).
+        chat_template: the official Jinja chat template, saved with the tokenizer.
+        style: one of :data:`STYLES` (see the module docstring).
+        vocab_size: the total vocabulary size to aim for; the real size is ``len(tokenizer)``.
+        add_bos_token: whether encoding prepends ``bos`` (Gemma does).
+        model_max_length: saved as the tokenizer's maximum length.
+        corpus: training text (default: the built-in tiny corpus).
+
+    Returns:
+        The saved tokenizer, reloaded with ``transformers.AutoTokenizer`` from ``out_dir``.
+
+    Raises:
+        SwiftcoreError: an unknown style, a named token missing from ``special_tokens``, or a
+            vocabulary too small for the byte alphabet.
+    """
+    from tokenizers import Tokenizer
+
+    if style not in STYLES:
+        raise SwiftcoreError(f"tiny tokenizer: unknown style {style!r}; use one of {', '.join(STYLES)}")
+    specials = list(dict.fromkeys(special_tokens))
+    pad = pad or eos
+    named = dict(named_tokens or {})
+    wanted = {"eos": eos, "pad": pad, "bos": bos, "unk": unk, **named}
+    missing = sorted(f"{k}={v!r}" for k, v in wanted.items() if v is not None and v not in specials)
+    if missing:
+        raise SwiftcoreError(f"tiny tokenizer: {', '.join(missing)} not in special_tokens; add them to the list")
+    floor = len(specials) + 256 + 32
+    if vocab_size < floor:
+        raise SwiftcoreError(
+            f"tiny tokenizer: vocab_size {vocab_size} is too small for {len(specials)} special tokens and "
+            f"the 256-byte alphabet; use at least {floor}"
+        )
+
+    from swiftcore.models._tiny_corpus import TINY_CORPUS
+
+    text = list(corpus) if corpus is not None else list(TINY_CORPUS)
+    if style == "gemma":
+        tokenizer = _train_gemma(text, specials, vocab_size, unk)
+    else:
+        tokenizer = _train_bytelevel(text, specials, vocab_size, style)
+
+    # The trainer adds every special token as "special"; mark the ones decoding keeps as not special.
+    keep = set(non_special)
+    data = json.loads(tokenizer.to_str())
+    for entry in data["added_tokens"]:
+        entry["special"] = entry["content"] not in keep
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _save(
+        tokenizer,
+        out,
+        style,
+        eos=eos,
+        pad=pad,
+        bos=bos,
+        unk=unk,
+        named=named,
+        chat_template=chat_template,
+        add_bos_token=add_bos_token,
+        model_max_length=model_max_length,
+    )
+
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(out))
+
+
+def _train_bytelevel(text: list[str], specials: list[str], vocab_size: int, style: str) -> Any:
+    """Byte-level BPE laid out like the family tokenizer that transformers rebuilds on load."""
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
+    from tokenizers.trainers import BpeTrainer
+
+    tokenizer = Tokenizer(BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    if style == "bytelevel":
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        # Take the split regex from transformers itself so the layout cannot drift from the class
+        # that AutoTokenizer rebuilds (the Qwen3_5Tokenizer trap in notes/tiny_models.md).
+        if style == "qwen":
+            from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
+        else:
+            from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+        tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(text, trainer=trainer)
+    return tokenizer
+
+
+def _train_gemma(text: list[str], specials: list[str], vocab_size: int, unk: str | None) -> Any:
+    """BPE with byte fallback laid out like ``transformers.GemmaTokenizer`` (ids: specials, bytes, pieces)."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
+    from tokenizers.trainers import BpeTrainer
+
+    if unk is None:
+        raise SwiftcoreError("tiny tokenizer: style 'gemma' needs an unk token (Gemma uses '<unk>')")
+
+    def layout(model: BPE) -> Tokenizer:
+        tok = Tokenizer(model)
+        tok.normalizer = normalizers.Replace(" ", "▁")
+        tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+        return tok
+
+    byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
+    # Train the pieces on their own, then lay the vocabulary out as Gemma does: specials, the 256
+    # byte-fallback tokens, then the learned pieces; merges refer to pieces by string, so stay valid.
+    trainer = BpeTrainer(vocab_size=vocab_size - 256, special_tokens=specials, limit_alphabet=150, show_progress=False)
+    trained = layout(BPE(unk_token=unk, fuse_unk=True, byte_fallback=True))
+    trained.train_from_iterator(text, trainer=trainer)
+    learned = json.loads(trained.to_str())
+    pieces = sorted(learned["model"]["vocab"].items(), key=lambda kv: kv[1])
+    vocab: dict[str, int] = {}
+    for token in [*specials, *byte_tokens, *(p for p, _ in pieces)]:
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in learned["model"]["merges"]]
+    tokenizer = layout(BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
+    tokenizer.add_special_tokens(specials)
+    return tokenizer
+
+
+def _save(
+    tokenizer: Any,
+    out: Path,
+    style: str,
+    *,
+    eos: str,
+    pad: str,
+    bos: str | None,
+    unk: str | None,
+    named: dict[str, str],
+    chat_template: str | None,
+    add_bos_token: bool,
+    model_max_length: int,
+) -> None:
+    """Save through ``PreTrainedTokenizerFast`` so the files are what ``save_pretrained`` writes."""
+    from transformers import PreTrainedTokenizerFast
+
+    kwargs: dict[str, Any] = {"eos_token": eos, "pad_token": pad, "model_max_length": model_max_length}
+    if bos is not None:
+        kwargs["bos_token"] = bos
+    if unk is not None:
+        kwargs["unk_token"] = unk
+    if named:
+        kwargs["extra_special_tokens"] = named
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, **kwargs)
+    if chat_template is not None:
+        fast.chat_template = chat_template
+    fast.save_pretrained(str(out))
+    # Name the class AutoTokenizer should build, and whether it prepends BOS, the way real
+    # checkpoints do; save_pretrained writes the generic class.
+    config_path = out / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = _TOKENIZER_CLASS[style]
+    config["add_bos_token"] = add_bos_token
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

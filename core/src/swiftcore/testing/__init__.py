@@ -1,0 +1,67 @@
+"""swiftcore's test-kit for plugin authors and for swiftcore's own tests (an opt-in pytest plugin).
+
+Enable it with ``pytest_plugins = ["swiftcore.testing"]`` in a ``conftest.py`` or ``pytest -p
+swiftcore.testing``. It is never auto-loaded, so installing swiftcore changes no one's test run.
+
+Fixtures:
+    swiftcore_plugins: a fresh :class:`~swiftcore._plugins.Plugins` holding only swiftcore's
+        built-ins: no installed plugin leaks into the test.
+    register_plugin: ``register_plugin(obj, name="x")`` adds a plugin object to ``swiftcore_plugins``
+        for one test and removes it afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from swiftcore._plugins import ENV_PLUGINS, PluginInfo, Plugins, load_plugins
+
+__all__ = ["isolated_plugins", "register_plugin", "registered", "swiftcore_plugins"]
+
+
+def isolated_plugins() -> Plugins:
+    """A plugin set with swiftcore's built-ins only (``SWIFTCORE_PLUGINS`` set to empty)."""
+    return load_plugins(env={ENV_PLUGINS: ""})
+
+
+@contextmanager
+def registered(plugins: Plugins, plugin: object, name: str, **provider: Any) -> Iterator[PluginInfo]:
+    """Register ``plugin`` in ``plugins`` as ``name`` for the ``with`` block, then remove it.
+
+    Args:
+        plugins: the plugin set to add to.
+        plugin: a module, class or instance with ``@hookimpl`` functions and ``SWIFTCORE_API``.
+        name: the plugin name its specs are attributed to.
+        **provider: ``distribution=`` / ``version=`` / ``explicit=`` as for :meth:`Plugins.add`.
+    """
+    info = plugins.add(plugin, name, **provider)
+    try:
+        yield info
+    finally:
+        plugins.remove(name)
+
+
+@pytest.fixture
+def swiftcore_plugins() -> Plugins:
+    """A fresh plugin set holding only swiftcore's built-ins."""
+    return isolated_plugins()
+
+
+@pytest.fixture
+def register_plugin(swiftcore_plugins: Plugins) -> Iterator[Callable[..., PluginInfo]]:
+    """A function ``register(plugin, name="test_plugin", **provider)`` whose plugins are removed after the test."""
+    added: list[str] = []
+
+    def register(plugin: object, name: str = "test_plugin", **provider: Any) -> PluginInfo:
+        info = swiftcore_plugins.add(plugin, name, **provider)
+        added.append(name)
+        return info
+
+    yield register
+    for name in reversed(added):
+        if name in swiftcore_plugins.infos:
+            swiftcore_plugins.remove(name)

@@ -1,0 +1,113 @@
+"""The ``swiftcore`` console script, run as a user would (a subprocess), with real plugins installed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from swiftcore import __version__
+
+
+def test_version(run_cli) -> None:
+    proc = run_cli("--version", with_plugins=False)
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"swiftcore {__version__} (plugin API 1.0)"
+
+
+def test_help_lists_core_and_plugin_commands(run_cli) -> None:
+    proc = run_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    for command in ("plugins", "train", "infer", "deploy", "export", "template", "make-tiny", "new-plugin"):
+        assert f"  {command} " in proc.stdout
+    assert "acme-hello" in proc.stdout and "[plugin acme]" in proc.stdout
+
+
+def test_plugins_json_lists_every_installed_plugin(run_cli) -> None:
+    proc = run_cli("plugins", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["name"]: row for row in json.loads(proc.stdout)["plugins"]}
+    assert rows["acme"]["distribution"] == "swiftcore-plugin-acme"
+    assert rows["acme"]["version"] == "0.3.1"
+    assert rows["acme"]["provides"] == {"command": ["acme-hello"], "model": ["acme"], "template": ["acme-chat"]}
+    assert rows["acme_broken"]["distribution"] == "acme-extras"
+    assert rows["swiftcore"]["status"] == "builtin"
+    # Listing imports no plugin code, so the broken plugin cannot complain.
+    assert "exploded" not in proc.stderr
+
+
+def test_plugins_table_marks_blocked(run_cli) -> None:
+    proc = run_cli("--plugin", "no:acme_dup", "plugins")
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("acme_dup "))
+    assert "blocked" in line
+
+
+def test_plugins_check_fails_on_broken_plugins_and_reports_each(run_cli) -> None:
+    proc = run_cli("plugins", "--check", "--json")
+    assert proc.returncode == 1
+    reports = {r["plugin"]: r for r in json.loads(proc.stdout)["check"]}
+    assert not reports["acme_broken"]["ok"] and "exploded" in reports["acme_broken"]["problems"][0]
+    assert not reports["acme_future"]["ok"] and "9.0" in reports["acme_future"]["problems"][0]
+    assert any("conflict: model 'acme'" in p for p in reports["acme"]["problems"])
+    assert any("core command" in p for p in reports["acme_clash"]["problems"])
+    assert reports["acme"]["heavy_imports"] == []
+
+
+def test_plugins_check_passes_on_a_clean_set(run_cli) -> None:
+    # Block the misbehaving ones; acme alone is clean, its lazy references resolve, its index matches.
+    blocks = [
+        a for name in ("acme_broken", "acme_future", "acme_dup", "acme_clash") for a in ("--plugin", f"no:{name}")
+    ]
+    proc = run_cli(*blocks, "plugins", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "check acme: ok" in proc.stdout
+
+
+def test_plugin_command_runs_and_children_get_the_plugin_set(run_cli) -> None:
+    proc = run_cli("--plugin", "acme", "acme-hello", "there")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "hello there from acme; SWIFTCORE_PLUGINS=acme"
+
+
+def test_broken_autodiscovered_plugin_warns_but_cli_works(run_cli) -> None:
+    proc = run_cli("acme-hello")
+    assert proc.returncode == 0, proc.stderr
+    assert "hello world from acme" in proc.stdout
+    assert "skipped plugin 'acme_broken' (acme-extras 1.2.0)" in proc.stderr
+
+
+def test_explicit_broken_plugin_exits_2_naming_it(run_cli) -> None:
+    proc = run_cli("--plugin", "acme_broken", "acme-hello")
+    assert proc.returncode == 2
+    assert "plugin 'acme_broken' (acme-extras 1.2.0)" in proc.stderr
+    assert "RuntimeError: acme_broken exploded on import" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_plugin_answers_with_close_matches(run_cli) -> None:
+    proc = run_cli("--plugin", "acm", "acme-hello")
+    assert proc.returncode == 2
+    assert "Did you mean: acme" in proc.stderr
+    assert "pip install swiftcore-plugin-acm" in proc.stderr
+
+
+def test_incompatible_api_is_refused_with_upgrade_hint(run_cli) -> None:
+    proc = run_cli("--plugin", "acme_future", "acme-hello")
+    assert proc.returncode == 2
+    assert "targets plugin API 9.0" in proc.stderr and "Upgrade swiftcore" in proc.stderr
+
+
+def test_core_command_cannot_be_replaced(run_cli) -> None:
+    # acme_clash registers 'train'; the core's own train runs (its plugin loading reports the refusal).
+    proc = run_cli("--plugin", "acme_clash", "--help")
+    assert proc.stdout.count("  train ") == 1
+
+
+def test_importing_the_cli_imports_no_heavy_module() -> None:
+    code = (
+        "import sys, swiftcore.cli.main, swiftcore._plugins, swiftcore.registry;"
+        "print(','.join(m for m in ('torch', 'transformers', 'megatron') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""

@@ -1,0 +1,208 @@
+"""One test per hook: a plugin implementing it is seen by the registry / the caller, with its provider."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from swiftcore import (
+    BackendSpec,
+    BridgeSpec,
+    CommandSpec,
+    ConflictError,
+    HeadSpec,
+    ModelSpec,
+    PluginError,
+    TemplateSpec,
+    UnknownNameError,
+    hookimpl,
+    hookspecs,
+)
+from swiftcore.registry import HOOK_FOR_KIND
+
+HOOK_NAMES = sorted(n for n in dir(hookspecs) if n.startswith("swiftcore_"))
+
+
+def test_every_hook_is_documented_with_a_version() -> None:
+    assert len(HOOK_NAMES) == 8
+    for name in HOOK_NAMES:
+        doc = inspect.getdoc(getattr(hookspecs, name)) or ""
+        assert "versionadded" in doc, name
+        assert len(doc.splitlines()[0]) > 10, name
+
+
+def test_every_collector_kind_has_a_hook() -> None:
+    assert set(HOOK_FOR_KIND.values()) <= set(HOOK_NAMES)
+
+
+def _collector_plugin(hook: str, specs: list) -> type:
+    class Plugin:
+        SWIFTCORE_API = "1.0"
+
+    setattr(Plugin, hook, staticmethod(hookimpl(lambda: specs)))
+    # pluggy looks hooks up by attribute name; give the lambda the hook's name for its messages.
+    getattr(Plugin, hook).__name__ = hook
+    return Plugin
+
+
+COLLECTED = [
+    ("model", ModelSpec(name="m", model_types=("m",), model_class="transformers:AutoModel")),
+    ("template", TemplateSpec(name="t", factory="a.b:c")),
+    ("head", HeadSpec(name="h", task="embedding", factory="a.b:c")),
+    ("bridge", BridgeSpec(name="b", model_types=("m",), factory="a.b:C")),
+    ("backend", BackendSpec(name="be", factory="a.b:c", capabilities=("generate", "stream"))),
+    ("command", CommandSpec(name="hello", target="a.b:c")),
+]
+
+
+@pytest.mark.parametrize(("kind", "spec"), COLLECTED, ids=[k for k, _ in COLLECTED])
+def test_collector_hook(kind: str, spec, swiftcore_plugins, register_plugin) -> None:
+    register_plugin(_collector_plugin(HOOK_FOR_KIND[kind], [spec]), "acme", distribution="acme-dist", version="2.0")
+    got = swiftcore_plugins.registry.get(kind, spec.name)
+    assert got == spec
+    assert got.provider.plugin == "acme"
+    assert got.provider.distribution == "acme-dist"
+    assert got.provider.version == "2.0"
+    assert spec.name in swiftcore_plugins.registry.names(kind)
+
+
+def test_collector_returning_a_wrong_type_names_plugin_and_hook(swiftcore_plugins, register_plugin) -> None:
+    register_plugin(_collector_plugin("swiftcore_register_models", ["not a spec"]), "sloppy")
+    with pytest.raises(PluginError, match=r"plugin 'sloppy'.*swiftcore_register_models\(\).*expected ModelSpec"):
+        swiftcore_plugins.registry.all("model")
+
+
+def test_a_bad_spec_names_plugin_and_field(swiftcore_plugins, register_plugin) -> None:
+    class Plugin:
+        SWIFTCORE_API = "1.0"
+
+        @staticmethod
+        @hookimpl
+        def swiftcore_register_models():
+            return [ModelSpec(name="m", model_types=("m",), model_class="oops")]
+
+    register_plugin(Plugin, "sloppy")
+    with pytest.raises(PluginError) as info:
+        swiftcore_plugins.registry.all("model")
+    assert "plugin 'sloppy'" in str(info.value) and "field 'model_class'" in str(info.value)
+
+
+def test_bad_spec_from_an_auto_loaded_plugin_is_reported_not_raised(swiftcore_plugins, register_plugin, capsys) -> None:
+    class Plugin:
+        SWIFTCORE_API = "1.0"
+
+        @staticmethod
+        @hookimpl
+        def swiftcore_register_models():
+            raise RuntimeError("boom")
+
+    register_plugin(Plugin, "shaky", explicit=False)
+    assert swiftcore_plugins.registry.all("model") == []
+    assert "shaky" in capsys.readouterr().err
+    assert any("boom" in p for p in swiftcore_plugins.registry.problems)
+
+
+def test_resolve_model_is_firstresult(swiftcore_plugins, register_plugin) -> None:
+    calls = []
+
+    class First:
+        SWIFTCORE_API = "1.0"
+
+        @staticmethod
+        @hookimpl(tryfirst=True)
+        def swiftcore_resolve_model(model_dir, hf_config, candidates):
+            calls.append("first")
+            return "gemma4" if hf_config.get("model_type") == "gemma4" else None
+
+    class Second:
+        SWIFTCORE_API = "1.0"
+
+        @staticmethod
+        @hookimpl
+        def swiftcore_resolve_model(model_dir, hf_config):  # fewer args than the spec: allowed
+            calls.append("second")
+            return "fallback"
+
+    register_plugin(First, "first")
+    register_plugin(Second, "second")
+    hook = swiftcore_plugins.pm.hook.swiftcore_resolve_model
+    assert hook(model_dir="/m", hf_config={"model_type": "gemma4"}, candidates=[]) == "gemma4"
+    assert calls == ["first"]
+    assert hook(model_dir="/m", hf_config={}, candidates=[]) == "fallback"
+    assert calls == ["first", "first", "second"]
+
+
+def test_post_model_load_calls_every_implementation(swiftcore_plugins, register_plugin) -> None:
+    seen = []
+
+    def make(tag):
+        class Plugin:
+            SWIFTCORE_API = "1.0"
+
+            @staticmethod
+            @hookimpl
+            def swiftcore_post_model_load(model, spec, model_dir):
+                seen.append((tag, model["id"], spec.name, model_dir))
+
+        return Plugin
+
+    register_plugin(make("a"), "a")
+    register_plugin(make("b"), "b")
+    spec = ModelSpec(name="m", model_types=("m",), model_class="transformers:AutoModel")
+    swiftcore_plugins.pm.hook.swiftcore_post_model_load(model={"id": 7}, spec=spec, model_dir="/d")
+    assert sorted(seen) == [("a", 7, "m", "/d"), ("b", 7, "m", "/d")]
+
+
+def test_duplicate_names_conflict_on_use_and_name_at_plugin_selects(swiftcore_plugins, register_plugin) -> None:
+    spec = TemplateSpec(name="chat", factory="a.b:c")
+    register_plugin(_collector_plugin("swiftcore_register_templates", [spec]), "one", distribution="d-one", version="1")
+    register_plugin(_collector_plugin("swiftcore_register_templates", [spec]), "two", distribution="d-two", version="2")
+    registry = swiftcore_plugins.registry
+    with pytest.raises(ConflictError) as info:
+        registry.get("template", "chat")
+    assert "one (d-one 1)" in str(info.value) and "two (d-two 2)" in str(info.value)
+    assert "chat@" in str(info.value)
+    assert registry.get("template", "chat@two").provider.plugin == "two"
+    assert registry.get("template", "chat@d-one").provider.plugin == "one"
+    assert ("template", "chat") in registry.conflicts()
+    with pytest.raises(UnknownNameError, match="not provided by plugin 'three'"):
+        registry.get("template", "chat@three")
+
+
+def test_unknown_name_suggests_close_matches_and_install(swiftcore_plugins, register_plugin) -> None:
+    register_plugin(_collector_plugin("swiftcore_register_models", [COLLECTED[0][1]]), "acme")
+    registry = swiftcore_plugins.registry
+    with pytest.raises(UnknownNameError, match="pip install swiftcore-plugin-gemma4"):
+        registry.get("model", "gemma4")
+    with pytest.raises(UnknownNameError, match="Did you mean: m"):
+        registry.get("model", "mm")
+
+
+def test_plugin_with_an_unknown_hook_is_refused(swiftcore_plugins) -> None:
+    class Plugin:
+        SWIFTCORE_API = "1.0"
+
+        @staticmethod
+        @hookimpl
+        def swiftcore_register_wormholes():
+            return []
+
+    from swiftcore._plugins import PluginInfo, _register
+
+    info = PluginInfo(name="wormhole", module="x", source="module")
+    import types
+
+    module = types.ModuleType("wormhole_mod")
+    module.SWIFTCORE_API = "1.0"
+    module.swiftcore_register_wormholes = Plugin.swiftcore_register_wormholes
+    import sys
+
+    sys.modules["wormhole_mod"] = module
+    info.module = "wormhole_mod"
+    try:
+        with pytest.raises(PluginError, match="unknown hook.*swiftcore_register_wormholes.*optionalhook"):
+            _register(swiftcore_plugins.pm, info)
+    finally:
+        del sys.modules["wormhole_mod"]
+    assert not swiftcore_plugins.pm.has_plugin("wormhole")
