@@ -145,3 +145,11 @@ def test_resolved_set_is_exported_for_children(plugin_path, monkeypatch) -> None
     # A child reading that value loads the same set.
     again = load_plugins(env={"SWIFTCORE_PLUGINS": os.environ["SWIFTCORE_PLUGINS"]})
     assert again.explicit == {"acme"}
+
+
+def test_unknown_name_declared_by_an_unloaded_plugin_says_which_to_load(plugin_path) -> None:
+    from swiftcore import UnknownNameError
+
+    plugins = load_plugins(["acme_loose"], env={})
+    with pytest.raises(UnknownNameError, match="Plugin 'acme' declares it but is not loaded; add --plugin acme"):
+        plugins.registry.get("template", "acme-chat")

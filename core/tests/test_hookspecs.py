@@ -173,8 +173,8 @@ def test_duplicate_names_conflict_on_use_and_name_at_plugin_selects(swiftcore_pl
 def test_unknown_name_suggests_close_matches_and_install(swiftcore_plugins, register_plugin) -> None:
     register_plugin(_collector_plugin("swiftcore_register_models", [COLLECTED[0][1]]), "acme")
     registry = swiftcore_plugins.registry
-    with pytest.raises(UnknownNameError, match="pip install swiftcore-plugin-gemma4"):
-        registry.get("model", "gemma4")
+    with pytest.raises(UnknownNameError, match="pip install swiftcore-plugin-falcon9"):
+        registry.get("model", "falcon9")
     with pytest.raises(UnknownNameError, match="Did you mean: m"):
         registry.get("model", "mm")
 
@@ -206,3 +206,14 @@ def test_plugin_with_an_unknown_hook_is_refused(swiftcore_plugins) -> None:
     finally:
         del sys.modules["wormhole_mod"]
     assert not swiftcore_plugins.pm.has_plugin("wormhole")
+
+
+def test_docs_hook_reference_is_in_sync_with_hookspecs() -> None:
+    from pathlib import Path
+
+    from swiftcore._hookdocs import render_hook_reference
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "hooks.md"
+    assert docs.read_text() == render_hook_reference(), "regenerate: python -m swiftcore._hookdocs > docs/hooks.md"
+    for name in HOOK_NAMES:
+        assert f"## `{name}`" in docs.read_text()

@@ -14,8 +14,16 @@ SWIFTCORE_API = API_VERSION_STRING
 
 @hookimpl
 def swiftcore_register_templates() -> list:
-    """Built-in templates (filled as the template engine lands)."""
-    return []
+    """Built-in templates: ``jinja`` renders any tokenizer's own ``chat_template``."""
+    from swiftcore.specs import TemplateSpec
+
+    return [
+        TemplateSpec(
+            name="jinja",
+            factory="swiftcore.template.jinja:JinjaTemplate",
+            description="the tokenizer's own chat_template (loss mask from generation markers or prefixes)",
+        )
+    ]
 
 
 @hookimpl

@@ -1,15 +1,248 @@
-"""``swiftcore infer``: Run a model on a JSONL file of conversations."""
+"""``swiftcore infer``: run a model on a JSONL file of conversations, or chat with it interactively."""
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
 import click
 
+from swiftcore.cli.main import CliState, pass_state, plugin_option
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["infer"]
+__all__ = ["build_engine", "engine_options", "infer"]
 
 
-@click.command("infer", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def infer() -> None:
-    """Run a model on a JSONL file of conversations. (Not available in this release yet.)"""
-    raise SwiftcoreError("'swiftcore infer' is not available in this release yet; see the project's open issues.")
+def _parse_engine_options(values: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SwiftcoreError(f"--engine-option {item!r}: expected KEY=VALUE (e.g. max_model_len=2048)")
+        try:
+            out[key.replace("-", "_")] = json.loads(raw)
+        except ValueError:
+            out[key.replace("-", "_")] = raw  # a bare string
+    return out
+
+
+def engine_options(func: Any) -> Any:
+    """The options that pick and build an engine, shared by ``infer`` and ``deploy``."""
+    options = [
+        click.option("--model", "model", required=True, type=click.Path(exists=True, file_okay=False),
+                     help="Checkpoint directory (or a LoRA adapter directory, whose base model it names)."),
+        click.option("--adapter", type=click.Path(exists=True, file_okay=False),
+                     help="A peft LoRA adapter directory applied on top of --model."),
+        click.option("--backend", default="transformers", show_default=True,
+                     help="Inference backend: transformers, vllm, sglang (or any a plugin provides)."),
+        click.option("--template", help="Chat template (default: the model's). See `swiftcore template list`."),
+        click.option("--model-type", help="Force the model spec (NAME or NAME@PLUGIN) instead of reading config.json."),
+        click.option("--dtype", default="float32", show_default=True,
+                     type=click.Choice(("float32", "bfloat16", "float16", "auto"))),
+        click.option("--merge-lora", is_flag=True, help="Merge the adapter into the weights before serving."),
+        click.option("--engine-option", "engine_option", multiple=True, metavar="KEY=VALUE",
+                     help="Backend-specific option, e.g. max_model_len=2048 for vllm (repeatable; JSON values)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def build_engine(plugins: Any, *, model: str, adapter: str | None, backend: str, template: str | None,
+                 model_type: str | None, dtype: str, merge_lora: bool, engine_option: tuple[str, ...]) -> Any:
+    """Build the engine the :func:`engine_options` describe (the backend's probe runs first)."""
+    from swiftcore.infer.backends import create_engine
+
+    options: dict[str, Any] = {"adapter": adapter, "template": template, "model_type": model_type, "dtype": dtype,
+                               "merge_lora": merge_lora, **_parse_engine_options(engine_option)}
+    return create_engine(backend, model, plugins, **options)
+
+
+def _split_reference(record: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """A record whose last message is the assistant's answer (training data): ask without it."""
+    messages = record.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict) \
+            and messages[-1].get("role") == "assistant":
+        return {**record, "messages": messages[:-1]}, messages[-1].get("content")
+    return record, None
+
+
+def _read_jsonl(path: Path) -> list[tuple[dict[str, Any] | None, str | None]]:
+    """``(record, error)`` per non-empty line; a line that is not a JSON object is an error of its own."""
+    out: list[tuple[dict[str, Any] | None, str | None]] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as exc:
+                out.append((None, f"{path}:{number}: not valid JSON ({exc})"))
+                continue
+            if not isinstance(value, dict):
+                out.append((None, f"{path}:{number}: expected a JSON object with 'messages'"))
+            else:
+                out.append((value, None))
+    return out
+
+
+def _output_row(record: dict[str, Any] | None, reference: str | None, generation: Any, error: str | None
+                ) -> dict[str, Any]:
+    row: dict[str, Any] = dict(record or {})
+    if reference is not None:
+        row["labels"] = reference
+    if error is not None or (generation is not None and generation.error is not None):
+        row["error"] = error or generation.error
+        return row
+    row.update({
+        "response": generation.content,
+        "reasoning_content": generation.reasoning_content,
+        "tool_calls": generation.tool_calls or None,
+        "finish_reason": generation.finish_reason,
+        "usage": {"prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens},
+    })
+    return row
+
+
+def run_file(engine: Any, input_path: Path, output_path: Path, *, sampling: Any, batch_size: int,
+             enable_thinking: bool | None, progress: bool = True) -> tuple[int, int]:
+    """Answer every record of ``input_path`` into ``output_path``; return ``(answered, failed)``."""
+    from tqdm import tqdm
+
+    from swiftcore.infer.types import Request
+
+    rows = _read_jsonl(input_path)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    answered = failed = 0
+    chunk = max(batch_size * 4, 1)  # written as it goes, so a long run's output is usable early
+    with output_path.open("w", encoding="utf-8") as out, \
+            tqdm(total=len(rows), desc="infer", unit="req", disable=not progress) as bar:
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            jobs: list[tuple[int, dict[str, Any], str | None]] = []
+            requests = []
+            for i, (record, _error) in enumerate(part):
+                if record is None:
+                    continue
+                asked, reference = _split_reference(record)
+                if enable_thinking is not None:
+                    kwargs = {"enable_thinking": enable_thinking, **(asked.get("chat_template_kwargs") or {})}
+                    asked = {**asked, "chat_template_kwargs": kwargs}
+                jobs.append((i, record, reference))
+                requests.append(Request(record=asked, sampling=sampling, request_id=str(record.get("id", start + i))))
+            generations = engine.generate_requests(requests, batch_size=batch_size) if requests else []
+            by_index = {i: (record, reference, g) for (i, record, reference), g in zip(jobs, generations, strict=True)}
+            for i, (record, error) in enumerate(part):
+                if i in by_index:
+                    record, reference, generation = by_index[i]
+                    row = _output_row(record, reference, generation, None)
+                else:
+                    row = _output_row(None, None, None, error)
+                failed += "error" in row
+                answered += "error" not in row
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            out.flush()
+            bar.update(len(part))
+    return answered, failed
+
+
+def chat_loop(engine: Any, *, sampling: Any, enable_thinking: bool | None, system: str | None) -> None:
+    """An interactive chat on the terminal (``/clear`` forgets the history, ``/exit`` or Ctrl-D quits)."""
+    from swiftcore.infer.types import Request
+
+    history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    click.echo(f"Chatting with {engine.base_dir} ({engine.backend}, template {engine.template.name}). "
+               "/clear resets, /exit quits.")
+    while True:
+        try:
+            text = click.prompt("user", prompt_suffix="> ")
+        except (click.exceptions.Abort, EOFError):
+            click.echo()
+            return
+        if text.strip() in ("/exit", "/quit"):
+            return
+        if text.strip() == "/clear":
+            history = history[:1] if system else []
+            continue
+        history.append({"role": "user", "content": text})
+        record: dict[str, Any] = {"messages": list(history)}
+        if enable_thinking is not None:
+            record["chat_template_kwargs"] = {"enable_thinking": enable_thinking}
+        request = Request(record=record, sampling=sampling)
+        click.echo("assistant> ", nl=False)
+        final = None
+        if "stream" in engine.capabilities:
+            for delta in engine.stream(request):
+                click.echo(delta.text, nl=False)
+                final = delta.final or final
+        else:
+            final = engine.generate_requests([request])[0]
+            click.echo(final.text, nl=False)
+        click.echo()
+        if final is None or final.error:
+            history.pop()
+            click.echo(f"error: {final.error if final else 'no reply'}", err=True)
+            continue
+        history.append({"role": "assistant", "content": final.content})
+
+
+@click.command("infer")
+@engine_options
+@click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
+              help="JSONL of records in the training 'messages' format; omit for an interactive chat.")
+@click.option("--output", "output_path", type=click.Path(dir_okay=False),
+              help="Where to write the answers (default: INPUT with .out.jsonl).")
+@click.option("--max-new-tokens", default=256, show_default=True, type=int)
+@click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy.")
+@click.option("--top-p", default=1.0, show_default=True, type=float)
+@click.option("--top-k", default=0, show_default=True, type=int, help="0 = no top-k.")
+@click.option("--seed", type=int, help="Random seed for sampling.")
+@click.option("--stop", multiple=True, help="Extra stop string (repeatable).")
+@click.option("--batch-size", default=8, show_default=True, type=int)
+@click.option("--enable-thinking/--disable-thinking", "enable_thinking", default=None,
+              help="Default chat_template_kwargs.enable_thinking (a record's own value wins).")
+@click.option("--system", help="System prompt for the interactive chat.")
+@plugin_option
+@pass_state
+def infer(state: CliState, plugin_specs: tuple[str, ...], input_path: str | None, output_path: str | None,
+          max_new_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None,
+          stop: tuple[str, ...], batch_size: int, enable_thinking: bool | None, system: str | None,
+          **engine_kwargs: Any) -> None:
+    """Answer each conversation of a JSONL file, or chat interactively.
+
+    \b
+    Each output line is the input record plus "response", "reasoning_content", "tool_calls",
+    "finish_reason" and "usage" (token counts), or "error" for a record that failed (the others
+    are still answered). A record whose last message is the assistant's is asked without it,
+    and that answer is kept as "labels".
+
+    \b
+    Example:
+      swiftcore infer --model ./out/checkpoint-100 --input prompts.jsonl --output answers.jsonl
+      swiftcore infer --model ./tiny --backend vllm --input prompts.jsonl
+      swiftcore infer --model ./tiny            # interactive chat
+    """
+    from swiftcore.infer.types import SamplingParams
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if batch_size < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--batch-size")
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                              seed=seed, stop=tuple(stop))
+    plugins = state.plugins(plugin_specs)
+    engine = build_engine(plugins, **engine_kwargs)
+    try:
+        if input_path is None:
+            chat_loop(engine, sampling=sampling, enable_thinking=enable_thinking, system=system)
+            return
+        source = Path(input_path)
+        target = Path(output_path) if output_path else source.with_suffix(".out.jsonl")
+        answered, failed = run_file(engine, source, target, sampling=sampling, batch_size=batch_size,
+                                    enable_thinking=enable_thinking)
+        click.echo(f"answered {answered}, failed {failed}: {target}")
+        if failed:
+            click.echo(f"{failed} record(s) failed; their 'error' field says why", err=True)
+    finally:
+        engine.close()

@@ -1,15 +1,133 @@
-"""``swiftcore train``: Fine-tune a model (SFT, full or LoRA)."""
+"""``swiftcore train``: supervised fine-tuning (full or LoRA) of any model a plugin provides.
+
+The options are generated from :class:`swiftcore.train.config.TrainConfig`, so the YAML file given to
+``--config`` and the flags can never drift apart: every key of the file is a flag name.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+from typing import Any
+
 import click
 
-from swiftcore.errors import SwiftcoreError
+from swiftcore.cli.main import CliState, pass_state, plugin_option
+from swiftcore.train.config import LOSS_POLICIES, TRUNCATION, TUNERS, TrainConfig, load_config_file
 
 __all__ = ["train"]
 
+_HELP: dict[str, str] = {
+    "model": "Local model directory (a save_pretrained checkpoint, e.g. from `swiftcore make-tiny`).",
+    "dataset": "Training data: FILE.jsonl|json|parquet[#RATIO] or hf:NAME[:SPLIT][#RATIO]; repeatable (mixed).",
+    "output_dir": "Where checkpoints, logs.jsonl, loss.png and args.json are written.",
+    "model_type": "Force the model spec (NAME or NAME@PLUGIN) instead of reading config.json.",
+    "template": "Chat template (default: the model's). See `swiftcore template list`.",
+    "tuner": "full: train every (unfrozen) weight; lora: train a peft LoRA adapter.",
+    "lora_rank": "LoRA rank r.",
+    "lora_alpha": "LoRA alpha (scale = alpha / r).",
+    "lora_dropout": "LoRA dropout.",
+    "target_modules": "LoRA target modules (repeatable; default: the model spec's, usually all-linear).",
+    "freeze_vision": "Freeze the vision tower.",
+    "freeze_audio": "Freeze the audio tower.",
+    "freeze_projector": "Freeze the multimodal projector.",
+    "val_dataset": "Validation data (repeatable); else --split-ratio of the training data is held out.",
+    "split_ratio": "Fraction of the training data held out for validation when no --val-dataset is given.",
+    "max_length": "Maximum tokens per sample (and per packed row).",
+    "truncation": f"What to do with longer samples: {', '.join(TRUNCATION)}.",
+    "packing": "Pack several samples into each row (padding-free, exact per-sample attention).",
+    "padding_free": "Concatenate each batch into one row without padding.",
+    "loss_policy": f"Which tokens carry loss: {', '.join(LOSS_POLICIES)}.",
+    "enable_thinking": "Default for chat_template_kwargs.enable_thinking (a sample's own value wins).",
+    "skip_bad_rows": "Skip (and count) dataset rows that fail validation instead of stopping.",
+    "learning_rate": "Peak learning rate.",
+    "lr_scheduler": "Learning-rate schedule (transformers names: cosine, linear, constant, ...).",
+    "warmup_ratio": "Fraction of steps for linear warm-up.",
+    "weight_decay": "AdamW weight decay.",
+    "max_grad_norm": "Gradient clipping norm.",
+    "num_train_epochs": "Epochs (ignored when --max-steps is set).",
+    "max_steps": "Total optimiser steps (overrides epochs when > 0).",
+    "batch_size": "Samples (or packed rows) per device per step.",
+    "gradient_accumulation_steps": "Micro-batches per optimiser step.",
+    "gradient_checkpointing": "Trade compute for memory.",
+    "dtype": "Training precision: float32, bfloat16 (autocast), float16.",
+    "seed": "Random seed (model init of new heads, data order, dropout).",
+    "logging_steps": "Log every N steps (logs.jsonl, progress bar).",
+    "save_steps": "Save a checkpoint every N steps (and at the end).",
+    "eval_steps": "Evaluate every N steps (default: once at the end when there is validation data).",
+    "save_total_limit": "Keep at most N checkpoints.",
+    "resume_from_checkpoint": "Resume: 'latest' or a checkpoint directory.",
+    "plot": "Write loss.png at the end.",
+}
+_CHOICES = {"tuner": TUNERS, "loss_policy": LOSS_POLICIES, "truncation": TRUNCATION,
+            "dtype": ("float32", "bfloat16", "float16")}
 
-@click.command("train", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def train() -> None:
-    """Fine-tune a model (SFT, full or LoRA). (Not available in this release yet.)"""
-    raise SwiftcoreError("'swiftcore train' is not available in this release yet; see the project's open issues.")
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value:
+        ctx.default_map = {**(ctx.default_map or {}), **load_config_file(value)}
+    return value
+
+
+def _options(func: Any) -> Any:
+    for f in reversed(dataclasses.fields(TrainConfig)):
+        if f.name == "plugins":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        kwargs: dict[str, Any] = {"help": _HELP[f.name], "show_default": default not in (None, (), "")}
+        if f.name == "enable_thinking":
+            func = click.option("--enable-thinking/--disable-thinking", "enable_thinking", default=None,
+                                help=_HELP[f.name])(func)
+            continue
+        if isinstance(default, bool):
+            func = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=default, **kwargs)(func)
+            continue
+        if isinstance(default, tuple):
+            func = click.option(flag, f.name, multiple=True, **kwargs)(func)
+            continue
+        if f.name in _CHOICES:
+            kwargs["type"] = click.Choice(_CHOICES[f.name])
+        elif isinstance(default, float):
+            kwargs["type"] = float
+        elif isinstance(default, int):
+            kwargs["type"] = int
+        elif f.name in ("eval_steps", "save_total_limit"):
+            kwargs["type"] = int
+        func = click.option(flag, f.name, default=default, **kwargs)(func)
+    return func
+
+
+@click.command("train")
+@click.option("--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False,
+              callback=_load_config, help="YAML file of arguments (keys are the flag names); flags override it.")
+@_options
+@plugin_option
+@pass_state
+def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> None:
+    """Supervised fine-tuning (SFT) with full weights or LoRA, on transformers' Trainer.
+
+    \b
+    Example:
+      swiftcore make-tiny qwen3_5 ./tiny
+      swiftcore train --model ./tiny --dataset data.jsonl --tuner lora --max-steps 50
+
+    Works unchanged under torchrun for data-parallel training.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for key, value in options.items():
+        if isinstance(value, list):
+            options[key] = tuple(value)
+    cfg = TrainConfig(**options)
+    cfg.validate()
+    plugins = state.plugins(plugin_specs)
+    cfg.plugins = tuple(plugins.resolved_specs)
+
+    from swiftcore.train.run import run_training
+
+    result = run_training(cfg, plugins)
+    click.echo(f"trained {result.global_step} steps on {result.train_samples} samples; final loss {result.final_loss}")
+    click.echo(f"checkpoint: {result.last_checkpoint}")
+    click.echo(f"log:        {result.log_file}")
+    if result.plot_file:
+        click.echo(f"loss plot:  {result.plot_file}")

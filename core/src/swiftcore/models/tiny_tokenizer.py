@@ -17,6 +17,7 @@ Styles:
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ from swiftcore.errors import SwiftcoreError
 __all__ = ["STYLES", "build_tiny_tokenizer"]
 
 STYLES = ("qwen", "qwen2", "gemma", "bytelevel")
+
+# Characters the gemma style learns as pieces; rarer ones are spelled with byte-fallback tokens.
+_GEMMA_ALPHABET = 96
 
 # The tokenizer class each style is saved as: the one whose rebuild rules it was trained to match.
 _TOKENIZER_CLASS = {
@@ -92,11 +96,12 @@ def build_tiny_tokenizer(
     missing = sorted(f"{k}={v!r}" for k, v in wanted.items() if v is not None and v not in specials)
     if missing:
         raise SwiftcoreError(f"tiny tokenizer: {', '.join(missing)} not in special_tokens; add them to the list")
-    floor = len(specials) + 256 + 32
+    # Room for the specials, the 256 bytes (and, for gemma, its learned alphabet) plus some merges.
+    floor = len(specials) + 256 + (_GEMMA_ALPHABET if style == "gemma" else 0) + 32
     if vocab_size < floor:
         raise SwiftcoreError(
             f"tiny tokenizer: vocab_size {vocab_size} is too small for {len(specials)} special tokens and "
-            f"the 256-byte alphabet; use at least {floor}"
+            f"the byte alphabet; use at least {floor}"
         )
 
     from swiftcore.models._tiny_corpus import TINY_CORPUS
@@ -113,6 +118,15 @@ def build_tiny_tokenizer(
     for entry in data["added_tokens"]:
         entry["special"] = entry["content"] not in keep
     tokenizer = Tokenizer.from_str(json.dumps(data))
+    if add_bos_token:
+        if bos is None:
+            raise SwiftcoreError("tiny tokenizer: add_bos_token=True needs a bos token")
+        from tokenizers.processors import TemplateProcessing
+
+        bos_id = specials.index(bos)
+        tokenizer.post_processor = TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
+        )
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -188,7 +202,17 @@ def _train_gemma(text: list[str], specials: list[str], vocab_size: int, unk: str
     byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
     # Train the pieces on their own, then lay the vocabulary out as Gemma does: specials, the 256
     # byte-fallback tokens, then the learned pieces; merges refer to pieces by string, so stay valid.
-    trainer = BpeTrainer(vocab_size=vocab_size - 256, special_tokens=specials, limit_alphabet=150, show_progress=False)
+    # Keep the most frequent characters (ties broken by code point, so training is reproducible:
+    # the trainer's own limit_alphabet breaks ties in hash order); the rest fall back to bytes.
+    counts = Counter(ch for line in text for ch in line.replace(" ", "▁"))
+    alphabet = [ch for ch, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:_GEMMA_ALPHABET]]
+    trainer = BpeTrainer(
+        vocab_size=vocab_size - 256,
+        special_tokens=specials,
+        initial_alphabet=alphabet,
+        limit_alphabet=len(alphabet),
+        show_progress=False,
+    )
     trained = layout(BPE(unk_token=unk, fuse_unk=True, byte_fallback=True))
     trained.train_from_iterator(text, trainer=trainer)
     learned = json.loads(trained.to_str())

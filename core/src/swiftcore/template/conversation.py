@@ -15,7 +15,7 @@ from typing import Any
 
 from swiftcore.template.errors import TemplateError
 
-__all__ = ["Conversation", "normalize_record", "media_type", "tojson", "MEDIA_TYPES"]
+__all__ = ["MEDIA_TYPES", "Conversation", "media_type", "normalize_record", "tojson"]
 
 MEDIA_TYPES = ("image", "video", "audio")
 

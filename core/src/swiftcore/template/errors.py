@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["TemplateError", "SampleTooLongError"]
+__all__ = ["SampleTooLongError", "TemplateError"]
 
 
 class TemplateError(SwiftcoreError, ValueError):

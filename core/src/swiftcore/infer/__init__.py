@@ -1,0 +1,1 @@
+"""Inference: engines that generate from swiftcore-encoded prompts (the same template code as training)."""

@@ -1,0 +1,420 @@
+"""The engine contract every backend implements, and the code they all share.
+
+:class:`Engine` owns everything that is not the forward pass, so that the transformers, vLLM and
+SGLang backends cannot drift apart:
+
+- prompts are encoded by the same swiftcore template as in training (``add_generation_prompt=True``);
+- encoding runs ahead of the engine (:func:`~swiftcore.infer.prepare.prepare_ahead`), and a request
+  that cannot be encoded, or that makes its batch fail, fails alone with its own error;
+- generated ids are cut at the template's end-of-turn tokens and at the request's stop strings,
+  decoded, and parsed back into ``content``, ``reasoning_content`` and ``tool_calls`` by the template;
+- LoRA adapters are named, and each request picks one (or the base model).
+
+A backend subclasses :class:`Engine` and implements the ``_``-prefixed primitives, which only ever see
+token ids: :meth:`Engine._generate_ids`, and optionally :meth:`Engine._stream_ids`,
+:meth:`Engine._embed_ids`, :meth:`Engine._load_adapter` and :meth:`Engine._update_weights`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from swiftcore.infer.checkpoint import resolve_checkpoint
+from swiftcore.infer.errors import InvalidRequestError, UnsupportedError
+from swiftcore.infer.prepare import prepare_ahead
+from swiftcore.infer.types import Generation, Request, SamplingParams, StreamDelta
+
+__all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine"]
+
+logger = logging.getLogger("swiftcore.infer")
+
+#: The adapter name that selects the base model even when a default adapter is loaded.
+BASE_MODEL = "base"
+#: The name given to the adapter passed to the engine's constructor.
+DEFAULT_ADAPTER = "default"
+
+
+class Engine:
+    """Base class of inference engines (see the module docstring).
+
+    Args:
+        model_dir: a checkpoint directory, or a LoRA adapter directory (its base model is found from it).
+        plugins: the loaded plugin set (for the model spec and the template).
+        adapter: a peft adapter directory, loaded as :data:`DEFAULT_ADAPTER` and used by requests
+            that name no adapter.
+        template: the template name (default: the model spec's ``default_template``).
+        model_type: force the model spec (``--model-type``).
+
+    Attributes:
+        backend: the backend's name.
+        capabilities: what it can do (a subset of :data:`swiftcore.specs.BACKEND_CAPABILITIES`).
+        spec: the resolved :class:`~swiftcore.specs.ModelSpec`.
+        template: the :class:`~swiftcore.template.Template`.
+        tokenizer: the Hugging Face tokenizer.
+        base_dir: the base model directory.
+        adapters: adapter name -> directory.
+        default_adapter: the adapter used when a request names none (None = base model).
+        max_model_len: the longest prompt plus completion the engine accepts.
+    """
+
+    backend: ClassVar[str] = "?"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"generate"})
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        plugins: Any,
+        *,
+        adapter: str | Path | None = None,
+        template: str | None = None,
+        model_type: str | None = None,
+    ) -> None:
+        from swiftcore.models import load_tokenizer, read_hf_config, resolve_model_spec
+        from swiftcore.template import get_template
+
+        base, adapter_dir = resolve_checkpoint(model_dir, adapter)
+        self.base_dir = base
+        self.spec = resolve_model_spec(str(base), plugins, model_type)
+        name = template or self.spec.default_template
+        if not name:
+            raise InvalidRequestError(f"model {self.spec.name!r} names no default template; pass --template")
+        self.template = get_template(name, plugins)
+        # A trained adapter may ship its own tokenizer (added tokens); prefer it when present.
+        tokenizer_dir = adapter_dir if adapter_dir and (adapter_dir / "tokenizer_config.json").exists() else base
+        self.tokenizer = load_tokenizer(str(tokenizer_dir))
+        self.stop_token_ids = self._stop_token_ids()
+        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.stop_token_ids[0]
+        self.max_model_len = _max_model_len(read_hf_config(base) or {}, self.tokenizer)
+        self.adapters: dict[str, Path] = {}
+        self.default_adapter: str | None = None
+        self._initial_adapter = adapter_dir
+
+    # ------------------------------------------------------------------ set-up helpers for subclasses
+
+    def _after_load(self) -> None:
+        """Load the constructor's adapter; subclasses call this once their model is ready."""
+        if self._initial_adapter is not None:
+            self.load_adapter(DEFAULT_ADAPTER, self._initial_adapter)
+            self.default_adapter = DEFAULT_ADAPTER
+
+    def _stop_token_ids(self) -> list[int]:
+        vocab = self.tokenizer.get_vocab()
+        ids = {vocab[w] for w in self.template.stop_words if w in vocab}
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        if not ids:
+            raise InvalidRequestError(
+                f"template {self.template.name!r} has no stop word in the tokenizer's vocabulary and the tokenizer "
+                "has no eos token: generation would never stop; fix the tokenizer or pick another --template"
+            )
+        return sorted(ids)
+
+    # ------------------------------------------------------------------ encoding
+
+    def encode(self, request: Request) -> list[int]:
+        """The prompt token ids of ``request`` (template-encoded for a chat record).
+
+        Raises:
+            InvalidRequestError: the record cannot be rendered, the adapter is unknown, or the prompt
+                leaves no room for ``max_new_tokens`` within :attr:`max_model_len`.
+        """
+        from swiftcore.template import TemplateError
+
+        self._adapter_for(request)
+        if request.record is not None:
+            try:
+                ids = list(self.template.encode(self.tokenizer, request.record, add_generation_prompt=True).input_ids)
+            except TemplateError as exc:
+                raise InvalidRequestError(str(exc), param="messages") from exc
+        elif isinstance(request.prompt, str):
+            ids = list(self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
+        else:
+            ids = list(request.prompt or [])
+            vocab = len(self.tokenizer)
+            if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+                raise InvalidRequestError(f"prompt token ids must be integers in [0, {vocab})", param="prompt")
+        if not ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        room = self.max_model_len - len(ids)
+        if room < request.sampling.max_new_tokens:
+            raise InvalidRequestError(
+                f"the prompt has {len(ids)} tokens; with max_tokens={request.sampling.max_new_tokens} that exceeds "
+                f"the model's context of {self.max_model_len} tokens: shorten the conversation or lower max_tokens",
+                param="max_tokens" if room > 0 else "messages",
+            )
+        return ids
+
+    def _adapter_for(self, request: Request) -> str | None:
+        """The adapter a request runs with (None = base model)."""
+        name = request.adapter
+        if name is None:
+            return self.default_adapter
+        if name == BASE_MODEL:
+            return None
+        if name not in self.adapters:
+            known = ", ".join([BASE_MODEL, *self.adapters]) or BASE_MODEL
+            raise InvalidRequestError(f"unknown adapter {name!r}; loaded: {known}", param="model")
+        return name
+
+    # ------------------------------------------------------------------ public API
+
+    def generate(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        batch_size: int = 8,
+        stop: Sequence[str] = (),
+        adapter: str | None = None,
+    ) -> list[Generation]:
+        """Reply to each chat record (``{"messages": [...], ...}``) with the same sampling parameters.
+
+        A record that cannot be served comes back as a :class:`Generation` with ``error`` set; the
+        others are answered.
+        """
+        sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                                  stop=tuple(stop))
+        requests = [Request(record=dict(r) if isinstance(r, Mapping) else r, sampling=sampling, adapter=adapter)
+                    for r in records]
+        return self.generate_requests(requests, batch_size=batch_size)
+
+    def generate_requests(self, requests: Sequence[Request], *, batch_size: int = 8) -> list[Generation]:
+        """Serve requests with their own sampling parameters and adapters, ``batch_size`` at a time.
+
+        Returns:
+            One :class:`Generation` per request, in order; failed requests have ``error`` set.
+        """
+        results: list[Generation | None] = [None] * len(requests)
+        for batch in prepare_ahead(requests, self.encode, batch_size):
+            ready: list[tuple[int, list[int]]] = []
+            for index, encoded in batch:
+                if isinstance(encoded, Exception):
+                    results[index] = Generation.failed(encoded)
+                else:
+                    ready.append((index, encoded))
+            for index, generation in self._run_batch(requests, ready):
+                results[index] = generation
+        return [r for r in results if r is not None]
+
+    def _run_batch(self, requests: Sequence[Request], ready: list[tuple[int, list[int]]]
+                   ) -> list[tuple[int, Generation]]:
+        if not ready:
+            return []
+        prompts = [ids for _, ids in ready]
+        params = [requests[i].sampling for i, _ in ready]
+        adapters = [self._adapter_for(requests[i]) for i, _ in ready]
+        try:
+            raw = self._generate_ids(prompts, params, adapters)
+        except Exception as exc:
+            if len(ready) == 1:
+                logger.warning("request %s failed: %s", requests[ready[0][0]].request_id or ready[0][0], exc)
+                return [(ready[0][0], Generation.failed(exc, len(ready[0][1])))]
+            # One bad request must not fail the others: retry them one by one.
+            logger.warning("a batch of %d failed (%s); retrying its requests one by one", len(ready), exc)
+            return [pair for item in ready for pair in self._run_batch(requests, [item])]
+        return [(index, self.finish(requests[index], prompt, ids))
+                for (index, prompt), ids in zip(ready, raw, strict=True)]
+
+    def finish(self, request: Request, prompt: list[int], generated: Sequence[int]) -> Generation:
+        """Turn raw generated ids into a :class:`Generation` (cut at stops, decode, parse).
+
+        Args:
+            request: the request (its stop strings; chat records are parsed by the template).
+            prompt: the prompt ids.
+            generated: the ids the backend produced (may run past a stop token).
+        """
+        generated = list(generated)
+        stop_at = next((i for i, t in enumerate(generated) if t in self.stop_token_ids), None)
+        tokens = generated if stop_at is None else generated[:stop_at]
+        finish_reason = "length" if stop_at is None else "stop"
+        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
+        cut = _cut_at_stop(text, request.sampling.stop)
+        if cut is not None:
+            text, finish_reason = cut, "stop"
+        return self._parsed(request, text, tokens, len(prompt), len(tokens) + (stop_at is not None), finish_reason)
+
+    def _parsed(self, request: Request, text: str, tokens: list[int], prompt_tokens: int, completion_tokens: int,
+                finish_reason: str) -> Generation:
+        if request.record is not None:
+            parsed = self.template.parse_response(text)
+        else:
+            parsed = {"content": text, "reasoning_content": None, "tool_calls": None}
+        return Generation(
+            text=text,
+            content=parsed.get("content") or "",
+            reasoning_content=parsed.get("reasoning_content"),
+            tool_calls=parsed.get("tool_calls"),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            finish_reason=finish_reason,
+            token_ids=tokens,
+        )
+
+    def stream(self, request: Request) -> Iterator[StreamDelta]:
+        """Generate one request piece by piece; the last :class:`StreamDelta` carries the full generation.
+
+        Raises:
+            InvalidRequestError: the request is invalid (raised before anything is yielded).
+            UnsupportedError: the backend cannot stream.
+        """
+        if "stream" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} cannot stream")
+        prompt = self.encode(request)
+        adapter = self._adapter_for(request)
+        return self._stream(request, prompt, adapter)
+
+    def _stream(self, request: Request, prompt: list[int], adapter: str | None) -> Iterator[StreamDelta]:
+        stops = request.sampling.stop
+        # Hold back text that could be the start of a stop string, so it is never sent and then retracted.
+        hold = max((len(s) for s in stops), default=1) - 1
+        tokens: list[int] = []
+        sent = 0
+        finish_reason = "length"
+        text = ""
+        for chunk in self._stream_ids(prompt, request.sampling, adapter):
+            new = []
+            for token in chunk:
+                if token in self.stop_token_ids:
+                    finish_reason = "stop"
+                    break
+                new.append(token)
+            tokens.extend(new)
+            text = self.tokenizer.decode(tokens, skip_special_tokens=False)
+            cut = _cut_at_stop(text, stops)
+            if cut is not None:
+                text, finish_reason = cut, "stop"
+                break
+            if finish_reason == "stop":
+                break
+            # A token that ends inside a multi-byte character decodes to U+FFFD: wait for the rest.
+            safe = len(text) - hold if not text.endswith("\ufffd") else text.rfind("\ufffd") - hold
+            if safe > sent:
+                yield StreamDelta(text=text[sent:safe], token_ids=new)
+                sent = safe
+            if len(tokens) >= request.sampling.max_new_tokens:
+                break
+        final = self._parsed(request, text, tokens, len(prompt), len(tokens) + (finish_reason == "stop"),
+                             finish_reason)
+        yield StreamDelta(text=text[sent:], final=final)
+
+    def embed(self, inputs: Sequence[str | list[int]], *, normalize: bool = True) -> list[list[float]]:
+        """Embed texts (or token ids): the last token's final hidden state, L2-normalised by default.
+
+        Raises:
+            UnsupportedError: the backend cannot embed.
+            InvalidRequestError: an input is empty or too long.
+        """
+        if "embed" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} does not serve embeddings")
+        prompts = []
+        for i, item in enumerate(inputs):
+            ids = self.tokenizer(item, add_special_tokens=False)["input_ids"] if isinstance(item, str) else list(item)
+            if not ids:
+                raise InvalidRequestError(f"input {i} is empty", param="input")
+            if len(ids) > self.max_model_len:
+                raise InvalidRequestError(f"input {i} has {len(ids)} tokens, more than the model's "
+                                          f"{self.max_model_len}", param="input")
+            prompts.append(ids)
+        return self._embed_ids(prompts, normalize)
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Load a peft LoRA adapter under ``name`` so requests can select it.
+
+        Raises:
+            UnsupportedError: the backend has no LoRA support.
+            InvalidRequestError: the name is taken or reserved, or the directory is not a peft adapter.
+        """
+        if "lora" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} does not support LoRA adapters; merge it first "
+                                   "(swiftcore infer --merge-lora)")
+        path = Path(path)
+        if name == BASE_MODEL or name in self.adapters:
+            raise InvalidRequestError(f"adapter name {name!r} is {'reserved' if name == BASE_MODEL else 'taken'}")
+        if not (path / "adapter_config.json").is_file():
+            raise InvalidRequestError(f"{path}: no adapter_config.json; is it a peft LoRA adapter directory?")
+        self._load_adapter(name, path)
+        self.adapters[name] = path
+
+    def update_weights(self, weights: str | Path | Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
+        """Replace base-model weights in place (RL-style weight sync) and return how many tensors changed.
+
+        Args:
+            weights: a directory of ``*.safetensors`` files, or Hugging Face names -> tensors
+                (a mapping or ``(name, tensor)`` pairs).
+
+        Raises:
+            UnsupportedError: the backend cannot update weights.
+        """
+        if "update_weights" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} cannot update weights")
+        if isinstance(weights, (str, Path)):
+            named = list(_read_safetensors_dir(Path(weights)))
+        elif isinstance(weights, Mapping):
+            named = list(weights.items())
+        else:
+            named = list(weights)
+        if not named:
+            raise InvalidRequestError("update_weights got no tensors")
+        self._update_weights(named)
+        return len(named)
+
+    def close(self) -> None:
+        """Free the engine's resources (default: nothing)."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ backend primitives
+
+    def _generate_ids(self, prompts: list[list[int]], params: list[SamplingParams],
+                      adapters: list[str | None]) -> list[list[int]]:
+        """Generate for a batch of prompts; return each one's new token ids (may include a stop token)."""
+        raise NotImplementedError
+
+    def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
+        """Yield new token ids of one prompt as they are generated (default: all at once at the end)."""
+        yield from self._generate_ids([prompt], [params], [adapter])
+
+    def _embed_ids(self, prompts: list[list[int]], normalize: bool) -> list[list[float]]:
+        raise UnsupportedError(f"backend {self.backend!r} does not serve embeddings")
+
+    def _load_adapter(self, name: str, path: Path) -> None:
+        raise UnsupportedError(f"backend {self.backend!r} does not support LoRA adapters")
+
+    def _update_weights(self, named: list[tuple[str, Any]]) -> None:
+        raise UnsupportedError(f"backend {self.backend!r} cannot update weights")
+
+
+def _cut_at_stop(text: str, stops: Sequence[str]) -> str | None:
+    """``text`` up to its first stop string, or None when none occurs."""
+    hits = [text.find(s) for s in stops if s in text]
+    return text[: min(hits)] if hits else None
+
+
+def _max_model_len(hf_config: Mapping[str, Any], tokenizer: Any) -> int:
+    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+    value = text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
+    if not value:
+        value = getattr(tokenizer, "model_max_length", None)
+        value = value if isinstance(value, int) and value < 10**7 else 4096
+    return int(value)
+
+
+def _read_safetensors_dir(directory: Path) -> Iterator[tuple[str, Any]]:
+    from safetensors.torch import load_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise InvalidRequestError(f"{directory}: no *.safetensors files to load weights from")
+    for file in files:
+        yield from load_file(str(file)).items()

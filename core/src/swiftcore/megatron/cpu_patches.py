@@ -1,0 +1,52 @@
+"""The small patches megatron-core 0.16.1 needs to run its local (non-Transformer-Engine) spec on a CPU.
+
+megatron-core assumes CUDA in a few places that the local spec otherwise never needs. Each patch
+below names the place; :func:`apply_cpu_patches` applies them once, and only when CUDA is not
+available (on a GPU machine nothing is touched). Measured facts: ``../shared/notes/megatron_cpu.md``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["apply_cpu_patches"]
+
+_applied = False
+
+
+def _cpu_causal_mask(sq: int):  # type: ignore[no-untyped-def]
+    import torch
+
+    return torch.triu(torch.ones(sq, sq, device="cpu"), diagonal=1).bool()
+
+
+def apply_cpu_patches() -> bool:
+    """Patch megatron-core for CPU-only use; return True when patches were applied (now or before).
+
+    Patches:
+        - ``torch.cuda.current_device`` returns ``"cpu"`` instead of raising: the rotary embedding
+          (``RotaryEmbedding.get_emb`` moves ``inv_freq`` there), ``GlobalMemoryBuffer.get_tensor``
+          and the MoE router allocate on it. Only done when CUDA is unavailable, where the original
+          can only raise.
+        - ``get_default_causal_mask`` (``transformer.utils``, re-imported by ``fusions.fused_softmax``)
+          builds its mask on "cuda" when ``attention_mask`` is None: replaced by a CPU version.
+        - ``moe_utils.te_general_gemm`` is undefined without Transformer Engine (NameError in the
+          router): set to None, which selects the plain matmul path.
+    """
+    global _applied
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    if _applied:
+        return True
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+
+    from megatron.core.fusions import fused_softmax
+    from megatron.core.transformer import utils as transformer_utils
+    from megatron.core.transformer.moe import moe_utils
+
+    transformer_utils.get_default_causal_mask = _cpu_causal_mask
+    fused_softmax.get_default_causal_mask = _cpu_causal_mask
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+    _applied = True
+    return True

@@ -1,0 +1,169 @@
+"""The :class:`Template` base class: render a record, encode it, parse a generated reply.
+
+A Python template implements :meth:`Template.segments` (the rendering, in pieces that say which
+message they render and whether they are an assistant turn or a media placeholder) and
+:meth:`Template.generation_prompt`. Everything else (loss policies, tokenization, media positions,
+truncation, batching) is here, shared by every template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from swiftcore.template.conversation import Conversation, normalize_record
+from swiftcore.template.encoding import Encoded, encode_layout, tokenize
+from swiftcore.template.errors import TemplateError
+from swiftcore.template.parsing import split_reasoning
+from swiftcore.template.segments import Layout, Segment, layout_from_segments
+
+__all__ = ["Template"]
+
+#: Records rendered per tokenizer batch call in :meth:`Template.encode_batch`.
+_CHUNK = 512
+
+
+class Template:
+    """A chat template.
+
+    Attributes:
+        name: the template's name (set by the registry from the spec when it builds one).
+        stop_words: end-of-turn strings that end generation.
+    """
+
+    name: str = ""
+    stop_words: ClassVar[tuple[str, ...]] = ()
+    roles: ClassVar[tuple[str, ...]] = ("system", "user", "assistant", "tool")
+
+    # ------------------------------------------------------------------ to implement
+
+    def segments(self, conv: Conversation, add_generation_prompt: bool) -> list[Segment]:
+        """Render ``conv`` in pieces. Raise :class:`TemplateError` where the official template raises."""
+        raise NotImplementedError
+
+    def generation_prompt(self, conv: Conversation) -> str:
+        """The text ``add_generation_prompt=True`` appends to ``conv`` (depends on its kwargs)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ public API
+
+    def normalize(self, record: Mapping[str, Any] | list) -> Conversation:
+        """Validate and normalise a record (see :func:`swiftcore.template.conversation.normalize_record`)."""
+        return normalize_record(record)
+
+    def layout(self, record: Mapping[str, Any] | list | Conversation, add_generation_prompt: bool = False,
+               **_: Any) -> Layout:
+        """The rendering with its assistant-turn and media spans."""
+        conv = record if isinstance(record, Conversation) else self.normalize(record)
+        try:
+            pieces = self.segments(conv, add_generation_prompt)
+        except TemplateError as exc:
+            raise type(exc)(f"template {self.name!r}: {exc}") from None
+        return layout_from_segments(pieces, self.generation_prompt(conv), _last_user(conv))
+
+    def render(self, record: Mapping[str, Any] | list, add_generation_prompt: bool = False) -> str:
+        """Render a record to text, exactly as the official chat template does.
+
+        Args:
+            record: ``{"messages": [...], "tools": [...]?, "chat_template_kwargs": {...}?}``.
+            add_generation_prompt: append the assistant header for inference.
+
+        Raises:
+            TemplateError: where the official template raises, with a message that says why.
+        """
+        return self.layout(record, add_generation_prompt).text
+
+    def encode(
+        self,
+        tokenizer: Any,
+        record: Mapping[str, Any] | list,
+        add_generation_prompt: bool = False,
+        loss_policy: str = "all_assistant",
+        max_length: int | None = None,
+        truncation: str = "error",
+    ) -> Encoded | None:
+        """Render and tokenize a record; labels mark the tokens that carry loss.
+
+        Args:
+            tokenizer: a Hugging Face (fast) tokenizer or a ``tokenizers.Tokenizer``.
+            record: the record.
+            add_generation_prompt: append the generation prompt (inference).
+            loss_policy: ``all_assistant`` (default), ``last_round`` or ``all``.
+            max_length: longest allowed sample in tokens.
+            truncation: ``error``, ``truncate_left``, ``truncate_right`` or ``drop``.
+
+        Returns:
+            The :class:`Encoded` sample, or None when it is too long and ``truncation="drop"``.
+        """
+        return self.encode_batch(tokenizer, [record], add_generation_prompt, loss_policy, max_length, truncation)[0]
+
+    def encode_batch(
+        self,
+        tokenizer: Any,
+        records: Sequence[Mapping[str, Any] | list],
+        add_generation_prompt: bool = False,
+        loss_policy: str = "all_assistant",
+        max_length: int | None = None,
+        truncation: str = "error",
+    ) -> list[Encoded | None]:
+        """:meth:`encode` for many records, each with its own kwargs.
+
+        Records are rendered in chunks; each chunk is tokenized in one batch call on a worker thread
+        (the Rust tokenizer releases the GIL) while the next chunk renders, so rendering costs little
+        on top of tokenizing.
+        """
+        def render(chunk: Sequence[Any]) -> list[Layout]:
+            return [self.layout(r, add_generation_prompt, tokenizer=tokenizer) for r in chunk]
+
+        def finish(chunk: Sequence[Any], layouts: list[Layout], tokens: list) -> list[Encoded | None]:
+            return [
+                encode_layout(lay, ids, starts, loss_policy=loss_policy, max_length=max_length,
+                              truncation=truncation, where=_where(rec))
+                for lay, (ids, starts), rec in zip(layouts, tokens, chunk, strict=True)
+            ]
+
+        if len(records) <= _CHUNK:
+            layouts = render(records)
+            return finish(records, layouts, tokenize(tokenizer, [lay.text for lay in layouts]))
+        from concurrent.futures import ThreadPoolExecutor
+
+        out: list[Encoded | None] = []
+        previous = None
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            for i in range(0, len(records), _CHUNK):
+                chunk = records[i:i + _CHUNK]
+                layouts = render(chunk)
+                future = pool.submit(tokenize, tokenizer, [lay.text for lay in layouts])
+                if previous is not None:
+                    out += finish(previous[0], previous[1], previous[2].result())
+                previous = (chunk, layouts, future)
+            if previous is not None:
+                out += finish(previous[0], previous[1], previous[2].result())
+        return out
+
+    def parse_response(self, text: str) -> dict[str, Any]:
+        """Split generated text into ``content``, ``reasoning_content`` and ``tool_calls``.
+
+        The base version strips stop words and splits a ``<think>...</think>`` block; templates with
+        tool-call syntax override it.
+        """
+        for word in self.stop_words:
+            text = text.split(word, 1)[0]
+        reasoning, content = split_reasoning(text)
+        return {"content": content, "reasoning_content": reasoning, "tool_calls": []}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def _last_user(conv: Conversation) -> int:
+    for index in range(len(conv.messages) - 1, -1, -1):
+        if conv.messages[index].get("role") == "user":
+            return index
+    return -1
+
+
+def _where(record: Any) -> str:
+    if isinstance(record, Mapping) and record.get("id") is not None:
+        return f"record {record['id']!r}"
+    return "record"

@@ -1,0 +1,181 @@
+"""The ``jinja`` fallback template: any tokenizer's own ``chat_template``, trainable.
+
+It renders with transformers' chat-template machinery (so the text is what
+``tokenizer.apply_chat_template`` gives) and derives the loss mask from the rendering itself:
+
+- a template with ``{% generation %}`` markers trains exactly the marked text;
+- otherwise each assistant turn is found by prefix rendering: the conversation up to the turn is a
+  prefix of the full rendering, the part of the turn the generation prompt supplies is prompt, and
+  the turn ends at its first end-of-turn token. This is the same rule the Python templates follow
+  (:func:`swiftcore.template.segments.layout_from_segments`), so both train the same tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from swiftcore.template.base import Template, _last_user
+from swiftcore.template.conversation import Conversation
+from swiftcore.template.errors import TemplateError
+from swiftcore.template.segments import Layout, Turn, prompt_overlap
+
+__all__ = ["END_OF_TURN", "JinjaTemplate", "render_official"]
+
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+#: End-of-turn tokens of well-known families; the tokenizer's eos token is added to these.
+#: ``<|tool_response>`` is Gemma 4's hand-over to a tool after its calls: what follows is the tool's.
+END_OF_TURN = ("<|im_end|>", "<turn|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>",
+               "<｜end▁of▁sentence｜>", "</s>", "<|tool_response>")
+
+
+def render_official(
+    chat_template: str,
+    record: Mapping[str, Any] | Conversation,
+    add_generation_prompt: bool = False,
+    *,
+    generation_indices: bool = False,
+    extra: Mapping[str, Any] | None = None,
+) -> Any:
+    """Render a record with transformers' own chat-template code (``render_jinja_template``).
+
+    Args:
+        chat_template: the Jinja source.
+        record: a record or a normalised :class:`Conversation`.
+        add_generation_prompt: append the generation prompt.
+        generation_indices: also return the ``{% generation %}`` character spans.
+        extra: template variables besides the record's ``chat_template_kwargs`` (special tokens).
+
+    Returns:
+        The text, or ``(text, spans)`` with ``generation_indices=True``.
+    """
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    if isinstance(record, Conversation):
+        messages, tools, kwargs = record.messages, record.tools, record.kwargs
+    else:
+        messages, tools = record["messages"], record.get("tools")
+        kwargs = record.get("chat_template_kwargs") or {}
+    variables = {**(extra or {}), **kwargs}
+    rendered, indices = render_jinja_template(
+        [messages], tools=tools, chat_template=chat_template, add_generation_prompt=add_generation_prompt,
+        return_assistant_tokens_mask=generation_indices, **variables,
+    )
+    return (rendered[0], indices[0]) if generation_indices else rendered[0]
+
+
+class JinjaTemplate(Template):
+    """Renders a tokenizer's ``chat_template``; see the module docstring for the loss mask.
+
+    Args:
+        chat_template: the Jinja source; None means "the tokenizer's", taken at encode time.
+        end_of_turn: strings that end an assistant turn (default: :data:`END_OF_TURN`).
+    """
+
+    name = "jinja"
+
+    def __init__(self, chat_template: str | None = None, end_of_turn: tuple[str, ...] = END_OF_TURN,
+                 extra: Mapping[str, Any] | None = None) -> None:
+        self.chat_template = chat_template
+        self.end_of_turn = end_of_turn
+        self.extra = dict(extra or {})
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> JinjaTemplate:
+        """The tokenizer's chat template, its special tokens as template variables and its eos as end of turn."""
+        template = getattr(tokenizer, "chat_template", None)
+        if not isinstance(template, str) or not template:
+            raise TemplateError(
+                "the tokenizer has no chat_template (a single string); pass --template with a named template"
+            )
+        eos = getattr(tokenizer, "eos_token", None)
+        ends = END_OF_TURN + ((eos,) if isinstance(eos, str) and eos not in END_OF_TURN else ())
+        extra = {k: v for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items() if isinstance(v, str)}
+        return cls(template, ends, extra)
+
+    @property
+    def stop_words(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self.end_of_turn
+
+    def _bound(self, tokenizer: Any) -> JinjaTemplate:
+        if self.chat_template is not None or tokenizer is None:
+            return self
+        return JinjaTemplate.from_tokenizer(tokenizer)
+
+    def _source(self) -> str:
+        if self.chat_template is None:
+            raise TemplateError(
+                "the 'jinja' template renders a tokenizer's chat_template: call encode(tokenizer, ...), or "
+                "build it with JinjaTemplate.from_tokenizer(tokenizer) / JinjaTemplate(chat_template=...)"
+            )
+        return self.chat_template
+
+    def _render(self, conv: Conversation, messages: list, add_generation_prompt: bool,
+                indices: bool = False) -> Any:
+        sub = Conversation(messages, conv.tools, conv.kwargs, conv.record_id)
+        try:
+            return render_official(self._source(), sub, add_generation_prompt, generation_indices=indices,
+                                   extra=self.extra)
+        except TemplateError:
+            raise
+        except Exception as exc:  # the Jinja template raised (raise_exception, a type error, ...)
+            raise TemplateError(
+                f"{conv.where()}: the chat template raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def generation_prompt(self, conv: Conversation) -> str:
+        """The generation prompt the template appends after the whole conversation."""
+        full = self._render(conv, conv.messages, False)
+        return self._render(conv, conv.messages, True)[len(full):]
+
+    def layout(self, record: Any, add_generation_prompt: bool = False, tokenizer: Any = None,
+               **_: Any) -> Layout:
+        """Render and find the assistant turns (generation markers or prefix rendering)."""
+        bound = self._bound(tokenizer)
+        conv = record if isinstance(record, Conversation) else bound.normalize(record)
+        if _GENERATION_TAG.search(bound._source()):
+            text, marked = bound._render(conv, conv.messages, add_generation_prompt, indices=True)
+        else:  # asking transformers for indices without markers only logs a warning
+            text, marked = bound._render(conv, conv.messages, add_generation_prompt), []
+        layout = Layout(text=text, last_user=_last_user(conv))
+        if marked:
+            layout.turns = bound._marked_turns(conv, text, marked)
+        else:
+            layout.turns = bound._prefix_turns(conv, text)
+        return layout
+
+    def _marked_turns(self, conv: Conversation, text: str, marked: list) -> list[Turn]:
+        assistants = [i for i, m in enumerate(conv.messages) if m.get("role") == "assistant"]
+        turns = []
+        for k, (start, end) in enumerate(marked):
+            message = assistants[k] if k < len(assistants) else len(conv.messages)
+            turns.append(Turn(start, end, message))
+        return turns
+
+    def _prefix_turns(self, conv: Conversation, text: str) -> list[Turn]:
+        turns = []
+        for index, message in enumerate(conv.messages):
+            if message.get("role") != "assistant":
+                continue
+            before = self._render(conv, conv.messages[:index], False) if index else ""
+            if not text.startswith(before):
+                raise TemplateError(
+                    f"{conv.where(index)}: the chat template renders the conversation before this assistant "
+                    "turn differently from the full conversation, so its loss mask cannot be derived by prefix "
+                    "rendering; add {% generation %} markers to the template or use a Python template"
+                )
+            prompt = self._render(conv, conv.messages[:index], True)[len(before):] if index else ""
+            start = len(before) + prompt_overlap(text[len(before):], prompt)
+            end = self._turn_end(text, start)
+            turns.append(Turn(start, end, index))
+        return turns
+
+    def _turn_end(self, text: str, start: int) -> int:
+        best = len(text)
+        for word in self.end_of_turn:
+            found = text.find(word, start)
+            if found != -1 and found + len(word) < best:
+                best = found + len(word)
+        return best

@@ -1,0 +1,140 @@
+"""The training configuration: one frozen-by-convention dataclass, filled from CLI flags or a YAML file.
+
+No torch here: ``swiftcore train --help`` and config validation stay fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from swiftcore.errors import SwiftcoreError
+
+__all__ = ["TrainConfig", "load_config_file", "TUNERS", "LOSS_POLICIES", "TRUNCATION"]
+
+TUNERS = ("lora", "full")
+LOSS_POLICIES = ("all_assistant", "last_round", "all")
+TRUNCATION = ("error", "truncate_left", "drop")
+
+
+@dataclass
+class TrainConfig:
+    """Everything ``swiftcore train`` needs. Field names equal the CLI flags (``--lora-rank`` -> ``lora_rank``).
+
+    Attributes:
+        model: a local ``save_pretrained`` directory.
+        dataset: dataset sources, ``path[#ratio]`` or ``hf:NAME[:SPLIT][#ratio]``.
+        output_dir: where checkpoints, ``logs.jsonl``, ``loss.png`` and ``args.json`` go.
+        model_type: force a model spec (``name`` or ``name@plugin``) instead of resolving it.
+        template: the chat template (default: the model spec's ``default_template``).
+        tuner: ``lora`` or ``full``.
+        val_dataset: validation sources; else ``split_ratio`` of the training data is held out.
+        plugins: the resolved plugin set (filled by the CLI, recorded in ``args.json``).
+    """
+
+    model: str = ""
+    dataset: tuple[str, ...] = ()
+    output_dir: str = "output"
+    model_type: str | None = None
+    template: str | None = None
+    tuner: str = "lora"
+    lora_rank: int = 8
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = ()
+    freeze_vision: bool = True
+    freeze_audio: bool = True
+    freeze_projector: bool = False
+    val_dataset: tuple[str, ...] = ()
+    split_ratio: float = 0.0
+    max_length: int = 2048
+    truncation: str = "error"
+    packing: bool = False
+    padding_free: bool = False
+    loss_policy: str = "all_assistant"
+    enable_thinking: bool | None = None
+    skip_bad_rows: bool = False
+    learning_rate: float = 1e-4
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    batch_size: int = 1
+    gradient_accumulation_steps: int = 1
+    gradient_checkpointing: bool = False
+    dtype: str = "float32"
+    seed: int = 42
+    logging_steps: int = 5
+    save_steps: int = 500
+    eval_steps: int | None = None
+    save_total_limit: int | None = None
+    resume_from_checkpoint: str | None = None
+    plot: bool = True
+    plugins: tuple[str, ...] = field(default=(), repr=False)
+
+    def validate(self) -> None:
+        """Raise one :class:`SwiftcoreError` listing every invalid field."""
+        problems = []
+        if not self.model:
+            problems.append("--model: give a local model directory (e.g. from `swiftcore make-tiny`)")
+        if not self.dataset:
+            problems.append("--dataset: give at least one dataset file")
+        if self.tuner not in TUNERS:
+            problems.append(f"--tuner: {self.tuner!r} is not one of {', '.join(TUNERS)}")
+        if self.loss_policy not in LOSS_POLICIES:
+            problems.append(f"--loss-policy: {self.loss_policy!r} is not one of {', '.join(LOSS_POLICIES)}")
+        if self.truncation not in TRUNCATION:
+            problems.append(f"--truncation: {self.truncation!r} is not one of {', '.join(TRUNCATION)}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            problems.append(f"--dtype: {self.dtype!r} is not one of float32, bfloat16, float16")
+        if not 0.0 <= self.split_ratio < 1.0:
+            problems.append(f"--split-ratio: {self.split_ratio} must be in [0, 1)")
+        for name in ("lora_rank", "batch_size", "gradient_accumulation_steps", "max_length"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')}: must be at least 1")
+        if self.packing and self.padding_free:
+            problems.append("--packing and --padding-free: pick one (packing already implies padding-free batches)")
+        if problems:
+            raise SwiftcoreError("invalid training arguments:\n  " + "\n  ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``args.json``)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (or JSON) file of training arguments; keys are flag names with ``-`` or ``_``.
+
+    Raises:
+        SwiftcoreError: the file is missing, unparsable, or has keys that are not training arguments.
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError as exc:
+        raise SwiftcoreError(f"--config {str(path)!r}: no such file") from exc
+    except yaml.YAMLError as exc:
+        raise SwiftcoreError(f"--config {str(path)!r}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SwiftcoreError(f"--config {str(path)!r}: expected a mapping of argument: value")
+    known = {f.name for f in fields(TrainConfig)}
+    out = {}
+    unknown = []
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in known or name == "plugins":
+            unknown.append(str(key))
+            continue
+        out[name] = value
+    if unknown:
+        import difflib
+
+        hints = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k.replace("-", "_"), known, 1)) else k
+                 for k in unknown]
+        raise SwiftcoreError(f"--config {str(path)!r}: unknown argument(s): {', '.join(hints)}")
+    return out

@@ -1,0 +1,245 @@
+"""``run_training``: resolve the model and template, load and encode data, train, save; the whole SFT recipe.
+
+Read top to bottom it is the recipe (torchtune style): every step is a call into a component with one job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from swiftcore.errors import SwiftcoreError
+from swiftcore.train.config import TrainConfig
+
+__all__ = ["run_training", "TrainResult", "encode_records", "check_template_fits_tokenizer"]
+
+log = logging.getLogger("swiftcore.train")
+
+
+@dataclass
+class TrainResult:
+    """Where a run left its outputs."""
+
+    output_dir: Path
+    last_checkpoint: Path | None
+    log_file: Path
+    plot_file: Path | None
+    train_samples: int
+    global_step: int
+    final_loss: float | None
+
+
+def check_template_fits_tokenizer(template_spec: Any, tokenizer: Any, model_dir: str) -> None:
+    """Refuse a template whose special tokens the tokenizer lacks (they would be split into pieces)."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in template_spec.special_tokens if t not in vocab]
+    if missing:
+        raise SwiftcoreError(
+            f"template {template_spec.name!r} ({template_spec.provider}) emits special token(s) "
+            f"{', '.join(map(repr, missing))} that the tokenizer in {model_dir!r} does not have. Pick the "
+            "template that matches this model with --template (see `swiftcore template list`)."
+        )
+
+
+def encode_records(
+    records: list[dict], template: Any, tokenizer: Any, cfg: TrainConfig, *, desc: str = "encoding"
+) -> list[dict]:
+    """Encode canonical records into ``{"input_ids", "labels"}`` samples (those with no loss token dropped)."""
+    from tqdm.auto import tqdm
+
+    samples = []
+    no_loss = 0
+    dropped = 0
+    for record in tqdm(records, desc=desc, unit="sample", mininterval=1.0, disable=len(records) < 2000):
+        if cfg.enable_thinking is not None:
+            kwargs = dict(record.get("chat_template_kwargs") or {})
+            kwargs.setdefault("enable_thinking", cfg.enable_thinking)  # a per-sample value wins
+            record = {**record, "chat_template_kwargs": kwargs}
+        try:
+            enc = template.encode(
+                tokenizer,
+                record,
+                loss_policy=cfg.loss_policy,
+                max_length=cfg.max_length,
+                truncation=cfg.truncation,
+            )
+        except SwiftcoreError as exc:
+            where = record.get("_source", "?")
+            raise SwiftcoreError(f"{where}: {exc}") from exc
+        if enc is None:  # truncation="drop"
+            dropped += 1
+            continue
+        if all(label == -100 for label in enc.labels):
+            no_loss += 1
+            continue
+        samples.append({"input_ids": list(enc.input_ids), "labels": list(enc.labels)})
+    if dropped:
+        log.warning("dropped %d sample(s) longer than --max-length %d", dropped, cfg.max_length)
+    if no_loss:
+        log.warning("skipped %d sample(s) with no token carrying loss", no_loss)
+    if not samples:
+        raise SwiftcoreError(f"{desc}: no sample left to train on (see the warnings above)")
+    return samples
+
+
+def _collator(cfg: TrainConfig, pad_token_id: int) -> Any:
+    from swiftcore.data import PaddingCollator, PaddingFreeCollator
+
+    if cfg.packing or cfg.padding_free:
+        return PaddingFreeCollator()  # takes samples or packed bins alike
+    return PaddingCollator(pad_token_id)
+
+
+def _pack(samples: list[dict], cfg: TrainConfig) -> list[Any]:
+    if not cfg.packing:
+        return samples
+    from swiftcore.data import pack_samples
+
+    return pack_samples(samples, cfg.max_length, seed=cfg.seed)
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for dist in ("swiftcore", "torch", "transformers", "peft", "accelerate"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
+    """Fine-tune ``cfg.model`` on ``cfg.dataset``; see ``swiftcore train --help`` for every option.
+
+    Everything that can be checked before training (model directory, model type, template vs tokenizer,
+    every dataset row) is checked first, so a bad input fails in seconds with a message naming it.
+    """
+    from swiftcore.data import load_records, split_train_val
+    from swiftcore.models import check_requirements, load_model, load_tokenizer, resolve_model_spec
+    from swiftcore.template import get_template
+
+    cfg.validate()
+    output_dir = Path(cfg.output_dir)
+    spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
+    check_requirements(spec)
+    template_name = cfg.template or spec.default_template
+    if not template_name:
+        raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no default template; pass --template")
+    template_spec = plugins.registry.get("template", template_name)
+    template = get_template(template_name, plugins)
+    tokenizer = load_tokenizer(cfg.model)
+    check_template_fits_tokenizer(template_spec, tokenizer, cfg.model)
+    log.info("model %s (%s), template %s (%s)", spec.name, spec.provider, template_spec.name, template_spec.provider)
+
+    from swiftcore.data import parse_dataset_arg
+
+    records = load_records([parse_dataset_arg(d) for d in cfg.dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows)
+    if cfg.val_dataset:
+        val_records = load_records(
+            [parse_dataset_arg(d) for d in cfg.val_dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows
+        )
+        train_records = list(records)
+    elif cfg.split_ratio > 0:
+        train_records, val_records = split_train_val(list(records), val_ratio=cfg.split_ratio, seed=cfg.seed)
+    else:
+        train_records, val_records = list(records), []
+    train_samples = encode_records(list(train_records), template, tokenizer, cfg, desc="encoding train")
+    val_samples = encode_records(list(val_records), template, tokenizer, cfg, desc="encoding val") if val_records else []
+
+    import torch
+    from transformers import TrainingArguments
+
+    from swiftcore.train.trainer import JsonlLogCallback, SwiftTrainer, plot_loss_curve
+    from swiftcore.train.tuners import apply_tuner, trainable_summary
+
+    torch.manual_seed(cfg.seed)
+    model = load_model(spec, cfg.model, plugins, torch_dtype="float32" if cfg.dtype == "float32" else cfg.dtype)
+    model = apply_tuner(model, spec, cfg)
+    log.info(trainable_summary(model))
+    if cfg.gradient_checkpointing and cfg.tuner == "lora":
+        model.enable_input_require_grads()  # checkpointed blocks need a grad-carrying input under LoRA
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    resume = cfg.resume_from_checkpoint
+    if resume in ("latest", "true", "True"):
+        resume = True
+    if not resume:
+        # A fresh run: stale logs and checkpoints from an earlier run would mix with this one.
+        for stale in [output_dir / "logs.jsonl", *output_dir.glob("checkpoint-*")]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    shutil.rmtree(output_dir / ".staging", ignore_errors=True)
+    args_record = {
+        "swiftcore_args": cfg.to_dict(),
+        "model_type": spec.name if not spec.provider else f"{spec.name}@{spec.provider.plugin}",
+        "model_spec": {"name": spec.name, "provider": str(spec.provider)},
+        "template": {"name": template_spec.name, "provider": str(template_spec.provider)},
+        "plugins": [
+            {"name": i.name, "distribution": i.distribution, "version": i.version} for i in plugins.loaded()
+        ],
+        "versions": _versions(),
+    }
+    (output_dir / "args.json").write_text(json.dumps(args_record, indent=2), encoding="utf-8")
+
+    targs = TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if (val_samples and cfg.eval_steps) else "no",
+        eval_steps=cfg.eval_steps,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        bf16=cfg.dtype == "bfloat16",
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        report_to="none",
+        remove_unused_columns=False,
+        include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=0,
+        save_only_model=False,
+    )
+    trainer = SwiftTrainer(
+        model=model,
+        args=targs,
+        train_dataset=_pack(train_samples, cfg),
+        eval_dataset=_pack(val_samples, cfg) if val_samples else None,
+        data_collator=_collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
+        processing_class=tokenizer,
+        callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
+    )
+    trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
+    trainer.train(resume_from_checkpoint=resume or None)
+    if val_samples and not cfg.eval_steps:
+        trainer.evaluate()
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(output_dir))
+    log_file = output_dir / "logs.jsonl"
+    plot = plot_loss_curve(log_file, output_dir / "loss.png") if (cfg.plot and log_file.exists()) else None
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    return TrainResult(
+        output_dir=output_dir,
+        last_checkpoint=Path(last) if last else None,
+        log_file=log_file,
+        plot_file=plot,
+        train_samples=len(train_samples),
+        global_step=trainer.state.global_step,
+        final_loss=losses[-1] if losses else None,
+    )

@@ -1,0 +1,32 @@
+"""Hook implementations of swiftcore-bridge-gpt (no torch or megatron import here)."""
+
+from __future__ import annotations
+
+from swiftcore import BridgeSpec, hookimpl
+
+SWIFTCORE_API = "1.0"
+
+_REQUIRES = ("megatron-core>=0.16.1,<0.17",)
+
+
+@hookimpl
+def swiftcore_register_bridges() -> list[BridgeSpec]:
+    """The dense GPT bridge and the Qwen3-MoE-style MoE bridge."""
+    return [
+        BridgeSpec(
+            name="gpt",
+            model_types=("qwen3", "llama"),
+            factory="swiftcore_bridge_gpt.gpt:GPTBridge",
+            parallelism=("tp",),
+            requires=_REQUIRES,
+            description="dense GPT decoders (Qwen3, Llama) <-> megatron-core GPTModel (local spec)",
+        ),
+        BridgeSpec(
+            name="gpt_moe",
+            model_types=("qwen3_moe",),
+            factory="swiftcore_bridge_gpt.gpt:GPTMoEBridge",
+            parallelism=("tp", "ep"),
+            requires=_REQUIRES,
+            description="Qwen3-MoE-style decoders <-> megatron-core GPTModel with routed experts",
+        ),
+    ]

@@ -1,0 +1,33 @@
+"""Hook implementations of swiftcore-plugin-deepseek-v4: the model spec, as plain data."""
+
+from __future__ import annotations
+
+from swiftcore import ModelParts, ModelSpec, hookimpl
+
+SWIFTCORE_API = "1.0"
+
+_TINY = "swiftcore_plugin_deepseek_v4.tiny"
+
+
+@hookimpl
+def swiftcore_register_models() -> list[ModelSpec]:
+    """DeepSeek-V4 (``deepseek_v4``): mixture of experts, text only."""
+    return [
+        ModelSpec(
+            name="deepseek_v4",
+            model_types=("deepseek_v4",),
+            architectures=("DeepseekV4ForCausalLM",),
+            model_class="transformers:DeepseekV4ForCausalLM",
+            default_template="deepseek_v4",
+            # Full-match regexes. The routers decide expert placement; the compressor and the
+            # sparse-attention indexer score which tokens attend: adapting them destabilises routing.
+            lora_exclude_modules=(r".*\.mlp\.gate", r".*\.self_attn\.compressor\..*", r".*\.indexer\..*"),
+            parts=ModelParts(language_model=("model",), lm_head=("lm_head",)),
+            requires=("transformers>=5.19",),
+            tiny_config=f"{_TINY}:tiny_deepseek_v4_config",
+            tiny_tokenizer=f"{_TINY}:tiny_deepseek_v4_tokenizer",
+            tasks=("causal_lm",),
+            modalities=("text",),
+            description="DeepSeek-V4: mixture of experts with compressed sparse attention",
+        ),
+    ]

@@ -1,0 +1,117 @@
+"""Tiny Qwen3-ASR config, tokenizer and processor for tests and the demo (random weights, CPU-friendly).
+
+Sizes follow the shared notes (notes/tiny_models.md, notes/vllm_cpu.md): text head_dim 32 (vLLM's CPU
+attention needs at least 32); the audio encoder keeps the real 128 mel bins so the real feature
+extractor feeds it.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SPECIAL_TOKENS", "tiny_qwen3_asr_config", "tiny_qwen3_asr_tokenizer"]
+
+#: Qwen3-ASR's special and control tokens (Qwen3 names plus the audio ones), ids 0..n-1 in the tiny one.
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<|audio_pad|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    # The forced aligner's timestamp class token (config.timestamp_token_id).
+    "<timestamp>",
+)
+_NON_SPECIAL = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+# Attribute names Qwen3ASRProcessor reads from the tokenizer.
+_NAMED = {
+    "audio_token": "<|audio_pad|>",
+    "audio_bos_token": "<|audio_start|>",
+    "audio_eos_token": "<|audio_end|>",
+}
+VOCAB_SIZE = 512
+
+
+def _chat_template() -> str:
+    return (resources.files("swiftcore_template_qwen") / "official" / "qwen3_asr.jinja").read_text(encoding="utf-8")
+
+
+def tiny_qwen3_asr_tokenizer(out_dir: str | Path) -> None:
+    """Write a tiny Qwen3-ASR tokenizer (official chat template) and its processor to ``out_dir``.
+
+    Args:
+        out_dir: the checkpoint directory being written.
+    """
+    from transformers import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
+
+    from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(
+        out_dir,
+        special_tokens=SPECIAL_TOKENS,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        non_special=_NON_SPECIAL,
+        named_tokens=_NAMED,
+        chat_template=_chat_template(),
+        style="qwen2",
+        vocab_size=VOCAB_SIZE,
+    )
+    # Qwen3ASRProcessor needs no video processor, so the real processor is saved as is.
+    processor = Qwen3ASRProcessor(
+        feature_extractor=Qwen3ASRFeatureExtractor(), tokenizer=tokenizer, chat_template=tokenizer.chat_template
+    )
+    processor.save_pretrained(str(out_dir))
+
+
+def _ids(tokenizer: Any) -> dict[str, int]:
+    """Token ids from the tokenizer when given; else the builder's layout (specials first, in order)."""
+    if tokenizer is None:
+        return {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    return {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+
+
+def tiny_qwen3_asr_config(tokenizer: Any = None) -> Any:
+    """A tiny ``Qwen3ASRConfig`` matching ``tokenizer``'s vocabulary and ids.
+
+    Args:
+        tokenizer: the tiny tokenizer; None uses the builder's layout.
+    """
+    from transformers import Qwen3ASRConfig
+
+    ids = _ids(tokenizer)
+    vocab = len(tokenizer) if tokenizer is not None else VOCAB_SIZE
+    text = {
+        "vocab_size": vocab,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,  # as Qwen3ASRConfig's default
+    }
+    audio = {
+        "d_model": 32,
+        "encoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "encoder_ffn_dim": 64,
+        "output_dim": 64,  # the text hidden size
+        "num_mel_bins": 128,
+        "downsample_hidden_size": 32,  # the default (480) alone would be 4 M parameters of convolutions
+    }
+    return Qwen3ASRConfig(
+        text_config=text,
+        audio_config=audio,
+        audio_token_id=ids["<|audio_pad|>"],
+        timestamp_token_id=ids["<timestamp>"],
+        pad_token_id=ids["<|endoftext|>"],
+        eos_token_id=[ids["<|endoftext|>"], ids["<|im_end|>"]],
+    )

@@ -1,0 +1,269 @@
+"""The vLLM engine behind swiftcore's engine contract.
+
+swiftcore encodes every prompt with its own template and hands vLLM token ids (``TokensPrompt``), so
+vLLM, transformers and training see the same tokens; vLLM's own chat templating is never used. LoRA
+adapters become ``LoRARequest`` s chosen per request; weight updates go through the worker's
+``reload_weights`` and, on CPUs, re-pack the output head (see ``notes/vllm_cpu.md``: with tied
+embeddings the pre-packed head otherwise keeps serving the old weights).
+
+The engine runs in-process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``distributed_executor_backend
+="uni"``): it starts in seconds and tensors pass to the worker without serialisation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from swiftcore.infer.checkpoint import merge_lora as merge_lora_into
+from swiftcore.infer.engine import Engine
+from swiftcore.infer.errors import InvalidRequestError, UnsupportedError
+from swiftcore.infer.types import SamplingParams
+from swiftcore_backend_vllm.probe import installed_vllm
+
+__all__ = ["VllmEngine", "configure_environment", "to_vllm_sampling"]
+
+logger = logging.getLogger("swiftcore.infer.vllm")
+
+_GENERATE_CAPABILITIES = frozenset({"generate", "stream", "lora", "update_weights"})
+_POOLING_CAPABILITIES = frozenset({"embed"})
+
+
+def configure_environment(*, in_process: bool, cpu: bool) -> None:
+    """Set vLLM's environment before it is imported (the user's own settings win, except in-process mode).
+
+    Args:
+        in_process: run the engine core in this process (fast start, tensors passed directly).
+        cpu: the CPU build (``vllm-cpu``) is installed.
+    """
+    if cpu:
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default would take 4
+        # Binding OpenMP threads to cores fights other processes on small machines (tests, CI).
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    if in_process:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+def to_vllm_sampling(params: SamplingParams, stop_token_ids: list[int], **extra: Any) -> Any:
+    """vLLM ``SamplingParams`` for swiftcore's: the template's stop tokens stop, stop strings are cut by swiftcore."""
+    from vllm import SamplingParams as VllmSamplingParams
+
+    return VllmSamplingParams(
+        max_tokens=params.max_new_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else 0,
+        seed=params.seed,
+        repetition_penalty=params.repetition_penalty,
+        stop_token_ids=list(stop_token_ids),
+        # swiftcore decodes with the template's tokenizer; vLLM's detokenizer would be wasted work.
+        detokenize=False,
+        **extra,
+    )
+
+
+class VllmEngine(Engine):
+    """vLLM behind the swiftcore engine contract.
+
+    Args:
+        model_dir: a checkpoint directory, or a LoRA adapter directory (its base model is found from it).
+        plugins: the loaded plugins.
+        adapter: a peft LoRA adapter served by default (as ``default``).
+        template: the template name (default: the model spec's).
+        dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto`` (Qwen3.5 on CPU needs ``bfloat16``).
+        model_type: force the model spec.
+        merge_lora: merge ``adapter`` into a temporary checkpoint and serve that (no LoRA at run time).
+        max_model_len: the longest prompt plus reply (default: the model's, at most 8192).
+        runner: ``generate`` (chat, completions) or ``pooling`` (embeddings only), as vLLM's ``runner``.
+        enable_lora: reserve LoRA slots, so adapters can be loaded after start.
+        max_lora_rank: the largest adapter rank accepted.
+        max_loras: adapters active in one batch.
+        in_process: run vLLM's engine core in this process (see the module docstring).
+        seed: vLLM's global seed.
+        **llm_kwargs: passed to ``vllm.LLM`` (``gpu_memory_utilization``, ``tensor_parallel_size`` ...).
+    """
+
+    backend = "vllm"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        plugins: Any,
+        *,
+        adapter: str | Path | None = None,
+        template: str | None = None,
+        dtype: str = "float32",
+        model_type: str | None = None,
+        merge_lora: bool = False,
+        max_model_len: int | None = None,
+        runner: str = "generate",
+        enable_lora: bool = True,
+        max_lora_rank: int = 16,
+        max_loras: int = 4,
+        in_process: bool = True,
+        seed: int = 0,
+        **llm_kwargs: Any,
+    ) -> None:
+        super().__init__(model_dir, plugins, adapter=adapter, template=template, model_type=model_type)
+        if runner not in ("generate", "pooling"):
+            raise InvalidRequestError(f"runner must be 'generate' or 'pooling', got {runner!r}")
+        build = installed_vllm()
+        self.on_cpu = build is not None and build[0] == "vllm-cpu"
+        self.in_process = in_process
+        self.runner = runner
+        self.capabilities = _GENERATE_CAPABILITIES if runner == "generate" else _POOLING_CAPABILITIES
+        if not enable_lora:
+            self.capabilities = self.capabilities - {"lora"}
+        configure_environment(in_process=in_process, cpu=self.on_cpu)
+
+        serve_dir = self.base_dir
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        if merge_lora and self._initial_adapter is not None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="swiftcore-vllm-merged-")
+            serve_dir = merge_lora_into(self.base_dir, self._initial_adapter, self._tmp.name, plugins, dtype="float32")
+            self._initial_adapter = None
+        if self._initial_adapter is not None and not enable_lora:
+            raise InvalidRequestError("an adapter was given with enable_lora=False; pass --merge-lora instead")
+
+        from vllm import LLM
+
+        self.max_model_len = min(self.max_model_len, max_model_len or 8192)
+        options: dict[str, Any] = {
+            "model": str(serve_dir),
+            "dtype": dtype,
+            "max_model_len": self.max_model_len,
+            "seed": seed,
+            "runner": runner,
+            "enforce_eager": self.on_cpu,  # no CUDA graphs on a CPU
+        }
+        if in_process:
+            options["distributed_executor_backend"] = "uni"
+        if enable_lora and runner == "generate":
+            options.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras)
+        options.update(llm_kwargs)
+        logger.info("starting vLLM: %s", options)
+        self.llm = LLM(**options)
+        self._lora_requests: dict[str, Any] = {}
+        self._lora_ids = itertools.count(1)
+        self._request_ids = itertools.count()
+        self._after_load()
+
+    # ------------------------------------------------------------------ adapters and weights
+
+    def _load_adapter(self, name: str, path: Path) -> None:
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(name, next(self._lora_ids), str(path))
+        try:
+            # Load now rather than on first use, so a bad adapter fails here with its own message.
+            self.llm.llm_engine.add_lora(request)
+        except Exception as exc:
+            raise InvalidRequestError(f"vLLM cannot load adapter {name!r} from {path}: {exc}") from exc
+        self._lora_requests[name] = request
+
+    def _lora(self, adapter: str | None) -> Any:
+        return self._lora_requests[adapter] if adapter is not None else None
+
+    def _update_weights(self, named: list[tuple[str, Any]]) -> None:
+        if self.in_process:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named})
+        else:
+            # Tensors cannot be pickled into the engine-core process: hand it a directory instead.
+            from safetensors.torch import save_file
+
+            with tempfile.TemporaryDirectory(prefix="swiftcore-vllm-weights-") as tmp:
+                save_file({k: v.contiguous() for k, v in named}, str(Path(tmp) / "model.safetensors"))
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
+        if self.on_cpu:
+            self.llm.collective_rpc(_repack_cpu_output_head)
+        self.llm.reset_prefix_cache()
+
+    # ------------------------------------------------------------------ generation
+
+    def _generate_ids(self, prompts: list[list[int]], params: list[SamplingParams],
+                      adapters: list[str | None]) -> list[list[int]]:
+        from vllm.inputs import TokensPrompt
+
+        if self.runner != "generate":
+            raise UnsupportedError("this vLLM engine was started with runner='pooling': it only embeds")
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            [to_vllm_sampling(p, self.stop_token_ids) for p in params],
+            lora_request=[self._lora(a) for a in adapters],
+            use_tqdm=False,
+        )
+        return [list(out.outputs[0].token_ids) for out in outputs]
+
+    def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        request_id = f"swiftcore-stream-{next(self._request_ids)}"
+        sampling = to_vllm_sampling(params, self.stop_token_ids, output_kind=RequestOutputKind.DELTA)
+        engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt), sampling,
+                           lora_request=self._lora(adapter))
+        finished = False
+        try:
+            while not finished and engine.has_unfinished_requests():
+                for out in engine.step():
+                    if out.request_id != request_id:
+                        continue
+                    finished = out.finished
+                    tokens = list(out.outputs[0].token_ids)
+                    if tokens:
+                        yield tokens
+        finally:
+            if not finished:  # the consumer went away: free the sequence's KV cache
+                engine.abort_request([request_id])
+
+    def embed(self, inputs: Any, *, normalize: bool = True) -> list[list[float]]:
+        """Embed texts or token ids (needs ``runner='pooling'``); see :meth:`Engine.embed`."""
+        if self.runner != "pooling":
+            raise UnsupportedError("this vLLM engine generates; start one with runner='pooling' "
+                                   "(--engine-option runner=pooling) to serve embeddings")
+        return super().embed(inputs, normalize=normalize)
+
+    def _embed_ids(self, prompts: list[list[int]], normalize: bool) -> list[list[float]]:
+        from vllm.inputs import TokensPrompt
+
+        from vllm import PoolingParams
+
+        # use_activation is the embedding pooler's L2 normalisation.
+        outputs = self.llm.embed([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                 pooling_params=PoolingParams(use_activation=normalize), use_tqdm=False)
+        return [[float(x) for x in out.outputs.embedding] for out in outputs]
+
+    def close(self) -> None:
+        """Shut vLLM down and free its memory."""
+        llm = getattr(self, "llm", None)
+        self.llm = None
+        if llm is not None:
+            shutdown = getattr(llm.llm_engine, "shutdown", None) or getattr(llm, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            del llm
+            import gc
+
+            gc.collect()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+def _repack_cpu_output_head(worker: Any) -> bool:
+    """Re-pack the CPU output head from its (possibly tied, just reloaded) weight; runs on each worker."""
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    model = worker.model_runner.get_model()
+    head = getattr(model, "lm_head", None)
+    if head is None or getattr(head, "weight", None) is None:
+        return False
+    dispatch_cpu_unquantized_gemm(head, remove_weight=False)
+    return True

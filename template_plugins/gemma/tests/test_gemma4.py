@@ -1,0 +1,122 @@
+"""gemma4 reproduces the official (updated) Jinja byte for byte and trains the model turns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import swiftcore
+from swiftcore.template import JinjaTemplate, get_template, official_chat_template
+from swiftcore.template.testing import (
+    build_test_tokenizer,
+    check_labels,
+    compare_with_official,
+    load_records,
+    loss_runs,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def plugins() -> Any:
+    return swiftcore.load_plugins(["swiftcore-template-gemma"])
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict]:
+    return load_records(DATA / "conversations.jsonl")
+
+
+@pytest.fixture(scope="module")
+def tok(plugins: Any, records: list[dict]) -> Any:
+    tpl = get_template("gemma4", plugins)
+    return build_test_tokenizer(tpl.spec.special_tokens, [tpl.render(r) for r in records], eos_token="<turn|>")
+
+
+RICH_TOOL = {"type": "function", "function": {
+    "name": "book", "description": "Book a trip",
+    "parameters": {"type": "object", "required": ["where"], "properties": {
+        "where": {"type": "string", "description": "City", "nullable": True},
+        "Mode": {"type": "string", "enum": ["air", "rail"]},
+        "when": {"type": "object", "description": "Dates", "required": ["start"],
+                 "properties": {"start": {"type": "string"}, "nights": {"type": "integer"}}},
+        "guests": {"type": "array", "items": {"type": "object", "required": ["name"],
+                                              "properties": {"name": {"type": "string"}}}},
+        "tags": {"type": "array", "items": {"type": ["string", "null"]}}}},
+    "response": {"type": "object", "description": "Booking"}}}
+RICH = {"id": "rich", "tools": [RICH_TOOL], "messages": [
+    {"role": "system", "content": "Travel agent."},
+    {"role": "user", "content": [{"type": "text", "text": "Book "}, {"type": "image", "image": "a.png"},
+                                 {"type": "audio", "audio": "b.wav"}]},
+    {"role": "assistant", "reasoning_content": "Need a call.", "tool_calls": [{"id": "c1", "function": {
+        "name": "book", "arguments": {"where": "Oslo", "guests": [{"name": "Ann"}], "flex": True, "n": 2.5}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "booked"}]},
+    {"role": "assistant", "content": "<|channel>hidden<channel|>Done."}]}
+
+
+@pytest.mark.parametrize("name", ["gemma4", "gemma4_launch"])
+def test_renders_like_official(name: str, plugins: Any, records: list[dict]) -> None:
+    tpl = get_template(name, plugins)
+    official = official_chat_template(name, plugins)
+    assert official is not None
+    cases = [*records, RICH]
+    thinking = [{**r, "chat_template_kwargs": {"enable_thinking": True}} for r in cases]
+    rendered, raised, failures = compare_with_official(tpl, official, cases + thinking,
+                                                       extra={"bos_token": "<bos>"})
+    assert not failures, "\n".join(failures)
+    assert rendered == 4 * len(cases) and raised == 0
+
+
+@pytest.mark.parametrize("name", ["gemma4", "gemma4_launch"])
+def test_labels(name: str, plugins: Any, records: list[dict], tok: Any) -> None:
+    tpl = get_template(name, plugins)
+    plain = [r for r in records if "tools" not in r]  # tool turns are checked below
+    checked, failures = check_labels(tpl, tok, plain, "<turn|>", forbidden=("<|turn>",))
+    assert not failures, "\n".join(failures)
+    assert checked == len(plain)
+
+
+def test_tool_responses_inside_the_model_turn_carry_no_loss(plugins: Any, records: list[dict], tok: Any) -> None:
+    tpl = get_template("gemma4", plugins)
+    record = next(r for r in records if "parallel" in r["tags"])
+    enc = tpl.encode(tok, record)
+    runs = loss_runs(enc.input_ids, enc.labels, tok)
+    # the calls and the hand-over token are trained; the tool's responses are not
+    assert runs[0].startswith("<|tool_call>call:get_weather{") and runs[0].endswith("<tool_call|><|tool_response>")
+    assert runs[-1] == "It is 21°C and clear.<turn|>"
+    assert all("response:" not in run for run in runs)
+    parsed = tpl.parse_response(runs[0])
+    assert [c["function"]["name"] for c in parsed["tool_calls"]] == ["get_weather", "search"]
+
+
+def test_thinking_flag_changes_system_turn_and_generation_prompt(plugins: Any) -> None:
+    tpl = get_template("gemma4", plugins)
+    record = {"messages": [{"role": "user", "content": "Hi"}]}
+    on = tpl.render({**record, "chat_template_kwargs": {"enable_thinking": True}}, add_generation_prompt=True)
+    off = tpl.render(record, add_generation_prompt=True)
+    assert on == "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n"
+    assert off == "<bos><|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"
+
+
+def test_launch_renders_tool_messages_as_tool_turns(plugins: Any, records: list[dict], tok: Any) -> None:
+    tpl = get_template("gemma4_launch", plugins)
+    record = next(r for r in records if "parallel" in r["tags"])
+    enc = tpl.encode(tok, record)
+    assert "<|turn>tool\n{\"temp\": 21, \"sky\": \"clear\"}<turn|>" in enc.text
+    runs = loss_runs(enc.input_ids, enc.labels, tok)
+    assert runs[0].startswith("<|tool_call>call:get_weather{") and runs[0].endswith("<tool_call|><turn|>")
+    assert runs[-1] == "It is 21°C and clear.<turn|>"
+
+
+@pytest.mark.parametrize("name", ["gemma4", "gemma4_launch"])
+def test_jinja_fallback_trains_the_same_tokens(name: str, plugins: Any, records: list[dict], tok: Any) -> None:
+    tpl = get_template(name, plugins)
+    jinja = JinjaTemplate(official_chat_template(name, plugins), extra={"bos_token": "<bos>"})
+    for record in records:
+        ours, theirs = tpl.encode(tok, record), jinja.encode(tok, record)
+        assert theirs.text == ours.text, record["id"]
+        assert theirs.labels == ours.labels, (record["id"], loss_runs(ours.input_ids, ours.labels, tok),
+                                              loss_runs(theirs.input_ids, theirs.labels, tok))
