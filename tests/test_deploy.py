@@ -120,19 +120,22 @@ class _Scripted:
             if "<tool_response>" in text:
                 reply = "It is sunny in Paris."
             else:
-                reply = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-            out.append(self.engine.tokenizer(reply, add_special_tokens=False)["input_ids"] + self.engine.stop_token_ids[:1])
+                reply = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                         "</tool_call>")
+            ids = self.engine.tokenizer(reply, add_special_tokens=False)["input_ids"]
+            out.append(ids + self.engine.stop_token_ids[:1])
         return out
 
-    def stream_ids(self, prompt: list, params: Any, adapter: Any) -> Iterator[list]:
-        for token in self.generate_ids([prompt], [params], [adapter])[0]:
-            yield [token]
+    def stream_many_ids(self, prompts: list, params: list, adapters: list) -> Iterator[tuple[int, list]]:
+        for row, tokens in enumerate(self.generate_ids(prompts, params, adapters)):
+            for token in tokens:
+                yield row, [token]
 
 
 def test_tool_call_round_trip(client: Any, engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     scripted = _Scripted(engine)
     monkeypatch.setattr(engine, "_generate_ids", scripted.generate_ids)
-    monkeypatch.setattr(engine, "_stream_ids", scripted.stream_ids)
+    monkeypatch.setattr(engine, "_stream_many_ids", scripted.stream_many_ids)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
 
     first = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, temperature=0)

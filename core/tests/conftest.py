@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["swiftcore.testing"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")

@@ -138,7 +138,8 @@ def test_plugin_command_named_like_a_core_command_is_refused(plugin_path, capsys
 def test_resolved_set_is_exported_for_children(plugin_path, monkeypatch) -> None:
     import os
 
-    monkeypatch.delenv("SWIFTCORE_PLUGINS", raising=False)
+    monkeypatch.setenv("SWIFTCORE_PLUGINS", "placeholder")  # so monkeypatch restores the variable afterwards
+    monkeypatch.delenv("SWIFTCORE_PLUGINS")
     plugins = load_plugins(["acme", "no:acme_broken"], env={}, export_env=True)
     assert os.environ["SWIFTCORE_PLUGINS"] == "acme,no:acme_broken"
     assert plugins.child_env({})["SWIFTCORE_PLUGINS"] == "acme,no:acme_broken"

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="demo-out", help="output folder (replaced)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model family to make tiny")
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--tuner", default="full", choices=("full", "lora"))
     args = parser.parse_args(argv)
 

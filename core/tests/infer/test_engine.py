@@ -156,6 +156,10 @@ def test_lora_adapters_per_request(tiny_qwen3: Path, trained_lora: Path, infer_p
                                            adapter="parity" if i % 2 else None) for i, r in enumerate(records)])
     assert [g.token_ids for g in mixed] == [(tuned if i % 2 else base)[i].token_ids for i in range(4)]
 
+    # Embeddings come from the base model, whichever adapter peft last activated.
+    assert eng.embed(["hello"])[0] == pytest.approx(
+        TransformersEngine(tiny_qwen3, infer_plugins).embed(["hello"])[0], abs=1e-5)
+
     with pytest.raises(InvalidRequestError, match="taken"):
         eng.load_adapter("parity", trained_lora)
     with pytest.raises(InvalidRequestError, match="adapter_config"):

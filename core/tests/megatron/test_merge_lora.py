@@ -69,3 +69,20 @@ def test_base_must_be_a_local_directory(adapter: tuple[Path, Path], tmp_path: Pa
     with pytest.raises(CheckpointError, match="adapter_config.json not found"):
         merge_lora(tmp_path, tmp_path / "merged")
     assert not (tmp_path / "merged").exists()
+
+
+def test_merge_lora_via_cli(adapter: tuple[Path, Path], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    _, adapter_dir = adapter
+    swiftcore = str(Path(sys.executable).parent / "swiftcore")
+    done = subprocess.run([swiftcore, "export", "--model", str(adapter_dir), "--merge-lora", str(tmp_path / "m")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "merged LoRA adapter into its base" in done.stdout
+    weights = load_file(tmp_path / "m" / "model.safetensors")
+    assert not any("lora" in k for k in weights)
+    assert "model.layers.0.self_attn.q_proj.weight" in weights

@@ -24,6 +24,12 @@ TINY: dict[str, tuple[str, str, dict[str, Any]]] = {
     # First layer dense (mlp_only_layers), softmax-then-top-k routing (norm_topk_prob False).
     "qwen3_moe_mixed": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", {**MOE, "norm_topk_prob": False,
                                                                  "mlp_only_layers": [0]}),
+    # MLA + sigmoid group-top-k MoE with a shared expert; layer 0 dense. head_dim is the rope part in HF.
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", {
+        "num_key_value_heads": 4, "head_dim": 16, "moe_intermediate_size": 32, "n_routed_experts": 4,
+        "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1,
+        "kv_lora_rank": 32, "q_lora_rank": 48, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32,
+    }),
 }
 
 
@@ -36,11 +42,15 @@ def _build_tiny(name: str, out: Path, *, dtype: str = "float32", max_shard_size:
     config = getattr(transformers, config_cls)(**{**COMMON, **extra})
     torch.manual_seed(sum(map(ord, name)))
     model = getattr(transformers, model_cls)(config).to(getattr(torch, dtype))
-    # Norm weights start at 1.0 in HF init: randomise them so a swapped norm mapping cannot hide.
+    # Norm weights start at 1.0 and router biases at 0.0 in HF init: randomise them so a swapped or
+    # dropped mapping cannot hide.
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if "norm" in pname:
                 p.add_(torch.randn_like(p) * 0.1)
+        for bname, b in model.named_buffers():
+            if "e_score_correction_bias" in bname:
+                b.copy_(torch.randn_like(b) * 0.1)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out, **kwargs)
     return out

@@ -40,7 +40,7 @@ def test_plugin_module_imports_no_torch_or_megatron() -> None:
 @pytest.mark.parametrize(
     ("name", "tp", "ep"),
     [("qwen3", 1, 1), ("qwen3", 2, 1), ("qwen3_tied", 2, 1), ("llama", 2, 1), ("qwen3_moe", 1, 1),
-     ("qwen3_moe", 2, 2), ("qwen3_moe_mixed", 1, 4)],
+     ("qwen3_moe", 2, 2), ("qwen3_moe_mixed", 1, 4), ("deepseek_v3", 1, 2)],
 )
 def test_round_trip_is_bit_exact(tiny, bridge_for, tmp_path: Path, name: str, tp: int, ep: int) -> None:
     hf = tiny(name)
@@ -145,6 +145,13 @@ def test_ep_not_dividing_experts_and_ep_on_dense(tiny, bridge_for, tmp_path: Pat
         hf_to_mcore(tiny("qwen3_moe"), tmp_path / "a", bridge_for(tiny("qwen3_moe")), ep=3)
     with pytest.raises(ParallelismError, match="has no experts"):
         hf_to_mcore(tiny("qwen3"), tmp_path / "b", bridge_for(tiny("qwen3")), ep=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_deepseek_bridge_refuses_tensor_parallelism_for_now(tiny, bridge_for, tmp_path: Path) -> None:
+    hf = tiny("deepseek_v3")
+    with pytest.raises(ParallelismError, match="deepseek_v3 bridge converts at --tp 1 only"):
+        hf_to_mcore(hf, tmp_path / "mcore", bridge_for(hf), tp=2)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -16,7 +16,7 @@ from swiftcore.megatron.mapping import Fuse
 from swiftcore.megatron.parity import DEFAULT_TOLERANCE, check_parity, check_parity_tp, compare_logits, hf_logits
 
 
-@pytest.mark.parametrize("name", ["qwen3", "qwen3_tied", "llama", "qwen3_moe", "qwen3_moe_mixed"])
+@pytest.mark.parametrize("name", ["qwen3", "qwen3_tied", "llama", "qwen3_moe", "qwen3_moe_mixed", "deepseek_v3"])
 def test_logit_parity_tp1(tiny, bridge_for, tmp_path: Path, name: str) -> None:
     hf = tiny(name)
     bridge = bridge_for(hf)
@@ -61,6 +61,17 @@ def test_negative_control_plain_qkv_concat_fails_parity(tiny, bridge_for, tmp_pa
     report = check_parity(hf, wrong, load_mcore_state(tmp_path / "mcore", wrong))
     assert not report.ok
     assert report.max_abs > 1e-2, report
+
+
+def test_negative_control_dropped_expert_bias_fails_parity(tiny, bridge_for, tmp_path: Path) -> None:
+    """The router's expert bias changes which experts are picked: losing it must show in the logits."""
+    hf = tiny("deepseek_v3")
+    bridge = bridge_for(hf)
+    hf_to_mcore(hf, tmp_path / "mcore", bridge)
+    state = load_mcore_state(tmp_path / "mcore", bridge)
+    for key in [k for k in state if k.endswith("router.expert_bias")]:
+        state[key] = torch.zeros_like(state[key])
+    assert not check_parity(hf, bridge, state).ok
 
 
 def test_parity_report_flags_argmax_disagreement() -> None:

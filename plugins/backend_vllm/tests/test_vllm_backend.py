@@ -8,16 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from swiftcore_backend_vllm import probe as probe_module
 
 from swiftcore.infer.types import Request, SamplingParams
-from swiftcore_backend_vllm import probe as probe_module
 
 pytestmark = pytest.mark.slow
 
 
 def _records(n: int) -> list[dict[str, Any]]:
-    return [{"messages": [{"role": "user", "content": f"question number {i} " + "word " * (i % 5)}]}
-            for i in range(n)]
+    return [{"messages": [{"role": "user", "content": f"question number {i} " + "word " * (i % 5)}]} for i in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +71,10 @@ def test_greedy_parity_with_transformers(vllm: Any, reference: Any) -> None:
 
 def test_lora_parity_per_request(vllm: Any, reference: Any) -> None:
     records = _records(4)
-    requests = [Request(record=r, sampling=SamplingParams(max_new_tokens=12), adapter="parity" if i % 2 else None)
-                for i, r in enumerate(records)]
+    requests = [
+        Request(record=r, sampling=SamplingParams(max_new_tokens=12), adapter="parity" if i % 2 else None)
+        for i, r in enumerate(records)
+    ]
     got = vllm.generate_requests(requests)
     expected = reference.generate_requests(requests)
     assert [g.token_ids for g in got] == [g.token_ids for g in expected]
@@ -140,8 +141,23 @@ def test_sampling_translation() -> None:
     assert params.stop_token_ids == [2, 5] and params.detokenize is False
 
 
-def test_embeddings_need_the_pooling_runner(vllm: Any) -> None:
+def test_embeddings_need_a_pooling_instance() -> None:
+    from swiftcore_backend_vllm.engine import VllmEngine
+
     from swiftcore.infer.errors import UnsupportedError
 
-    with pytest.raises(UnsupportedError, match="pooling"):
-        vllm.embed(["hello"])
+    engine = VllmEngine.__new__(VllmEngine)  # no vLLM start: only the capability check runs
+    engine.runner, engine._embeddings = "generate", False
+    with pytest.raises(UnsupportedError, match="runner='pooling'"):
+        engine.embed(["hello"])
+
+
+def test_embeddings_match_transformers(vllm: Any, reference: Any) -> None:
+    texts = ["hello world", "a different sentence"]
+    got = vllm.embed(texts)  # served by the pooling instance on the same weights
+    expected = reference.embed(texts)
+    for a, b in zip(got, expected, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+    assert got[0] != pytest.approx(got[1], abs=1e-3)
+    raw = vllm.embed(texts, normalize=False)
+    assert raw[0] == pytest.approx(reference.embed(texts, normalize=False)[0], rel=1e-4, abs=1e-4)

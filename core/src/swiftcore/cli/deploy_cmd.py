@@ -31,27 +31,67 @@ def _parse_loras(values: tuple[str, ...]) -> dict[str, str]:
 
 @click.command("deploy")
 @engine_options
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind. The default keeps the server on this machine; 0.0.0.0 exposes it.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind. The default keeps the server on this machine; 0.0.0.0 exposes it.",
+)
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--served-model-name", help="The model name clients use (default: the model directory's name).")
-@click.option("--lora", "loras", multiple=True, metavar="NAME=DIR",
-              help="Serve a LoRA adapter under NAME (repeatable); clients select it with model=NAME.")
-@click.option("--api-key", envvar="SWIFTCORE_API_KEY", help="Require 'Authorization: Bearer KEY' (or set "
-              "SWIFTCORE_API_KEY).")
-@click.option("--max-queue", default=64, show_default=True, type=click.IntRange(1),
-              help="Requests that may wait; more get HTTP 429.")
-@click.option("--max-batch", default=16, show_default=True, type=click.IntRange(1),
-              help="Waiting requests served together in one engine call.")
-@click.option("--default-max-tokens", default=256, show_default=True, type=click.IntRange(1),
-              help="max_tokens when a request gives none.")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(("critical", "error", "warning", "info", "debug")))
+@click.option(
+    "--lora",
+    "loras",
+    multiple=True,
+    metavar="NAME=DIR",
+    help="Serve a LoRA adapter under NAME (repeatable); clients select it with model=NAME.",
+)
+@click.option(
+    "--api-key", envvar="SWIFTCORE_API_KEY", help="Require 'Authorization: Bearer KEY' (or set SWIFTCORE_API_KEY)."
+)
+@click.option(
+    "--max-queue",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Requests that may wait; more get HTTP 429.",
+)
+@click.option(
+    "--max-batch",
+    default=16,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Waiting requests served together in one engine call.",
+)
+@click.option(
+    "--default-max-tokens",
+    default=256,
+    show_default=True,
+    type=click.IntRange(1),
+    help="max_tokens when a request gives none.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(("critical", "error", "warning", "info", "debug")),
+)
 @plugin_option
 @pass_state
-def deploy(state: CliState, plugin_specs: tuple[str, ...], host: str, port: int, served_model_name: str | None,
-           loras: tuple[str, ...], api_key: str | None, max_queue: int, max_batch: int, default_max_tokens: int,
-           log_level: str, **engine_kwargs: Any) -> None:
+def deploy(
+    state: CliState,
+    plugin_specs: tuple[str, ...],
+    host: str,
+    port: int,
+    served_model_name: str | None,
+    loras: tuple[str, ...],
+    api_key: str | None,
+    max_queue: int,
+    max_batch: int,
+    default_max_tokens: int,
+    log_level: str,
+    **engine_kwargs: Any,
+) -> None:
     """Serve a model behind an OpenAI-compatible API (FastAPI + uvicorn).
 
     \b
@@ -73,8 +113,14 @@ def deploy(state: CliState, plugin_specs: tuple[str, ...], host: str, port: int,
     name = served_model_name or Path(engine_kwargs["adapter"] or engine_kwargs["model"]).resolve().name
     if name in adapters:
         raise SwiftcoreError(f"--lora {name}=...: the name is the served model's; pick another adapter name")
-    config = ServerConfig(model_name=name, adapters=adapters, api_key=api_key, max_queue=max_queue,
-                          max_batch=max_batch, default_max_tokens=default_max_tokens)
+    config = ServerConfig(
+        model_name=name,
+        adapters=adapters,
+        api_key=api_key,
+        max_queue=max_queue,
+        max_batch=max_batch,
+        default_max_tokens=default_max_tokens,
+    )
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         click.echo(f"warning: serving on {host} without --api-key: anyone who can reach it can use it", err=True)
     click.echo(f"serving {name!r} ({engine.backend}) on http://{host}:{port}/v1", err=True)

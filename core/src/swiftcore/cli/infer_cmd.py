@@ -31,40 +31,81 @@ def _parse_engine_options(values: tuple[str, ...]) -> dict[str, Any]:
 def engine_options(func: Any) -> Any:
     """The options that pick and build an engine, shared by ``infer`` and ``deploy``."""
     options = [
-        click.option("--model", "model", required=True, type=click.Path(exists=True, file_okay=False),
-                     help="Checkpoint directory (or a LoRA adapter directory, whose base model it names)."),
-        click.option("--adapter", type=click.Path(exists=True, file_okay=False),
-                     help="A peft LoRA adapter directory applied on top of --model."),
-        click.option("--backend", default="transformers", show_default=True,
-                     help="Inference backend: transformers, vllm, sglang (or any a plugin provides)."),
+        click.option(
+            "--model",
+            "model",
+            required=True,
+            type=click.Path(exists=True, file_okay=False),
+            help="Checkpoint directory (or a LoRA adapter directory, whose base model it names).",
+        ),
+        click.option(
+            "--adapter",
+            type=click.Path(exists=True, file_okay=False),
+            help="A peft LoRA adapter directory applied on top of --model.",
+        ),
+        click.option(
+            "--backend",
+            default="transformers",
+            show_default=True,
+            help="Inference backend: transformers, vllm, sglang (or any a plugin provides).",
+        ),
         click.option("--template", help="Chat template (default: the model's). See `swiftcore template list`."),
         click.option("--model-type", help="Force the model spec (NAME or NAME@PLUGIN) instead of reading config.json."),
-        click.option("--dtype", default="float32", show_default=True,
-                     type=click.Choice(("float32", "bfloat16", "float16", "auto"))),
+        click.option(
+            "--dtype",
+            default="float32",
+            show_default=True,
+            type=click.Choice(("float32", "bfloat16", "float16", "auto")),
+        ),
         click.option("--merge-lora", is_flag=True, help="Merge the adapter into the weights before serving."),
-        click.option("--engine-option", "engine_option", multiple=True, metavar="KEY=VALUE",
-                     help="Backend-specific option, e.g. max_model_len=2048 for vllm (repeatable; JSON values)."),
+        click.option(
+            "--engine-option",
+            "engine_option",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Backend-specific option, e.g. max_model_len=2048 for vllm (repeatable; JSON values).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def build_engine(plugins: Any, *, model: str, adapter: str | None, backend: str, template: str | None,
-                 model_type: str | None, dtype: str, merge_lora: bool, engine_option: tuple[str, ...]) -> Any:
+def build_engine(
+    plugins: Any,
+    *,
+    model: str,
+    adapter: str | None,
+    backend: str,
+    template: str | None,
+    model_type: str | None,
+    dtype: str,
+    merge_lora: bool,
+    engine_option: tuple[str, ...],
+) -> Any:
     """Build the engine the :func:`engine_options` describe (the backend's probe runs first)."""
     from swiftcore.infer.backends import create_engine
 
-    options: dict[str, Any] = {"adapter": adapter, "template": template, "model_type": model_type, "dtype": dtype,
-                               "merge_lora": merge_lora, **_parse_engine_options(engine_option)}
+    options: dict[str, Any] = {
+        "adapter": adapter,
+        "template": template,
+        "model_type": model_type,
+        "dtype": dtype,
+        "merge_lora": merge_lora,
+        **_parse_engine_options(engine_option),
+    }
     return create_engine(backend, model, plugins, **options)
 
 
 def _split_reference(record: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """A record whose last message is the assistant's answer (training data): ask without it."""
     messages = record.get("messages")
-    if isinstance(messages, list) and messages and isinstance(messages[-1], dict) \
-            and messages[-1].get("role") == "assistant":
+    if (
+        isinstance(messages, list)
+        and messages
+        and isinstance(messages[-1], dict)
+        and messages[-1].get("role") == "assistant"
+    ):
         return {**record, "messages": messages[:-1]}, messages[-1].get("content")
     return record, None
 
@@ -88,26 +129,37 @@ def _read_jsonl(path: Path) -> list[tuple[dict[str, Any] | None, str | None]]:
     return out
 
 
-def _output_row(record: dict[str, Any] | None, reference: str | None, generation: Any, error: str | None
-                ) -> dict[str, Any]:
+def _output_row(
+    record: dict[str, Any] | None, reference: str | None, generation: Any, error: str | None
+) -> dict[str, Any]:
     row: dict[str, Any] = dict(record or {})
     if reference is not None:
         row["labels"] = reference
     if error is not None or (generation is not None and generation.error is not None):
         row["error"] = error or generation.error
         return row
-    row.update({
-        "response": generation.content,
-        "reasoning_content": generation.reasoning_content,
-        "tool_calls": generation.tool_calls or None,
-        "finish_reason": generation.finish_reason,
-        "usage": {"prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens},
-    })
+    row.update(
+        {
+            "response": generation.content,
+            "reasoning_content": generation.reasoning_content,
+            "tool_calls": generation.tool_calls or None,
+            "finish_reason": generation.finish_reason,
+            "usage": {"prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens},
+        }
+    )
     return row
 
 
-def run_file(engine: Any, input_path: Path, output_path: Path, *, sampling: Any, batch_size: int,
-             enable_thinking: bool | None, progress: bool = True) -> tuple[int, int]:
+def run_file(
+    engine: Any,
+    input_path: Path,
+    output_path: Path,
+    *,
+    sampling: Any,
+    batch_size: int,
+    enable_thinking: bool | None,
+    progress: bool = True,
+) -> tuple[int, int]:
     """Answer every record of ``input_path`` into ``output_path``; return ``(answered, failed)``."""
     from tqdm import tqdm
 
@@ -117,8 +169,10 @@ def run_file(engine: Any, input_path: Path, output_path: Path, *, sampling: Any,
     output_path.parent.mkdir(parents=True, exist_ok=True)
     answered = failed = 0
     chunk = max(batch_size * 4, 1)  # written as it goes, so a long run's output is usable early
-    with output_path.open("w", encoding="utf-8") as out, \
-            tqdm(total=len(rows), desc="infer", unit="req", disable=not progress) as bar:
+    with (
+        output_path.open("w", encoding="utf-8") as out,
+        tqdm(total=len(rows), desc="infer", unit="req", disable=not progress) as bar,
+    ):
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]
             jobs: list[tuple[int, dict[str, Any], str | None]] = []
@@ -153,8 +207,10 @@ def chat_loop(engine: Any, *, sampling: Any, enable_thinking: bool | None, syste
     from swiftcore.infer.types import Request
 
     history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    click.echo(f"Chatting with {engine.base_dir} ({engine.backend}, template {engine.template.name}). "
-               "/clear resets, /exit quits.")
+    click.echo(
+        f"Chatting with {engine.base_dir} ({engine.backend}, template {engine.template.name}). "
+        "/clear resets, /exit quits."
+    )
     while True:
         try:
             text = click.prompt("user", prompt_suffix="> ")
@@ -190,10 +246,18 @@ def chat_loop(engine: Any, *, sampling: Any, enable_thinking: bool | None, syste
 
 @click.command("infer")
 @engine_options
-@click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
-              help="JSONL of records in the training 'messages' format; omit for an interactive chat.")
-@click.option("--output", "output_path", type=click.Path(dir_okay=False),
-              help="Where to write the answers (default: INPUT with .out.jsonl).")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="JSONL of records in the training 'messages' format; omit for an interactive chat.",
+)
+@click.option(
+    "--output",
+    "output_path",
+    type=click.Path(dir_okay=False),
+    help="Where to write the answers (default: INPUT with .out.jsonl).",
+)
 @click.option("--max-new-tokens", default=256, show_default=True, type=int)
 @click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy.")
 @click.option("--top-p", default=1.0, show_default=True, type=float)
@@ -201,15 +265,31 @@ def chat_loop(engine: Any, *, sampling: Any, enable_thinking: bool | None, syste
 @click.option("--seed", type=int, help="Random seed for sampling.")
 @click.option("--stop", multiple=True, help="Extra stop string (repeatable).")
 @click.option("--batch-size", default=8, show_default=True, type=int)
-@click.option("--enable-thinking/--disable-thinking", "enable_thinking", default=None,
-              help="Default chat_template_kwargs.enable_thinking (a record's own value wins).")
+@click.option(
+    "--enable-thinking/--disable-thinking",
+    "enable_thinking",
+    default=None,
+    help="Default chat_template_kwargs.enable_thinking (a record's own value wins).",
+)
 @click.option("--system", help="System prompt for the interactive chat.")
 @plugin_option
 @pass_state
-def infer(state: CliState, plugin_specs: tuple[str, ...], input_path: str | None, output_path: str | None,
-          max_new_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None,
-          stop: tuple[str, ...], batch_size: int, enable_thinking: bool | None, system: str | None,
-          **engine_kwargs: Any) -> None:
+def infer(
+    state: CliState,
+    plugin_specs: tuple[str, ...],
+    input_path: str | None,
+    output_path: str | None,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    seed: int | None,
+    stop: tuple[str, ...],
+    batch_size: int,
+    enable_thinking: bool | None,
+    system: str | None,
+    **engine_kwargs: Any,
+) -> None:
     """Answer each conversation of a JSONL file, or chat interactively.
 
     \b
@@ -229,8 +309,9 @@ def infer(state: CliState, plugin_specs: tuple[str, ...], input_path: str | None
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if batch_size < 1:
         raise click.BadParameter("must be >= 1", param_hint="--batch-size")
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                              seed=seed, stop=tuple(stop))
+    sampling = SamplingParams(
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=tuple(stop)
+    )
     plugins = state.plugins(plugin_specs)
     engine = build_engine(plugins, **engine_kwargs)
     try:
@@ -239,8 +320,9 @@ def infer(state: CliState, plugin_specs: tuple[str, ...], input_path: str | None
             return
         source = Path(input_path)
         target = Path(output_path) if output_path else source.with_suffix(".out.jsonl")
-        answered, failed = run_file(engine, source, target, sampling=sampling, batch_size=batch_size,
-                                    enable_thinking=enable_thinking)
+        answered, failed = run_file(
+            engine, source, target, sampling=sampling, batch_size=batch_size, enable_thinking=enable_thinking
+        )
         click.echo(f"answered {answered}, failed {failed}: {target}")
         if failed:
             click.echo(f"{failed} record(s) failed; their 'error' field says why", err=True)

@@ -38,5 +38,10 @@ def ensure_registered(plugins: object) -> None:
     if not pm.is_registered(module):
         from swiftcore import __version__
 
-        plugins.add(module, "swiftcore.infer", distribution="swiftcore", version=__version__,  # type: ignore[attr-defined]
-                    explicit=False)
+        plugins.add(
+            module,
+            "swiftcore.infer",
+            distribution="swiftcore",
+            version=__version__,  # type: ignore[attr-defined]
+            explicit=False,
+        )

@@ -41,8 +41,9 @@ def resolve_checkpoint(model_dir: str | Path, adapter: str | Path | None = None)
     return model_dir, Path(adapter) if adapter else None
 
 
-def merge_lora(model_dir: str | Path, adapter: str | Path | None, out_dir: str | Path, plugins: Any,
-               *, dtype: str = "float32") -> Path:
+def merge_lora(
+    model_dir: str | Path, adapter: str | Path | None, out_dir: str | Path, plugins: Any, *, dtype: str = "float32"
+) -> Path:
     """Merge a LoRA adapter into its base model and save a plain checkpoint (for backends without LoRA).
 
     Args:

@@ -86,8 +86,9 @@ class Engine:
         tokenizer_dir = adapter_dir if adapter_dir and (adapter_dir / "tokenizer_config.json").exists() else base
         self.tokenizer = load_tokenizer(str(tokenizer_dir))
         self.stop_token_ids = self._stop_token_ids()
-        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.stop_token_ids[0]
+        self.pad_token_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        )
         self.max_model_len = _max_model_len(read_hf_config(base) or {}, self.tokenizer)
         self.adapters: dict[str, Path] = {}
         self.default_adapter: str | None = None
@@ -179,10 +180,13 @@ class Engine:
         A record that cannot be served comes back as a :class:`Generation` with ``error`` set; the
         others are answered.
         """
-        sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                                  stop=tuple(stop))
-        requests = [Request(record=dict(r) if isinstance(r, Mapping) else r, sampling=sampling, adapter=adapter)
-                    for r in records]
+        sampling = SamplingParams(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, stop=tuple(stop)
+        )
+        requests = [
+            Request(record=dict(r) if isinstance(r, Mapping) else r, sampling=sampling, adapter=adapter)
+            for r in records
+        ]
         return self.generate_requests(requests, batch_size=batch_size)
 
     def generate_requests(self, requests: Sequence[Request], *, batch_size: int = 8) -> list[Generation]:
@@ -203,8 +207,9 @@ class Engine:
                 results[index] = generation
         return [r for r in results if r is not None]
 
-    def _run_batch(self, requests: Sequence[Request], ready: list[tuple[int, list[int]]]
-                   ) -> list[tuple[int, Generation]]:
+    def _run_batch(
+        self, requests: Sequence[Request], ready: list[tuple[int, list[int]]]
+    ) -> list[tuple[int, Generation]]:
         if not ready:
             return []
         prompts = [ids for _, ids in ready]
@@ -219,8 +224,9 @@ class Engine:
             # One bad request must not fail the others: retry them one by one.
             logger.warning("a batch of %d failed (%s); retrying its requests one by one", len(ready), exc)
             return [pair for item in ready for pair in self._run_batch(requests, [item])]
-        return [(index, self.finish(requests[index], prompt, ids))
-                for (index, prompt), ids in zip(ready, raw, strict=True)]
+        return [
+            (index, self.finish(requests[index], prompt, ids)) for (index, prompt), ids in zip(ready, raw, strict=True)
+        ]
 
     def finish(self, request: Request, prompt: list[int], generated: Sequence[int]) -> Generation:
         """Turn raw generated ids into a :class:`Generation` (cut at stops, decode, parse).
@@ -240,8 +246,15 @@ class Engine:
             text, finish_reason = cut, "stop"
         return self._parsed(request, text, tokens, len(prompt), len(tokens) + (stop_at is not None), finish_reason)
 
-    def _parsed(self, request: Request, text: str, tokens: list[int], prompt_tokens: int, completion_tokens: int,
-                finish_reason: str) -> Generation:
+    def _parsed(
+        self,
+        request: Request,
+        text: str,
+        tokens: list[int],
+        prompt_tokens: int,
+        completion_tokens: int,
+        finish_reason: str,
+    ) -> Generation:
         if request.record is not None:
             parsed = self.template.parse_response(text)
         else:
@@ -266,43 +279,59 @@ class Engine:
         """
         if "stream" not in self.capabilities:
             raise UnsupportedError(f"backend {self.backend!r} cannot stream")
-        prompt = self.encode(request)
-        adapter = self._adapter_for(request)
-        return self._stream(request, prompt, adapter)
+        self.encode(request)  # raise now, before the caller starts a stream
+        return self._stream_one(request)
 
-    def _stream(self, request: Request, prompt: list[int], adapter: str | None) -> Iterator[StreamDelta]:
-        stops = request.sampling.stop
-        # Hold back text that could be the start of a stop string, so it is never sent and then retracted.
-        hold = max((len(s) for s in stops), default=1) - 1
-        tokens: list[int] = []
-        sent = 0
-        finish_reason = "length"
-        text = ""
-        for chunk in self._stream_ids(prompt, request.sampling, adapter):
-            new = []
-            for token in chunk:
-                if token in self.stop_token_ids:
-                    finish_reason = "stop"
+    def _stream_one(self, request: Request) -> Iterator[StreamDelta]:
+        pieces = self.stream_many([request])
+        try:
+            for _, piece in pieces:
+                if isinstance(piece, Exception):
+                    raise piece
+                yield piece
+        finally:
+            pieces.close()  # a consumer that stops early stops the backend too
+
+    def stream_many(self, requests: Sequence[Request]) -> Iterator[tuple[int, StreamDelta | Exception]]:
+        """Stream several requests together (one batch where the backend can); yield ``(index, piece)``.
+
+        An invalid request yields its exception once, before any of its text; each valid one yields
+        :class:`StreamDelta` pieces, the last carrying its full generation. Closing the iterator stops
+        the backend's generation.
+
+        Raises:
+            UnsupportedError: the backend cannot stream.
+        """
+        if "stream" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} cannot stream")
+        states: list[_StreamState] = []
+        for index, request in enumerate(requests):
+            try:
+                prompt = self.encode(request)
+                adapter = self._adapter_for(request)
+            except Exception as exc:
+                yield index, exc
+                continue
+            states.append(_StreamState(self, index, request, prompt, adapter))
+        if not states:
+            return
+        rows = self._stream_many_ids(
+            [s.prompt for s in states], [s.request.sampling for s in states], [s.adapter for s in states]
+        )
+        try:
+            for row, tokens in rows:
+                state = states[row]
+                for delta in state.feed(tokens):
+                    yield state.index, delta
+                if all(s.done for s in states):
                     break
-                new.append(token)
-            tokens.extend(new)
-            text = self.tokenizer.decode(tokens, skip_special_tokens=False)
-            cut = _cut_at_stop(text, stops)
-            if cut is not None:
-                text, finish_reason = cut, "stop"
-                break
-            if finish_reason == "stop":
-                break
-            # A token that ends inside a multi-byte character decodes to U+FFFD: wait for the rest.
-            safe = len(text) - hold if not text.endswith("\ufffd") else text.rfind("\ufffd") - hold
-            if safe > sent:
-                yield StreamDelta(text=text[sent:safe], token_ids=new)
-                sent = safe
-            if len(tokens) >= request.sampling.max_new_tokens:
-                break
-        final = self._parsed(request, text, tokens, len(prompt), len(tokens) + (finish_reason == "stop"),
-                             finish_reason)
-        yield StreamDelta(text=text[sent:], final=final)
+        finally:
+            close = getattr(rows, "close", None)
+            if callable(close):
+                close()
+        for state in states:
+            if not state.done:
+                yield state.index, state.finish()
 
     def embed(self, inputs: Sequence[str | list[int]], *, normalize: bool = True) -> list[list[float]]:
         """Embed texts (or token ids): the last token's final hidden state, L2-normalised by default.
@@ -319,8 +348,9 @@ class Engine:
             if not ids:
                 raise InvalidRequestError(f"input {i} is empty", param="input")
             if len(ids) > self.max_model_len:
-                raise InvalidRequestError(f"input {i} has {len(ids)} tokens, more than the model's "
-                                          f"{self.max_model_len}", param="input")
+                raise InvalidRequestError(
+                    f"input {i} has {len(ids)} tokens, more than the model's {self.max_model_len}", param="input"
+                )
             prompts.append(ids)
         return self._embed_ids(prompts, normalize)
 
@@ -332,8 +362,10 @@ class Engine:
             InvalidRequestError: the name is taken or reserved, or the directory is not a peft adapter.
         """
         if "lora" not in self.capabilities:
-            raise UnsupportedError(f"backend {self.backend!r} does not support LoRA adapters; merge it first "
-                                   "(swiftcore infer --merge-lora)")
+            raise UnsupportedError(
+                f"backend {self.backend!r} does not support LoRA adapters; merge it first "
+                "(swiftcore infer --merge-lora)"
+            )
         path = Path(path)
         if name == BASE_MODEL or name in self.adapters:
             raise InvalidRequestError(f"adapter name {name!r} is {'reserved' if name == BASE_MODEL else 'taken'}")
@@ -376,14 +408,28 @@ class Engine:
 
     # ------------------------------------------------------------------ backend primitives
 
-    def _generate_ids(self, prompts: list[list[int]], params: list[SamplingParams],
-                      adapters: list[str | None]) -> list[list[int]]:
+    def _generate_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> list[list[int]]:
         """Generate for a batch of prompts; return each one's new token ids (may include a stop token)."""
         raise NotImplementedError
 
     def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
         """Yield new token ids of one prompt as they are generated (default: all at once at the end)."""
         yield from self._generate_ids([prompt], [params], [adapter])
+
+    def _stream_many_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> Iterator[tuple[int, list[int]]]:
+        """Yield ``(row, new token ids)`` for several prompts as they are generated.
+
+        The default streams them one after the other with :meth:`_stream_ids`; backends that batch
+        (transformers, vLLM) interleave the rows. Rows may run past their stop token or their
+        ``max_new_tokens``; the caller ignores what follows.
+        """
+        for row, (prompt, param, adapter) in enumerate(zip(prompts, params, adapters, strict=True)):
+            for tokens in self._stream_ids(prompt, param, adapter):
+                yield row, tokens
 
     def _embed_ids(self, prompts: list[list[int]], normalize: bool) -> list[list[float]]:
         raise UnsupportedError(f"backend {self.backend!r} does not serve embeddings")
@@ -393,6 +439,63 @@ class Engine:
 
     def _update_weights(self, named: list[tuple[str, Any]]) -> None:
         raise UnsupportedError(f"backend {self.backend!r} cannot update weights")
+
+
+class _StreamState:
+    """One streamed request: its tokens so far, the text already sent, and whether it has finished."""
+
+    def __init__(self, engine: Engine, index: int, request: Request, prompt: list[int], adapter: str | None) -> None:
+        self.engine, self.index, self.request, self.prompt, self.adapter = engine, index, request, prompt, adapter
+        stops = request.sampling.stop
+        # Hold back text that could be the start of a stop string, so it is never sent and then retracted.
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.tokens: list[int] = []
+        self.text = ""
+        self.sent = 0
+        self.finish_reason = "length"
+        self.stop_token_hit = False
+        self.done = False
+
+    def feed(self, chunk: Sequence[int]) -> list[StreamDelta]:
+        """Take new token ids; return the pieces to send (the final one when this request ends)."""
+        if self.done:
+            return []
+        engine, sampling = self.engine, self.request.sampling
+        new = []
+        stopped = False
+        for token in chunk:
+            if token in engine.stop_token_ids:
+                self.finish_reason, stopped, self.stop_token_hit = "stop", True, True
+                break
+            if len(self.tokens) + len(new) >= sampling.max_new_tokens:
+                stopped = True
+                break
+            new.append(token)
+        self.tokens.extend(new)
+        self.text = engine.tokenizer.decode(self.tokens, skip_special_tokens=False)
+        cut = _cut_at_stop(self.text, sampling.stop)
+        if cut is not None:
+            self.text, self.finish_reason = cut, "stop"
+            return [self.finish()]
+        if stopped or len(self.tokens) >= sampling.max_new_tokens:
+            return [self.finish()]
+        # A token that ends inside a multi-byte character decodes to U+FFFD: wait for the rest.
+        text = self.text
+        safe = len(text) - self.hold if not text.endswith("\ufffd") else text.rfind("\ufffd") - self.hold
+        if safe > self.sent:
+            piece = StreamDelta(text=text[self.sent : safe], token_ids=new)
+            self.sent = safe
+            return [piece]
+        return []
+
+    def finish(self) -> StreamDelta:
+        """The last piece: the unsent text and the full :class:`Generation`."""
+        self.done = True
+        completion = len(self.tokens) + self.stop_token_hit  # the stop token counts, as in generate()
+        final = self.engine._parsed(
+            self.request, self.text, self.tokens, len(self.prompt), completion, self.finish_reason
+        )
+        return StreamDelta(text=self.text[self.sent :], final=final)
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> str | None:

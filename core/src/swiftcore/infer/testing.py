@@ -25,14 +25,29 @@ from swiftcore.plugin_api import API_VERSION_STRING
 
 SWIFTCORE_API = API_VERSION_STRING
 
-__all__ = ["TINY_QWEN3", "ServerThread", "make_tiny_qwen3", "plugins_with_tiny_qwen3", "swiftcore_register_models",
-           "train_tiny_lora"]
+__all__ = [
+    "TINY_QWEN3",
+    "ServerThread",
+    "make_tiny_qwen3",
+    "plugins_with_tiny_qwen3",
+    "swiftcore_register_models",
+    "train_tiny_lora",
+]
 
 #: The model spec name of the tiny Qwen3 checkpoints.
 TINY_QWEN3 = "tiny_qwen3"
 
-_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>",
-            "</tool_response>", "<think>", "</think>")
+_SPECIAL = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
 # As in Qwen3's released tokenizer, these stay in decoded text.
 _NON_SPECIAL = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 
@@ -54,8 +69,9 @@ def swiftcore_register_models() -> list:
     ]
 
 
-def make_tiny_qwen3(out_dir: str | Path, *, seed: int = 0, tie_word_embeddings: bool = True,
-                    num_layers: int = 2) -> Path:
+def make_tiny_qwen3(
+    out_dir: str | Path, *, seed: int = 0, tie_word_embeddings: bool = True, num_layers: int = 2
+) -> Path:
     """Write a tiny random Qwen3 (hidden 64, head_dim 32) with a Qwen3-layout tokenizer to ``out_dir``.
 
     Args:
@@ -77,15 +93,30 @@ def make_tiny_qwen3(out_dir: str | Path, *, seed: int = 0, tie_word_embeddings: 
 
     out = Path(out_dir)
     template = (resources.files("swiftcore_template_qwen") / "official" / "qwen3.jinja").read_text(encoding="utf-8")
-    tokenizer = build_tiny_tokenizer(out, special_tokens=_SPECIAL, eos="<|im_end|>", pad="<|endoftext|>",
-                                     non_special=_NON_SPECIAL, chat_template=template, style="qwen2",
-                                     vocab_size=512)
+    tokenizer = build_tiny_tokenizer(
+        out,
+        special_tokens=_SPECIAL,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        non_special=_NON_SPECIAL,
+        chat_template=template,
+        style="qwen2",
+        vocab_size=512,
+    )
     vocab = len(tokenizer)
     config = Qwen3Config(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
-        tie_word_embeddings=tie_word_embeddings, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"), bos_token_id=None,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=1024,
+        tie_word_embeddings=tie_word_embeddings,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        bos_token_id=None,
         # The default 0.02 gives near-uniform logits and a reply that repeats one token; 0.5 gives
         # varied replies with clear argmax margins, so backend parity compares real choices.
         initializer_range=0.5,
@@ -152,8 +183,9 @@ class ServerThread:
         self._thread.join(30)
 
 
-def train_tiny_lora(model_dir: str | Path, work_dir: str | Path, plugins: Any, *, steps: int = 4,
-                    rank: int = 8) -> Path:
+def train_tiny_lora(
+    model_dir: str | Path, work_dir: str | Path, plugins: Any, *, steps: int = 4, rank: int = 8
+) -> Path:
     """Train a LoRA adapter on ``model_dir`` with ``swiftcore train``'s code (a few steps, high LR).
 
     Args:
@@ -172,13 +204,33 @@ def train_tiny_lora(model_dir: str | Path, work_dir: str | Path, plugins: Any, *
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     data = work / "train.jsonl"
-    rows = [{"messages": [{"role": "user", "content": f"Is {n} even or odd?"},
-                          {"role": "assistant", "content": "even" if n % 2 == 0 else "odd"}]} for n in range(32)]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Is {n} even or odd?"},
+                {"role": "assistant", "content": "even" if n % 2 == 0 else "odd"},
+            ]
+        }
+        for n in range(32)
+    ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = TrainConfig(model=str(model_dir), dataset=(str(data),), output_dir=str(work / "run"), tuner="lora",
-                      lora_rank=rank, lora_alpha=2 * rank, learning_rate=5e-2, max_steps=steps, batch_size=8,
-                      max_length=64, logging_steps=1, save_steps=steps, seed=0, plot=False,
-                      plugins=tuple(plugins.resolved_specs))
+    cfg = TrainConfig(
+        model=str(model_dir),
+        dataset=(str(data),),
+        output_dir=str(work / "run"),
+        tuner="lora",
+        lora_rank=rank,
+        lora_alpha=2 * rank,
+        learning_rate=5e-2,
+        max_steps=steps,
+        batch_size=8,
+        max_length=64,
+        logging_steps=1,
+        save_steps=steps,
+        seed=0,
+        plot=False,
+        plugins=tuple(plugins.resolved_specs),
+    )
     # run_training unlinks a stale logs.jsonl without checking it exists (reported to its owner); an empty
     # one keeps this helper working either way.
     (work / "run").mkdir(exist_ok=True)

@@ -101,12 +101,15 @@ class TransformersEngine(Engine):
                     unknown.append(name)
                     continue
                 if tuple(target.shape) != tuple(tensor.shape):
-                    raise InvalidRequestError(f"update_weights: {name} has shape {tuple(tensor.shape)}, the model's "
-                                              f"is {tuple(target.shape)}")
+                    raise InvalidRequestError(
+                        f"update_weights: {name} has shape {tuple(tensor.shape)}, the model's is {tuple(target.shape)}"
+                    )
                 target.copy_(tensor.to(target.dtype))
         if unknown:
-            raise InvalidRequestError(f"update_weights: the model has no parameter {', '.join(unknown[:5])}"
-                                      f"{' ...' if len(unknown) > 5 else ''} (names must be the model's own)")
+            raise InvalidRequestError(
+                f"update_weights: the model has no parameter {', '.join(unknown[:5])}"
+                f"{' ...' if len(unknown) > 5 else ''} (names must be the model's own)"
+            )
 
     # ------------------------------------------------------------------ generation
 
@@ -137,8 +140,9 @@ class TransformersEngine(Engine):
             "pad_token_id": self.pad_token_id,
         }
 
-    def _generate_ids(self, prompts: list[list[int]], params: list[SamplingParams],
-                      adapters: list[str | None]) -> list[list[int]]:
+    def _generate_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> list[list[int]]:
         import torch
 
         # Rows are batched when they sample alike; each row is cut to its own max_new_tokens afterwards.
@@ -158,20 +162,44 @@ class TransformersEngine(Engine):
                     **self._generate_kwargs(first, max(params[i].max_new_tokens for i in rows)),
                     **self._adapter_kwargs([adapters[i] for i in rows]),
                 )
-            for i, row in zip(rows, generated[:, input_ids.shape[1]:].tolist(), strict=True):
+            for i, row in zip(rows, generated[:, input_ids.shape[1] :].tolist(), strict=True):
                 out[i] = row[: params[i].max_new_tokens]
         return out
 
-    def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
+    def _stream_many_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> Iterator[tuple[int, list[int]]]:
+        # Rows that sample alike stream together as one left-padded batch (one token per row per step).
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(params):
+            groups.setdefault((p.temperature, p.top_p, p.top_k, p.seed, p.repetition_penalty), []).append(i)
+        for rows in groups.values():
+            steps = self._stream_batch(
+                [prompts[i] for i in rows],
+                params[rows[0]],
+                max(params[i].max_new_tokens for i in rows),
+                [adapters[i] for i in rows],
+            )
+            try:
+                for step in steps:
+                    for row, token in zip(rows, step, strict=True):
+                        yield row, [token]
+            finally:
+                steps.close()
+
+    def _stream_batch(
+        self, prompts: list[list[int]], params: SamplingParams, max_new_tokens: int, adapters: list[str | None]
+    ) -> Iterator[list[int]]:
+        """Run ``generate`` on a thread and yield each step's new token per row."""
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer
 
-        tokens: queue.Queue[list[int] | BaseException | None] = queue.Queue()
+        steps: queue.Queue[list[int] | BaseException | None] = queue.Queue()
         cancelled = threading.Event()
 
         class _Streamer(BaseStreamer):
-            """Receives each new token from ``generate`` (the first call carries the prompt)."""
+            """Receives each step's new tokens from ``generate`` (the first call carries the prompt)."""
 
             def __init__(self) -> None:
                 self.seen_prompt = False
@@ -180,41 +208,40 @@ class TransformersEngine(Engine):
                 if not self.seen_prompt:
                     self.seen_prompt = True
                     return
-                tokens.put(value.reshape(-1).tolist())
+                steps.put(value.reshape(-1).tolist())
 
             def end(self) -> None:
-                tokens.put(None)
+                steps.put(None)
 
         class _Cancel(StoppingCriteria):
-            """Stops generation when the consumer went away (client disconnected)."""
+            """Stops generation when the consumer went away (every client disconnected)."""
 
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                return torch.full((input_ids.shape[0],), cancelled.is_set(), dtype=torch.bool,
-                                  device=input_ids.device)
+                return torch.full((input_ids.shape[0],), cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
 
         def run() -> None:
             try:
                 if params.seed is not None:
                     torch.manual_seed(params.seed)
-                input_ids, attention_mask = self._batch_tensors([prompt])
+                input_ids, attention_mask = self._batch_tensors(prompts)
                 with torch.no_grad():
                     self.model.generate(
                         input_ids=input_ids,
                         attention_mask=attention_mask,
                         streamer=_Streamer(),
                         stopping_criteria=StoppingCriteriaList([_Cancel()]),
-                        **self._generate_kwargs(params, params.max_new_tokens),
-                        **self._adapter_kwargs([adapter]),
+                        **self._generate_kwargs(params, max_new_tokens),
+                        **self._adapter_kwargs(adapters),
                     )
             except BaseException as exc:  # handed to the consumer, which re-raises it
-                tokens.put(exc)
-                tokens.put(None)
+                steps.put(exc)
+                steps.put(None)
 
         thread = threading.Thread(target=run, name="swiftcore-stream", daemon=True)
         thread.start()
         try:
             while True:
-                item = tokens.get()
+                item = steps.get()
                 if item is None:
                     break
                 if isinstance(item, BaseException):
@@ -229,7 +256,13 @@ class TransformersEngine(Engine):
 
         input_ids, attention_mask = self._batch_tensors(prompts)
         with torch.no_grad():
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+            # Embeddings come from the default model (not whichever adapter peft left active).
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                output_hidden_states=True,
+                **self._adapter_kwargs([self.default_adapter] * len(prompts)),
+            )
         # Left padding puts every row's last token in the last column.
         vectors = out.hidden_states[-1][:, -1, :].float()
         if normalize:

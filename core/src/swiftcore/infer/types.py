@@ -39,8 +39,9 @@ class SamplingParams:
     def __post_init__(self) -> None:
         # Validated here so every entry point (CLI, server, Python) rejects the same values the same way.
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise InvalidRequestError(f"max_tokens must be an integer >= 1, got {self.max_new_tokens!r}",
-                                      param="max_tokens")
+            raise InvalidRequestError(
+                f"max_tokens must be an integer >= 1, got {self.max_new_tokens!r}", param="max_tokens"
+            )
         if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature <= 100:
             raise InvalidRequestError(f"temperature must be in [0, 100], got {self.temperature!r}", param="temperature")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
@@ -52,8 +53,9 @@ class SamplingParams:
         if not isinstance(self.stop, tuple) or not all(isinstance(s, str) and s for s in self.stop):
             raise InvalidRequestError(f"stop must be a list of non-empty strings, got {self.stop!r}", param="stop")
         if not isinstance(self.repetition_penalty, (int, float)) or self.repetition_penalty <= 0:
-            raise InvalidRequestError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}",
-                                      param="repetition_penalty")
+            raise InvalidRequestError(
+                f"repetition_penalty must be > 0, got {self.repetition_penalty!r}", param="repetition_penalty"
+            )
 
     @property
     def greedy(self) -> bool:
@@ -126,8 +128,17 @@ class Generation:
     def failed(cls, error: BaseException, prompt_tokens: int = 0) -> Generation:
         """A :class:`Generation` standing for a request that failed with ``error``."""
         status = getattr(error, "status", 400 if isinstance(error, ValueError) else 500)
-        return cls(text="", content="", reasoning_content=None, tool_calls=None, prompt_tokens=prompt_tokens,
-                   completion_tokens=0, finish_reason="error", error=str(error), error_status=status)
+        return cls(
+            text="",
+            content="",
+            reasoning_content=None,
+            tool_calls=None,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=0,
+            finish_reason="error",
+            error=str(error),
+            error_status=status,
+        )
 
 
 @dataclass

@@ -32,13 +32,26 @@ class MegatronBridge:
 
     Attributes:
         model_types: the HF ``model_type`` values the bridge converts (mirrors its BridgeSpec).
-        config: the checkpoint's parsed ``config.json``.
+        passthrough_prefixes: HF tensor-name prefixes carried through unchanged (towers of a
+            multimodal model that stay Hugging Face modules); stored beside the Megatron weights.
+        hf_config: the checkpoint's parsed ``config.json``.
+        config: the part of it describing the Megatron model (:meth:`select_config`).
     """
 
     model_types: ClassVar[tuple[str, ...]] = ()
+    passthrough_prefixes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, hf_config: Mapping[str, Any]) -> None:
-        self.config = dict(hf_config)
+        self.hf_config = dict(hf_config)
+        self.config = self.select_config(self.hf_config)
+
+    def select_config(self, hf_config: dict[str, Any]) -> dict[str, Any]:
+        """The config the Megatron model is built from; multimodal bridges return the text config."""
+        return hf_config
+
+    def is_passthrough(self, hf_key: str) -> bool:
+        """Whether ``hf_key`` is carried through unchanged rather than converted."""
+        return hf_key.startswith(self.passthrough_prefixes) if self.passthrough_prefixes else False
 
     # ------------------------------------------------------------------ what a subclass provides
 

@@ -6,6 +6,7 @@ Megatron format written: the megatron "torch" (legacy) checkpoint, one plain sta
     OUT/release/mp_rank_{tp:02d}/model_optim_rng.pt          (expert parallel: mp_rank_{tp:02d}_{ep:03d})
     OUT/swiftcore_mcore.json                     bridge, model_type, tp, ep, dtype (for --to-hf)
     OUT/hf/                                      config.json, tokenizer, generation config (for --to-hf)
+    OUT/hf_passthrough/                          HF tensors carried unchanged (e.g. an audio tower), if any
 
 Why this format and not ``dist_checkpointing`` (torch_dist): Megatron-LM training loads it directly
 (``--load OUT --ckpt-format torch --finetune``, or ``model.load_state_dict(torch.load(...)["model"])``
@@ -30,6 +31,7 @@ from swiftcore.megatron.errors import CheckpointError
 __all__ = [
     "HF_SUBDIR",
     "METADATA_FILE",
+    "PASSTHROUGH_SUBDIR",
     "HFReader",
     "HFWriter",
     "copy_hf_side_files",
@@ -40,6 +42,7 @@ __all__ = [
 
 METADATA_FILE = "swiftcore_mcore.json"
 HF_SUBDIR = "hf"
+PASSTHROUGH_SUBDIR = "hf_passthrough"
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
 

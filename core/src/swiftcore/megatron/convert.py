@@ -3,8 +3,9 @@
 Both directions walk the bridge's :class:`~swiftcore.megatron.mapping.Rule` list, so a mapping is
 written once. Tensors are read and written one at a time (``safe_open`` on the HF side,
 :mod:`swiftcore.megatron.torch_zip` on the Megatron side), so peak memory stays near one HF shard
-plus the largest tensor; the output is written into a temporary directory renamed at the end (see :mod:`swiftcore.megatron.atomic`). The checkpoint layout and why it was chosen
-are described in :mod:`swiftcore.megatron.checkpoint`.
+plus the largest tensor; the output is written into a temporary directory renamed at the end (see
+:mod:`swiftcore.megatron.atomic`). The checkpoint layout and why it was chosen are described in
+:mod:`swiftcore.megatron.checkpoint`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from swiftcore.megatron.atomic import atomic_output_dir, check_output_dir
 from swiftcore.megatron.bridge import MegatronBridge
 from swiftcore.megatron.checkpoint import (
     HF_SUBDIR,
+    PASSTHROUGH_SUBDIR,
     HFReader,
     HFWriter,
     copy_hf_side_files,
@@ -30,6 +32,7 @@ from swiftcore.megatron.checkpoint import (
 )
 from swiftcore.megatron.errors import CheckpointError
 from swiftcore.megatron.mapping import Rule
+from swiftcore.megatron.memory import pin_mmap_threshold
 from swiftcore.megatron.torch_zip import LazyTorchFile, save_streaming
 
 __all__ = ["ConversionResult", "hf_to_mcore", "load_mcore_state", "mcore_to_hf", "rank_producers"]
@@ -131,13 +134,15 @@ def hf_to_mcore(
         CheckpointError: missing shards or tensors, tensors no rule maps, or an existing output.
     """
     start = time.perf_counter()
+    pin_mmap_threshold()
     check_output_dir(out_dir)
     bridge.validate_parallelism(tp, ep)
     model_dir = Path(model_dir)
     rules = bridge.rules()
     result = ConversionResult(Path(out_dir).expanduser().resolve())
     with HFReader(model_dir) as reader:
-        _check_coverage(bridge, rules, set(reader.keys()), str(model_dir))
+        passthrough = [k for k in reader.keys() if bridge.is_passthrough(k)]
+        _check_coverage(bridge, rules, set(reader.keys()) - set(passthrough), str(model_dir))
         dtypes = sorted({str(reader.get(rules[0].hf[0]).dtype).removeprefix("torch.")})
         with atomic_output_dir(out_dir) as tmp:
             for ep_rank in range(ep):
@@ -149,10 +154,17 @@ def hf_to_mcore(
                     result.tensors += len(state)
                     result.files.append(str(path.relative_to(tmp)))
             copy_hf_side_files(model_dir, tmp / HF_SUBDIR)
+            if passthrough:  # e.g. an audio tower that stays a Hugging Face module
+                (tmp / PASSTHROUGH_SUBDIR).mkdir()
+                writer = HFWriter(tmp / PASSTHROUGH_SUBDIR, reader.largest_file_bytes())
+                for key in passthrough:
+                    writer.add(key, reader.get(key))
+                writer.close()
             write_metadata(tmp, {
                 "format": FORMAT,
                 "bridge": bridge_name or type(bridge).__name__,
-                "model_type": bridge.config.get("model_type"),
+                "model_type": bridge.hf_config.get("model_type"),
+                "passthrough_tensors": len(passthrough),
                 "tp": tp,
                 "ep": ep,
                 "dtype": dtypes[0],
@@ -239,6 +251,7 @@ def mcore_to_hf(
         CheckpointError: a missing rank file, a missing tensor, or tensors no rule maps.
     """
     start = time.perf_counter()
+    pin_mmap_threshold()
     root = Path(mcore_dir)
     check_output_dir(out_dir)
     meta = read_metadata(root)
@@ -257,6 +270,11 @@ def mcore_to_hf(
             for key, tensor in zip(rule.hf, rule.fuse.to_hf(full), strict=True):
                 writer.add(key, tensor)
                 result.tensors += 1
+        if meta.get("passthrough_tensors"):
+            with HFReader(root / PASSTHROUGH_SUBDIR) as carried:
+                for key in carried.keys():
+                    writer.add(key, carried.get(key))
+                    result.tensors += 1
         result.files = writer.close()
         result.bytes = writer.total_bytes
         hf_side = root / HF_SUBDIR

@@ -30,6 +30,8 @@ def apply_cpu_patches() -> bool:
           builds its mask on "cuda" when ``attention_mask`` is None: replaced by a CPU version.
         - ``moe_utils.te_general_gemm`` is undefined without Transformer Engine (NameError in the
           router): set to None, which selects the plain matmul path.
+        - ``multi_latent_attention.HAVE_TE`` reads True without Transformer Engine (a stand-in
+          module imports), so ``isinstance(..., TELinear)`` raises: set to False.
     """
     global _applied
     import torch
@@ -41,6 +43,7 @@ def apply_cpu_patches() -> bool:
     torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
 
     from megatron.core.fusions import fused_softmax
+    from megatron.core.transformer import multi_latent_attention
     from megatron.core.transformer import utils as transformer_utils
     from megatron.core.transformer.moe import moe_utils
 
@@ -48,5 +51,9 @@ def apply_cpu_patches() -> bool:
     fused_softmax.get_default_causal_mask = _cpu_causal_mask
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        multi_latent_attention.HAVE_TE = False
     _applied = True
     return True

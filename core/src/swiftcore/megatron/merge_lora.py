@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from swiftcore.megatron.atomic import atomic_output_dir, check_output_dir
 from swiftcore.megatron.errors import CheckpointError
@@ -41,16 +40,6 @@ def base_model_dir(adapter_dir: str | os.PathLike[str]) -> Path:
     )
 
 
-def _model_class(config: dict[str, Any]) -> Any:
-    import transformers
-
-    for arch in config.get("architectures") or ():
-        cls = getattr(transformers, arch, None)
-        if cls is not None:
-            return cls
-    return transformers.AutoModelForCausalLM
-
-
 def merge_lora(adapter_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> Path:
     """Merge the adapter into its base with peft ``merge_and_unload`` and save model and tokenizer atomically.
 
@@ -68,8 +57,10 @@ def merge_lora(adapter_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
     base = base_model_dir(adapter_dir)
     from peft import PeftModel
 
+    from swiftcore.megatron.parity import hf_model_class
+
     config = json.loads((base / "config.json").read_text(encoding="utf-8"))
-    model = _model_class(config).from_pretrained(base, dtype="auto")
+    model = hf_model_class(config).from_pretrained(base, dtype="auto")
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     with atomic_output_dir(out_dir) as tmp:
         merged.save_pretrained(tmp)

@@ -16,6 +16,7 @@ __all__ = [
     "check_parity_tp",
     "compare_logits",
     "hf_logits",
+    "hf_model_class",
     "sample_tokens",
 ]
 
@@ -63,12 +64,29 @@ def sample_tokens(vocab_size: int, *, batch: int = 2, seq: int = 16, seed: int =
     return torch.randint(0, vocab_size, (batch, seq), generator=gen)
 
 
-def hf_logits(model_dir: str | os.PathLike[str], input_ids: Any) -> Any:
-    """Float32 logits of the transformers causal LM saved in ``model_dir`` (plain positions, no mask)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+def hf_model_class(config: dict[str, Any]) -> Any:
+    """The transformers class named by ``config["architectures"]`` (else ``AutoModelForCausalLM``).
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    Multimodal checkpoints (an ASR model with its audio tower) load with their own class; their text
+    logits are what a language-model bridge reproduces.
+    """
+    import transformers
+
+    for arch in config.get("architectures") or ():
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            return cls
+    return transformers.AutoModelForCausalLM
+
+
+def hf_logits(model_dir: str | os.PathLike[str], input_ids: Any) -> Any:
+    """Float32 logits of the transformers model saved in ``model_dir`` on text tokens (plain positions, no mask)."""
+    import json
+
+    import torch
+
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    model = hf_model_class(config).from_pretrained(model_dir, dtype=torch.float32)
     model.eval()
     with torch.no_grad():
         return model(input_ids=input_ids).logits.float()

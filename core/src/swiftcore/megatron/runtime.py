@@ -40,6 +40,8 @@ def init_model_parallel(tp: int = 1, ep: int = 1, *, seed: int = 1234, rank: int
     from swiftcore.megatron.cpu_patches import apply_cpu_patches
 
     on_cpu = apply_cpu_patches()
+    if not on_cpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
@@ -74,15 +76,22 @@ def load_into_model(model: Any, state: dict[str, Any]) -> None:
 
 
 def mcore_logits(model: Any, input_ids: Any) -> Any:
-    """Full-vocabulary float logits ``[batch, seq, vocab]`` of a GPTModel (gathered over TP ranks)."""
+    """Full-vocabulary float logits ``[batch, seq, vocab]`` of a GPTModel (gathered over TP ranks), on CPU.
+
+    On a machine with CUDA the model is moved to the current GPU first (megatron puts its rotary
+    tables there); that path is untested in CI, which has no GPU.
+    """
     import torch
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 
     model.eval()
-    positions = torch.arange(input_ids.shape[1]).unsqueeze(0).expand_as(input_ids)
+    if torch.cuda.is_available():  # megatron places rotary tables and masks on the current GPU
+        model.cuda()
+        input_ids = input_ids.cuda()
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0).expand_as(input_ids)
     with torch.no_grad():
         logits = model(input_ids=input_ids, position_ids=positions, attention_mask=None)
     if parallel_state.get_tensor_model_parallel_world_size() > 1:
         logits = gather_from_tensor_model_parallel_region(logits)
-    return logits.float()
+    return logits.float().cpu()

@@ -171,8 +171,9 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
         resume = True
     if not resume:
         # A fresh run: stale logs and checkpoints from an earlier run would mix with this one.
-        for stale in [output_dir / "logs.jsonl", *output_dir.glob("checkpoint-*")]:
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        (output_dir / "logs.jsonl").unlink(missing_ok=True)
+        for stale in output_dir.glob("checkpoint-*"):
+            shutil.rmtree(stale)
     shutil.rmtree(output_dir / ".staging", ignore_errors=True)
     args_record = {
         "swiftcore_args": cfg.to_dict(),

@@ -26,6 +26,9 @@ class GPTBridge(MegatronBridge):
     """
 
     model_types = ("qwen3", "llama")
+    #: Where the decoder's tensors live in the HF checkpoint (a multimodal model nests them).
+    hf_prefix = "model."
+    hf_lm_head = "lm_head.weight"
 
     # ------------------------------------------------------------------ config facts
 
@@ -159,18 +162,19 @@ class GPTBridge(MegatronBridge):
 
     def rules(self) -> list[Rule]:
         """Embedding, every decoder layer (attention + MLP), final norm, output head."""
-        rules = [Rule("embedding.word_embeddings.weight", ("model.embed_tokens.weight",), shard=COLUMN)]
+        p = self.hf_prefix
+        rules = [Rule("embedding.word_embeddings.weight", (p + "embed_tokens.weight",), shard=COLUMN)]
         for i in range(self.num_layers):
             rules += self.attention_rules(i)
             rules += self.mlp_rules(i)
-        rules.append(Rule("decoder.final_layernorm.weight", ("model.norm.weight",)))
+        rules.append(Rule("decoder.final_layernorm.weight", (p + "norm.weight",)))
         if not self.tied:
-            rules.append(Rule("output_layer.weight", ("lm_head.weight",), shard=COLUMN))
+            rules.append(Rule("output_layer.weight", (self.hf_lm_head,), shard=COLUMN))
         return rules
 
     def attention_rules(self, i: int) -> list[Rule]:
         """Layer ``i``'s input norm and self-attention (QKV interleaved per query group)."""
-        m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
+        m, h = f"decoder.layers.{i}.", f"{self.hf_prefix}layers.{i}."
         a = h + "self_attn."
         rules = [
             Rule(m + "input_layernorm.weight", (h + "input_layernorm.weight",)),
@@ -191,7 +195,7 @@ class GPTBridge(MegatronBridge):
 
     def mlp_rules(self, i: int) -> list[Rule]:
         """Layer ``i``'s pre-MLP norm and dense gated MLP."""
-        m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
+        m, h = f"decoder.layers.{i}.", f"{self.hf_prefix}layers.{i}."
         return [
             Rule(m + "pre_mlp_layernorm.weight", (h + "post_attention_layernorm.weight",)),
             Rule(
@@ -262,7 +266,7 @@ class GPTMoEBridge(GPTBridge):
 
     def moe_rules(self, i: int) -> list[Rule]:
         """Layer ``i``'s pre-MLP norm, router and every expert's gated MLP (placed by expert parallelism)."""
-        m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
+        m, h = f"decoder.layers.{i}.", f"{self.hf_prefix}layers.{i}."
         rules = [
             Rule(m + "pre_mlp_layernorm.weight", (h + "post_attention_layernorm.weight",)),
             Rule(m + "mlp.router.weight", (h + "mlp.gate.weight",)),

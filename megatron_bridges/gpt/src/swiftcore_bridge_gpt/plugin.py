@@ -11,7 +11,7 @@ _REQUIRES = ("megatron-core>=0.16.1,<0.17",)
 
 @hookimpl
 def swiftcore_register_bridges() -> list[BridgeSpec]:
-    """The dense GPT bridge and the Qwen3-MoE-style MoE bridge."""
+    """The dense GPT, Qwen3-MoE-style MoE and DeepSeek-V3-style MLA + MoE bridges."""
     return [
         BridgeSpec(
             name="gpt",
@@ -28,5 +28,13 @@ def swiftcore_register_bridges() -> list[BridgeSpec]:
             parallelism=("tp", "ep"),
             requires=_REQUIRES,
             description="Qwen3-MoE-style decoders <-> megatron-core GPTModel with routed experts",
+        ),
+        BridgeSpec(
+            name="deepseek_v3",
+            model_types=("deepseek_v3",),
+            factory="swiftcore_bridge_gpt.deepseek:DeepSeekV3Bridge",
+            parallelism=("ep",),
+            requires=_REQUIRES,
+            description="DeepSeek-V3-style MLA + sigmoid-routed MoE <-> megatron-core GPTModel (MLA spec)",
         ),
     ]

@@ -21,7 +21,14 @@ def swiftcore_register_models() -> list[ModelSpec]:
             default_template="deepseek_v4",
             # Full-match regexes. The routers decide expert placement; the compressor and the
             # sparse-attention indexer score which tokens attend: adapting them destabilises routing.
-            lora_exclude_modules=(r".*\.mlp\.gate", r".*\.self_attn\.compressor\..*", r".*\.indexer\..*"),
+            # o_a_proj is a grouped linear (one block per output group, applied to a 4-D tensor): a plain
+            # LoRA Linear on it would mix the groups and fails on shape.
+            lora_exclude_modules=(
+                r".*\.mlp\.gate",
+                r".*\.self_attn\.compressor\..*",
+                r".*\.indexer\..*",
+                r".*\.self_attn\.o_a_proj",
+            ),
             parts=ModelParts(language_model=("model",), lm_head=("lm_head",)),
             requires=("transformers>=5.19",),
             tiny_config=f"{_TINY}:tiny_deepseek_v4_config",

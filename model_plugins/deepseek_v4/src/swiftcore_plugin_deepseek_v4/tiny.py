@@ -20,6 +20,12 @@ SPECIAL_TOKENS = (
     "<｜Assistant｜>",
     "<｜latest_reminder｜>",
     "<｜action｜>",
+    # Quick-instruction tokens of the encoding (the template may emit them).
+    "<｜query｜>",
+    "<｜authority｜>",
+    "<｜domain｜>",
+    "<｜title｜>",
+    "<｜read_url｜>",
     "<think>",
     "</think>",
     "｜DSML｜",

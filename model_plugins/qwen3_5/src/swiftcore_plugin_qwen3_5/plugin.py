@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from swiftcore import ModelParts, ModelSpec, hookimpl
 
 SWIFTCORE_API = "1.0"
@@ -56,3 +58,14 @@ def swiftcore_register_models() -> list[ModelSpec]:
             description="Qwen3.5 mixture of experts (hybrid linear/full attention), text and vision",
         ),
     ]
+
+
+@hookimpl
+def swiftcore_post_model_load(model: Any, spec: ModelSpec, model_dir: str) -> None:
+    """Make the linear-attention layers exact on packed (padding-free) batches; see ``packing``."""
+    if spec.name not in ("qwen3_5", "qwen3_5_moe"):
+        return
+    # Imported here: the patch needs transformers, which importing this plugin must not load.
+    from swiftcore_plugin_qwen3_5.packing import patch_packed_linear_attention
+
+    patch_packed_linear_attention(model)

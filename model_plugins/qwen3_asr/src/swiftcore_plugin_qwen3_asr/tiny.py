@@ -27,8 +27,10 @@ SPECIAL_TOKENS = (
     "</tool_call>",
     # The forced aligner's timestamp class token (config.timestamp_token_id).
     "<timestamp>",
+    "<asr_text>",
 )
-_NON_SPECIAL = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+# <asr_text> separates the detected language from the transcript; it stays in decoded text for parsing.
+_NON_SPECIAL = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<asr_text>")
 # Attribute names Qwen3ASRProcessor reads from the tokenizer.
 _NAMED = {
     "audio_token": "<|audio_pad|>",

@@ -81,6 +81,8 @@ class VllmEngine(Engine):
         merge_lora: merge ``adapter`` into a temporary checkpoint and serve that (no LoRA at run time).
         max_model_len: the longest prompt plus reply (default: the model's, at most 8192).
         runner: ``generate`` (chat, completions) or ``pooling`` (embeddings only), as vLLM's ``runner``.
+        embeddings: with ``runner='generate'``, also serve embeddings from a second, pooling vLLM
+            instance on the same weights, started on the first embedding request.
         enable_lora: reserve LoRA slots, so adapters can be loaded after start.
         max_lora_rank: the largest adapter rank accepted.
         max_loras: adapters active in one batch.
@@ -103,6 +105,7 @@ class VllmEngine(Engine):
         merge_lora: bool = False,
         max_model_len: int | None = None,
         runner: str = "generate",
+        embeddings: bool = False,
         enable_lora: bool = True,
         max_lora_rank: int = 16,
         max_loras: int = 4,
@@ -118,6 +121,10 @@ class VllmEngine(Engine):
         self.in_process = in_process
         self.runner = runner
         self.capabilities = _GENERATE_CAPABILITIES if runner == "generate" else _POOLING_CAPABILITIES
+        if embeddings:
+            self.capabilities = self.capabilities | {"embed"}
+        self._embeddings = embeddings and runner == "generate"
+        self._pooler: Any = None
         if not enable_lora:
             self.capabilities = self.capabilities - {"lora"}
         configure_environment(in_process=in_process, cpu=self.on_cpu)
@@ -149,6 +156,9 @@ class VllmEngine(Engine):
         options.update(llm_kwargs)
         logger.info("starting vLLM: %s", options)
         self.llm = LLM(**options)
+        self._pooler_options = {
+            k: v for k, v in options.items() if k not in ("enable_lora", "max_lora_rank", "max_loras")
+        } | {"runner": "pooling"}
         self._lora_requests: dict[str, Any] = {}
         self._lora_ids = itertools.count(1)
         self._request_ids = itertools.count()
@@ -171,23 +181,32 @@ class VllmEngine(Engine):
         return self._lora_requests[adapter] if adapter is not None else None
 
     def _update_weights(self, named: list[tuple[str, Any]]) -> None:
+        instances = [llm for llm in (self.llm, self._pooler) if llm is not None]
         if self.in_process:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named})
+            for llm in instances:
+                llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named})
         else:
             # Tensors cannot be pickled into the engine-core process: hand it a directory instead.
             from safetensors.torch import save_file
 
             with tempfile.TemporaryDirectory(prefix="swiftcore-vllm-weights-") as tmp:
                 save_file({k: v.contiguous() for k, v in named}, str(Path(tmp) / "model.safetensors"))
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
-        if self.on_cpu:
+                for llm in instances:
+                    llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
+        if self.on_cpu and self.runner == "generate":
             self.llm.collective_rpc(_repack_cpu_output_head)
-        self.llm.reset_prefix_cache()
+        for llm in instances:
+            llm.reset_prefix_cache()
 
     # ------------------------------------------------------------------ generation
 
-    def _generate_ids(self, prompts: list[list[int]], params: list[SamplingParams],
-                      adapters: list[str | None]) -> list[list[int]]:
+    def generate_requests(self, requests: Any, *, batch_size: int = 8) -> Any:
+        """See :meth:`Engine.generate_requests`; vLLM schedules its own batches, so it gets big ones."""
+        return super().generate_requests(requests, batch_size=max(batch_size, 256))
+
+    def _generate_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> list[list[int]]:
         from vllm.inputs import TokensPrompt
 
         if self.runner != "generate":
@@ -200,58 +219,79 @@ class VllmEngine(Engine):
         )
         return [list(out.outputs[0].token_ids) for out in outputs]
 
-    def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
+    def _stream_many_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> Iterator[tuple[int, list[int]]]:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
+        if self.runner != "generate":
+            raise UnsupportedError("this vLLM engine was started with runner='pooling': it only embeds")
         engine = self.llm.llm_engine
-        request_id = f"swiftcore-stream-{next(self._request_ids)}"
-        sampling = to_vllm_sampling(params, self.stop_token_ids, output_kind=RequestOutputKind.DELTA)
-        engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt), sampling,
-                           lora_request=self._lora(adapter))
-        finished = False
+        rows: dict[str, int] = {}
+        for row, (prompt, param, adapter) in enumerate(zip(prompts, params, adapters, strict=True)):
+            request_id = f"swiftcore-stream-{next(self._request_ids)}"
+            sampling = to_vllm_sampling(param, self.stop_token_ids, output_kind=RequestOutputKind.DELTA)
+            engine.add_request(
+                request_id, TokensPrompt(prompt_token_ids=prompt), sampling, lora_request=self._lora(adapter)
+            )
+            rows[request_id] = row
+        unfinished = set(rows)
         try:
-            while not finished and engine.has_unfinished_requests():
+            # vLLM batches the streams itself (continuous batching); each step yields every row's new ids.
+            while unfinished and engine.has_unfinished_requests():
                 for out in engine.step():
-                    if out.request_id != request_id:
+                    if out.request_id not in unfinished:
                         continue
-                    finished = out.finished
+                    if out.finished:
+                        unfinished.discard(out.request_id)
                     tokens = list(out.outputs[0].token_ids)
                     if tokens:
-                        yield tokens
+                        yield rows[out.request_id], tokens
         finally:
-            if not finished:  # the consumer went away: free the sequence's KV cache
-                engine.abort_request([request_id])
+            if unfinished:  # the consumer went away: free those sequences' KV cache
+                engine.abort_request(sorted(unfinished))
 
     def embed(self, inputs: Any, *, normalize: bool = True) -> list[list[float]]:
-        """Embed texts or token ids (needs ``runner='pooling'``); see :meth:`Engine.embed`."""
-        if self.runner != "pooling":
-            raise UnsupportedError("this vLLM engine generates; start one with runner='pooling' "
-                                   "(--engine-option runner=pooling) to serve embeddings")
+        """Embed texts or token ids (needs ``runner='pooling'`` or ``embeddings=True``); see :meth:`Engine.embed`."""
+        if self.runner != "pooling" and not self._embeddings:
+            raise UnsupportedError(
+                "this vLLM engine generates; start one with runner='pooling' "
+                "(--engine-option runner=pooling) to serve embeddings"
+            )
         return super().embed(inputs, normalize=normalize)
 
     def _embed_ids(self, prompts: list[list[int]], normalize: bool) -> list[list[float]]:
+        from vllm import PoolingParams
         from vllm.inputs import TokensPrompt
 
-        from vllm import PoolingParams
+        # The embedding pooler L2-normalises by default; use_activation=False turns that off (and
+        # use_activation=True is not the same as the default: leave it unset).
+        if self._embeddings and self._pooler is None:
+            from vllm import LLM
 
-        # use_activation is the embedding pooler's L2 normalisation.
-        outputs = self.llm.embed([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                 pooling_params=PoolingParams(use_activation=normalize), use_tqdm=False)
+            logger.info("starting the pooling vLLM instance for embeddings")
+            self._pooler = LLM(**self._pooler_options)
+        pooler = self._pooler if self._embeddings else self.llm
+        params = None if normalize else PoolingParams(use_activation=False)
+        outputs = pooler.embed(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts], pooling_params=params, use_tqdm=False
+        )
         return [[float(x) for x in out.outputs.embedding] for out in outputs]
 
     def close(self) -> None:
         """Shut vLLM down and free its memory."""
-        llm = getattr(self, "llm", None)
-        self.llm = None
-        if llm is not None:
-            shutdown = getattr(llm.llm_engine, "shutdown", None) or getattr(llm, "shutdown", None)
-            if callable(shutdown):
-                shutdown()
-            del llm
-            import gc
+        for attr in ("_pooler", "llm"):
+            llm = getattr(self, attr, None)
+            setattr(self, attr, None)
+            if llm is not None:
+                shutdown = getattr(llm.llm_engine, "shutdown", None) or getattr(llm, "shutdown", None)
+                if callable(shutdown):
+                    shutdown()
+                del llm
+        import gc
 
-            gc.collect()
+        gc.collect()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

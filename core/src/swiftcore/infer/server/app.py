@@ -64,8 +64,13 @@ class ServerConfig:
 
 
 def _error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
-    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-            429: "rate_limit_error", 501: "not_implemented_error"}.get(status, "server_error")
+    kind = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        429: "rate_limit_error",
+        501: "not_implemented_error",
+    }.get(status, "server_error")
     code = {401: "invalid_api_key", 404: "model_not_found"}.get(status)
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
@@ -130,8 +135,12 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
             header = request.headers.get("authorization", "")
             token = header[7:] if header.lower().startswith("bearer ") else ""
             if not secrets.compare_digest(token.encode(), config.api_key.encode()):
-                return error_response(AuthError("invalid API key: send 'Authorization: Bearer <key>' with the key "
-                                                "given to swiftcore deploy --api-key"))
+                return error_response(
+                    AuthError(
+                        "invalid API key: send 'Authorization: Bearer <key>' with the key "
+                        "given to swiftcore deploy --api-key"
+                    )
+                )
         return await call_next(request)
 
     def adapter_for(model: str) -> str | None:
@@ -148,40 +157,75 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        data = [{"id": config.model_name, "object": "model", "created": created, "owned_by": "swiftcore",
-                 "root": str(engine.base_dir), "parent": None}]
-        data += [{"id": name, "object": "model", "created": created, "owned_by": "swiftcore", "root": str(path),
-                  "parent": config.model_name} for name, path in engine.adapters.items()]
+        data = [
+            {
+                "id": config.model_name,
+                "object": "model",
+                "created": created,
+                "owned_by": "swiftcore",
+                "root": str(engine.base_dir),
+                "parent": None,
+            }
+        ]
+        data += [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "swiftcore",
+                "root": str(path),
+                "parent": config.model_name,
+            }
+            for name, path in engine.adapters.items()
+        ]
         return {"object": "list", "data": data}
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Any:
-        request = Request(record=body.record(), sampling=sampling_from(body, config.default_max_tokens),
-                          adapter=adapter_for(body.model), request_id=f"chatcmpl-{uuid.uuid4().hex}")
+        request = Request(
+            record=body.record(),
+            sampling=sampling_from(body, config.default_max_tokens),
+            adapter=adapter_for(body.model),
+            request_id=f"chatcmpl-{uuid.uuid4().hex}",
+        )
         if body.stream:
             include_usage = bool((body.stream_options or {}).get("include_usage"))
             return await _sse(chat_chunks(request, body.model, include_usage))
         generation = await worker.generate(request)
         _raise_failed(generation)
         return {
-            "id": request.request_id, "object": "chat.completion", "created": int(time.time()), "model": body.model,
-            "choices": [{"index": 0, "message": _message(generation), "logprobs": None,
-                         "finish_reason": _finish_reason(generation)}],
+            "id": request.request_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": _message(generation),
+                    "logprobs": None,
+                    "finish_reason": _finish_reason(generation),
+                }
+            ],
             "usage": _usage(generation),
         }
 
     async def chat_chunks(request: Request, model: str, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {"id": request.request_id, "object": "chat.completion.chunk", "created": int(time.time()),
-                    "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                 "finish_reason": finish}]}
+            return {
+                "id": request.request_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
 
         think_start, think_end, tool_start = markers_for(engine.template)
         parser: StreamParser | None = None
         async for delta in worker.stream(request):
             if parser is None:  # first delta: the request was accepted
-                parser = StreamParser(_prompt_opens_thinking(engine, request, think_start), think_start, think_end,
-                                      tool_start)
+                parser = StreamParser(
+                    _prompt_opens_thinking(engine, request, think_start), think_start, think_end, tool_start
+                )
                 yield chunk({"role": "assistant", "content": ""})
             for name, text in parser.feed(delta.text):
                 yield chunk({name: text})
@@ -194,8 +238,14 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
                     yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
                 yield chunk({}, _finish_reason(final))
                 if include_usage:
-                    yield {"id": request.request_id, "object": "chat.completion.chunk", "created": int(time.time()),
-                           "model": model, "choices": [], "usage": _usage(final)}
+                    yield {
+                        "id": request.request_id,
+                        "object": "chat.completion.chunk",
+                        "created": int(time.time()),
+                        "model": model,
+                        "choices": [],
+                        "usage": _usage(final),
+                    }
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Any:
@@ -205,8 +255,10 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         adapter = adapter_for(body.model)
         prompts = body.prompts()
         rid = f"cmpl-{uuid.uuid4().hex}"
-        requests = [Request(prompt=p, sampling=sampling, adapter=adapter, request_id=f"{rid}-{i}")
-                    for i, p in enumerate(prompts)]
+        requests = [
+            Request(prompt=p, sampling=sampling, adapter=adapter, request_id=f"{rid}-{i}")
+            for i, p in enumerate(prompts)
+        ]
         if body.stream:
             if len(requests) != 1:
                 raise InvalidRequestError("streaming takes one prompt per request", param="prompt")
@@ -216,12 +268,18 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         generations = await asyncio.gather(*(worker.generate(r) for r in requests))
         for g in generations:
             _raise_failed(g)
-        usage = {k: sum(_usage(g)[k] for g in generations) for k in ("prompt_tokens", "completion_tokens",
-                                                                      "total_tokens")}
+        usage = {
+            k: sum(_usage(g)[k] for g in generations) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+        }
         return {
-            "id": rid, "object": "text_completion", "created": int(time.time()), "model": body.model,
-            "choices": [{"index": i, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason}
-                        for i, g in enumerate(generations)],
+            "id": rid,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": [
+                {"index": i, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason}
+                for i, g in enumerate(generations)
+            ],
             "usage": usage,
         }
 
@@ -229,8 +287,13 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         async for delta in worker.stream(request):
             finish = delta.final.finish_reason if delta.final is not None else None
             if delta.text or finish:
-                yield {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-                       "choices": [{"index": 0, "text": delta.text, "logprobs": None, "finish_reason": finish}]}
+                yield {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [{"index": 0, "text": delta.text, "logprobs": None, "finish_reason": finish}],
+                }
 
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest) -> Any:
@@ -241,12 +304,17 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
             if not 0 < body.dimensions <= len(vectors[0]):
                 raise InvalidRequestError(f"dimensions must be in [1, {len(vectors[0])}]", param="dimensions")
             vectors = [v[: body.dimensions] for v in vectors]
-        tokens = sum(len(engine.tokenizer(i, add_special_tokens=False)["input_ids"]) if isinstance(i, str)
-                     else len(i) for i in inputs)
+        tokens = sum(
+            len(engine.tokenizer(i, add_special_tokens=False)["input_ids"]) if isinstance(i, str) else len(i)
+            for i in inputs
+        )
         return {
-            "object": "list", "model": body.model,
-            "data": [{"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)}
-                     for i, v in enumerate(vectors)],
+            "object": "list",
+            "model": body.model,
+            "data": [
+                {"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)}
+                for i, v in enumerate(vectors)
+            ],
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
@@ -270,8 +338,9 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
                 await iterator.aclose()
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(body(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
 
     return app
 
@@ -284,8 +353,14 @@ def _raise_failed(generation: Generation) -> None:
 
 
 def _tool_calls(generation: Generation) -> list[dict[str, Any]]:
-    return [{"id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-             "function": call.get("function", call)} for call in (generation.tool_calls or [])]
+    return [
+        {
+            "id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": call.get("function", call),
+        }
+        for call in (generation.tool_calls or [])
+    ]
 
 
 def _message(generation: Generation) -> dict[str, Any]:
@@ -303,8 +378,11 @@ def _finish_reason(generation: Generation) -> str:
 
 
 def _usage(generation: Generation) -> dict[str, int]:
-    return {"prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
-            "total_tokens": generation.prompt_tokens + generation.completion_tokens}
+    return {
+        "prompt_tokens": generation.prompt_tokens,
+        "completion_tokens": generation.completion_tokens,
+        "total_tokens": generation.prompt_tokens + generation.completion_tokens,
+    }
 
 
 def _encode_vector(vector: list[float], encoding_format: str) -> Any:

@@ -45,8 +45,9 @@ class ChatCompletionRequest(_Body):
     def record(self) -> dict[str, Any]:
         """The swiftcore chat record (what the template encodes)."""
         if self.tool_choice not in (None, "auto", "none"):
-            raise InvalidRequestError("tool_choice supports 'auto' and 'none' only (the model decides)",
-                                      param="tool_choice")
+            raise InvalidRequestError(
+                "tool_choice supports 'auto' and 'none' only (the model decides)", param="tool_choice"
+            )
         record: dict[str, Any] = {"messages": self.messages}
         if self.tools and self.tool_choice != "none":
             record["tools"] = self.tools

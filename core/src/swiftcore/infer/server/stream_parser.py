@@ -40,8 +40,13 @@ class StreamParser:
         tool_start: the marker that starts a tool call.
     """
 
-    def __init__(self, in_reasoning: bool = False, think_start: str = "<think>", think_end: str = "</think>",
-                 tool_start: str = "<tool_call>") -> None:
+    def __init__(
+        self,
+        in_reasoning: bool = False,
+        think_start: str = "<think>",
+        think_end: str = "</think>",
+        tool_start: str = "<tool_call>",
+    ) -> None:
         self.mode = "reasoning" if in_reasoning else "start"
         self.buffer = ""
         self.think_start, self.think_end, self.tool_start = think_start, think_end, tool_start
@@ -55,7 +60,7 @@ class StreamParser:
             if self.mode == "start":
                 stripped = self.buffer.lstrip()
                 if stripped.startswith(self.think_start):
-                    self.buffer = stripped[len(self.think_start):]
+                    self.buffer = stripped[len(self.think_start) :]
                     self.mode = "reasoning"
                     continue
                 if not stripped or self.think_start.startswith(stripped):
@@ -70,7 +75,7 @@ class StreamParser:
                     continue
                 keep = _partial_suffix(self.buffer, self.think_end)
                 self._emit(out, "reasoning_content", self.buffer[: len(self.buffer) - keep])
-                self.buffer = self.buffer[len(self.buffer) - keep:]
+                self.buffer = self.buffer[len(self.buffer) - keep :]
                 return out
             if self.mode == "content":
                 if self.tool_start in self.buffer:

@@ -57,8 +57,9 @@ _STOP = object()
 _END = object()
 
 
-def _resolve(loop: asyncio.AbstractEventLoop, future: asyncio.Future, value: Any = None,
-             error: BaseException | None = None) -> None:
+def _resolve(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future, value: Any = None, error: BaseException | None = None
+) -> None:
     def apply() -> None:
         if future.done():  # the client went away
             return
@@ -98,8 +99,9 @@ class EngineWorker:
         try:
             self._jobs.put_nowait(job)
         except queue.Full:
-            raise QueueFullError(f"the server's queue is full ({self._jobs.maxsize} requests waiting); "
-                                 "retry later") from None
+            raise QueueFullError(
+                f"the server's queue is full ({self._jobs.maxsize} requests waiting); retry later"
+            ) from None
 
     async def generate(self, request: Request) -> Generation:
         """Generate one reply (batched with other waiting requests)."""
@@ -178,22 +180,39 @@ class EngineWorker:
         for job, result in zip(batch, results, strict=True):
             _resolve(job.loop, job.future, result)
 
-    def _run_stream(self, job: _Stream) -> None:
-        def send(item: Any) -> None:
+    def _run_stream(self, first: _Stream) -> None:
+        # Streams waiting together are generated together (one batch), each fed to its own client.
+        batch = [first]
+        while len(batch) < self.max_batch:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(job, _Stream):
+                self._held = job
+                break
+            batch.append(job)
+        live = [job for job in batch if not job.cancelled.is_set()]
+        if not live:
+            return
+
+        def send(job: _Stream, item: Any) -> None:
             job.loop.call_soon_threadsafe(job.items.put_nowait, item)
 
-        if job.cancelled.is_set():
-            return
         try:
-            deltas = self.engine.stream(job.request)
-            for delta in deltas:
-                send(delta)
-                if job.cancelled.is_set():
-                    deltas.close()  # stops the backend's generation
-                    break
+            pieces = self.engine.stream_many([job.request for job in live])
+            try:
+                for index, piece in pieces:
+                    send(live[index], piece)
+                    if all(job.cancelled.is_set() for job in live):
+                        break  # every client went away: stop generating
+            finally:
+                pieces.close()
         except BaseException as exc:
-            send(exc)
-        send(_END)
+            for job in live:
+                send(job, exc)
+        for job in live:
+            send(job, _END)
 
     def _run_call(self, job: _Call) -> None:
         try:

@@ -1,0 +1,214 @@
+"""Exact padding-free (packed) training for Qwen3.5's gated DeltaNet (linear-attention) layers.
+
+Why: a packed batch is one row holding several samples, with ``position_ids`` restarting at 0 for
+each (see ``swiftcore.data.PaddingFreeCollator``). transformers turns that into a block-diagonal mask
+for the softmax-attention layers, but Qwen3.5's linear-attention layers have no mask: their causal
+conv and their delta-rule recurrence run over the whole row, so every sample after the first sees
+the previous samples' tokens. transformers 5.19 hands ``cu_seq_lens_q`` to the flash-linear-attention
+kernel, which would restart the recurrence, but not to the causal conv, and its PyTorch fallbacks
+(used without ``flash-linear-attention`` / ``causal_conv1d``, e.g. on CPU) ignore it altogether.
+
+What: :func:`patch_packed_linear_attention` wraps each gated DeltaNet layer's ``forward``. When the
+layer gets a packed row (``cu_seq_lens_q`` in its kwargs, no cache, no padding mask), the row is cut
+at the sample boundaries and re-laid as a right-padded batch of samples, run through the original
+forward once, and the padding is dropped again. Right padding is exact for a causal layer: no real
+token ever sees a padding token, and each sample starts from a zero conv window and a zero state,
+as when it runs alone. The text model also gets a forward pre-hook that derives ``cu_seq_lens_*`` from
+``position_ids`` restarts when the caller sent only ``position_ids`` (as transformers'
+``DataCollatorWithFlattening`` does by default), the same rule transformers uses to build the
+block-diagonal attention mask.
+
+When it can be removed: once transformers' gated DeltaNet restarts both the conv and the recurrence
+at ``cu_seq_lens_q`` boundaries in its PyTorch fallbacks as well as in its kernels (checked against
+5.19; :data:`TRANSFORMERS_RANGE` is where this module applies its patch; outside it, it logs why it
+did nothing, and ``tests/test_packing_exact.py`` says whether the model is exact without it).
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from typing import Any
+
+from swiftcore.errors import SwiftcoreError
+
+__all__ = [
+    "PACKING_KWARGS",
+    "TRANSFORMERS_RANGE",
+    "PackedBatchError",
+    "packed_cu_seq_lens",
+    "patch_packed_linear_attention",
+]
+
+logger = logging.getLogger("swiftcore.plugins.qwen3_5")
+
+#: transformers versions whose gated DeltaNet this patch was checked against (and needs it).
+TRANSFORMERS_RANGE = ">=5.19,<6"
+#: The flash-attention varlen kwargs a packed batch carries; the original layer must not see them once
+#: the row is re-laid as a padded batch (a kernel would apply the boundaries a second time).
+PACKING_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+_MARK = "_swiftcore_packing_patched"
+
+
+class PackedBatchError(SwiftcoreError):
+    """A packed batch's boundaries (``cu_seq_lens_q``) do not fit the tokens the layer got."""
+
+
+def packed_cu_seq_lens(position_ids: Any) -> Any | None:
+    """Cumulative sample lengths of packed rows, from where ``position_ids`` stop counting up by one.
+
+    Rows are flattened in order (the varlen layout of flash-attention), so a batch of several packed
+    rows works too. Mirrors ``transformers.masking_utils.find_packed_sequence_indices``.
+
+    Args:
+        position_ids: LongTensor ``[batch, seq_len]``.
+
+    Returns:
+        IntTensor ``[n_samples + 1]`` starting at 0, or None when no row restarts (nothing is packed).
+    """
+    import torch
+
+    flat = position_ids.reshape(-1)
+    starts = torch.ones_like(flat, dtype=torch.bool)
+    starts[1:] = flat[1:] != flat[:-1] + 1
+    # Every row starts a sample, whatever its first position.
+    starts.view(position_ids.shape)[:, 0] = True
+    if int(starts.sum()) == position_ids.shape[0]:
+        return None
+    bounds = torch.nonzero(starts).flatten()
+    end = torch.tensor([flat.numel()], device=bounds.device, dtype=bounds.dtype)
+    return torch.cat([bounds, end]).to(torch.int32)
+
+
+def _text_position_ids(position_ids: Any) -> Any | None:
+    """The text positions Qwen3.5's text model builds its masks from (None for 3-row mRoPE ids)."""
+    if position_ids is None:
+        return None
+    if position_ids.ndim == 2:
+        return position_ids
+    if position_ids.ndim == 3 and position_ids.shape[0] == 4:
+        return position_ids[0]
+    return None
+
+
+def _boundaries_pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Add ``cu_seq_lens_*`` derived from ``position_ids`` to a packed call that has none.
+
+    Same conditions as transformers' packed-mask detection: position ids given, no padding mask,
+    no cache (and ``use_cache`` off, since the text model would create one).
+    """
+    if "cu_seq_lens_q" in kwargs or kwargs.get("attention_mask") is not None:
+        return args, kwargs
+    if kwargs.get("past_key_values") is not None or kwargs.get("use_cache"):
+        return args, kwargs
+    positions = _text_position_ids(kwargs.get("position_ids"))
+    cu = packed_cu_seq_lens(positions) if positions is not None else None
+    if cu is None:
+        return args, kwargs
+    longest = int((cu[1:] - cu[:-1]).max())
+    kwargs = {**kwargs, "cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
+    return args, kwargs
+
+
+def _packed_forward(
+    self: Any,
+    hidden_states: Any,
+    cache_params: Any = None,
+    attention_mask: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """A gated DeltaNet forward that restarts the conv and the recurrence at every packed sample."""
+    import torch
+
+    unpacked = self._swiftcore_unpacked_forward
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None or cache_params is not None or attention_mask is not None:
+        return unpacked(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+    rest = {key: value for key, value in kwargs.items() if key not in PACKING_KWARGS}
+    batch, seq_len, hidden = hidden_states.shape
+    cu = cu.to(device=hidden_states.device, dtype=torch.long)
+    if cu.ndim != 1 or int(cu[0]) != 0 or int(cu[-1]) != batch * seq_len:
+        raise PackedBatchError(
+            f"{type(self).__name__} (layer {self.layer_idx}): cu_seq_lens_q={cu.tolist()} does not cover the "
+            f"{batch}x{seq_len} tokens it got; pass the cu_seq_lens_q that PaddingFreeCollator builds for this "
+            "batch, or leave it out and send position_ids that restart at 0 for each sample"
+        )
+    lengths = cu[1:] - cu[:-1]
+    if len(lengths) == batch:  # one sample per row: nothing is packed
+        return unpacked(hidden_states, **rest)
+    # Re-lay the flattened samples as a right-padded batch [n_samples, longest, hidden]; `keep` marks real
+    # tokens, which come out of the boolean indexing in their packed order.
+    longest = int(lengths.max())
+    keep = torch.arange(longest, device=cu.device)[None, :] < lengths[:, None]
+    padded = hidden_states.new_zeros(len(lengths), longest, hidden)
+    padded[keep] = hidden_states.reshape(batch * seq_len, hidden)
+    out = unpacked(padded, **rest)
+    return out[keep].reshape(batch, seq_len, -1)
+
+
+def _gated_deltanet_classes() -> tuple[type, ...]:
+    """The gated DeltaNet layer classes of transformers' Qwen3.5 families."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
+    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeGatedDeltaNet
+
+    return Qwen3_5GatedDeltaNet, Qwen3_5MoeGatedDeltaNet
+
+
+def _text_model_classes() -> tuple[type, ...]:
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextModel
+    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeTextModel
+
+    return Qwen3_5TextModel, Qwen3_5MoeTextModel
+
+
+def transformers_in_range() -> bool:
+    """Whether the installed transformers is one :data:`TRANSFORMERS_RANGE` covers."""
+    import transformers
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    return Version(transformers.__version__) in SpecifierSet(TRANSFORMERS_RANGE)
+
+
+def patch_packed_linear_attention(model: Any) -> int:
+    """Make ``model``'s gated DeltaNet layers exact on packed batches (see the module docstring).
+
+    Patches the instances (not the classes), so models loaded elsewhere are untouched. Calling it
+    again on the same model does nothing.
+
+    Args:
+        model: a loaded Qwen3.5 / Qwen3.5-MoE model (any class holding their text model).
+
+    Returns:
+        How many layers were patched (0 when transformers is outside :data:`TRANSFORMERS_RANGE`,
+        or the model has no gated DeltaNet layer, or it was patched before).
+    """
+    if not transformers_in_range():
+        import transformers
+
+        logger.warning(
+            "transformers %s is outside %s: Qwen3.5's linear-attention layers were not patched for packed "
+            "batches; check tests/test_packing_exact.py before training padding-free",
+            transformers.__version__,
+            TRANSFORMERS_RANGE,
+        )
+        return 0
+    layers = _gated_deltanet_classes()
+    texts = _text_model_classes()
+    patched = 0
+    for module in model.modules():
+        if getattr(module, _MARK, False):
+            continue
+        if isinstance(module, layers):
+            # Keep whatever forward the instance has now (accelerate hooks replace it), not the class's.
+            module._swiftcore_unpacked_forward = module.forward
+            module.forward = types.MethodType(_packed_forward, module)
+            patched += 1
+        elif isinstance(module, texts):
+            module.register_forward_pre_hook(_boundaries_pre_hook, with_kwargs=True)
+        else:
+            continue
+        setattr(module, _MARK, True)
+    if patched:
+        logger.debug("patched %d gated DeltaNet layers for packed batches", patched)
+    return patched

@@ -1,0 +1,1 @@
+"""swiftcore-backend-sglang: the SGLang inference backend (see :mod:`swiftcore_backend_sglang.engine`)."""

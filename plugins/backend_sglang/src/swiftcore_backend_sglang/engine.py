@@ -1,0 +1,219 @@
+"""SGLang's offline ``Engine`` behind swiftcore's engine contract.
+
+As with every backend, swiftcore encodes the prompts with its own template and hands SGLang token ids
+(``input_ids``), with ``skip_tokenizer_init=True`` so SGLang never re-tokenizes or detokenizes. LoRA
+adapters are loaded with ``load_lora_adapter`` and picked per request through ``lora_path``; weight
+updates use ``update_weights_from_tensor`` (names as in the Hugging Face checkpoint) or
+``update_weights_from_disk``.
+
+SGLang's PyPI wheel needs a CUDA GPU; ``scripts/gpu_check.sh`` runs this backend for real there, and
+the CPU tests run everything around the engine calls against a stand-in with SGLang's signatures.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from swiftcore.infer.engine import Engine
+from swiftcore.infer.errors import InferError, InvalidRequestError, UnsupportedError
+from swiftcore.infer.types import SamplingParams
+
+__all__ = ["SglangEngine", "new_token_ids", "to_sglang_sampling"]
+
+logger = logging.getLogger("swiftcore.infer.sglang")
+
+#: SGLang's ``top_k`` for "the whole vocabulary".
+_TOP_K_ALL = -1
+
+
+def to_sglang_sampling(params: SamplingParams, stop_token_ids: list[int]) -> dict[str, Any]:
+    """SGLang's ``sampling_params`` dict for swiftcore's parameters (stop strings are cut by swiftcore)."""
+    out: dict[str, Any] = {
+        "max_new_tokens": params.max_new_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k if params.top_k > 0 else _TOP_K_ALL,
+        "repetition_penalty": params.repetition_penalty,
+        "stop_token_ids": list(stop_token_ids),
+    }
+    if params.seed is not None:
+        out["sampling_seed"] = params.seed
+    return out
+
+
+def new_token_ids(chunk: dict[str, Any], seen: list[int]) -> list[int]:
+    """The ids a streamed chunk adds to ``seen`` (SGLang streams cumulative or incremental ids by setting)."""
+    ids = list(chunk.get("output_ids") or [])
+    if len(ids) >= len(seen) and ids[: len(seen)] == seen:
+        return ids[len(seen) :]
+    return ids  # incremental streaming output
+
+
+def _check(result: Any, what: str) -> None:
+    """Raise when an SGLang control call reports failure (it answers ``(success, message)`` or an object)."""
+    if isinstance(result, tuple) and result and result[0] is False:
+        raise InferError(f"SGLang {what} failed: {result[1] if len(result) > 1 else ''}")
+    if getattr(result, "success", True) is False:
+        raise InferError(f"SGLang {what} failed: {getattr(result, 'error_message', '') or result}")
+
+
+class SglangEngine(Engine):
+    """SGLang behind the swiftcore engine contract.
+
+    Args:
+        model_dir: a checkpoint directory, or a LoRA adapter directory (its base model is found from it).
+        plugins: the loaded plugins.
+        adapter: a peft LoRA adapter served by default (as ``default``).
+        template: the template name (default: the model spec's).
+        dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16``.
+        model_type: force the model spec.
+        merge_lora: merge ``adapter`` into the weights before serving (no LoRA at run time).
+        max_model_len: SGLang's ``context_length``.
+        runner: ``generate`` or ``pooling`` (``is_embedding=True``: embeddings only).
+        enable_lora: reserve LoRA slots so adapters can be loaded after start.
+        max_lora_rank: the largest adapter rank accepted.
+        max_loras: adapters active in one batch (``max_loras_per_batch``).
+        seed: SGLang's ``random_seed``.
+        **engine_kwargs: passed to ``sglang.Engine`` (``mem_fraction_static``, ``tp_size`` ...).
+    """
+
+    backend = "sglang"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        plugins: Any,
+        *,
+        adapter: str | Path | None = None,
+        template: str | None = None,
+        dtype: str = "auto",
+        model_type: str | None = None,
+        merge_lora: bool = False,
+        max_model_len: int | None = None,
+        runner: str = "generate",
+        enable_lora: bool = True,
+        max_lora_rank: int = 16,
+        max_loras: int = 4,
+        seed: int = 0,
+        **engine_kwargs: Any,
+    ) -> None:
+        super().__init__(model_dir, plugins, adapter=adapter, template=template, model_type=model_type)
+        if runner not in ("generate", "pooling"):
+            raise InvalidRequestError(f"runner must be 'generate' or 'pooling', got {runner!r}")
+        self.runner = runner
+        caps = {"generate", "stream", "update_weights"} if runner == "generate" else {"embed"}
+        if enable_lora and runner == "generate":
+            caps.add("lora")
+        self.capabilities = frozenset(caps)
+
+        serve_dir = self.base_dir
+        self._tmp: Any = None
+        if merge_lora and self._initial_adapter is not None:
+            import tempfile
+
+            from swiftcore.infer.checkpoint import merge_lora as merge_into
+
+            self._tmp = tempfile.TemporaryDirectory(prefix="swiftcore-sglang-merged-")
+            serve_dir = merge_into(self.base_dir, self._initial_adapter, self._tmp.name, plugins, dtype="float32")
+            self._initial_adapter = None
+
+        import sglang
+
+        if max_model_len:
+            self.max_model_len = min(self.max_model_len, max_model_len)
+        options: dict[str, Any] = {
+            "model_path": str(serve_dir),
+            "dtype": dtype,
+            "random_seed": seed,
+            "context_length": self.max_model_len,
+            # swiftcore tokenizes (its template) and decodes: SGLang works on ids only.
+            "skip_tokenizer_init": True,
+            "is_embedding": runner == "pooling",
+            "log_level": "error",
+        }
+        if enable_lora and runner == "generate":
+            options.update(
+                enable_lora=True, max_lora_rank=max_lora_rank, max_loras_per_batch=max_loras, lora_target_modules="all"
+            )
+        options.update(engine_kwargs)
+        logger.info("starting SGLang: %s", options)
+        self.sgl = sglang.Engine(**options)
+        self._after_load()
+
+    # ------------------------------------------------------------------ adapters and weights
+
+    def _load_adapter(self, name: str, path: Path) -> None:
+        _check(self.sgl.load_lora_adapter(lora_name=name, lora_path=str(path)), f"load_lora_adapter({name!r})")
+
+    def _update_weights(self, named: list[tuple[str, Any]]) -> None:
+        _check(self.sgl.update_weights_from_tensor(named_tensors=named, flush_cache=True), "update_weights_from_tensor")
+
+    def update_weights(self, weights: Any) -> int:
+        """Replace weights in place; a directory goes through ``update_weights_from_disk`` (no tensor copy)."""
+        if isinstance(weights, (str, Path)) and Path(weights, "config.json").is_file():
+            if "update_weights" not in self.capabilities:
+                raise UnsupportedError("this SGLang engine cannot update weights (runner='pooling')")
+            _check(self.sgl.update_weights_from_disk(model_path=str(weights)), "update_weights_from_disk")
+            return len(list(Path(weights).glob("*.safetensors")))
+        return super().update_weights(weights)
+
+    # ------------------------------------------------------------------ generation
+
+    def _generate_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> list[list[int]]:
+        outputs = self.sgl.generate(
+            input_ids=prompts,
+            sampling_params=[to_sglang_sampling(p, self.stop_token_ids) for p in params],
+            lora_path=list(adapters) if any(adapters) else None,
+        )
+        if isinstance(outputs, dict):  # a batch of one may come back unwrapped
+            outputs = [outputs]
+        return [list(out["output_ids"]) for out in outputs]
+
+    def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
+        chunks = self.sgl.generate(
+            input_ids=prompt,
+            sampling_params=to_sglang_sampling(params, self.stop_token_ids),
+            lora_path=adapter,
+            stream=True,
+        )
+        seen: list[int] = []
+        try:
+            for chunk in chunks:
+                new = new_token_ids(chunk, seen)
+                seen.extend(new)
+                if new:
+                    yield new
+        finally:
+            close = getattr(chunks, "close", None)
+            if callable(close):
+                close()  # stops the request when the consumer went away
+
+    def _embed_ids(self, prompts: list[list[int]], normalize: bool) -> list[list[float]]:
+        from sglang.srt.managers.io_struct import EmbeddingReqInput
+
+        # Engine.encode takes text only; the request object it builds also takes ids, which keeps the
+        # template's tokenization.
+        request = EmbeddingReqInput(input_ids=prompts)
+        generator = self.sgl.tokenizer_manager.generate_request(request, None)
+        outputs = self.sgl.loop.run_until_complete(generator.__anext__())
+        if isinstance(outputs, dict):
+            outputs = [outputs]
+        vectors = [[float(x) for x in out["embedding"]] for out in outputs]
+        if normalize:
+            vectors = [[x / (sum(y * y for y in v) ** 0.5 or 1.0) for x in v] for v in vectors]
+        return vectors
+
+    def close(self) -> None:
+        """Shut SGLang's processes down."""
+        engine = getattr(self, "sgl", None)
+        self.sgl = None
+        if engine is not None:
+            engine.shutdown()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None

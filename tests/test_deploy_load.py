@@ -1,0 +1,114 @@
+"""20 concurrent streaming clients against a real ``swiftcore deploy`` process on loopback.
+
+All streams must complete without an error, and the server's resident memory must come back to its
+baseline (measured after a warm-up round, so allocator and cache warm-up is not counted as a leak).
+Figures for larger loads are in ``bench/infer_throughput.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+psutil = pytest.importorskip("psutil")
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = 20
+ROUNDS = 2
+#: Allowed growth of the server's RSS over the baseline after all rounds (allocator noise, not leaks).
+RSS_SLACK_MB = 40
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from swiftcore.infer.testing import make_tiny_qwen3
+
+    model_dir = make_tiny_qwen3(tmp_path_factory.mktemp("load") / "tiny")
+    port = _free_port()
+    swiftcore = str(Path(sys.executable).parent / "swiftcore")
+    env = {**os.environ, "SWIFTCORE_PLUGINS": "swiftcore.infer.testing,template_qwen", "OMP_NUM_THREADS": "2"}
+    process = subprocess.Popen(
+        [swiftcore, "deploy", "--model", str(model_dir), "--port", str(port), "--served-model-name", "tiny",
+         "--log-level", "warning", "--max-queue", "64"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"swiftcore deploy did not start:\n{process.stdout.read() if process.stdout else ''}")
+        time.sleep(0.2)
+    yield url, process
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+
+
+def _stream_one(url: str, i: int) -> tuple[str, str | None]:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
+    stream = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": f"client {i}: tell me a story"}],
+        max_tokens=16, temperature=0.8, seed=i, stream=True)
+    text, finish = "", None
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            finish = chunk.choices[0].finish_reason or finish
+    return text, finish
+
+
+def _round(url: str) -> list[tuple[str, str | None]]:
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        return list(pool.map(lambda i: _stream_one(url, i), range(CLIENTS)))
+
+
+def _rss_mb(process: subprocess.Popen) -> float:
+    return psutil.Process(process.pid).memory_info().rss / 2**20
+
+
+def test_twenty_concurrent_streams_complete_and_memory_returns(deployed: Any) -> None:
+    url, process = deployed
+    warm = _round(url)
+    assert all(finish in ("stop", "length") for _, finish in warm)
+    time.sleep(0.5)
+    baseline = _rss_mb(process)
+    peaks = []
+    for _ in range(ROUNDS):
+        results = _round(url)
+        assert len(results) == CLIENTS
+        assert all(finish in ("stop", "length") for _, finish in results), results
+        assert sum(bool(text) for text, _ in results) >= CLIENTS - 2  # sampled replies are (almost) never empty
+        peaks.append(_rss_mb(process))
+    time.sleep(0.5)
+    final = _rss_mb(process)
+    print(f"server RSS: baseline {baseline:.0f} MB, rounds {[round(p) for p in peaks]} MB, final {final:.0f} MB")
+    assert final - baseline < RSS_SLACK_MB, f"RSS grew from {baseline:.0f} MB to {final:.0f} MB (peaks {peaks})"
+    assert httpx.get(f"{url}/health").json()["queued"] == 0
+    assert process.poll() is None  # still serving

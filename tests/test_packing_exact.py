@@ -1,0 +1,206 @@
+"""Padding-free (packed) batches are exact for every model family, on CPU.
+
+For each family a tiny random checkpoint is loaded through ``swiftcore.models.load_model`` (so the
+family's ``swiftcore_post_model_load`` hook runs), three samples of different lengths run one by one
+and packed into one row by ``PaddingFreeCollator``, and the per-sample summed losses and the
+gradients of every parameter must agree. The tiny configs are adjusted where the stock tiny one would
+not reach the code that packing can break:
+
+* Gemma 4: a 4-token sliding window (the stock 512 is longer than the samples) and KV sharing
+  (the last two layers reuse the keys/values of earlier layers);
+* DeepSeek-V4: a heavily-compressed-attention rate of 8 (the stock 128 is longer than the samples),
+  so both compressors and the sparse indexer (top-8 of up to 11 blocks) see several windows;
+* Qwen3.5: one sample longer than the 64-token chunk of the gated delta rule.
+
+A negative control shows the comparison catches a leak: without the hook, Qwen3.5's linear
+attention and DeepSeek-V4's compressors mix the samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import swiftcore  # noqa: E402
+from swiftcore.data import PaddingFreeCollator  # noqa: E402
+from swiftcore.models import load_model, make_tiny, model_class_for, read_hf_config  # noqa: E402
+
+IGNORE = -100
+# float32 on 2 CPU cores: packed and unpacked runs differ only by summation order.
+RTOL = ATOL = 1e-5
+
+
+@dataclass(frozen=True)
+class Case:
+    """One family's test set-up: sample lengths and config changes (applied to the text config)."""
+
+    lengths: tuple[int, ...]
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+CASES = {
+    "qwen3_5": Case(lengths=(70, 23, 41)),
+    "qwen3_5_moe": Case(lengths=(30, 70, 17)),
+    "gemma4": Case(
+        lengths=(13, 9, 17),
+        overrides={
+            "sliding_window": 4,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            "num_kv_shared_layers": 2,
+        },
+    ),
+    "deepseek_v4": Case(
+        lengths=(45, 38, 27),
+        overrides={"compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}},
+    ),
+    "qwen3_asr": Case(lengths=(12, 30, 7)),
+}
+# Families whose stock transformers layers leak across packed samples (what their hooks fix).
+LEAKY = ("qwen3_5", "deepseek_v4")
+
+
+@pytest.fixture(scope="session")
+def plugins() -> Any:
+    return swiftcore.load_plugins()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hub_offline() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        yield
+
+
+def _with_overrides(config: Any, overrides: dict[str, Any]) -> Any:
+    """A copy of ``config`` with ``overrides`` set on its text config (rebuilt, so derived fields follow)."""
+    data = config.to_dict()
+    target = data["text_config"] if "text_config" in data else data
+    target.update(overrides)
+    return type(config).from_dict(data)
+
+
+@pytest.fixture(scope="session")
+def checkpoints(plugins: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``build(family) -> Path``: the family's tiny checkpoint, written once per session."""
+    built: dict[str, Path] = {}
+
+    def build(family: str) -> Path:
+        if family not in built:
+            spec = plugins.registry.get("model", family)
+            path = make_tiny(spec, tmp_path_factory.mktemp("packing") / family)
+            overrides = CASES[family].overrides
+            if overrides:
+                from transformers import AutoConfig
+
+                config = _with_overrides(AutoConfig.from_pretrained(path), overrides)
+                torch.manual_seed(0)
+                model_class_for(spec, read_hf_config(path))(config).save_pretrained(path)
+            built[family] = path
+        return built[family]
+
+    return build
+
+
+def _samples(family: str, vocab: int) -> list[dict[str, list[int]]]:
+    generator = torch.Generator().manual_seed(sum(map(ord, family)))
+    samples = []
+    for n in CASES[family].lengths:
+        ids = torch.randint(40, vocab, (n,), generator=generator).tolist()
+        prompt = n // 3  # a prompt without loss, as a template would mask it
+        samples.append({"input_ids": ids, "labels": [IGNORE] * prompt + ids[prompt:]})
+    return samples
+
+
+def _summed_loss(logits: Any, labels: Any) -> Any:
+    """Summed next-token loss of one sample: ``logits[t]`` predicts ``labels[t + 1]``."""
+    logits = logits if logits.dtype == torch.float64 else logits.float()  # float64 when debugging a mismatch
+    return torch.nn.functional.cross_entropy(logits[:-1], labels[1:], ignore_index=IGNORE, reduction="sum")
+
+
+def _grads(model: Any) -> dict[str, Any]:
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def _unpacked(model: Any, samples: list[dict[str, list[int]]]) -> tuple[list[float], dict[str, Any]]:
+    """Per-sample summed losses and the gradients of their sum, one sample per forward."""
+    model.zero_grad(set_to_none=True)
+    losses = []
+    for sample in samples:
+        logits = model(input_ids=torch.tensor([sample["input_ids"]]), use_cache=False).logits[0]
+        loss = _summed_loss(logits, torch.tensor(sample["labels"]))
+        loss.backward()
+        losses.append(loss.item())
+    return losses, _grads(model)
+
+
+def _packed(model: Any, batch: dict[str, Any]) -> tuple[list[float], dict[str, Any]]:
+    """Per-sample summed losses of one packed row, and the gradients of their sum."""
+    model.zero_grad(set_to_none=True)
+    labels = batch["labels"][0]
+    inputs = {key: value for key, value in batch.items() if key not in ("labels", "seq_lens")}
+    logits = model(**inputs).logits[0]
+    cu = batch["cu_seq_lens_q"].tolist() if "cu_seq_lens_q" in batch else None
+    if cu is None:  # derive the segments from position_ids, as the model has to
+        starts = [t for t, p in enumerate(batch["position_ids"][0].tolist()) if p == 0]
+        cu = [*starts, logits.shape[0]]
+    per_sample = [_summed_loss(logits[a:b], labels[a:b]) for a, b in zip(cu, cu[1:], strict=False)]
+    torch.stack(per_sample).sum().backward()
+    return [loss.item() for loss in per_sample], _grads(model)
+
+
+def _load(family: str, checkpoints: Any, plugins: Any, *, hooks: bool = True) -> Any:
+    spec = plugins.registry.get("model", family)
+    model = load_model(spec, checkpoints(family), plugins if hooks else None, torch_dtype="float32")
+    return model.train()
+
+
+def _vocab(model: Any) -> int:
+    return model.get_input_embeddings().num_embeddings
+
+
+def _assert_close_to_scale(actual: Any, expected: Any, what: str) -> None:
+    """``|actual - expected| <= RTOL * max|expected|`` elementwise: float32 summation-order noise scales with the
+    tensor's largest entries, so an elementwise relative test would fail on near-zero entries of a correct result."""
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    error = float((actual - expected).abs().max()) if expected.numel() else 0.0
+    assert error <= RTOL * scale + ATOL * 1e-3, f"{what}: max |difference| {error:.3g} > {RTOL} x max |value| {scale:.3g}"
+
+
+def _assert_same(packed: tuple[list[float], dict[str, Any]], alone: tuple[list[float], dict[str, Any]]) -> None:
+    (packed_losses, packed_grads), (alone_losses, alone_grads) = packed, alone
+    torch.testing.assert_close(torch.tensor(packed_losses), torch.tensor(alone_losses), rtol=RTOL, atol=ATOL)
+    assert packed_grads.keys() == alone_grads.keys()
+    for name, grad in alone_grads.items():
+        _assert_close_to_scale(packed_grads[name], grad, f"gradient of {name}")
+
+
+@pytest.mark.parametrize("family", list(CASES))
+def test_packed_losses_and_gradients_equal_unpacked(family: str, checkpoints: Any, plugins: Any) -> None:
+    model = _load(family, checkpoints, plugins)
+    samples = _samples(family, _vocab(model))
+    _assert_same(_packed(model, PaddingFreeCollator()(samples)), _unpacked(model, samples))
+
+
+def test_qwen3_5_packed_with_position_ids_only(checkpoints: Any, plugins: Any) -> None:
+    """Boundaries come from position_ids restarts when the batch has no cu_seq_lens (e.g. TRL's padding-free)."""
+    model = _load("qwen3_5", checkpoints, plugins)
+    samples = _samples("qwen3_5", _vocab(model))
+    batch = {key: PaddingFreeCollator()(samples)[key] for key in ("input_ids", "labels", "position_ids", "use_cache")}
+    _assert_same(_packed(model, batch), _unpacked(model, samples))
+
+
+@pytest.mark.parametrize("family", LEAKY)
+def test_without_the_hook_packed_samples_leak(family: str, checkpoints: Any, plugins: Any) -> None:
+    """Negative control: the same comparison fails by a wide margin when the family's patch is left out."""
+    model = _load(family, checkpoints, plugins, hooks=False)
+    samples = _samples(family, _vocab(model))
+    (packed, _), (alone, _) = _packed(model, PaddingFreeCollator()(samples)), _unpacked(model, samples)
+    # The first sample sees nothing before it; every later one sees the samples packed before it.
+    assert packed[0] == pytest.approx(alone[0], rel=RTOL, abs=ATOL)
+    assert all(abs(p - a) > 1e-2 for p, a in zip(packed[1:], alone[1:], strict=True))

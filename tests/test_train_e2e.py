@@ -1,0 +1,169 @@
+"""`swiftcore train` end to end, per model family: make-tiny -> train (LoRA / full) -> load back with plain libraries."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr"]
+# Model classes plain transformers loads each tiny checkpoint with (not through swiftcore).
+PLAIN_CLASS = {
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "deepseek_v4": "DeepseekV4ForCausalLM",
+    "qwen3_asr": "Qwen3ASRForConditionalGeneration",
+}
+
+
+def _rows(n: int = 24) -> list[dict]:
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": f"Say {words[i % 8]} {i}."},
+                {"role": "assistant", "content": f"{words[i % 8]} {i}" + " again" * (i % 3)},
+            ]
+        }
+        for i in range(n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+    return path
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def train_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([SWIFTCORE, "train", *args], capture_output=True, text=True, env=_env(), timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def _logged_losses(output_dir: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (output_dir / "logs.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+
+
+def _logits(model, input_ids):
+    import torch
+
+    with torch.no_grad():
+        return model(input_ids=input_ids).logits
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lora_adapter_loads_with_plain_peft_and_matches(family, tiny_model_dir, dataset, tmp_path) -> None:
+    import torch
+    import transformers
+    from peft import PeftModel
+
+    from swiftcore import load_plugins
+    from swiftcore.infer.transformers_engine import TransformersEngine
+
+    model_dir = tiny_model_dir(family)
+    out = tmp_path / "run"
+    train_cli("--model", str(model_dir), "--dataset", str(dataset), "--output-dir", str(out), "--tuner", "lora",
+              "--max-steps", "4", "--batch-size", "4", "--learning-rate", "5e-3", "--logging-steps", "1",
+              "--max-length", "128")
+    losses = [loss for _, loss in _logged_losses(out)]
+    assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
+    checkpoint = out / "checkpoint-4"
+    assert (checkpoint / "adapter_config.json").exists() and (checkpoint / "adapter_model.safetensors").exists()
+    assert json.loads((out / "args.json").read_text())["model_spec"]["name"] == family
+
+    # Plain transformers + plain peft, no swiftcore involved.
+    cls = getattr(transformers, PLAIN_CLASS[family])
+    base = cls.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3, 64, 21]])
+    base_logits = _logits(base, ids)
+    plain = PeftModel.from_pretrained(base, str(checkpoint)).eval()
+    plain_logits = _logits(plain, ids)
+    # swiftcore's own load of the same checkpoint (the base model is found from the adapter).
+    engine = TransformersEngine(checkpoint, load_plugins(env={}))
+    ours = _logits(engine.model, ids)
+    assert torch.allclose(plain_logits, ours, atol=1e-6, rtol=0)
+    assert (plain_logits - base_logits).abs().max() > 1e-4, "the adapter changed nothing"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_full_tuning_saves_a_checkpoint_transformers_loads(family, tiny_model_dir, dataset, tmp_path) -> None:
+    import torch
+    import transformers
+
+    model_dir = tiny_model_dir(family)
+    out = tmp_path / "run"
+    train_cli("--model", str(model_dir), "--dataset", str(dataset), "--output-dir", str(out), "--tuner", "full",
+              "--max-steps", "2", "--batch-size", "4", "--learning-rate", "1e-3", "--max-length", "128")
+    checkpoint = out / "checkpoint-2"
+    cls = getattr(transformers, PLAIN_CLASS[family])
+    trained = cls.from_pretrained(str(checkpoint), dtype=torch.float32)
+    base = cls.from_pretrained(str(model_dir), dtype=torch.float32)
+    moved = [
+        name for (name, p), (_, q) in zip(trained.named_parameters(), base.named_parameters()) if not torch.equal(p, q)
+    ]
+    assert moved, "full tuning changed no weight"
+    assert json.loads((checkpoint / "swiftcore_args.json").read_text())["model_type"].startswith(family)
+
+
+def test_packing_and_padding_free_train_to_finite_loss(tiny_model_dir, dataset, tmp_path) -> None:
+    model_dir = tiny_model_dir("qwen3_5")
+    for flag in ("--packing", "--padding-free"):
+        out = tmp_path / flag.strip("-")
+        train_cli("--model", str(model_dir), "--dataset", str(dataset), "--output-dir", str(out), flag,
+                  "--max-steps", "2", "--batch-size", "2", "--max-length", "128", "--logging-steps", "1")
+        assert len(_logged_losses(out)) == 2
+
+
+# ----------------------------------------------------------------------------------- bad input
+
+
+def test_bad_dataset_row_names_file_and_line(tiny_model_dir, tmp_path) -> None:
+    data = tmp_path / "bad.jsonl"
+    rows = _rows(3)
+    rows[1]["messages"][0]["role"] = "bot"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = train_cli("--model", str(tiny_model_dir("qwen3_5")), "--dataset", str(data), "--output-dir",
+                     str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2
+    assert "bad.jsonl:2" in proc.stderr and "unknown role 'bot'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists(), "nothing may be written before the input is checked"
+
+
+def test_model_dir_without_config_is_named(tmp_path, dataset) -> None:
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    proc = train_cli("--model", str(empty), "--dataset", str(dataset), check=False)
+    assert proc.returncode == 2
+    assert str(empty) in proc.stderr and "config.json" in proc.stderr
+
+
+def test_unclaimed_model_type_suggests_the_plugin(tmp_path, dataset) -> None:
+    model = tmp_path / "falcon"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "falcon9", "architectures": ["Falcon9ForCausalLM"]}))
+    proc = train_cli("--model", str(model), "--dataset", str(dataset), check=False)
+    assert proc.returncode == 2
+    assert "falcon9" in proc.stderr and "pip install swiftcore-plugin-falcon9" in proc.stderr
+
+
+def test_template_that_does_not_fit_the_tokenizer_is_refused(tiny_model_dir, dataset, tmp_path) -> None:
+    proc = train_cli("--model", str(tiny_model_dir("qwen3_5")), "--dataset", str(dataset), "--template", "gemma4",
+                     "--output-dir", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2
+    assert "template 'gemma4'" in proc.stderr and "does not have" in proc.stderr
