@@ -61,7 +61,7 @@ def deploy_streams(engine: Any, clients: int, rounds: int, max_new_tokens: int) 
         chunks = 0
         for chunk in client.chat.completions.create(
                 model="bench", messages=[{"role": "user", "content": f"client {i}"}], max_tokens=max_new_tokens,
-                temperature=0.8, seed=i, stream=True, stream_options={"include_usage": True}):
+                temperature=0.8, stream=True, stream_options={"include_usage": True}):
             if chunk.usage is not None:
                 chunks = chunk.usage.completion_tokens
         return chunks

@@ -26,7 +26,7 @@ psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.slow
 
 CLIENTS = 20
-ROUNDS = 2
+ROUNDS = 3
 #: Allowed growth of the server's RSS over the baseline after all rounds (allocator noise, not leaks).
 RSS_SLACK_MB = 40
 
@@ -44,7 +44,9 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     model_dir = make_tiny_qwen3(tmp_path_factory.mktemp("load") / "tiny")
     port = _free_port()
     swiftcore = str(Path(sys.executable).parent / "swiftcore")
-    env = {**os.environ, "SWIFTCORE_PLUGINS": "swiftcore.infer.testing,template_qwen", "OMP_NUM_THREADS": "2"}
+    # One OpenMP thread: on a 2-core machine the server's spinning OpenMP workers and the 20 client threads
+    # would fight for the cores (13 s per round instead of 2 s).
+    env = {**os.environ, "SWIFTCORE_PLUGINS": "swiftcore.infer.testing,template_qwen", "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
         [swiftcore, "deploy", "--model", str(model_dir), "--port", str(port), "--served-model-name", "tiny",
          "--log-level", "warning", "--max-queue", "64"],
@@ -75,7 +77,7 @@ def _stream_one(url: str, i: int) -> tuple[str, str | None]:
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
     stream = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": f"client {i}: tell me a story"}],
-        max_tokens=16, temperature=0.8, seed=i, stream=True)
+        max_tokens=16, temperature=0.8, stream=True)
     text, finish = "", None
     for chunk in stream:
         if chunk.choices:

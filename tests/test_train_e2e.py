@@ -1,4 +1,4 @@
-"""`swiftcore train` end to end, per model family: make-tiny -> train (LoRA / full) -> load back with plain libraries."""
+"""`swiftcore train` end to end per family: make-tiny -> train (LoRA / full) -> load back with plain libraries."""
 
 from __future__ import annotations
 
@@ -77,9 +77,26 @@ def test_lora_adapter_loads_with_plain_peft_and_matches(family, tiny_model_dir, 
 
     model_dir = tiny_model_dir(family)
     out = tmp_path / "run"
-    train_cli("--model", str(model_dir), "--dataset", str(dataset), "--output-dir", str(out), "--tuner", "lora",
-              "--max-steps", "4", "--batch-size", "4", "--learning-rate", "5e-3", "--logging-steps", "1",
-              "--max-length", "128")
+    train_cli(
+        "--model",
+        str(model_dir),
+        "--dataset",
+        str(dataset),
+        "--output-dir",
+        str(out),
+        "--tuner",
+        "lora",
+        "--max-steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--learning-rate",
+        "5e-3",
+        "--logging-steps",
+        "1",
+        "--max-length",
+        "128",
+    )
     losses = [loss for _, loss in _logged_losses(out)]
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     checkpoint = out / "checkpoint-4"
@@ -107,8 +124,24 @@ def test_full_tuning_saves_a_checkpoint_transformers_loads(family, tiny_model_di
 
     model_dir = tiny_model_dir(family)
     out = tmp_path / "run"
-    train_cli("--model", str(model_dir), "--dataset", str(dataset), "--output-dir", str(out), "--tuner", "full",
-              "--max-steps", "2", "--batch-size", "4", "--learning-rate", "1e-3", "--max-length", "128")
+    train_cli(
+        "--model",
+        str(model_dir),
+        "--dataset",
+        str(dataset),
+        "--output-dir",
+        str(out),
+        "--tuner",
+        "full",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--learning-rate",
+        "1e-3",
+        "--max-length",
+        "128",
+    )
     checkpoint = out / "checkpoint-2"
     cls = getattr(transformers, PLAIN_CLASS[family])
     trained = cls.from_pretrained(str(checkpoint), dtype=torch.float32)
@@ -124,8 +157,23 @@ def test_packing_and_padding_free_train_to_finite_loss(tiny_model_dir, dataset, 
     model_dir = tiny_model_dir("qwen3_5")
     for flag in ("--packing", "--padding-free"):
         out = tmp_path / flag.strip("-")
-        train_cli("--model", str(model_dir), "--dataset", str(dataset), "--output-dir", str(out), flag,
-                  "--max-steps", "2", "--batch-size", "2", "--max-length", "128", "--logging-steps", "1")
+        train_cli(
+            "--model",
+            str(model_dir),
+            "--dataset",
+            str(dataset),
+            "--output-dir",
+            str(out),
+            flag,
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--max-length",
+            "128",
+            "--logging-steps",
+            "1",
+        )
         assert len(_logged_losses(out)) == 2
 
 
@@ -137,8 +185,15 @@ def test_bad_dataset_row_names_file_and_line(tiny_model_dir, tmp_path) -> None:
     rows = _rows(3)
     rows[1]["messages"][0]["role"] = "bot"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc = train_cli("--model", str(tiny_model_dir("qwen3_5")), "--dataset", str(data), "--output-dir",
-                     str(tmp_path / "o"), check=False)
+    proc = train_cli(
+        "--model",
+        str(tiny_model_dir("qwen3_5")),
+        "--dataset",
+        str(data),
+        "--output-dir",
+        str(tmp_path / "o"),
+        check=False,
+    )
     assert proc.returncode == 2
     assert "bad.jsonl:2" in proc.stderr and "unknown role 'bot'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -163,7 +218,75 @@ def test_unclaimed_model_type_suggests_the_plugin(tmp_path, dataset) -> None:
 
 
 def test_template_that_does_not_fit_the_tokenizer_is_refused(tiny_model_dir, dataset, tmp_path) -> None:
-    proc = train_cli("--model", str(tiny_model_dir("qwen3_5")), "--dataset", str(dataset), "--template", "gemma4",
-                     "--output-dir", str(tmp_path / "o"), check=False)
+    proc = train_cli(
+        "--model",
+        str(tiny_model_dir("qwen3_5")),
+        "--dataset",
+        str(dataset),
+        "--template",
+        "gemma4",
+        "--output-dir",
+        str(tmp_path / "o"),
+        check=False,
+    )
     assert proc.returncode == 2
     assert "template 'gemma4'" in proc.stderr and "does not have" in proc.stderr
+
+
+def _media_files(folder: Path) -> tuple[Path, Path]:
+    import math
+    import struct
+    import wave
+
+    from PIL import Image
+
+    image = folder / "square.png"
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(image)
+    audio = folder / "tone.wav"
+    with wave.open(str(audio), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(i * 0.1))) for i in range(16000)))
+    return image, audio
+
+
+@pytest.mark.parametrize(
+    ("family", "kind"), [("qwen3_5", "image"), ("gemma4", "image"), ("gemma4", "audio"), ("qwen3_asr", "audio")]
+)
+def test_multimodal_samples_train_through_the_cli(family, kind, tiny_model_dir, tmp_path) -> None:
+    image, audio = _media_files(tmp_path)
+    media = {"image": str(image), "audio": str(audio)}[kind]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": kind, kind: media}, {"type": "text", "text": f"Describe {i}."}]},
+                {"role": "assistant", "content": f"A {kind} number {i}."},
+            ]
+        }
+        for i in range(4)
+    ]
+    data = tmp_path / "mm.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    train_cli(
+        "--model",
+        str(tiny_model_dir(family)),
+        "--dataset",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--logging-steps",
+        "1",
+        "--max-length",
+        "1024",
+        "--no-freeze-vision" if kind == "image" else "--freeze-vision",
+    )
+    import math
+
+    losses = [loss for _, loss in _logged_losses(out)]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)

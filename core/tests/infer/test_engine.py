@@ -239,3 +239,19 @@ def test_capabilities_are_enforced(engine: Any) -> None:
         toy.load_adapter("a", ".")
     with pytest.raises(UnsupportedError, match="update weights"):
         toy.update_weights({})
+
+
+def test_stream_many_batches_rows_and_isolates_errors(engine: Any) -> None:
+    requests = [Request(record=r, sampling=SamplingParams(max_new_tokens=6 + 2 * i)) for i, r in enumerate(_records(3))]
+    requests.insert(1, Request(record={"messages": 1}))
+    pieces = list(engine.stream_many(requests))
+    assert pieces[0][0] == 1 and isinstance(pieces[0][1], InvalidRequestError)
+    assert [i for i, p in pieces if isinstance(p, Exception)] == [1]
+    expected = engine.generate_requests([requests[0], requests[2], requests[3]])
+    for index, want in zip((0, 2, 3), expected, strict=True):
+        mine = [p for i, p in pieces if i == index]
+        assert "".join(p.text for p in mine) == want.text
+        assert mine[-1].final.token_ids == want.token_ids and mine[-1].final.finish_reason == want.finish_reason
+        assert mine[-1].final.completion_tokens == want.completion_tokens
+    order = [i for i, p in pieces if not isinstance(p, Exception)]
+    assert order != sorted(order)  # the rows were generated together, not one after the other

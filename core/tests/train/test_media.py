@@ -196,6 +196,21 @@ def test_a_mixed_multimodal_batch_trains(name, family, model_of, media_files) ->
     model.zero_grad(set_to_none=True)
 
 
+def test_lazy_samples_keep_items_and_collate_to_the_same_batch(family, media_files) -> None:
+    _, _, tokenizer, template, preparer = family("gemma4")
+    records = [_record([{"type": "image", "image": str(media_files["wide.png"])},
+                        {"type": "audio", "audio": str(media_files["long.wav"])}]),
+               _record([{"type": "audio", "audio": str(media_files["short.wav"])}])]
+    encoded = [template.encode(tokenizer, r) for r in records]
+    eager = [preparer.expand(e, r) for e, r in zip(encoded, records, strict=True)]
+    lazy = [preparer.expand(e, r, lazy=True) for e, r in zip(encoded, records, strict=True)]
+    assert "pixel_values" not in lazy[0] and [item[0] for item in lazy[0]["media_items"]] == ["image", "audio"]
+    assert [s["input_ids"] for s in lazy] == [s["input_ids"] for s in eager]
+    want, got = preparer.collate(eager), preparer.collate(lazy)
+    assert sorted(want) == sorted(got)
+    assert all(torch.equal(want[key], got[key]) for key in want)
+
+
 def test_value_less_parts_take_the_records_column_in_order(family, media_files) -> None:
     _, _, tokenizer, template, preparer = family("qwen3_5")
     record = _record([{"type": "image"}, {"type": "image"}],

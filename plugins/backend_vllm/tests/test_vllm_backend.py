@@ -161,3 +161,14 @@ def test_embeddings_match_transformers(vllm: Any, reference: Any) -> None:
     assert got[0] != pytest.approx(got[1], abs=1e-3)
     raw = vllm.embed(texts, normalize=False)
     assert raw[0] == pytest.approx(reference.embed(texts, normalize=False)[0], rel=1e-4, abs=1e-4)
+
+
+def test_stream_many_equals_generate(vllm: Any) -> None:
+    requests = [Request(record=r, sampling=SamplingParams(max_new_tokens=8 + i)) for i, r in enumerate(_records(4))]
+    pieces = list(vllm.stream_many(requests))
+    expected = vllm.generate_requests(requests)
+    for index, want in enumerate(expected):
+        mine = [p for i, p in pieces if i == index]
+        assert mine[-1].final.token_ids == want.token_ids
+        assert "".join(p.text for p in mine) == want.text
+    assert not vllm.llm.llm_engine.has_unfinished_requests()

@@ -59,8 +59,12 @@ _HELP: dict[str, str] = {
     "resume_from_checkpoint": "Resume: 'latest' or a checkpoint directory.",
     "plot": "Write loss.png at the end.",
 }
-_CHOICES = {"tuner": TUNERS, "loss_policy": LOSS_POLICIES, "truncation": TRUNCATION,
-            "dtype": ("float32", "bfloat16", "float16")}
+_CHOICES = {
+    "tuner": TUNERS,
+    "loss_policy": LOSS_POLICIES,
+    "truncation": TRUNCATION,
+    "dtype": ("float32", "bfloat16", "float16"),
+}
 
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -77,8 +81,9 @@ def _options(func: Any) -> Any:
         default = f.default
         kwargs: dict[str, Any] = {"help": _HELP[f.name], "show_default": default not in (None, (), "")}
         if f.name == "enable_thinking":
-            func = click.option("--enable-thinking/--disable-thinking", "enable_thinking", default=None,
-                                help=_HELP[f.name])(func)
+            func = click.option(
+                "--enable-thinking/--disable-thinking", "enable_thinking", default=None, help=_HELP[f.name]
+            )(func)
             continue
         if isinstance(default, bool):
             func = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=default, **kwargs)(func)
@@ -99,8 +104,14 @@ def _options(func: Any) -> Any:
 
 
 @click.command("train")
-@click.option("--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False,
-              callback=_load_config, help="YAML file of arguments (keys are the flag names); flags override it.")
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    is_eager=True,
+    expose_value=False,
+    callback=_load_config,
+    help="YAML file of arguments (keys are the flag names); flags override it.",
+)
 @_options
 @plugin_option
 @pass_state

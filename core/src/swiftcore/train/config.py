@@ -134,7 +134,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if unknown:
         import difflib
 
-        hints = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k.replace("-", "_"), known, 1)) else k
-                 for k in unknown]
+        hints = [
+            f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k.replace("-", "_"), known, 1)) else k
+            for k in unknown
+        ]
         raise SwiftcoreError(f"--config {str(path)!r}: unknown argument(s): {', '.join(hints)}")
     return out

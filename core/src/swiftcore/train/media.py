@@ -59,8 +59,8 @@ MEDIA_COLUMNS = {"image": "images", "audio": "audios", "video": "videos"}
 _TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "text_replacement_offsets")
 #: ms-swift style inline media tags in string content.
 _TAGS = {"image": "<image>", "audio": "<audio>", "video": "<video>"}
-#: The keyword each media type takes in a processor call.
-_CALL_ARG = {"image": "images", "audio": "audio"}
+#: The media types samples can be trained on (video needs a video processor, i.e. torchvision; not yet).
+_TRAINABLE = ("image", "audio")
 
 
 class MediaError(SwiftcoreError):
@@ -86,7 +86,7 @@ def prepare_media(spec: Any, model_dir: str | Path, tokenizer: Any) -> MediaPrep
     Raises:
         MediaError: the checkpoint has processor files but the processor cannot be built.
     """
-    modalities = tuple(m for m in getattr(spec, "modalities", ()) if m in _CALL_ARG)
+    modalities = tuple(m for m in getattr(spec, "modalities", ()) if m in _TRAINABLE)
     if not modalities or not _has_processor_files(Path(model_dir)):
         return None
     processor = load_media_processor(spec, model_dir, tokenizer)
@@ -125,8 +125,11 @@ def _family_media_module(spec: Any) -> Any | None:
     if provider is not None and provider.distribution:
         try:
             dist = metadata.distribution(provider.distribution)
-            packages += [ep.value.partition(":")[0].rpartition(".")[0] for ep in dist.entry_points
-                         if ep.group == "swiftcore.plugins"]
+            packages += [
+                ep.value.partition(":")[0].rpartition(".")[0]
+                for ep in dist.entry_points
+                if ep.group == "swiftcore.plugins"
+            ]
         except metadata.PackageNotFoundError:
             pass
     # A plugin loaded from a module or file has no distribution: its lazy references name its package.
@@ -307,7 +310,7 @@ def _read_source(value: Any, what: str) -> bytes | str | Path:
         if value.startswith("data:"):
             return base64.b64decode(value.partition(",")[2])
         if value.startswith("file://"):
-            return Path(value[len("file://"):])
+            return Path(value[len("file://") :])
         if value.startswith(("http://", "https://")):
             raise MediaError(f"{what}: {value!r} is a URL; download it and give its path (training reads local files)")
         return Path(value)
@@ -464,7 +467,9 @@ class MediaPreparer:
         extractor = getattr(self.processor, "feature_extractor", None)
         return int(getattr(extractor, "sampling_rate", None) or 16_000)
 
-    def expand(self, encoded: Any, record: Mapping[str, Any], max_length: int | None = None) -> dict[str, Any]:
+    def expand(
+        self, encoded: Any, record: Mapping[str, Any], max_length: int | None = None, *, lazy: bool = False
+    ) -> dict[str, Any]:
         """Replace each media placeholder by the processor's expansion and add the towers' inputs.
 
         Args:
@@ -472,12 +477,15 @@ class MediaPreparer:
             record: the record; media parts without a value of their own take the next item of its
                 ``images`` / ``audios`` column, in order.
             max_length: when given, an expanded sample longer than this raises ``SampleTooLongError``.
+            lazy: keep the media items (``media_items``) instead of their tensors; :meth:`collate` runs the
+                processor again for each batch. A whole dataset's pixel tensors rarely fit in memory (one
+                Gemma 4 image is 7.7 MB of float32 patches), so a trainer should expand lazily.
 
         Returns:
             ``input_ids`` and ``labels`` (lists; -100 on every media token), ``mm_token_type_ids`` (list,
             when the processor makes them) and the processor's tensors per media type concatenated over
             the sample's items (``pixel_values``, ``image_grid_thw`` / ``image_position_ids``,
-            ``input_features``, ``input_features_mask`` ...).
+            ``input_features``, ``input_features_mask`` ...), or with ``lazy`` the items instead.
 
         Raises:
             MediaError: a media type the model does not take, an item that cannot be loaded, more
@@ -490,6 +498,7 @@ class MediaPreparer:
         out_labels: list[int] = []
         out_types: list[int] = []
         tensors: dict[str, list[Any]] = {}
+        items: list[tuple[str, Any, str, str]] = []
         has_types = False
         pos = 0
         for index, (m, value) in enumerate(zip(media, values, strict=True)):
@@ -497,7 +506,9 @@ class MediaPreparer:
             out_ids += ids[pos:start]
             out_labels += labels[pos:start]
             out_types += [0] * (start - pos)
-            expanded = self._process(kind, value, text or self._span_text(ids, start, end), f"{where}: {kind} {index}")
+            item = (kind, value, text or self._span_text(ids, start, end), f"{where}: {kind} {index}")
+            items.append(item)
+            expanded = self._process(*item)
             span = [int(t) for t in expanded.pop("input_ids")]
             out_ids += span
             out_labels += [IGNORE_INDEX] * len(span)
@@ -520,9 +531,23 @@ class MediaPreparer:
         sample: dict[str, Any] = {"input_ids": out_ids, "labels": out_labels}
         if has_types:
             sample["mm_token_type_ids"] = out_types
+        if lazy and media:
+            sample["media_items"] = items
+            return sample
         for key, parts in tensors.items():
             sample[key] = _concat(parts, key)
         return sample
+
+    def media_tensors(self, items: Sequence[tuple[str, Any, str, str]]) -> dict[str, Any]:
+        """The processor's tensors for a lazily expanded sample's ``media_items``, concatenated per key."""
+        tensors: dict[str, list[Any]] = {}
+        for kind, value, text, what in items:
+            out = self._process(kind, value, text, what)
+            out.pop("input_ids")
+            out.pop("mm_token_type_ids", None)
+            for key, tensor in out.items():
+                tensors.setdefault(key, []).append(tensor)
+        return {key: _concat(parts, key) for key, parts in tensors.items()}
 
     def collate(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Pad the text like :class:`swiftcore.data.PaddingCollator` (right padding) and concatenate the media
@@ -546,7 +571,10 @@ class MediaPreparer:
                 types = list(s.get("mm_token_type_ids") or [0] * len(s["input_ids"]))
                 rows.append(types + [0] * (length - len(types)))
             batch["mm_token_type_ids"] = torch.tensor(rows, dtype=torch.long)
-        keys = dict.fromkeys(k for s in samples for k in s if k not in ("input_ids", "labels", "mm_token_type_ids"))
+        # Lazily expanded samples get their tensors now, in sample order like the eager ones.
+        samples = [{**s, **self.media_tensors(s["media_items"])} if s.get("media_items") else s for s in samples]
+        skip = ("input_ids", "labels", "mm_token_type_ids", "media_items", "length")
+        keys = dict.fromkeys(k for s in samples for k in s if k not in skip)
         for key in keys:
             parts = [torch.as_tensor(s[key]) for s in samples if s.get(key) is not None]
             batch[key] = _concat(parts, key)
@@ -574,11 +602,12 @@ class MediaPreparer:
                     f"give the part a {kind!r} value or add the item to {MEDIA_COLUMNS[kind]!r}"
                 )
             values.append(value)
-        self._check_columns_used(columns, record, where)
+        self._check_columns_used(columns, where)
         return values
 
     @staticmethod
-    def _check_columns_used(columns: dict[str, Any], record: Mapping[str, Any], where: str) -> None:
+    def _check_columns_used(columns: dict[str, Any], where: str) -> None:
+        """Refuse column items no placeholder took: they would silently not be trained on."""
         for kind, items in columns.items():
             left = sum(1 for _ in items)
             if left:

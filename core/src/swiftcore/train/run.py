@@ -46,10 +46,12 @@ def check_template_fits_tokenizer(template_spec: Any, tokenizer: Any, model_dir:
 
 
 def encode_records(
-    records: list[dict], template: Any, tokenizer: Any, cfg: TrainConfig, *, desc: str = "encoding"
+    records: list[dict], template: Any, tokenizer: Any, cfg: TrainConfig, *, desc: str = "encoding", media: Any = None
 ) -> list[dict]:
     """Encode canonical records into ``{"input_ids", "labels"}`` samples (those with no loss token dropped)."""
     from tqdm.auto import tqdm
+
+    from swiftcore.train.media import media_tags_to_parts
 
     samples = []
     no_loss = 0
@@ -59,6 +61,8 @@ def encode_records(
             kwargs = dict(record.get("chat_template_kwargs") or {})
             kwargs.setdefault("enable_thinking", cfg.enable_thinking)  # a per-sample value wins
             record = {**record, "chat_template_kwargs": kwargs}
+        if media is not None:
+            record = media_tags_to_parts(record)
         try:
             enc = template.encode(
                 tokenizer,
@@ -76,7 +80,10 @@ def encode_records(
         if all(label == -100 for label in enc.labels):
             no_loss += 1
             continue
-        samples.append({"input_ids": list(enc.input_ids), "labels": list(enc.labels)})
+        if media is not None and enc.media:
+            samples.append(media.expand(enc, record, max_length=cfg.max_length, lazy=True))
+        else:
+            samples.append({"input_ids": list(enc.input_ids), "labels": list(enc.labels)})
     if dropped:
         log.warning("dropped %d sample(s) longer than --max-length %d", dropped, cfg.max_length)
     if no_loss:
@@ -149,8 +156,18 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
         train_records, val_records = split_train_val(list(records), val_ratio=cfg.split_ratio, seed=cfg.seed)
     else:
         train_records, val_records = list(records), []
-    train_samples = encode_records(list(train_records), template, tokenizer, cfg, desc="encoding train")
-    val_samples = encode_records(list(val_records), template, tokenizer, cfg, desc="encoding val") if val_records else []
+    from swiftcore.train.media import has_media, prepare_media
+
+    media = prepare_media(spec, cfg.model, tokenizer)  # None for text-only models
+    train_samples = encode_records(list(train_records), template, tokenizer, cfg, desc="encoding train", media=media)
+    val_samples = (
+        encode_records(list(val_records), template, tokenizer, cfg, desc="encoding val", media=media)
+        if val_records
+        else []
+    )
+    multimodal = any(has_media(s) for s in train_samples + val_samples)
+    if multimodal and (cfg.packing or cfg.padding_free):
+        raise SwiftcoreError("--packing / --padding-free do not support image or audio samples yet; leave them off")
 
     import torch
     from transformers import TrainingArguments
@@ -180,9 +197,7 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
         "model_type": spec.name if not spec.provider else f"{spec.name}@{spec.provider.plugin}",
         "model_spec": {"name": spec.name, "provider": str(spec.provider)},
         "template": {"name": template_spec.name, "provider": str(template_spec.provider)},
-        "plugins": [
-            {"name": i.name, "distribution": i.distribution, "version": i.version} for i in plugins.loaded()
-        ],
+        "plugins": [{"name": i.name, "distribution": i.distribution, "version": i.version} for i in plugins.loaded()],
         "versions": _versions(),
     }
     (output_dir / "args.json").write_text(json.dumps(args_record, indent=2), encoding="utf-8")
@@ -214,13 +229,18 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
         save_only_model=False,
+        # Without use_cpu, transformers ignores torchrun's WORLD_SIZE on a CPU-only machine and every rank
+        # trains alone on the same data; with it, accelerate sets up gloo data parallelism.
+        use_cpu=not torch.cuda.is_available(),
     )
     trainer = SwiftTrainer(
         model=model,
         args=targs,
         train_dataset=_pack(train_samples, cfg),
         eval_dataset=_pack(val_samples, cfg) if val_samples else None,
-        data_collator=_collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
+        data_collator=media.collate
+        if multimodal
+        else _collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
         processing_class=tokenizer,
         callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
     )

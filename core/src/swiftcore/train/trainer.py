@@ -27,7 +27,7 @@ class SwiftTrainer(Trainer):
 
     _staging_save = False
     #: file name -> text, written into every checkpoint before it is renamed into place.
-    checkpoint_extras: dict[str, str] = {}  # noqa: RUF012 - replaced per instance by the caller
+    checkpoint_extras: dict[str, str] = {}
 
     def _get_output_dir(self, trial: Any) -> str:
         run_dir = super()._get_output_dir(trial)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from swiftcore import ModelParts, ModelSpec, hookimpl
 
 SWIFTCORE_API = "1.0"
@@ -38,3 +40,14 @@ def swiftcore_register_models() -> list[ModelSpec]:
             description="DeepSeek-V4: mixture of experts with compressed sparse attention",
         ),
     ]
+
+
+@hookimpl
+def swiftcore_post_model_load(model: Any, spec: ModelSpec, model_dir: str) -> None:
+    """Make the compressed attention layers exact on packed (padding-free) batches; see ``packing``."""
+    if spec.name != "deepseek_v4":
+        return
+    # Imported here: the patch needs transformers, which importing this plugin must not load.
+    from swiftcore_plugin_deepseek_v4.packing import patch_packed_compressed_attention
+
+    patch_packed_compressed_attention(model)

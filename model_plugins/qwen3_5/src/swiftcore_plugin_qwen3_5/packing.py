@@ -127,14 +127,21 @@ def _packed_forward(
     rest = {key: value for key, value in kwargs.items() if key not in PACKING_KWARGS}
     batch, seq_len, hidden = hidden_states.shape
     cu = cu.to(device=hidden_states.device, dtype=torch.long)
-    if cu.ndim != 1 or int(cu[0]) != 0 or int(cu[-1]) != batch * seq_len:
+    bounds = cu.tolist()
+    rows = list(range(0, batch * seq_len + 1, seq_len))
+    lengths = cu[1:] - cu[:-1]
+    if cu.ndim != 1 or bounds[0] != 0 or bounds[-1] != batch * seq_len or bool((lengths <= 0).any()):
         raise PackedBatchError(
-            f"{type(self).__name__} (layer {self.layer_idx}): cu_seq_lens_q={cu.tolist()} does not cover the "
+            f"{type(self).__name__} (layer {self.layer_idx}): cu_seq_lens_q={bounds} does not cover the "
             f"{batch}x{seq_len} tokens it got; pass the cu_seq_lens_q that PaddingFreeCollator builds for this "
             "batch, or leave it out and send position_ids that restart at 0 for each sample"
         )
-    lengths = cu[1:] - cu[:-1]
-    if len(lengths) == batch:  # one sample per row: nothing is packed
+    if not set(rows) <= set(bounds):
+        raise PackedBatchError(
+            f"{type(self).__name__} (layer {self.layer_idx}): cu_seq_lens_q={bounds} has a sample that spans "
+            f"rows of {seq_len} tokens; pack each sample inside one row"
+        )
+    if bounds == rows:  # one sample per row: nothing is packed
         return unpacked(hidden_states, **rest)
     # Re-lay the flattened samples as a right-padded batch [n_samples, longest, hidden]; `keep` marks real
     # tokens, which come out of the boolean indexing in their packed order.
