@@ -21,9 +21,16 @@ openai = pytest.importorskip("openai")
 API_KEY = "test-key"
 MODEL = "tiny"
 USER = [{"role": "user", "content": "Is 12 even or odd?"}]
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +95,16 @@ def test_adapter_is_selected_by_model_name(client: Any, engine: Any) -> None:
 
 def test_streaming_equals_non_streaming(client: Any) -> None:
     full = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=10, temperature=0)
-    chunks = list(client.chat.completions.create(model=MODEL, messages=USER, max_tokens=10, temperature=0,
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=USER,
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == full.choices[0].message.content
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
@@ -100,8 +115,13 @@ def test_streaming_equals_non_streaming(client: Any) -> None:
 def test_chat_template_kwargs_reach_the_template(client: Any) -> None:
     # qwen3 with enable_thinking=False adds an empty thinking block to the generation prompt.
     on = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1, temperature=0)
-    off = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1, temperature=0,
-                                         extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    off = client.chat.completions.create(
+        model=MODEL,
+        messages=USER,
+        max_tokens=1,
+        temperature=0,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
     assert off.usage.prompt_tokens > on.usage.prompt_tokens
 
 
@@ -120,8 +140,9 @@ class _Scripted:
             if "<tool_response>" in text:
                 reply = "It is sunny in Paris."
             else:
-                reply = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
-                         "</tool_call>")
+                reply = (
+                    'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+                )
             ids = self.engine.tokenizer(reply, add_special_tokens=False)["input_ids"]
             out.append(ids + self.engine.stop_token_ids[:1])
         return out
@@ -180,11 +201,13 @@ def test_completions(client: Any, engine: Any) -> None:
     from swiftcore.infer.types import Request, SamplingParams
 
     reply = client.completions.create(model=MODEL, prompt="The number twelve is", max_tokens=6, temperature=0)
-    expected = engine.generate_requests([Request(prompt="The number twelve is",
-                                                 sampling=SamplingParams(max_new_tokens=6))])[0]
+    expected = engine.generate_requests(
+        [Request(prompt="The number twelve is", sampling=SamplingParams(max_new_tokens=6))]
+    )[0]
     assert reply.choices[0].text == expected.text
-    streamed = client.completions.create(model=MODEL, prompt="The number twelve is", max_tokens=6, temperature=0,
-                                         stream=True)
+    streamed = client.completions.create(
+        model=MODEL, prompt="The number twelve is", max_tokens=6, temperature=0, stream=True
+    )
     assert "".join(c.choices[0].text for c in streamed) == expected.text
 
 
@@ -199,8 +222,11 @@ def test_wrong_api_key_is_401(server: str, client: Any) -> None:
 
 
 def test_malformed_json_is_400(server: str, client: Any) -> None:
-    response = httpx.post(f"{server}/v1/chat/completions", content=b'{"model": "tiny", "messages": [',
-                          headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+    response = httpx.post(
+        f"{server}/v1/chat/completions",
+        content=b'{"model": "tiny", "messages": [',
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+    )
     assert response.status_code == 400
     assert "JSON" in response.json()["error"]["message"]
     _still_serving(client)
@@ -293,3 +319,29 @@ def test_bad_lora_argument_is_a_clear_error(tmp_path: Path) -> None:
     from swiftcore.cli.main import main
 
     assert main(["deploy", "--model", str(tmp_path), "--lora", "noequals"]) == 2
+
+
+def test_32_concurrent_requests_with_3_invalid(server: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    bodies: list[dict[str, Any]] = [
+        {"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 4, "temperature": 0}
+        for i in range(32)
+    ]
+    bodies[4]["messages"] = [{"role": "user"}]  # no content
+    bodies[11]["max_tokens"] = 0
+    bodies[29]["messages"] = [{"role": "user", "content": "x " * 2000}]  # longer than the context
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with ThreadPoolExecutor(32) as pool:
+        responses = list(
+            pool.map(
+                lambda b: httpx.post(f"{server}/v1/chat/completions", json=b, headers=headers, timeout=120), bodies
+            )
+        )
+    statuses = [r.status_code for r in responses]
+    assert [i for i, s in enumerate(statuses) if s != 200] == [4, 11, 29]
+    assert all(statuses[i] == 400 and responses[i].json()["error"]["message"] for i in (4, 11, 29))
+    assert (
+        sum(r.json()["choices"][0]["finish_reason"] in ("stop", "length") for r in responses if r.status_code == 200)
+        == 29
+    )

@@ -1,15 +1,36 @@
-"""``swiftcore new-plugin``: Scaffold a new plugin distribution."""
+"""``swiftcore new-plugin``: scaffold a new plugin distribution (from templates shipped in swiftcore)."""
 
 from __future__ import annotations
 
-import click
+from pathlib import Path
 
-from swiftcore.errors import SwiftcoreError
+import click
 
 __all__ = ["new_plugin"]
 
+_KINDS = ("model", "template", "backend")
 
-@click.command("new-plugin", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def new_plugin() -> None:
-    """Scaffold a new plugin distribution. (Not available in this release yet.)"""
-    raise SwiftcoreError("'swiftcore new-plugin' is not available in this release yet; see the project's open issues.")
+
+@click.command("new-plugin")
+@click.argument("name")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Where to create the swiftcore-plugin-NAME folder.")
+@click.option("--kind", type=click.Choice(_KINDS), default="model", show_default=True,
+              help="What the plugin provides.")
+@click.option("--force", is_flag=True, help="Overwrite files in an existing, non-empty folder.")
+def new_plugin(name: str, directory: Path, kind: str, force: bool) -> None:
+    """Write a complete plugin distribution swiftcore-plugin-NAME: pyproject with entry points, plugin
+    module, tiny config factory, README and a contract test.
+
+    \b
+    Example:
+      swiftcore new-plugin acme --dir ./plugins
+      pip install -e ./plugins/swiftcore-plugin-acme && pytest ./plugins/swiftcore-plugin-acme
+    """
+    from swiftcore.scaffold import plugin_files, render_plugin
+
+    target = render_plugin(name, directory, kind, force=force)
+    click.echo(f"wrote {target} ({kind} plugin {name!r}):")
+    for relative in sorted(plugin_files(name, kind)):
+        click.echo(f"  {relative}")
+    click.echo(f"next: pip install -e {target} && pytest {target}")

@@ -29,7 +29,7 @@ def _rows(state: CliState) -> list[dict[str, Any]]:
             "distribution": "swiftcore",
             "version": __version__,
             "source": "builtin",
-            "provides": {},
+            "provides": _builtin_provides(),
             "status": "builtin",
             "error": None,
             "api": None,
@@ -40,6 +40,16 @@ def _rows(state: CliState) -> list[dict[str, Any]]:
             info.status = "blocked"
         rows.append(info.as_dict())
     return rows
+
+
+def _builtin_provides() -> dict[str, list[str]]:
+    # The built-ins are swiftcore's own light module, so asking their hooks costs no heavy import.
+    from swiftcore._plugins import ENV_PLUGINS, load_plugins
+    from swiftcore.specs import SPEC_KINDS
+
+    registry = load_plugins(env={ENV_PLUGINS: ""}).registry
+    provides = {kind: registry.names(kind) for kind in SPEC_KINDS}
+    return {kind: names for kind, names in provides.items() if names}
 
 
 def _check_all(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

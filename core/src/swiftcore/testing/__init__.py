@@ -3,6 +3,13 @@
 Enable it with ``pytest_plugins = ["swiftcore.testing"]`` in a ``conftest.py`` or ``pytest -p
 swiftcore.testing``. It is never auto-loaded, so installing swiftcore changes no one's test run.
 
+Contract tests (a plugin's own test file subclasses this in one line)::
+
+    from swiftcore.testing import PluginContract
+
+    class TestAcme(PluginContract):
+        plugin = "acme"
+
 Fixtures:
     swiftcore_plugins: a fresh :class:`~swiftcore._plugins.Plugins` holding only swiftcore's
         built-ins: no installed plugin leaks into the test.
@@ -20,7 +27,7 @@ import pytest
 
 from swiftcore._plugins import ENV_PLUGINS, PluginInfo, Plugins, load_plugins
 
-__all__ = ["isolated_plugins", "register_plugin", "registered", "swiftcore_plugins"]
+__all__ = ["PluginContract", "isolated_plugins", "register_plugin", "registered", "swiftcore_plugins"]
 
 
 def isolated_plugins() -> Plugins:
@@ -65,3 +72,12 @@ def register_plugin(swiftcore_plugins: Plugins) -> Iterator[Callable[..., Plugin
     for name in reversed(added):
         if name in swiftcore_plugins.infos:
             swiftcore_plugins.remove(name)
+
+
+def __getattr__(name: str) -> Any:
+    # PluginContract lives in its own module; imported on first use so that the fixtures above stay cheap.
+    if name == "PluginContract":
+        from swiftcore.testing.contract import PluginContract
+
+        return PluginContract
+    raise AttributeError(name)

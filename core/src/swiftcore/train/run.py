@@ -132,6 +132,11 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     from swiftcore.template import get_template
 
     cfg.validate()
+    if cfg.task != "causal_lm":  # an lm_head: its plugin owns the recipe (swiftcore-heads)
+        from swiftcore._lazy import resolve
+
+        head = plugins.registry.get("head", cfg.task)
+        return resolve(head.factory, what=f"factory of head {head.name!r} ({head.provider})")(cfg, plugins, head)
     output_dir = Path(cfg.output_dir)
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)

@@ -36,6 +36,7 @@ __all__ = [
     "PackedBatchError",
     "packed_segments",
     "patch_packed_compressed_attention",
+    "transformers_in_range",
 ]
 
 logger = logging.getLogger("swiftcore.plugins.deepseek_v4")
@@ -144,7 +145,7 @@ def _packed_forward(
         output, _ = unpacked(
             hidden_states[row : row + 1, start:end],
             _slice_rotary(position_embeddings, row, start, end),
-            _rows(position_ids, row, start, end),
+            None if position_ids is None else _rows(position_ids, row, start, end),
             mask,
             None,
             **rest,

@@ -38,6 +38,7 @@ __all__ = [
     "PackedBatchError",
     "packed_cu_seq_lens",
     "patch_packed_linear_attention",
+    "transformers_in_range",
 ]
 
 logger = logging.getLogger("swiftcore.plugins.qwen3_5")

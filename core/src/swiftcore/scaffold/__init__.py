@@ -1,0 +1,156 @@
+"""``swiftcore new-plugin``'s generator: render a complete plugin distribution from packaged templates.
+
+The templates (``*.tmpl`` beside this module, shipped as package data) use :class:`string.Template`
+``${placeholders}``; nothing is downloaded. See :func:`render_plugin`.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from swiftcore.errors import SwiftcoreError
+
+__all__ = ["KINDS", "ScaffoldError", "plugin_files", "render_plugin"]
+
+#: kind -> (spec index group, extra dependencies, [(template, path in the distribution)]).
+KINDS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = {
+    "model": (
+        "swiftcore.models",
+        ("swiftcore-template-qwen>=0.1,<0.2",),
+        (("model/plugin.py", "src/{package}/plugin.py"), ("model/modeling.py", "src/{package}/modeling.py"),
+         ("model/tiny.py", "src/{package}/tiny.py")),
+    ),
+    "template": (
+        "swiftcore.templates",
+        (),
+        (("template/plugin.py", "src/{package}/plugin.py"), ("template/template.py", "src/{package}/template.py"),
+         ("template/official.jinja", "src/{package}/official/{name}.jinja")),
+    ),
+    "backend": (
+        "swiftcore.backends",
+        (),
+        (("backend/plugin.py", "src/{package}/plugin.py"), ("backend/engine.py", "src/{package}/engine.py")),
+    ),
+}
+_COMMON = (
+    ("common/pyproject.toml", "pyproject.toml"),
+    ("common/README.md", "README.md"),
+    ("common/__init__.py", "src/{package}/__init__.py"),
+    ("common/test_contract.py", "tests/test_contract.py"),
+)
+_USAGE = {
+    "model": "\n```bash\nswiftcore make-tiny {name} ./tiny-{name}\n"
+             "swiftcore train --plugin {name} --model ./tiny-{name} --dataset chat.jsonl --max-steps 10\n"
+             "swiftcore infer --plugin {name} --model ./output/checkpoint-10 --input prompts.jsonl\n```\n",
+    "template": "\n```bash\nswiftcore template render {name} conversation.json\n```\n",
+    "backend": "\n```bash\nswiftcore infer --backend {name} --model ./tiny --input prompts.jsonl\n```\n",
+}
+_LAYOUT = {
+    "model": "- `src/{package}/modeling.py`: the model classes, registered with transformers' Auto classes.\n"
+             "- `src/{package}/tiny.py`: the tiny config and tokenizer factories.\n",
+    "template": "- `src/{package}/template.py`: the template; `official/{name}.jinja`: the official chat template.\n",
+    "backend": "- `src/{package}/engine.py`: the engine factory and the availability probe.\n",
+}
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class ScaffoldError(SwiftcoreError):
+    """The plugin cannot be generated (bad name, unknown kind, existing target)."""
+
+
+@dataclass(frozen=True)
+class _Names:
+    name: str
+    kind: str
+
+    @property
+    def dist(self) -> str:
+        return f"swiftcore-plugin-{self.name.replace('_', '-')}"
+
+    @property
+    def package(self) -> str:
+        return f"swiftcore_plugin_{self.name}"
+
+    @property
+    def cls(self) -> str:
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+def plugin_files(name: str, kind: str = "model") -> dict[str, str]:
+    """The generated distribution's files: relative path -> text (nothing written).
+
+    Args:
+        name: the plugin name (lower case, digits and ``_``; also the spec name).
+        kind: one of :data:`KINDS`.
+
+    Raises:
+        ScaffoldError: a bad name or kind.
+    """
+    from swiftcore.plugin_api import API_VERSION, API_VERSION_STRING
+
+    if not _NAME.match(name):
+        raise ScaffoldError(f"plugin name {name!r}: use lower-case letters, digits and '_', starting with a letter")
+    if kind not in KINDS:
+        raise ScaffoldError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
+    names = _Names(name, kind)
+    group, extra, files = KINDS[kind]
+    # The swiftcore minor series this core belongs to: the API's compatibility promise.
+    requirement = _swiftcore_requirement()
+    values = {
+        "name": name,
+        "kind": kind,
+        "dist": names.dist,
+        "package": names.package,
+        "cls": names.cls,
+        "api": API_VERSION_STRING,
+        "api_major": str(API_VERSION[0]),
+        "index_group": group,
+        "dependencies": ", ".join(f'"{d}"' for d in (requirement, *extra)),
+        "usage": _USAGE[kind].format(name=name),
+        "layout": _LAYOUT[kind].format(name=name, package=names.package),
+    }
+    root = resources.files("swiftcore.scaffold")
+    out = {}
+    for template, target in (*_COMMON, *files):
+        text = (root / f"{template}.tmpl").read_text(encoding="utf-8")
+        out[target.format(package=names.package, name=name)] = string.Template(text).substitute(values)
+    return out
+
+
+def _swiftcore_requirement() -> str:
+    from packaging.version import Version
+
+    from swiftcore import __version__
+
+    version = Version(__version__)
+    return f"swiftcore>={version.major}.{version.minor},<{version.major}.{version.minor + 1}"
+
+
+def render_plugin(name: str, directory: str | Path = ".", kind: str = "model", *, force: bool = False) -> Path:
+    """Write the distribution ``swiftcore-plugin-NAME`` into ``directory``.
+
+    Args:
+        name: the plugin name.
+        directory: where the distribution folder is created.
+        kind: ``model``, ``template`` or ``backend``.
+        force: overwrite files of an existing folder.
+
+    Returns:
+        The distribution folder (``directory/swiftcore-plugin-NAME``).
+
+    Raises:
+        ScaffoldError: a bad name or kind, or the folder exists and is not empty (without ``force``).
+    """
+    files = plugin_files(name, kind)
+    target = Path(directory) / _Names(name, kind).dist
+    if target.exists() and any(target.iterdir()) and not force:
+        raise ScaffoldError(f"{target} exists and is not empty; choose another --dir or pass --force")
+    for relative, text in files.items():
+        path = target / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return target

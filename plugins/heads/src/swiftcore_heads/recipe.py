@@ -1,0 +1,266 @@
+"""``run_head_training``: the training recipe of every head task, on core components.
+
+Read top to bottom it is the recipe: check options and data, load the backbone's decoder, add the
+head, tune (LoRA or full), train with :class:`swiftcore.train.trainer.SwiftTrainer`, save each
+checkpoint in its ecosystem format (:mod:`swiftcore_heads.save`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from swiftcore.errors import SwiftcoreError
+
+__all__ = ["run_head_training", "yes_no_token_ids"]
+
+log = logging.getLogger("swiftcore.heads")
+
+
+def yes_no_token_ids(tokenizer: Any, positive: str, negative: str) -> tuple[int, int]:
+    """Token ids scored by the generative reranker: each word's token, or its first piece if it splits.
+
+    Raises:
+        SwiftcoreError: both words start with the same token (their logits could not differ).
+    """
+    ids = []
+    for word in (positive, negative):
+        token_id = tokenizer.convert_tokens_to_ids(word)
+        if token_id is None or token_id == tokenizer.unk_token_id:
+            pieces = tokenizer(word, add_special_tokens=False)["input_ids"]
+            if len(pieces) > 1:
+                log.warning("generative reranker: %r is %d tokens; scoring its first, %r", word, len(pieces), pieces[0])
+            token_id = pieces[0]
+        ids.append(int(token_id))
+    if ids[0] == ids[1]:
+        raise SwiftcoreError(
+            f"--positive-token {positive!r} and --negative-token {negative!r} start with the same token {ids[0]}; "
+            "pick words the tokenizer tells apart"
+        )
+    return ids[0], ids[1]
+
+
+def _hidden_size(model_dir: str) -> int:
+    from swiftcore.models import read_hf_config
+
+    config = read_hf_config(model_dir)
+    text = config.get("text_config") or config
+    return int(text.get("hidden_size") or config.get("hidden_size"))
+
+
+def _head_info(cfg: Any, tokenizer: Any, yes_no: tuple[int, int] | None) -> dict[str, Any]:
+    info: dict[str, Any] = {"pooling": cfg.pooling, "max_length": cfg.max_length, "loss": cfg.loss}
+    if cfg.task == "embedding":
+        info.update(normalize=cfg.normalize, mrl_dims=list(cfg.mrl_dims))
+    if cfg.task == "classification":
+        info.update(num_labels=cfg.num_labels, problem_type=cfg.problem_type)
+    if cfg.task == "reranker":
+        info.update(num_labels=1, problem_type="regression")
+    if cfg.task == "generative_reranker":
+        info.update(
+            yes_no_ids=list(yes_no),
+            positive_token=cfg.positive_token,
+            negative_token=cfg.negative_token,
+            instruction=cfg.reranker_instruction,
+        )
+    return info
+
+
+def build_head_model(cfg: Any, spec: Any, plugins: Any, tokenizer: Any, yes_no: tuple[int, int] | None) -> Any:
+    """Load the backbone, keep its decoder (and lm_head for the generative reranker), add the head, tune it."""
+    from swiftcore.models import load_model
+    from swiftcore_heads.model import HeadModel, extract_decoder, output_head
+    from swiftcore_heads.tuning import apply_head_tuner
+
+    full = load_model(spec, cfg.model, plugins, torch_dtype="float32" if cfg.dtype == "float32" else cfg.dtype)
+    decoder, peft_model = apply_head_tuner(extract_decoder(full, spec), spec, cfg)
+    lm_head, softcap = None, None
+    if cfg.task == "generative_reranker":
+        head, tied = output_head(full)
+        lm_head = None if tied else head
+        if lm_head is not None and cfg.tuner == "lora":
+            lm_head.requires_grad_(False)  # LoRA trains adapters only, as in SFT
+        softcap = getattr(full.config.get_text_config(), "final_logit_softcapping", None)
+    model = HeadModel(
+        decoder,
+        cfg.task,
+        pooling=cfg.pooling,
+        num_labels=cfg.num_labels if cfg.task == "classification" else 1,
+        lm_head=lm_head,
+        yes_no_ids=yes_no,
+        logit_softcap=softcap,
+    )
+    # Not a registered submodule: the peft wrapper holds the same decoder, kept only to merge when saving.
+    object.__setattr__(model, "_peft", peft_model)
+    if cfg.gradient_checkpointing:
+        decoder.gradient_checkpointing_enable()
+        if peft_model is not None:
+            decoder.enable_input_require_grads()
+    return model
+
+
+def _trainer_class() -> Any:
+    from swiftcore.train.trainer import SwiftTrainer
+    from swiftcore_heads.objectives import batch_loss
+    from swiftcore_heads.save import save_head_model
+
+    class HeadTrainer(SwiftTrainer):
+        """SwiftTrainer computing the head's loss and saving checkpoints in the head's ecosystem format."""
+
+        head_cfg: Any = None
+        head_info: dict[str, Any] = {}
+
+        def compute_loss(self, model: Any, inputs: dict, return_outputs: bool = False, num_items_in_batch: Any = None):
+            extras = {k: inputs.pop(k) for k in ("labels", "n_groups", "group_size") if k in inputs}
+            outputs = model(**inputs)
+            loss = batch_loss(outputs, extras, self.head_cfg)
+            return (loss, outputs) if return_outputs else loss
+
+        def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
+            if not self.args.should_save:
+                return
+            save_head_model(self.model, self.processing_class, output_dir or self.args.output_dir, self.head_info)
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            raise SwiftcoreError("--resume-from-checkpoint is not supported for head tasks yet; start a fresh run")
+
+    return HeadTrainer
+
+
+def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
+    """Train ``cfg.model`` as ``cfg.task`` (classification, embedding, reranker, generative_reranker).
+
+    Everything checkable (options, model type, every dataset row, Matryoshka dims) is checked before
+    the model is loaded.
+
+    Args:
+        cfg: the :class:`~swiftcore.train.config.TrainConfig` (``cfg.task`` names the head).
+        plugins: the loaded plugins.
+        head_spec: the :class:`~swiftcore.specs.HeadSpec` of ``cfg.task``.
+
+    Returns:
+        :class:`swiftcore.train.run.TrainResult`; each ``checkpoint-N`` is loadable by
+        :func:`swiftcore_heads.save.load_head_model` and by its ecosystem (sentence-transformers, transformers).
+    """
+    from swiftcore.models import check_requirements, load_tokenizer, resolve_model_spec
+    from swiftcore.train.run import TrainResult, _versions
+    from swiftcore_heads.data import GroupCollator, encode_examples, load_examples
+    from swiftcore_heads.objectives import check_mrl_dims, resolve_head_options
+
+    cfg.validate()
+    resolve_head_options(cfg, head_spec)
+    if cfg.resume_from_checkpoint:
+        raise SwiftcoreError("--resume-from-checkpoint is not supported for head tasks yet; start a fresh run")
+    spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
+    check_requirements(spec)
+    check_mrl_dims(cfg, _hidden_size(cfg.model), cfg.model)
+    tokenizer = load_tokenizer(cfg.model)
+    train = encode_examples(load_examples(cfg.dataset, cfg.task, cfg), cfg.task, tokenizer, cfg)
+    val = (
+        encode_examples(load_examples(cfg.val_dataset, cfg.task, cfg), cfg.task, tokenizer, cfg)
+        if cfg.val_dataset
+        else []
+    )
+    yes_no = (
+        yes_no_token_ids(tokenizer, cfg.positive_token, cfg.negative_token)
+        if cfg.task == "generative_reranker"
+        else None
+    )
+    log.info(
+        "task %s (%s): model %s (%s), %d rows, loss %s",
+        cfg.task,
+        head_spec.provider,
+        spec.name,
+        spec.provider,
+        len(train),
+        cfg.loss,
+    )
+
+    import torch
+    from transformers import TrainingArguments
+
+    from swiftcore.train.trainer import JsonlLogCallback, plot_loss_curve
+    from swiftcore.train.tuners import trainable_summary
+
+    torch.manual_seed(cfg.seed)
+    model = build_head_model(cfg, spec, plugins, tokenizer, yes_no)
+    log.info(trainable_summary(model))
+    output_dir = Path(cfg.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "logs.jsonl").unlink(missing_ok=True)
+    for stale in output_dir.glob("checkpoint-*"):
+        shutil.rmtree(stale)
+    args_record = {
+        "swiftcore_args": cfg.to_dict(),
+        "model_type": f"{spec.name}@{spec.provider.plugin}" if spec.provider else spec.name,
+        "head": {"name": head_spec.name, "provider": str(head_spec.provider)},
+        "versions": _versions(),
+    }
+    (output_dir / "args.json").write_text(json.dumps(args_record, indent=2), encoding="utf-8")
+    targs = TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if (val and cfg.eval_steps) else "no",
+        eval_steps=cfg.eval_steps,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        bf16=cfg.dtype == "bfloat16",
+        report_to="none",
+        remove_unused_columns=False,
+        label_names=["labels"],
+        dataloader_num_workers=0,
+        save_only_model=True,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer_cls = _trainer_class()
+    trainer = trainer_cls(
+        model=model,
+        args=targs,
+        train_dataset=train,
+        eval_dataset=val or None,
+        data_collator=GroupCollator(
+            cfg.task,
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+            padding_free=cfg.padding_free or cfg.packing,
+        ),
+        processing_class=tokenizer,
+        callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
+    )
+    trainer.head_cfg = cfg
+    trainer.head_info = _head_info(cfg, tokenizer, yes_no)
+    trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
+    trainer.train()
+    if val and not cfg.eval_steps:
+        trainer.evaluate()
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(output_dir))
+    log_file = output_dir / "logs.jsonl"
+    plot = plot_loss_curve(log_file, output_dir / "loss.png") if (cfg.plot and log_file.exists()) else None
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    return TrainResult(
+        output_dir=output_dir,
+        last_checkpoint=Path(last) if last else None,
+        log_file=log_file,
+        plot_file=plot,
+        train_samples=len(train),
+        global_step=trainer.state.global_step,
+        final_loss=losses[-1] if losses else None,
+    )

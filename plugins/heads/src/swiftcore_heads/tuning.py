@@ -1,0 +1,43 @@
+"""LoRA / full tuning of a head model's decoder, with the model spec's targets and exclusions.
+
+Why not :func:`swiftcore.train.tuners.apply_tuner` as is: it wraps the model in peft's causal-LM
+wrapper, which needs ``prepare_inputs_for_generation``; a bare decoder (``*TextModel``) has none. The
+LoRA config (targets, exclusions, rank) is built the same way, with peft's generic wrapper.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["apply_head_tuner"]
+
+
+def apply_head_tuner(decoder: Any, spec: Any, cfg: Any) -> tuple[Any, Any]:
+    """Make ``decoder`` trainable as ``cfg.tuner`` says.
+
+    Args:
+        decoder: the backbone's text model.
+        spec: its :class:`~swiftcore.specs.ModelSpec` (LoRA targets and exclusions).
+        cfg: the :class:`~swiftcore.train.config.TrainConfig`.
+
+    Returns:
+        ``(decoder, peft_model)``: the decoder to call (LoRA layers injected in place) and the peft
+        wrapper (None for full tuning), kept to merge the adapter when saving.
+    """
+    if cfg.tuner == "full":
+        return decoder, None
+    from peft import LoraConfig, get_peft_model
+
+    from swiftcore.train.tuners import _lora_exclude_regex
+
+    targets = cfg.target_modules or spec.lora_target_modules
+    target: str | list[str] = "all-linear" if tuple(targets) == ("all-linear",) else list(targets)
+    lora = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=target,
+        exclude_modules=_lora_exclude_regex(spec, cfg),
+    )
+    peft_model = get_peft_model(decoder, lora)
+    return peft_model.get_base_model(), peft_model

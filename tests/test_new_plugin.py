@@ -1,0 +1,112 @@
+"""``swiftcore new-plugin``: the scaffolded distribution installs, passes its own contract tests, trains with
+``swiftcore train --plugin acme``, serves with ``swiftcore infer``, and uninstalls leaving the core as before."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swiftcore.scaffold import KINDS, ScaffoldError, plugin_files, render_plugin
+
+BIN = Path(sys.executable).parent
+SWIFTCORE = str(BIN / "swiftcore")
+
+
+def _run(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def _plugins_json() -> list[dict]:
+    done = _run(SWIFTCORE, "plugins", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["plugins"]
+
+
+def test_generated_files_name_the_plugin_and_a_compatible_swiftcore() -> None:
+    from swiftcore import __version__
+    from swiftcore.plugin_api import API_VERSION_STRING
+
+    files = plugin_files("acme_lm", "model")
+    pyproject = files["pyproject.toml"]
+    major, minor = __version__.split(".")[:2]
+    assert 'name = "swiftcore-plugin-acme-lm"' in pyproject
+    assert f'"swiftcore>={major}.{minor},<{major}.{int(minor) + 1}"' in pyproject
+    assert '[project.entry-points."swiftcore.plugins"]\nacme_lm = "swiftcore_plugin_acme_lm.plugin"' in pyproject
+    assert '[project.entry-points."swiftcore.models"]\nacme_lm = "swiftcore_plugin_acme_lm.plugin"' in pyproject
+    assert f'SWIFTCORE_API = "{API_VERSION_STRING}"' in files["src/swiftcore_plugin_acme_lm/plugin.py"]
+    assert 'model_type = "acme_lm"' in files["src/swiftcore_plugin_acme_lm/modeling.py"]
+    assert "class TestAcmeLmContract(PluginContract):" in files["tests/test_contract.py"]
+    assert all("${" not in text for text in files.values())
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_renders_valid_python(kind: str) -> None:
+    for path, text in plugin_files("demo", kind).items():
+        if path.endswith(".py"):
+            compile(text, path, "exec")
+
+
+def test_bad_name_kind_and_existing_target_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ScaffoldError, match="lower-case"):
+        plugin_files("Acme-LM")
+    with pytest.raises(ScaffoldError, match="--kind 'head'"):
+        plugin_files("acme", "head")
+    render_plugin("acme", tmp_path)
+    with pytest.raises(ScaffoldError, match="exists and is not empty"):
+        render_plugin("acme", tmp_path)
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_scaffold_installs_passes_its_contract_trains_serves_and_uninstalls(tmp_path: Path) -> None:
+    before = _plugins_json()
+    done = _run(SWIFTCORE, "new-plugin", "acme", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    dist = tmp_path / "swiftcore-plugin-acme"
+    try:
+        done = _run(sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "-e", str(dist))
+        assert done.returncode == 0, done.stderr
+        listed = {p["name"]: p for p in _plugins_json()}
+        assert listed["acme"]["provides"] == {"model": ["acme"]}
+
+        # The generated package's own tests: the full contract (make-tiny, load, template, LoRA, generate).
+        done = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(dist), cwd=dist)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        assert " passed" in done.stdout and "failed" not in done.stdout
+
+        tiny = tmp_path / "tiny"
+        done = _run(SWIFTCORE, "make-tiny", "acme", str(tiny), "--plugin", "acme")
+        assert done.returncode == 0, done.stderr
+        assert json.loads((tiny / "config.json").read_text())["model_type"] == "acme"
+        data = _write_jsonl(tmp_path / "chat.jsonl", [
+            {"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": w}]}
+            for w in ("hello", "goodbye", "yes", "no")
+        ])
+        out = tmp_path / "out"
+        done = _run(SWIFTCORE, "train", "--plugin", "acme", "--model", str(tiny), "--dataset", str(data),
+                    "--output-dir", str(out), "--max-steps", "2", "--max-length", "64", "--no-plot")
+        assert done.returncode == 0, done.stderr[-4000:]
+        args = json.loads((out / "args.json").read_text())
+        assert "acme" in json.dumps(args)
+        checkpoints = sorted(out.glob("checkpoint-*"))
+        assert checkpoints, list(out.iterdir())
+
+        prompts = _write_jsonl(tmp_path / "prompts.jsonl", [{"messages": [{"role": "user", "content": "Say hello."}]}])
+        answers = tmp_path / "answers.jsonl"
+        done = _run(SWIFTCORE, "infer", "--plugin", "acme", "--model", str(checkpoints[-1]), "--input", str(prompts),
+                    "--output", str(answers), "--max-new-tokens", "4")
+        assert done.returncode == 0, done.stderr[-4000:]
+        row = json.loads(answers.read_text().splitlines()[0])
+        assert "error" not in row or row["error"] is None, row
+        assert row["usage"]["completion_tokens"] >= 1
+    finally:
+        _run(sys.executable, "-m", "pip", "uninstall", "-y", "-q", "swiftcore-plugin-acme")
+    assert _plugins_json() == before
