@@ -23,9 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def time_command(argv: list[str]) -> float:
-    """Seconds of wall time for one run of ``argv`` (output discarded; a failure is an error)."""
+    """Seconds of wall time for one run of ``argv`` (output discarded; a failure is an error).
+
+    ms-swift 4.6.0's ``swift --help`` always exits 1 (``KeyError: '--help'`` after loading its routes), so
+    its exit status is not checked: the wait is what a user gets either way.
+    """
     start = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=Path(argv[0]).name != "swift")
     return time.perf_counter() - start
 
 

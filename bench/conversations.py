@@ -13,6 +13,7 @@ measures image decoding rather than template encoding. Standard library only: th
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import random
 from pathlib import Path
@@ -40,7 +41,7 @@ def _pieces(path: Path = REFERENCE) -> dict[str, list[Any]]:
                 systems.add(message["content"])
             if message.get("reasoning_content"):
                 reasonings.add(message["reasoning_content"])
-        for user, assistant in zip(messages, messages[1:], strict=False):
+        for user, assistant in itertools.pairwise(messages):
             if user["role"] == "user" and assistant["role"] == "assistant":
                 text = user["content"] if isinstance(user["content"], str) else user["content"][0]["text"]
                 if assistant["content"]:
@@ -100,7 +101,7 @@ def mixed_length_corpus(n: int, seed: int = 0, *, max_turns: int = 24) -> list[d
     p = _pieces()
     out = []
     for i in range(n):
-        turns = max(1, int(round(2 ** rng.uniform(0, max_turns.bit_length() - 1))))
+        turns = max(1, round(2 ** rng.uniform(0, max_turns.bit_length() - 1)))
         turns = min(turns, max_turns)
         messages: list[dict[str, Any]] = []
         if rng.random() < 0.5:

@@ -53,8 +53,8 @@ def test_every_kind_renders_valid_python(kind: str) -> None:
 def test_bad_name_kind_and_existing_target_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ScaffoldError, match="lower-case"):
         plugin_files("Acme-LM")
-    with pytest.raises(ScaffoldError, match="--kind 'head'"):
-        plugin_files("acme", "head")
+    with pytest.raises(ScaffoldError, match="--kind 'lora'"):
+        plugin_files("acme", "lora")
     render_plugin("acme", tmp_path)
     with pytest.raises(ScaffoldError, match="exists and is not empty"):
         render_plugin("acme", tmp_path)
@@ -91,7 +91,9 @@ def test_scaffold_installs_passes_its_contract_trains_serves_and_uninstalls(tmp_
             for w in ("hello", "goodbye", "yes", "no")
         ])
         out = tmp_path / "out"
-        done = _run(SWIFTCORE, "train", "--plugin", "acme", "--model", str(tiny), "--dataset", str(data),
+        # `--plugin acme` loads only acme; its default template lives in the template plugin it depends on.
+        with_template = ("--plugin", "acme", "--plugin", "template_qwen")
+        done = _run(SWIFTCORE, "train", *with_template, "--model", str(tiny), "--dataset", str(data),
                     "--output-dir", str(out), "--max-steps", "2", "--max-length", "64", "--no-plot")
         assert done.returncode == 0, done.stderr[-4000:]
         args = json.loads((out / "args.json").read_text())
@@ -101,7 +103,7 @@ def test_scaffold_installs_passes_its_contract_trains_serves_and_uninstalls(tmp_
 
         prompts = _write_jsonl(tmp_path / "prompts.jsonl", [{"messages": [{"role": "user", "content": "Say hello."}]}])
         answers = tmp_path / "answers.jsonl"
-        done = _run(SWIFTCORE, "infer", "--plugin", "acme", "--model", str(checkpoints[-1]), "--input", str(prompts),
+        done = _run(SWIFTCORE, "infer", *with_template, "--model", str(checkpoints[-1]), "--input", str(prompts),
                     "--output", str(answers), "--max-new-tokens", "4")
         assert done.returncode == 0, done.stderr[-4000:]
         row = json.loads(answers.read_text().splitlines()[0])
@@ -109,4 +111,23 @@ def test_scaffold_installs_passes_its_contract_trains_serves_and_uninstalls(tmp_
         assert row["usage"]["completion_tokens"] >= 1
     finally:
         _run(sys.executable, "-m", "pip", "uninstall", "-y", "-q", "swiftcore-plugin-acme")
+    assert _plugins_json() == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - {"model"}))
+def test_other_kinds_install_and_pass_their_own_tests(kind: str, tmp_path: Path) -> None:
+    name = f"acme_{kind}"
+    before = _plugins_json()
+    dist = render_plugin(name, tmp_path, kind)
+    try:
+        done = _run(sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "-e", str(dist))
+        assert done.returncode == 0, done.stderr
+        provides = {p["name"]: p["provides"] for p in _plugins_json()}[name]
+        assert provides == {kind: [name]}
+        done = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(dist), cwd=dist)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        assert " passed" in done.stdout and "failed" not in done.stdout
+    finally:
+        _run(sys.executable, "-m", "pip", "uninstall", "-y", "-q", dist.name)
     assert _plugins_json() == before

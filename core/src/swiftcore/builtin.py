@@ -28,5 +28,16 @@ def swiftcore_register_templates() -> list:
 
 @hookimpl
 def swiftcore_register_backends() -> list:
-    """Built-in inference backends (filled as the inference issue lands)."""
-    return []
+    """``transformers``: the default inference backend, always there with ``swiftcore[train]``."""
+    from swiftcore.specs import BackendSpec
+
+    return [
+        BackendSpec(
+            name="transformers",
+            factory="swiftcore.infer.transformers_engine:create_engine",
+            probe="swiftcore.infer.transformers_engine:probe",
+            capabilities=("generate", "stream", "embed", "lora", "update_weights"),
+            requires=("torch>=2.4", "transformers>=5.0"),
+            description="transformers generate(): left-padded batches, KV cache, several LoRA adapters",
+        )
+    ]

@@ -29,9 +29,6 @@ class _ToyBackends:
 
 
 def test_transformers_backend_is_built_in(infer_plugins: Any) -> None:
-    from swiftcore.infer.builtin_backends import ensure_registered
-
-    ensure_registered(infer_plugins)  # idempotent
     spec = backend_spec("transformers", infer_plugins)
     assert spec.provider.distribution == "swiftcore"
     assert probe_backend(spec) is None

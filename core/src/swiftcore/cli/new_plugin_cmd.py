@@ -8,15 +8,20 @@ import click
 
 __all__ = ["new_plugin"]
 
-_KINDS = ("model", "template", "backend")
+_KINDS = ("model", "template", "head", "backend", "bridge")
 
 
 @click.command("new-plugin")
 @click.argument("name")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Where to create the swiftcore-plugin-NAME folder.")
-@click.option("--kind", type=click.Choice(_KINDS), default="model", show_default=True,
-              help="What the plugin provides.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Where to create the swiftcore-plugin-NAME folder.",
+)
+@click.option("--kind", type=click.Choice(_KINDS), default="model", show_default=True, help="What the plugin provides.")
 @click.option("--force", is_flag=True, help="Overwrite files in an existing, non-empty folder.")
 def new_plugin(name: str, directory: Path, kind: str, force: bool) -> None:
     """Write a complete plugin distribution swiftcore-plugin-NAME: pyproject with entry points, plugin

@@ -17,9 +17,6 @@ def backend_spec(name: str, plugins: Any) -> Any:
     Raises:
         UnknownNameError: no loaded plugin provides it (the message says what to install).
     """
-    from swiftcore.infer.builtin_backends import ensure_registered
-
-    ensure_registered(plugins)
     return plugins.registry.get("backend", name)
 
 

@@ -129,15 +129,13 @@ def make_tiny_qwen3(
 
 
 def plugins_with_tiny_qwen3(requested: tuple[str, ...] = ()) -> Any:
-    """Every installed plugin, plus this module (the ``tiny_qwen3`` spec) and the built-in backends."""
+    """Every installed plugin, plus this module (the ``tiny_qwen3`` spec)."""
     from swiftcore._plugins import load_plugins
-    from swiftcore.infer.builtin_backends import ensure_registered
 
     plugins = load_plugins(list(requested))
     module = sys.modules[__name__]
     if not plugins.pm.is_registered(module):
         plugins.add(module, "swiftcore.infer.testing", explicit=False)
-    ensure_registered(plugins)
     return plugins
 
 
@@ -231,8 +229,4 @@ def train_tiny_lora(
         plot=False,
         plugins=tuple(plugins.resolved_specs),
     )
-    # run_training unlinks a stale logs.jsonl without checking it exists (reported to its owner); an empty
-    # one keeps this helper working either way.
-    (work / "run").mkdir(exist_ok=True)
-    (work / "run" / "logs.jsonl").touch()
     return Path(run_training(cfg, plugins).last_checkpoint)

@@ -21,19 +21,46 @@ KINDS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = {
     "model": (
         "swiftcore.models",
         ("swiftcore-template-qwen>=0.1,<0.2",),
-        (("model/plugin.py", "src/{package}/plugin.py"), ("model/modeling.py", "src/{package}/modeling.py"),
-         ("model/tiny.py", "src/{package}/tiny.py")),
+        (
+            ("model/plugin.py", "src/{package}/plugin.py"),
+            ("model/modeling.py", "src/{package}/modeling.py"),
+            ("model/tiny.py", "src/{package}/tiny.py"),
+        ),
     ),
     "template": (
         "swiftcore.templates",
         (),
-        (("template/plugin.py", "src/{package}/plugin.py"), ("template/template.py", "src/{package}/template.py"),
-         ("template/official.jinja", "src/{package}/official/{name}.jinja")),
+        (
+            ("template/plugin.py", "src/{package}/plugin.py"),
+            ("template/template.py", "src/{package}/template.py"),
+            ("template/official.jinja", "src/{package}/official/{name}.jinja"),
+        ),
     ),
     "backend": (
         "swiftcore.backends",
         (),
         (("backend/plugin.py", "src/{package}/plugin.py"), ("backend/engine.py", "src/{package}/engine.py")),
+    ),
+    # A head is built on a backbone from a model plugin; the contract uses qwen3_5's tiny model.
+    "head": (
+        "swiftcore.heads",
+        ("swiftcore-plugin-qwen3_5>=0.1,<0.2",),
+        (
+            ("head/plugin.py", "src/{package}/plugin.py"),
+            ("head/head.py", "src/{package}/head.py"),
+            ("head/test_contract.py", "tests/test_contract.py"),
+        ),
+    ),
+    # A bridge starts from the dense GPT bridge (and its megatron-core pin).
+    "bridge": (
+        "swiftcore.bridges",
+        ("swiftcore-bridge-gpt>=0.1,<0.2",),
+        (
+            ("bridge/plugin.py", "src/{package}/plugin.py"),
+            ("bridge/bridge.py", "src/{package}/bridge.py"),
+            ("bridge/tiny.py", "src/{package}/tiny.py"),
+            ("bridge/test_contract.py", "tests/test_contract.py"),
+        ),
     ),
 }
 _COMMON = (
@@ -44,16 +71,21 @@ _COMMON = (
 )
 _USAGE = {
     "model": "\n```bash\nswiftcore make-tiny {name} ./tiny-{name}\n"
-             "swiftcore train --plugin {name} --model ./tiny-{name} --dataset chat.jsonl --max-steps 10\n"
-             "swiftcore infer --plugin {name} --model ./output/checkpoint-10 --input prompts.jsonl\n```\n",
+    "swiftcore train --plugin {name} --model ./tiny-{name} --dataset chat.jsonl --max-steps 10\n"
+    "swiftcore infer --plugin {name} --model ./output/checkpoint-10 --input prompts.jsonl\n```\n",
     "template": "\n```bash\nswiftcore template render {name} conversation.json\n```\n",
     "backend": "\n```bash\nswiftcore infer --backend {name} --model ./tiny --input prompts.jsonl\n```\n",
+    "head": "\nThe head wraps any swiftcore backbone: `build_head(load_model(...), spec=spec)`.\n",
+    "bridge": "\n```bash\nswiftcore export --model ./tiny-{name} --to-mcore ./mcore --bridge {name}\n```\n",
 }
 _LAYOUT = {
     "model": "- `src/{package}/modeling.py`: the model classes, registered with transformers' Auto classes.\n"
-             "- `src/{package}/tiny.py`: the tiny config and tokenizer factories.\n",
+    "- `src/{package}/tiny.py`: the tiny config and tokenizer factories.\n",
     "template": "- `src/{package}/template.py`: the template; `official/{name}.jinja`: the official chat template.\n",
     "backend": "- `src/{package}/engine.py`: the engine factory and the availability probe.\n",
+    "head": "- `src/{package}/head.py`: the head module (pooling, save/load) and its factory.\n",
+    "bridge": "- `src/{package}/bridge.py`: the MegatronBridge subclass; `tiny.py`: the tiny checkpoint its "
+    "contract converts.\n",
 }
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -115,6 +147,7 @@ def plugin_files(name: str, kind: str = "model") -> dict[str, str]:
     }
     root = resources.files("swiftcore.scaffold")
     out = {}
+    # A kind's own file for a path (e.g. its tests/test_contract.py) replaces the common one.
     for template, target in (*_COMMON, *files):
         text = (root / f"{template}.tmpl").read_text(encoding="utf-8")
         out[target.format(package=names.package, name=name)] = string.Template(text).substitute(values)
@@ -136,7 +169,7 @@ def render_plugin(name: str, directory: str | Path = ".", kind: str = "model", *
     Args:
         name: the plugin name.
         directory: where the distribution folder is created.
-        kind: ``model``, ``template`` or ``backend``.
+        kind: one of :data:`KINDS` (``model``, ``template``, ``backend``, ``head``, ``bridge``).
         force: overwrite files of an existing folder.
 
     Returns:

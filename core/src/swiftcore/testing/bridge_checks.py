@@ -13,9 +13,16 @@ __all__ = ["TINY_SIZES", "round_trip_problems", "parity_problems", "tiny_hf_chec
 
 #: Sizes that shrink transformers' decoder configs (keys a config does not use are ignored by the model).
 TINY_SIZES: dict[str, Any] = {
-    "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 256,
-    "num_experts": 4, "num_experts_per_tok": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 256,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
 }
 
 
@@ -67,10 +74,13 @@ def round_trip_problems(spec: Any, hf_dir: Path, work: Path) -> list[str]:
     after = {k: v for f in sorted((work / "back").glob("*.safetensors")) for k, v in load_file(f).items()}
     problems = []
     if sorted(before) != sorted(after):
-        problems.append(f"tensor names differ: lost {sorted(set(before) - set(after))[:5]}, "
-                        f"gained {sorted(set(after) - set(before))[:5]}")
-    problems.extend(f"{k} changed in the round trip" for k in sorted(set(before) & set(after))
-                    if not before[k].equal(after[k]))
+        problems.append(
+            f"tensor names differ: lost {sorted(set(before) - set(after))[:5]}, "
+            f"gained {sorted(set(after) - set(before))[:5]}"
+        )
+    problems.extend(
+        f"{k} changed in the round trip" for k in sorted(set(before) & set(after)) if not before[k].equal(after[k])
+    )
     return problems
 
 

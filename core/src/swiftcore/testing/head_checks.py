@@ -36,8 +36,9 @@ def pooled_shape_problems(head: Any, input_ids: Any, attention_mask: Any) -> lis
     pooled = head_outputs(head, input_ids, attention_mask)
     problems = []
     if getattr(pooled, "shape", None) is None or pooled.shape[0] != input_ids.shape[0]:
-        problems.append(f"pooled output shape {getattr(pooled, 'shape', None)} has not one row per input "
-                        f"({input_ids.shape[0]})")
+        problems.append(
+            f"pooled output shape {getattr(pooled, 'shape', None)} has not one row per input ({input_ids.shape[0]})"
+        )
     elif not pooled.isfinite().all():
         problems.append("pooled output is not finite")
     return problems

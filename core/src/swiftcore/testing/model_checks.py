@@ -101,8 +101,9 @@ def _jinja_extra(template: Any, tokenizer: Any) -> dict[str, Any]:
     return {"bos_token": bos} if isinstance(bos, str) else {}
 
 
-def official_problems(template: Any, template_spec: Any, records: list[dict[str, Any]],
-                      tokenizer: Any = None) -> list[str]:
+def official_problems(
+    template: Any, template_spec: Any, records: list[dict[str, Any]], tokenizer: Any = None
+) -> list[str]:
     """Differences between the template and its declared official Jinja on ``records`` (full and prompt).
 
     Args:
@@ -117,8 +118,9 @@ def official_problems(template: Any, template_spec: Any, records: list[dict[str,
     official = official_chat_template(template_spec)
     if official is None:
         return [f"template {template_spec.name!r} declares no official '.jinja' (official={template_spec.official!r})"]
-    rendered, _raised, failures = compare_with_official(template, official, records,
-                                                       extra=_jinja_extra(template, tokenizer))
+    rendered, _raised, failures = compare_with_official(
+        template, official, records, extra=_jinja_extra(template, tokenizer)
+    )
     if not rendered and not failures:
         failures = ["no sample rendered on both sides"]
     return [f"template {template_spec.name!r} differs from {template_spec.official}: {f}" for f in failures]
@@ -138,8 +140,15 @@ def _batch(template: Any, tokenizer: Any, records: list[dict[str, Any]]) -> dict
     return PaddingCollator(pad)(samples[:4])
 
 
-def lora_losses(spec: Any, model_dir: Path, plugins: Any, template: Any, records: list[dict[str, Any]],
-                steps: int = 2, learning_rate: float = 1e-2) -> list[float]:
+def lora_losses(
+    spec: Any,
+    model_dir: Path,
+    plugins: Any,
+    template: Any,
+    records: list[dict[str, Any]],
+    steps: int = 2,
+    learning_rate: float = 1e-2,
+) -> list[float]:
     """Train LoRA (as ``swiftcore train --tuner lora`` sets it up) for ``steps`` steps on one batch.
 
     Returns:

@@ -6,7 +6,7 @@ import re
 from importlib import metadata
 from typing import Any
 
-__all__ = ["contract_plugins", "dependency_plugins"]
+__all__ = ["contract_plugins", "dependency_plugins", "own_names"]
 
 
 def _normalize(name: str) -> str:
@@ -56,3 +56,10 @@ def contract_plugins(plugin: str, also_load: tuple[str, ...] = ()) -> Any:
     from swiftcore._plugins import load_plugins
 
     return load_plugins([plugin, *dependency_plugins(plugin), *also_load], env={})
+
+
+def own_names(plugin: str) -> set[str]:
+    """The plugin names ``plugin`` stands for (a distribution may hold several), without importing them."""
+    from swiftcore._plugins import _resolve_spec, discover
+
+    return {info.name for info in _resolve_spec(plugin, discover())}

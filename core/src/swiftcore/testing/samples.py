@@ -52,6 +52,6 @@ def text_only(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         r
         for r in records
-        if not r.get("tools") and all(isinstance(m.get("content"), str) and set(m) <= {"role", "content"}
-                                      for m in r["messages"])
+        if not r.get("tools")
+        and all(isinstance(m.get("content"), str) and set(m) <= {"role", "content"} for m in r["messages"])
     ]

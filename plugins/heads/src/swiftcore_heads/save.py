@@ -85,7 +85,7 @@ def save_head_model(model: HeadModel, tokenizer: Any, out_dir: str | Path, info:
         if info.get("id2label"):
             config.id2label = {int(k): v for k, v in info["id2label"].items()}
             config.label2id = {v: int(k) for k, v in info["id2label"].items()}
-        cls = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING.get(type(config))
+        cls = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING.get(type(config), None)
         if cls is not None:
             fmt = "transformers-sequence-classification"
             config.architectures = [cls.__name__]
@@ -99,7 +99,7 @@ def save_head_model(model: HeadModel, tokenizer: Any, out_dir: str | Path, info:
             save_file({"weight": model.score.weight.detach().contiguous()}, str(out / _SCORE_FILE))
     else:
         fmt = "transformers-causal-lm"
-        cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config))
+        cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
         if cls is None:
             raise HeadCheckpointError(f"transformers has no causal-LM class for {type(config).__name__}; cannot save")
         config.architectures = [cls.__name__]

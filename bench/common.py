@@ -1,0 +1,115 @@
+"""Shared pieces of the benchmarks: alternating runs, statistics, child processes with peak RSS, raw JSON.
+
+Every comparison runs the systems in turn (A B A B ...) so that drift of a shared machine hits both
+alike; :func:`summarize` reports the median, min and max per system and the median of the per-pair
+ratios (``A[i] / B[i]``, which cancels drift better than a ratio of medians).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RAW = ROOT / "bench" / "raw"
+PEER_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
+PEER_SWIFT = ROOT / ".venv-peers" / "bin" / "swift"
+
+__all__ = ["ChildRun", "alternate", "machine", "run_child", "summarize", "write_raw", "ROOT", "RAW",
+           "PEER_PYTHON", "PEER_SWIFT"]
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers were taken: CPU model, cores, memory, OS, date."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": mem_gb, "os": platform.platform(),
+            "python": platform.python_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def alternate(runs: int, systems: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+    """Call each system's function once per round, in turn, for ``runs`` rounds; collect the values."""
+    out: dict[str, list[float]] = {name: [] for name in systems}
+    for _ in range(runs):
+        for name, fn in systems.items():
+            out[name].append(fn())
+    return out
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Median, min, max and count of ``values``."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def pair_ratio(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Median (and range) of the per-pair ratios ``a[i] / b[i]``."""
+    ratios = [x / y for x, y in zip(a, b, strict=True) if y]
+    return summarize(ratios)
+
+
+@dataclass
+class ChildRun:
+    """One finished child process: exit status, wall seconds, peak RSS of the largest process in its tree."""
+
+    returncode: int
+    seconds: float
+    peak_rss_mb: float
+    output: str
+
+
+def run_child(argv: Sequence[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+              timeout: float = 900) -> ChildRun:
+    """Run ``argv`` to completion, capturing its output, and measure it.
+
+    Peak RSS comes from ``wait4``: Linux reports the largest ``maxrss`` of the child and every
+    descendant it waited for, so a launcher that spawns the real worker (``swift sft``) is covered.
+    """
+    log = RAW / f".child-{os.getpid()}.log"
+    RAW.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("w+b") as fh:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.01)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        fh.seek(0)
+        output = fh.read().decode("utf-8", "replace")
+    log.unlink(missing_ok=True)
+    return ChildRun(proc.returncode, seconds, usage.ru_maxrss / 1024, output)
+
+
+def write_raw(name: str, data: dict[str, Any]) -> Path:
+    """Write ``bench/raw/NAME.json`` and return its path."""
+    RAW.mkdir(parents=True, exist_ok=True)
+    path = RAW / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,119 @@
+"""Figure 2: template encoding samples/s, swiftcore ``encode`` vs ms-swift ``Template.encode``, and the floor.
+
+For each template (qwen3_5, gemma4) on the same tiny checkpoint's tokenizer (``swiftcore make-tiny``) and
+the same N conversations (:func:`conversations.chat_corpus`), alternating run by run:
+
+- swiftcore: ``Template.encode_batch`` (render + tokenize + labels), in this process;
+- ms-swift: ``Template.encode`` in train mode, per sample (its API), in the peer worker;
+- floor: the bare tokenizer on swiftcore's rendered texts (``tokenizer(texts)``).
+
+Then counts the samples whose token ids differ between the two systems and, for each, which side
+equals the official chat template (the checkpoint's ``chat_template.jinja`` through transformers'
+``apply_chat_template``, then tokenized).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from common import RAW, alternate, pair_ratio, summarize
+from conversations import chat_corpus, write_jsonl
+from peer_worker import PeerWorker
+
+__all__ = ["encode_figure"]
+
+
+def _official_ids(tok: Any, record: dict) -> list[int] | None:
+    """Token ids of the official chat template (the checkpoint's own, via transformers) for ``record``."""
+    try:
+        text = tok.apply_chat_template(record["messages"], tools=record.get("tools"), tokenize=False,
+                                       **(record.get("chat_template_kwargs") or {}))
+    except Exception:  # the official template raising is an answer too
+        return None
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _one_template(peer: PeerWorker, name: str, model_dir: Path, peer_model_dir: Path, plugins: Any,
+                  records: list[dict], data: Path, runs: int, work: Path) -> dict[str, Any]:
+    """Figure 2 for one template: alternate the three encoders, then compare token ids."""
+    from swiftcore.models import load_tokenizer
+    from swiftcore.template import get_template
+
+    n = len(records)
+    tok = load_tokenizer(model_dir)
+    tpl = get_template(name, plugins)
+    info = peer.request("encode_load", model=str(peer_model_dir), template=name, data=str(data))
+    ours: list[Any] = []
+    rendered: list[str] = []
+
+    def run_ours(tpl: Any = tpl, tok: Any = tok) -> float:
+        start = time.perf_counter()
+        encoded = tpl.encode_batch(tok, records)
+        seconds = time.perf_counter() - start
+        ours[:] = encoded
+        return n / seconds
+
+    def run_floor(tok: Any = tok) -> float:
+        if not rendered:
+            rendered.extend(e.text for e in ours)
+        start = time.perf_counter()
+        tok(rendered, add_special_tokens=False)
+        return n / (time.perf_counter() - start)
+
+    peer_errors: dict[str, int] = {}
+
+    def run_peer() -> float:
+        reply = peer.request("encode_run")
+        peer_errors.update(reply["errors"])
+        return reply["samples"] / reply["seconds"]
+
+    samples = alternate(runs, {"swiftcore": run_ours, "msswift": run_peer, "floor": run_floor})
+    ids_path = work / f"msswift_ids_{name}.json"
+    peer.request("encode_dump", path=str(ids_path))
+    theirs = json.loads(ids_path.read_text())
+    diffs = {"differ": 0, "swiftcore_matches_official": 0, "msswift_matches_official": 0, "neither": 0,
+             "msswift_failed": 0, "examples": []}
+    for i, (mine, other) in enumerate(zip(ours, theirs, strict=True)):
+        if other is None:
+            diffs["msswift_failed"] += 1
+            continue
+        if list(mine.input_ids) == other:
+            continue
+        diffs["differ"] += 1
+        official = _official_ids(tok, records[i])
+        mine_ok, other_ok = official == list(mine.input_ids), official == other
+        diffs["swiftcore_matches_official"] += mine_ok
+        diffs["msswift_matches_official"] += other_ok
+        diffs["neither"] += not (mine_ok or other_ok)
+        if len(diffs["examples"]) < 3:
+            diffs["examples"].append({"index": i, "swiftcore_matches_official": mine_ok,
+                                      "msswift_matches_official": other_ok,
+                                      "msswift_text": tok.decode(other)[:400],
+                                      "swiftcore_text": mine.text[:400]})
+    return {
+        "samples_per_s": {k: summarize(v) for k, v in samples.items()},
+        "raw_samples_per_s": samples,
+        "ratio_swiftcore_over_msswift": pair_ratio(samples["swiftcore"], samples["msswift"]),
+        "ratio_floor_over_swiftcore": pair_ratio(samples["floor"], samples["swiftcore"]),
+        "msswift_worker": info, "msswift_errors": peer_errors, "token_id_differences": diffs,
+        "tokens_per_sample": sum(len(e.input_ids) for e in ours) / n,
+    }
+
+
+def encode_figure(peer: PeerWorker, model_dirs: dict[str, Path], peer_model_dirs: dict[str, Path], n: int,
+                  runs: int, work: Path) -> dict[str, Any]:
+    """Run figure 2 for each template in ``model_dirs``; returns the raw result (also the table rows)."""
+    import swiftcore
+
+    plugins = swiftcore.load_plugins()
+    records = chat_corpus(n, seed=0)
+    data = write_jsonl(records, work / f"chat{n}.jsonl")
+    result: dict[str, Any] = {"n": n, "runs": runs, "templates": {}}
+    for name, model_dir in model_dirs.items():
+        result["templates"][name] = _one_template(peer, name, model_dir, peer_model_dirs[name], plugins, records,
+                                                  data, runs, work)
+    (RAW / "encode_compare.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    return result

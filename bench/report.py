@@ -1,0 +1,161 @@
+"""Write ``bench/RESULTS.md`` from ``bench/raw/msswift_compare.json`` and ``bench/raw/peers.json``.
+
+Every number in the table comes from the raw JSON; a figure that failed or that ms-swift refused is
+written as such, with the reason, never as a number.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from common import RAW, ROOT
+
+__all__ = ["render", "write_results"]
+
+RESULTS = ROOT / "bench" / "RESULTS.md"
+TARGETS = {
+    "cli": "swiftcore >= 5x faster",
+    "encode": ">= 2x ms-swift; <= 1.3x the bare tokenizer's time",
+    "train_padded": ">= 1.0x ms-swift",
+    "train_packed": ">= 1.3x ms-swift (padded)",
+}
+
+
+def _m(stats: dict[str, float] | None, fmt: str = "{:.1f}") -> str:
+    if not stats:
+        return "n/a"
+    return f"{fmt.format(stats['median'])} ({fmt.format(stats['min'])}–{fmt.format(stats['max'])})"
+
+
+def _r(stats: dict[str, float] | None) -> str:
+    return "n/a" if not stats else f"{stats['median']:.2f}x ({stats['min']:.2f}–{stats['max']:.2f})"
+
+
+def _rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    rows = []
+    cli = data.get("cli")
+    if cli:
+        s = cli["seconds"]
+        rows.append(("1. `swiftcore --help` vs `swift --help` (s)", _m(s["swiftcore --help"], "{:.2f}"),
+                     _m(s["swift --help"], "{:.2f}"), _r(cli["ratio_swift_help_over_swiftcore_help"]), TARGETS["cli"]))
+        rows.append(("1. `swiftcore plugins` vs `swift --help` (s)", _m(s["swiftcore plugins"], "{:.2f}"),
+                     _m(s["swift --help"], "{:.2f}"), _r(cli["ratio_swift_help_over_swiftcore_plugins"]),
+                     TARGETS["cli"]))
+        rows.append(("1. `swiftcore --help` vs `swift sft --help` (s)", _m(s["swiftcore --help"], "{:.2f}"),
+                     _m(s["swift sft --help"], "{:.2f}"), _r(cli["ratio_swift_sft_help_over_swiftcore_help"]),
+                     TARGETS["cli"]))
+    enc = data.get("encode")
+    if enc:
+        for name, t in enc["templates"].items():
+            sps = t["samples_per_s"]
+            rows.append((f"2. encode {name} (samples/s, n={enc['n']})", _m(sps["swiftcore"], "{:.0f}"),
+                         _m(sps["msswift"], "{:.0f}"), _r(t["ratio_swiftcore_over_msswift"]), TARGETS["encode"]))
+            rows.append((f"2. bare tokenizer floor {name} (samples/s)", _m(sps["floor"], "{:.0f}"), "—",
+                         "floor/swiftcore " + _r(t["ratio_floor_over_swiftcore"]), "<= 1.3x"))
+    train = data.get("train")
+    if train:
+        tps, rss = train["tokens_per_s"], train["peak_rss_mb"]
+        rows.append(("3. train tokens/s, padded vs padded", _m(tps["swiftcore_padded"]), _m(tps["msswift_padded"]),
+                     _r(train["ratio_padded"]), TARGETS["train_padded"]))
+        rows.append(("3. train tokens/s, swiftcore packed vs ms-swift padded", _m(tps["swiftcore_packed"]),
+                     _m(tps["msswift_padded"]) + " (packing refused)", _r(train["ratio_packed_vs_msswift_padded"]),
+                     TARGETS["train_packed"]))
+        rows.append(("3. train peak RSS MB (padded)", _m(rss["swiftcore_padded"], "{:.0f}"),
+                     _m(rss["msswift_padded"], "{:.0f}"), "—", "—"))
+        rows.append(("3. train peak RSS MB (swiftcore packed)", _m(rss["swiftcore_packed"], "{:.0f}"), "—", "—", "—"))
+    inf = data.get("infer")
+    if inf:
+        rows.append((f"4. infer tokens/s (n={inf['n']}, batch {inf['batch_size']}, {inf['max_new_tokens']} new)",
+                     _m(inf["tokens_per_s"]["swiftcore"]), _m(inf["tokens_per_s"]["msswift"]), _r(inf["ratio"]), "—"))
+    return rows
+
+
+def _notes(data: dict[str, Any]) -> list[str]:
+    out = []
+    cli = data.get("cli")
+    if cli:
+        out.append(f"- Figure 1: exit codes {cli['exit_codes']}. ms-swift 4.6.0's `swift --help` loads its route "
+                   "table and then dies with `KeyError: '--help'`; `swift sft --help` is the help that works.")
+    enc = data.get("encode")
+    if enc:
+        for name, t in enc["templates"].items():
+            d = t["token_id_differences"]
+            out.append(f"- Figure 2, {name}: token ids differ on {d['differ']} of {enc['n']} samples; of those "
+                       f"swiftcore matches the official template on {d['swiftcore_matches_official']}, ms-swift on "
+                       f"{d['msswift_matches_official']}, neither on {d['neither']}; ms-swift failed on "
+                       f"{d['msswift_failed']} ({t['msswift_errors'] or 'no errors'}). "
+                       f"{t['tokens_per_sample']:.0f} tokens/sample.")
+    train = data.get("train")
+    if train:
+        s = train["setup"]
+        out.append(f"- Figure 3 setup: tiny qwen3_5 (random, ~0.56 M parameters), LoRA r={s['lora_rank']} "
+                   f"alpha={s['lora_alpha']} on all linear layers, batch {s['batch_size']}, max length "
+                   f"{s['max_length']}, one epoch, fp32, CPU, gradient accumulation 1. Tokens/s = real tokens / "
+                   "the trainer's `train_runtime` (start-up, loading and encoding not counted).")
+        for flag, r in train["msswift_refusals"].items():
+            verdict = f"refused: `{r['refused']}`" if "refused" in r else "ran (not refused)"
+            out.append(f"- ms-swift `{flag} true` on CPU: {verdict}")
+        f = train["first_step_loss"]
+        out.append(f"- First-step loss, all {train['check_samples']} check samples in one batch (order-free): "
+                   + ", ".join(f"{k} {v:.5f}" if v is not None else f"{k} n/a" for k, v in f.items()))
+    inf = data.get("infer")
+    if inf:
+        out.append(f"- Figure 4: generated texts differ on {inf['texts_differ']} of {inf['n']} prompts "
+                   f"(greedy, same weights); completion tokens per run {inf['completion_tokens']}.")
+    for name, error in (data.get("errors") or {}).items():
+        out.append(f"- Figure {name} FAILED in this run: `{error}`")
+    return out
+
+
+def render(data: dict[str, Any], peers: dict[str, Any] | None) -> str:
+    """The Markdown of RESULTS.md for the raw result ``data``."""
+    m = data["machine"]
+    versions = (peers or {}).get("versions", {})
+    lines = [
+        "# swiftcore vs ms-swift: side-by-side benchmarks",
+        "",
+        "Generated by `make bench` (`bench/run_all.py`); raw JSON in `bench/raw/`. Each cell: median "
+        f"(min–max) of {data['runs']} alternating runs (A B A B ...); ratio = median of the per-pair ratios.",
+        "",
+        f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['os']}, Python {m['python']}",
+        f"- date: {m['date']}",
+        f"- ms-swift environment (`.venv-peers`): {json.dumps(versions)}; set-up took "
+        f"{(peers or {}).get('setup_s', 'n/a')} s",
+        f"- swiftcore environment: {json.dumps(data.get('versions', {}))}",
+        f"- the whole comparison took {data.get('seconds', 'n/a')} s",
+        "",
+        "| figure | swiftcore | ms-swift | ratio (swiftcore advantage) | target |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {' | '.join(row)} |" for row in _rows(data)]
+    lines += ["", "## Notes", ""] + _notes(data)
+    lines += ["", "## How ms-swift was run", "",
+              "- `.venv-peers` by `bench/peers.py`: torch 2.13.0 (CPU wheel) first, then `ms-swift==4.6.0`, "
+              "transformers 5.19.0, peft 0.20, `qwen_vl_utils` (ms-swift's Qwen3.5 loader requires it); "
+              "torchvision removed (PyPI's build is CUDA-only and breaks `import transformers` next to a CPU "
+              "torch), and `qwen_vl_utils`' module-level torchvision import made optional (only its video "
+              "readers use it).",
+              "- ms-swift gets a copy of the same checkpoint without `processor_config.json` (transformers "
+              "cannot build `Qwen3VLProcessor` without torchvision); `bench/_msswift_plugin.py`, passed with "
+              "ms-swift's own `--external_plugins`, attaches transformers' PIL Qwen2-VL image processor "
+              "because ms-swift runs the vision tower on a dummy image even for text-only batches.",
+              "- `swift sft` always needs `--model_type qwen3_5 --template qwen3_5` for a local tiny "
+              "checkpoint (name matching is ambiguous), and defaults gradient accumulation to reach a batch "
+              "of 16, so `--gradient_accumulation_steps 1` is passed.",
+              ""]
+    return "\n".join(lines)
+
+
+def write_results() -> Path:
+    """Render RESULTS.md from the raw JSON files."""
+    data = json.loads((RAW / "msswift_compare.json").read_text())
+    peers_path = RAW / "peers.json"
+    peers = json.loads(peers_path.read_text()) if peers_path.exists() else None
+    RESULTS.write_text(render(data, peers), encoding="utf-8")
+    return RESULTS
+
+
+if __name__ == "__main__":
+    print(write_results())

@@ -1,0 +1,7 @@
+"""Contract tests: this plugin passes swiftcore's plugin contract (swiftcore.testing.PluginContract)."""
+
+from swiftcore.testing import PluginContract
+
+
+class TestBridgeQwen3_5Contract(PluginContract):
+    plugin = "bridge_qwen3_5"

@@ -1,0 +1,33 @@
+"""The plugin registers its four heads, from metadata and through the hook, without importing torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from swiftcore.specs import HEAD_TASKS
+
+
+def test_every_head_task_is_registered(plugins):
+    for task in HEAD_TASKS:
+        spec = plugins.registry.get("head", task)
+        assert spec.task == task
+        assert spec.provider.plugin == "heads"
+        assert spec.factory == "swiftcore_heads.recipe:run_head_training"
+
+
+def test_importing_the_plugin_does_not_import_torch():
+    code = (
+        "import sys, swiftcore_heads.plugin, swiftcore_heads\n"
+        "bad = [m for m in ('torch', 'transformers', 'megatron') if m in sys.modules]\n"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_static_index_names_every_head():
+    from importlib.metadata import entry_points
+
+    names = {ep.name for ep in entry_points(group="swiftcore.heads") if ep.value == "swiftcore_heads.plugin"}
+    assert names == set(HEAD_TASKS)
