@@ -36,6 +36,19 @@ def _official_ids(tok: Any, record: dict) -> list[int] | None:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
+def _where_differs(tok: Any, official: list[int] | None, mine: list[int], other: list[int]) -> dict[str, str]:
+    """Text around the first character where each system's decoded sample departs from the official one."""
+    ref = tok.decode(official) if official is not None else ""
+    out = {}
+    for name, ids in (("swiftcore", mine), ("msswift", other)):
+        text = tok.decode(ids)
+        at = next((k for k, (a, b) in enumerate(zip(ref, text, strict=False)) if a != b), min(len(ref), len(text)))
+        out[f"{name}_first_difference_at"] = at
+        out[f"{name}_text"] = text[max(0, at - 60):at + 60]
+        out[f"official_text_at_{name}_difference"] = ref[max(0, at - 60):at + 60]
+    return out
+
+
 def _one_template(peer: PeerWorker, name: str, model_dir: Path, peer_model_dir: Path, plugins: Any,
                   records: list[dict], data: Path, runs: int, work: Path) -> dict[str, Any]:
     """Figure 2 for one template: alternate the three encoders, then compare token ids."""
@@ -88,11 +101,11 @@ def _one_template(peer: PeerWorker, name: str, model_dir: Path, peer_model_dir: 
         diffs["swiftcore_matches_official"] += mine_ok
         diffs["msswift_matches_official"] += other_ok
         diffs["neither"] += not (mine_ok or other_ok)
-        if len(diffs["examples"]) < 3:
-            diffs["examples"].append({"index": i, "swiftcore_matches_official": mine_ok,
-                                      "msswift_matches_official": other_ok,
-                                      "msswift_text": tok.decode(other)[:400],
-                                      "swiftcore_text": mine.text[:400]})
+        # Keep a few examples of each outcome, cut around the first difference from the official text.
+        kind = "swiftcore" if mine_ok else "msswift" if other_ok else "neither"
+        if sum(e["matches_official"] == kind for e in diffs["examples"]) < 2:
+            diffs["examples"].append({"index": i, "matches_official": kind,
+                                      **_where_differs(tok, official, list(mine.input_ids), other)})
     return {
         "samples_per_s": {k: summarize(v) for k, v in samples.items()},
         "raw_samples_per_s": samples,

@@ -87,6 +87,12 @@ def _notes(data: dict[str, Any]) -> list[str]:
                        f"{d['msswift_matches_official']}, neither on {d['neither']}; ms-swift failed on "
                        f"{d['msswift_failed']} ({t['msswift_errors'] or 'no errors'}). "
                        f"{t['tokens_per_sample']:.0f} tokens/sample.")
+            for example in d.get("examples", []):
+                if example["matches_official"] == "neither":
+                    out.append(f"  - e.g. sample {example['index']} (neither matches): official "
+                               f"`{example['official_text_at_swiftcore_difference']!r}`, swiftcore "
+                               f"`{example['swiftcore_text']!r}`, ms-swift `{example['msswift_text']!r}`")
+                    break
     train = data.get("train")
     if train:
         s = train["setup"]

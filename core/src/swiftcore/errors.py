@@ -16,6 +16,7 @@ __all__ = [
     "SpecError",
     "SwiftcoreError",
     "UnknownNameError",
+    "OutputExistsError",
 ]
 
 
@@ -65,3 +66,7 @@ class UnknownNameError(SwiftcoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class OutputExistsError(SwiftcoreError, FileExistsError):
+    """An output directory already holds something; swiftcore never writes over it."""

@@ -81,10 +81,10 @@ def test_merge_lora_gives_the_adapter_answers(trained_lora: Path, engine: Any, i
 
 
 def test_merge_lora_helper_writes_a_plain_checkpoint(trained_lora: Path, infer_plugins: Any, tmp_path: Path) -> None:
-    from swiftcore.infer.checkpoint import merge_lora
     from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore.models.adapters import merge_lora
 
-    merged = merge_lora(trained_lora, None, tmp_path / "merged", infer_plugins)
+    merged = merge_lora(trained_lora, tmp_path / "merged", infer_plugins, dtype="float32")
     assert not (merged / "adapter_config.json").exists() and (merged / "config.json").exists()
     records = [{"messages": [{"role": "user", "content": "Is 9 even or odd?"}]}]
     assert TransformersEngine(merged, infer_plugins).generate(records, max_new_tokens=6)[0].token_ids == \

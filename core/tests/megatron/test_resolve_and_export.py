@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from swiftcore import BridgeSpec, hookimpl
 from swiftcore.megatron import BridgeError, BridgeNotFoundError, CheckpointError
-from swiftcore.megatron.atomic import atomic_output_dir
+from swiftcore._atomic import atomic_output_dir
 from swiftcore.megatron.resolve import find_bridge_spec, make_bridge, read_hf_config
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from swiftcore.errors import OutputExistsError
 from swiftcore.megatron import CheckpointError, ParallelismError
 from swiftcore.megatron.checkpoint import rank_file, read_metadata
 from swiftcore.megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
@@ -185,7 +186,7 @@ def test_config_inconsistent_with_weights_is_refused(tiny, bridge_for, tmp_path:
 def test_existing_output_is_not_overwritten(tiny, bridge_for, tmp_path: Path) -> None:
     (tmp_path / "mcore").mkdir()
     (tmp_path / "mcore" / "keep.txt").write_text("mine")
-    with pytest.raises(CheckpointError, match="already exists and is not empty"):
+    with pytest.raises(OutputExistsError, match="already exists and is not empty"):
         hf_to_mcore(tiny("qwen3"), tmp_path / "mcore", bridge_for(tiny("qwen3")))
     assert (tmp_path / "mcore" / "keep.txt").read_text() == "mine"
 

@@ -80,9 +80,9 @@ def export(
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --to-mcore, --to-hf, --merge-lora")
     if merge_lora:
-        from swiftcore.megatron.merge_lora import merge_lora as do_merge
+        from swiftcore.models.adapters import merge_lora as do_merge
 
-        out = do_merge(model, merge_lora)
+        out = do_merge(model, merge_lora, state.plugins(plugin_specs))
         click.echo(f"merged LoRA adapter into its base: {out}")
         return
     if to_mcore:

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from swiftcore.infer.checkpoint import resolve_checkpoint
 from swiftcore.infer.errors import InvalidRequestError, UnsupportedError
 from swiftcore.infer.prepare import prepare_ahead
 from swiftcore.infer.types import Generation, Request, SamplingParams, StreamDelta
+from swiftcore.models.adapters import resolve_checkpoint
 
 __all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine"]
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from swiftcore.infer.checkpoint import resolve_checkpoint
 from swiftcore.infer.engine import Engine
 from swiftcore.infer.errors import InvalidRequestError
 from swiftcore.infer.types import Generation, SamplingParams
+from swiftcore.models.adapters import resolve_checkpoint
 
 __all__ = ["Generation", "TransformersEngine", "create_engine", "probe", "resolve_checkpoint"]
 

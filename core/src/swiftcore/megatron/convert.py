@@ -4,7 +4,7 @@ Both directions walk the bridge's :class:`~swiftcore.megatron.mapping.Rule` list
 written once. Tensors are read and written one at a time (``safe_open`` on the HF side,
 :mod:`swiftcore.megatron.torch_zip` on the Megatron side), so peak memory stays near one HF shard
 plus the largest tensor; the output is written into a temporary directory renamed at the end (see
-:mod:`swiftcore.megatron.atomic`). The checkpoint layout and why it was chosen are described in
+:mod:`swiftcore._atomic`). The checkpoint layout and why it was chosen are described in
 :mod:`swiftcore.megatron.checkpoint`.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swiftcore.megatron.atomic import atomic_output_dir, check_output_dir
+from swiftcore._atomic import atomic_output_dir, check_output_dir
 from swiftcore.megatron.bridge import MegatronBridge
 from swiftcore.megatron.checkpoint import (
     HF_SUBDIR,

@@ -114,10 +114,12 @@ class SglangEngine(Engine):
         if merge_lora and self._initial_adapter is not None:
             import tempfile
 
-            from swiftcore.infer.checkpoint import merge_lora as merge_into
+            from swiftcore.models.adapters import merge_lora as merge_into
 
             self._tmp = tempfile.TemporaryDirectory(prefix="swiftcore-sglang-merged-")
-            serve_dir = merge_into(self.base_dir, self._initial_adapter, self._tmp.name, plugins, dtype="float32")
+            serve_dir = merge_into(
+                self.base_dir, self._tmp.name, plugins, adapter=self._initial_adapter, dtype="float32"
+            )
             self._initial_adapter = None
 
         import sglang

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from swiftcore.infer.checkpoint import merge_lora as merge_lora_into
 from swiftcore.infer.engine import Engine
 from swiftcore.infer.errors import InvalidRequestError, UnsupportedError
 from swiftcore.infer.types import SamplingParams
+from swiftcore.models.adapters import merge_lora as merge_lora_into
 from swiftcore_backend_vllm.probe import installed_vllm
 
 __all__ = ["VllmEngine", "configure_environment", "to_vllm_sampling"]
@@ -133,7 +133,9 @@ class VllmEngine(Engine):
         self._tmp: tempfile.TemporaryDirectory | None = None
         if merge_lora and self._initial_adapter is not None:
             self._tmp = tempfile.TemporaryDirectory(prefix="swiftcore-vllm-merged-")
-            serve_dir = merge_lora_into(self.base_dir, self._initial_adapter, self._tmp.name, plugins, dtype="float32")
+            serve_dir = merge_lora_into(
+                self.base_dir, self._tmp.name, plugins, adapter=self._initial_adapter, dtype="float32"
+            )
             self._initial_adapter = None
         if self._initial_adapter is not None and not enable_lora:
             raise InvalidRequestError("an adapter was given with enable_lora=False; pass --merge-lora instead")

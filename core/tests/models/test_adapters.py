@@ -1,4 +1,4 @@
-"""``swiftcore export --merge-lora``: a peft LoRA adapter merged into its local base model."""
+"""LoRA adapters: the base model an adapter names, and ``swiftcore export --merge-lora``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from swiftcore.megatron import CheckpointError
-from swiftcore.megatron.merge_lora import base_model_dir, merge_lora
+from swiftcore import SwiftcoreError, load_plugins
+from swiftcore.models.adapters import base_model_dir, merge_lora
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_merged_model_matches_base_plus_adapter(adapter: tuple[Path, Path], tmp_
     from peft import PeftModel
 
     base_dir, adapter_dir = adapter
-    out = merge_lora(adapter_dir, tmp_path / "merged")
+    out = merge_lora(adapter_dir, tmp_path / "merged", load_plugins(env={}))
     assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
     assert not (out / "adapter_config.json").exists()
     tokens = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(0))
@@ -64,10 +64,10 @@ def test_base_must_be_a_local_directory(adapter: tuple[Path, Path], tmp_path: Pa
     shutil.copytree(adapter_dir, copy)
     cfg = json.loads((copy / "adapter_config.json").read_text())
     (copy / "adapter_config.json").write_text(json.dumps({**cfg, "base_model_name_or_path": "Qwen/Qwen3-0.6B"}))
-    with pytest.raises(CheckpointError, match="'Qwen/Qwen3-0.6B' is not a local model directory"):
+    with pytest.raises(SwiftcoreError, match="'Qwen/Qwen3-0.6B' is not a local model directory"):
         base_model_dir(copy)
-    with pytest.raises(CheckpointError, match="adapter_config.json not found"):
-        merge_lora(tmp_path, tmp_path / "merged")
+    with pytest.raises(SwiftcoreError, match="no LoRA adapter to merge"):
+        merge_lora(tmp_path, tmp_path / "merged", load_plugins(env={}))
     assert not (tmp_path / "merged").exists()
 
 

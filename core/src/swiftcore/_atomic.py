@@ -1,5 +1,7 @@
 """Write an output directory atomically: into a sibling temporary directory, renamed at the end.
 
+Used by every writer of a checkpoint-like directory (conversion, LoRA merge).
+
 A crash, an error or Ctrl-C leaves no partial output directory behind, so a directory that exists
 is always a complete checkpoint.
 """
@@ -13,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from swiftcore.megatron.errors import CheckpointError
+from swiftcore.errors import OutputExistsError
 
 __all__ = ["atomic_output_dir", "check_output_dir"]
 
@@ -22,11 +24,11 @@ def check_output_dir(out_dir: str | os.PathLike[str]) -> Path:
     """Return ``out_dir`` as a Path, refusing one that already exists with content.
 
     Raises:
-        CheckpointError: when ``out_dir`` exists and is not an empty directory.
+        OutputExistsError: when ``out_dir`` exists and is not an empty directory.
     """
     out = Path(out_dir).expanduser().resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CheckpointError(f"output {out} already exists and is not empty; remove it or choose another path")
+        raise OutputExistsError(f"output {out} already exists and is not empty; remove it or choose another path")
     return out
 
 
