@@ -112,18 +112,25 @@ def train_figure(model: Path, peer_model: Path, data: Path, check_data: Path, ch
 
     values = alternate(runs, {"swiftcore_padded": lambda: ours(False), "msswift_padded": theirs,
                               "swiftcore_packed": lambda: ours(True)})
-    refusals = {flag: msswift_sft(peer_model, data, setup, out_dir=work / f"msswift{flag}", extra=(flag, "true"),
-                                  max_steps=1)
-                for flag in ("--padding_free", "--packing")}
+    # The refusal probes and the loss check must not cost the throughput numbers above if they break.
+    try:
+        refusals = {flag: msswift_sft(peer_model, data, setup, out_dir=work / f"msswift{flag}",
+                                      extra=(flag, "true"), max_steps=1)
+                    for flag in ("--padding_free", "--packing")}
+    except Exception as exc:
+        refusals = {"error": {"refused": f"probe failed: {type(exc).__name__}: {exc}"}}
     check_setup = TrainSetup({**setup, "batch_size": check_size})
-    first = {
-        "swiftcore_padded": swiftcore_train(model, check_data, check_setup, packing=False, out_dir=work / "check-p",
-                                            max_steps=1)["first_loss"],
-        "swiftcore_packed": swiftcore_train(model, check_data, check_setup, packing=True, out_dir=work / "check-k",
-                                            max_steps=1)["first_loss"],
-        "msswift_padded": msswift_sft(peer_model, check_data, check_setup, out_dir=work / "check-m",
-                                      max_steps=1).get("first_loss"),
-    }
+    first: dict[str, float | None] = {}
+    for kind in ("swiftcore_padded", "swiftcore_packed", "msswift_padded"):
+        try:
+            if kind == "msswift_padded":
+                first[kind] = msswift_sft(peer_model, check_data, check_setup, out_dir=work / "check-m",
+                                          max_steps=1).get("first_loss")
+            else:
+                first[kind] = swiftcore_train(model, check_data, check_setup, packing=kind.endswith("packed"),
+                                              out_dir=work / f"check-{kind}", max_steps=1)["first_loss"]
+        except Exception:
+            first[kind] = None
     return {
         "setup": dict(setup), "runs": results, "tokens_per_s": {k: summarize(v) for k, v in values.items()},
         "raw_tokens_per_s": values,

@@ -88,7 +88,7 @@ def _notes(data: dict[str, Any]) -> list[str]:
                        f"{d['msswift_failed']} ({t['msswift_errors'] or 'no errors'}). "
                        f"{t['tokens_per_sample']:.0f} tokens/sample.")
             for example in d.get("examples", []):
-                if example["matches_official"] == "neither":
+                if example.get("matches_official") == "neither":
                     out.append(f"  - e.g. sample {example['index']} (neither matches): official "
                                f"`{example['official_text_at_swiftcore_difference']!r}`, swiftcore "
                                f"`{example['swiftcore_text']!r}`, ms-swift `{example['msswift_text']!r}`")
@@ -106,10 +106,21 @@ def _notes(data: dict[str, Any]) -> list[str]:
         f = train["first_step_loss"]
         out.append(f"- First-step loss, all {train['check_samples']} check samples in one batch (order-free): "
                    + ", ".join(f"{k} {v:.5f}" if v is not None else f"{k} n/a" for k, v in f.items()))
+        a, b = f.get("swiftcore_padded"), f.get("msswift_padded")
+        if a is not None and b is not None:
+            rel = abs(a - b) / abs(b)
+            verdict = "equal within 1%" if rel < 0.01 else "NOT equal within 1%"
+            out.append(f"  - swiftcore vs ms-swift: relative difference {rel:.2%} ({verdict}). Same weights and "
+                       "rows, but not the same tokens: ms-swift's qwen3_5 template puts an empty "
+                       "`<think>\\n\\n</think>` block into every assistant turn, the official template only "
+                       "into the last one (figure 2 counts those samples), so exact equality is not expected.")
     inf = data.get("infer")
     if inf:
         out.append(f"- Figure 4: generated texts differ on {inf['texts_differ']} of {inf['n']} prompts "
-                   f"(greedy, same weights); completion tokens per run {inf['completion_tokens']}.")
+                   f"(greedy, same weights, random tiny model); completion tokens per run "
+                   f"{inf['completion_tokens']}. First prompt: swiftcore `{inf['example']['swiftcore'][:80]!r}`, "
+                   f"ms-swift `{inf['example']['msswift'][:80]!r}` (the two encode the generation prompt "
+                   "differently, so greedy outputs of a random model diverge).")
     for name, error in (data.get("errors") or {}).items():
         out.append(f"- Figure {name} FAILED in this run: `{error}`")
     return out
@@ -128,7 +139,7 @@ def render(data: dict[str, Any], peers: dict[str, Any] | None) -> str:
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['os']}, Python {m['python']}",
         f"- date: {m['date']}",
         f"- ms-swift environment (`.venv-peers`): {json.dumps(versions)}; set-up took "
-        f"{(peers or {}).get('setup_s', 'n/a')} s",
+        f"{(peers or {}).get('setup_s', 'n/a')} s" + (f" ({peers['note']})" if (peers or {}).get("note") else ""),
         f"- swiftcore environment: {json.dumps(data.get('versions', {}))}",
         f"- the whole comparison took {data.get('seconds', 'n/a')} s",
         "",

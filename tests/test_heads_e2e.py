@@ -12,10 +12,8 @@ import json
 
 import pytest
 import torch
-
-pytest.importorskip("swiftcore_heads")
-
 from swiftcore_heads.api import embed, forward_texts, load_head_model, score
+from swiftcore_heads.retrieval import make_retrieval_task, mean_reciprocal_rank, recall_at_1
 
 from swiftcore.train.config import TrainConfig
 from swiftcore.train.run import run_training
@@ -74,3 +72,43 @@ def test_train_each_head(tiny_model_dir, plugins, tmp_path, task, name, tuner):
     untrained = _untrained(cfg, plugins, tokenizer)
     assert model.task == task
     assert not torch.allclose(_outputs(model, tokenizer), _outputs(untrained, tokenizer), atol=1e-6)
+
+
+def test_retrieval_recall_mrl_and_reranker_mrr(tiny_model_dir, plugins, tmp_path):
+    """The acceptance run: a few hundred steps in all, on the bundled synthetic retrieval task (gemma4 tiny)."""
+    from swiftcore_heads.recipe import build_head_model
+
+    from swiftcore.models import resolve_model_spec
+
+    task = make_retrieval_task(seed=0)
+    data = str(task.write_train(tmp_path / "retrieval.jsonl"))
+    model_dir = str(tiny_model_dir("gemma4"))
+    common = dict(model=model_dir, dataset=(data,), tuner="full", batch_size=8, lr_scheduler="constant", plot=False)
+    common.update(save_steps=10_000, logging_steps=25, max_length=32, seed=0)
+    chance = 1.0 / len(task.documents)
+
+    emb = run_training(
+        TrainConfig(**common, task="embedding", output_dir=str(tmp_path / "emb"), max_steps=100,
+                    learning_rate=2e-3, mrl_dims=("16,64",)),
+        plugins,
+    )  # fmt: skip
+    model, tokenizer = load_head_model(emb.last_checkpoint)
+    recall = recall_at_1(embed(model, tokenizer, task.queries), embed(model, tokenizer, task.documents))
+    recall_16 = recall_at_1(
+        embed(model, tokenizer, task.queries, dim=16), embed(model, tokenizer, task.documents, dim=16)
+    )
+
+    rr_cfg = TrainConfig(**common, task="reranker", output_dir=str(tmp_path / "rr"), max_steps=60, learning_rate=1e-3)
+    rr = run_training(rr_cfg, plugins)
+    trained, tok = load_head_model(rr.last_checkpoint)
+    torch.manual_seed(rr_cfg.seed)
+    untrained = build_head_model(rr_cfg, resolve_model_spec(model_dir, plugins), plugins, tok, None).eval()
+    mrr_before = mean_reciprocal_rank(lambda pairs: score(untrained, tok, pairs), task.queries, task.documents)
+    mrr_after = mean_reciprocal_rank(lambda pairs: score(trained, tok, pairs), task.queries, task.documents)
+
+    print(
+        f"recall@1 {recall:.2f} (dim 16: {recall_16:.2f}, chance {chance:.2f}); MRR {mrr_before:.2f} -> {mrr_after:.2f}"
+    )
+    assert recall >= 5 * chance
+    assert recall_16 >= 0.7 * recall
+    assert mrr_after > mrr_before + 0.1

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,10 @@ SWIFTCORE = str(BIN / "swiftcore")
 
 
 def _run(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    # Megatron tests earlier in this process set MASTER_PORT to a port this process still holds; a child
+    # inheriting it could not bind it, so children pick their own.
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
 def _plugins_json() -> list[dict]:
@@ -131,3 +135,19 @@ def test_other_kinds_install_and_pass_their_own_tests(kind: str, tmp_path: Path)
     finally:
         _run(sys.executable, "-m", "pip", "uninstall", "-y", "-q", dist.name)
     assert _plugins_json() == before
+
+
+def test_cli_reports_a_bad_name_without_a_traceback(tmp_path: Path) -> None:
+    done = _run(SWIFTCORE, "new-plugin", "Acme-LM", "--dir", str(tmp_path))
+    assert done.returncode == 2
+    assert "plugin name 'Acme-LM'" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_writes_the_files_it_lists(tmp_path: Path) -> None:
+    done = _run(SWIFTCORE, "new-plugin", "acme", "--dir", str(tmp_path), "--kind", "template")
+    assert done.returncode == 0, done.stderr
+    dist = tmp_path / "swiftcore-plugin-acme"
+    written = sorted(str(p.relative_to(dist)) for p in dist.rglob("*") if p.is_file())
+    assert written == sorted(plugin_files("acme", "template"))
+    assert all(f"  {path}" in done.stdout for path in written)

@@ -56,3 +56,12 @@ def test_negative_control_dropped_shared_expert_gate_fails_parity(moe: Path, moe
     report = check_parity(moe, moe_bridge, state)
     assert not report.ok
     assert report.max_abs > 1e-3, report
+
+
+@pytest.mark.slow
+def test_logit_parity_tp2_with_two_gloo_processes(moe: Path, moe_bridge, moe_mcore: Path) -> None:  # type: ignore[no-untyped-def]
+    from swiftcore.megatron.parity import check_parity_tp
+
+    report = check_parity_tp(moe, moe_mcore, moe_bridge, 2)
+    assert report.max_abs <= DEFAULT_TOLERANCE, report
+    assert report.argmax_agreement == 1.0, report

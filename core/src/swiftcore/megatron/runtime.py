@@ -43,10 +43,12 @@ def init_model_parallel(tp: int = 1, ep: int = 1, *, seed: int = 1234, rank: int
     if not on_cpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
     if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        # Under torchrun (or a caller that set MASTER_ADDR/PORT) use the env:// rendezvous; otherwise a
+        # private tcp:// address, so that no port leaks into os.environ and on to child processes.
+        launched = "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ
         dist.init_process_group(
             "gloo" if on_cpu else "nccl",
+            init_method=None if launched else f"tcp://127.0.0.1:{free_port()}",
             rank=int(os.environ.get("RANK", rank)),
             world_size=int(os.environ.get("WORLD_SIZE", world_size)),
         )

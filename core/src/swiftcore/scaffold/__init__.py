@@ -70,10 +70,11 @@ _COMMON = (
     ("common/test_contract.py", "tests/test_contract.py"),
 )
 _USAGE = {
+    # No --plugin: every installed plugin loads, the template plugin this one depends on included.
     "model": "\n```bash\nswiftcore make-tiny {name} ./tiny-{name}\n"
-    "swiftcore train --plugin {name} --model ./tiny-{name} --dataset chat.jsonl --max-steps 10\n"
-    "swiftcore infer --plugin {name} --model ./output/checkpoint-10 --input prompts.jsonl\n```\n",
-    "template": "\n```bash\nswiftcore template render {name} conversation.json\n```\n",
+    "swiftcore train --model ./tiny-{name} --dataset chat.jsonl --max-steps 10\n"
+    "swiftcore infer --model ./output/checkpoint-10 --input prompts.jsonl\n```\n",
+    "template": "\n```bash\nswiftcore template render --template {name} --input conversations.jsonl\n```\n",
     "backend": "\n```bash\nswiftcore infer --backend {name} --model ./tiny --input prompts.jsonl\n```\n",
     "head": "\nThe head wraps any swiftcore backbone: `build_head(load_model(...), spec=spec)`.\n",
     "bridge": "\n```bash\nswiftcore export --model ./tiny-{name} --to-mcore ./mcore --bridge {name}\n```\n",

@@ -15,8 +15,8 @@ load either) are carried through unchanged beside the Megatron weights, so ``--t
 whole checkpoint bit for bit.
 
 :class:`Qwen3_5MoeBridge` (``qwen3_5_moe``) adds Qwen3-MoE-style routed experts with a sigmoid-gated
-shared expert. Not mapped yet: mrope over image/video positions (text tokens
-use plain positions, where mrope equals rope), and megatron MTP layers.
+shared expert. Not mapped yet: mrope over image/video positions (text tokens use plain positions,
+where mrope equals rope) and MTP as megatron layers (its weights are carried, not converted).
 """
 
 from __future__ import annotations
