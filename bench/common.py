@@ -77,34 +77,52 @@ class ChildRun:
     output: str
 
 
+def _tree_rss(proc: Any) -> int:
+    """Bytes resident in ``proc`` and all its descendants right now (0 once it is gone)."""
+    import psutil
+
+    total = 0
+    try:
+        for p in [proc, *proc.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+    except psutil.NoSuchProcess:
+        return 0
+    return total
+
+
 def run_child(argv: Sequence[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
               timeout: float = 900) -> ChildRun:
     """Run ``argv`` to completion, capturing its output, and measure it.
 
-    Peak RSS comes from ``wait4``: Linux reports the largest ``maxrss`` of the child and every
-    descendant it waited for, so a launcher that spawns the real worker (``swift sft``) is covered.
+    Peak RSS is the largest sum of resident memory over the child and its descendants (sampled every
+    20 ms), so a launcher that spawns the real worker (``swift sft``) counts both. ``ru_maxrss`` from
+    ``wait4`` cannot be used: Linux carries the parent's high-water mark into a forked child, so every
+    child of a big benchmark process would report the benchmark's own size.
     """
+    import psutil
+
     log = RAW / f".child-{os.getpid()}.log"
     RAW.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    peak = 0
     with log.open("w+b") as fh:
         proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
-        deadline = start + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
+        watched = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss(watched))
+            if time.perf_counter() - start > timeout:
                 proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
+                proc.wait()
                 break
-            time.sleep(0.01)
+            time.sleep(0.02)
         seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
         fh.seek(0)
         output = fh.read().decode("utf-8", "replace")
     log.unlink(missing_ok=True)
-    return ChildRun(proc.returncode, seconds, usage.ru_maxrss / 1024, output)
+    return ChildRun(proc.returncode, seconds, peak / 2**20, output)
 
 
 def write_raw(name: str, data: dict[str, Any]) -> Path:

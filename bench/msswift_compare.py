@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import PEER_SWIFT, alternate, machine, pair_ratio, run_child, summarize, write_raw
+from common import PEER_SWIFT, RAW, alternate, machine, pair_ratio, run_child, summarize, write_raw
 from conversations import prompt_corpus, write_jsonl
 
 __all__ = ["cli_figure", "infer_figure", "run"]
@@ -125,10 +125,14 @@ def _guard(name: str, fn: Any, errors: dict[str, str]) -> Any:
         return None
 
 
-def run(figures: tuple[str, ...] = FIGURES, runs: int = 5, encode_n: int = 10_000, train_samples: int = 8,
+def run(figures: tuple[str, ...] = FIGURES, runs: int = 5, encode_n: int = 10_000, train_samples: int = 32,
         train_max_turns: int = 8, batch_size: int = 4, infer_n: int = 16, max_new_tokens: int = 16,
-        work: Path | None = None) -> dict[str, Any]:
-    """Run the chosen figures and write ``bench/raw/msswift_compare.json``; returns the raw result."""
+        work: Path | None = None, merge: bool = False) -> dict[str, Any]:
+    """Run the chosen figures and write ``bench/raw/msswift_compare.json``; returns the raw result.
+
+    With ``merge``, only the chosen figures are replaced in the existing raw JSON (each keeps a
+    ``measured`` date), e.g. to redo one figure after a fix without re-running the others.
+    """
     from encode_compare import encode_figure
     from msswift_train import peer_checkpoint, train_figure
     from peer_worker import PeerWorker
@@ -156,7 +160,23 @@ def run(figures: tuple[str, ...] = FIGURES, runs: int = 5, encode_n: int = 10_00
         result["train"] = _guard("train", lambda: train_figure(
             tiny["qwen3_5"], peer_tiny["qwen3_5"], data, check, batch_size * 2, default_setup(batch_size), runs,
             work / "train"), errors)
+        if result["train"]:
+            result["train"]["samples"] = train_samples
     result["seconds"] = round(time.perf_counter() - started, 1)
+    for figure in figures:
+        if isinstance(result.get(figure), dict):
+            result[figure]["measured"] = result["machine"]["date"]
+    existing = RAW / "msswift_compare.json"
+    if merge and existing.exists():
+        merged = json.loads(existing.read_text())
+        merged.setdefault("errors", {})
+        for figure in figures:
+            merged[figure] = result.get(figure)
+            merged["errors"].pop(figure, None)
+            if figure in errors:
+                merged["errors"][figure] = errors[figure]
+        merged.setdefault("remeasured", {}).update({f: result["machine"]["date"] for f in figures})
+        result = merged
     write_raw("msswift_compare", result)
     return result
 
@@ -167,13 +187,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--figures", default=",".join(FIGURES))
     parser.add_argument("--encode-n", type=int, default=10_000)
-    parser.add_argument("--train-samples", type=int, default=8)
+    parser.add_argument("--train-samples", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--infer-n", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--merge", action="store_true", help="replace only these figures in the existing raw JSON")
     args = parser.parse_args()
     result = run(tuple(args.figures.split(",")), args.runs, args.encode_n, args.train_samples,
-                 batch_size=args.batch_size, infer_n=args.infer_n, max_new_tokens=args.max_new_tokens)
+                 batch_size=args.batch_size, infer_n=args.infer_n, max_new_tokens=args.max_new_tokens,
+                 merge=args.merge)
     print(json.dumps({k: v for k, v in result.items() if k in ("errors", "seconds")}, indent=2))
 
 

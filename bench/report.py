@@ -98,7 +98,8 @@ def _notes(data: dict[str, Any]) -> list[str]:
         s = train["setup"]
         out.append(f"- Figure 3 setup: tiny qwen3_5 (random, ~0.56 M parameters), LoRA r={s['lora_rank']} "
                    f"alpha={s['lora_alpha']} on all linear layers, batch {s['batch_size']}, max length "
-                   f"{s['max_length']}, one epoch, fp32, CPU, gradient accumulation 1. Tokens/s = real tokens / "
+                   f"{s['max_length']}, one epoch over {train.get('samples', '?')} mixed-length samples, fp32, CPU, "
+                   "gradient accumulation 1. Tokens/s = real tokens / "
                    "the trainer's `train_runtime` (start-up, loading and encoding not counted).")
         for flag, r in train["msswift_refusals"].items():
             verdict = f"refused: `{r['refused']}`" if "refused" in r else "ran (not refused)"
@@ -141,7 +142,8 @@ def render(data: dict[str, Any], peers: dict[str, Any] | None) -> str:
         f"- ms-swift environment (`.venv-peers`): {json.dumps(versions)}; set-up took "
         f"{(peers or {}).get('setup_s', 'n/a')} s" + (f" ({peers['note']})" if (peers or {}).get("note") else ""),
         f"- swiftcore environment: {json.dumps(data.get('versions', {}))}",
-        f"- the whole comparison took {data.get('seconds', 'n/a')} s",
+        f"- the whole comparison took {data.get('seconds', 'n/a')} s"
+        + (f"; re-measured later (after a fix): {data['remeasured']}" if data.get("remeasured") else ""),
         "",
         "| figure | swiftcore | ms-swift | ratio (swiftcore advantage) | target |",
         "| --- | --- | --- | --- | --- |",

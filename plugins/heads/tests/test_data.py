@@ -110,3 +110,19 @@ def test_bad_input_fails_before_the_model_loads(
     )
     with pytest.raises(SwiftcoreError, match=match):
         run_training(cfg, plugins)
+
+
+def test_cli_refuses_mrl_dims_above_hidden_size(tiny_model_dir, tmp_path):
+    from click.testing import CliRunner
+
+    from swiftcore.cli.main import cli
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"query": "q", "positive": "p", "negatives": ["n"]}) + "\n")
+    args = ["train", "--model", str(tiny_model_dir("gemma4")), "--dataset", str(data), "--task", "embedding"]
+    args += ["--mrl-dims", "16,4096", "--output-dir", str(tmp_path / "o")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != 0
+    message = str(result.exception) + result.output
+    assert "--mrl-dims 4096" in message and "hidden size 64" in message
+    assert not (tmp_path / "o").exists()  # refused before anything was written

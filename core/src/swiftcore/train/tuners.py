@@ -9,7 +9,7 @@ from typing import Any
 from swiftcore.specs import ModelSpec
 from swiftcore.train.config import TrainConfig
 
-__all__ = ["freeze_parts", "apply_tuner", "trainable_summary"]
+__all__ = ["apply_tuner", "freeze_parts", "lora_config", "trainable_summary"]
 
 log = logging.getLogger("swiftcore.train")
 
@@ -51,25 +51,36 @@ def _lora_exclude_regex(spec: ModelSpec, cfg: TrainConfig) -> str | None:
     return r"^(" + "|".join(f"(?:{p})" for p in patterns) + r")$"
 
 
-def apply_tuner(model: Any, spec: ModelSpec, cfg: TrainConfig) -> Any:
-    """Return the model ready to train: parts frozen per flags; wrapped in a peft LoRA model for ``lora``."""
-    freeze_parts(model, spec, cfg)
-    if cfg.tuner == "full":
-        return model
-    from peft import LoraConfig, get_peft_model
+def lora_config(spec: ModelSpec, cfg: TrainConfig, *, task_type: str | None = "CAUSAL_LM") -> Any:
+    """The peft ``LoraConfig`` for ``spec`` under ``cfg``: rank, alpha, targets, and the spec's exclusions.
+
+    Args:
+        spec: the model spec (default targets, modules kept out of LoRA, frozen parts).
+        cfg: the training config (rank, alpha, dropout, ``--target-modules``, freeze flags).
+        task_type: peft's task type; None for a bare decoder wrapped by a head (no generation wrapper).
+    """
+    from peft import LoraConfig
 
     targets = cfg.target_modules or spec.lora_target_modules
     target: str | list[str] = "all-linear" if tuple(targets) == ("all-linear",) else list(targets)
-    lora = LoraConfig(
+    return LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout,
         target_modules=target,
         exclude_modules=_lora_exclude_regex(spec, cfg),
-        task_type="CAUSAL_LM",
+        task_type=task_type,
     )
-    peft_model = get_peft_model(model, lora)
-    return peft_model
+
+
+def apply_tuner(model: Any, spec: ModelSpec, cfg: TrainConfig) -> Any:
+    """Return the model ready to train: parts frozen per flags; wrapped in a peft LoRA model for ``lora``."""
+    freeze_parts(model, spec, cfg)
+    if cfg.tuner == "full":
+        return model
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(spec, cfg))
 
 
 def trainable_summary(model: Any) -> str:

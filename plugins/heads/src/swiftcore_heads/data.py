@@ -196,7 +196,11 @@ def generative_prompt(tokenizer: Any, query: str, document: str, instruction: st
 
 def texts_to_ids(tokenizer: Any, texts: Sequence[str], max_length: int, *, templated: bool = False) -> list[list[int]]:
     """Token ids of ``texts`` as sentence-transformers tokenizes them (special tokens unless already templated)."""
-    enc = tokenizer(list(texts), add_special_tokens=not templated, truncation=True, max_length=max_length)
+    if templated:
+        # A rendered prompt ends with the answer position the score is read at: cut from the left instead.
+        enc = tokenizer(list(texts), add_special_tokens=False)
+        return [list(ids)[-max_length:] for ids in enc["input_ids"]]
+    enc = tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_length)
     return [list(ids) for ids in enc["input_ids"]]
 
 

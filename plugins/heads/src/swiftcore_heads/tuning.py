@@ -2,7 +2,7 @@
 
 Why not :func:`swiftcore.train.tuners.apply_tuner` as is: it wraps the model in peft's causal-LM
 wrapper, which needs ``prepare_inputs_for_generation``; a bare decoder (``*TextModel``) has none. The
-LoRA config (targets, exclusions, rank) is built the same way, with peft's generic wrapper.
+LoRA config is the same (:func:`swiftcore.train.tuners.lora_config`), with peft's generic wrapper.
 """
 
 from __future__ import annotations
@@ -26,18 +26,9 @@ def apply_head_tuner(decoder: Any, spec: Any, cfg: Any) -> tuple[Any, Any]:
     """
     if cfg.tuner == "full":
         return decoder, None
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
 
-    from swiftcore.train.tuners import _lora_exclude_regex
+    from swiftcore.train.tuners import lora_config
 
-    targets = cfg.target_modules or spec.lora_target_modules
-    target: str | list[str] = "all-linear" if tuple(targets) == ("all-linear",) else list(targets)
-    lora = LoraConfig(
-        r=cfg.lora_rank,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=target,
-        exclude_modules=_lora_exclude_regex(spec, cfg),
-    )
-    peft_model = get_peft_model(decoder, lora)
+    peft_model = get_peft_model(decoder, lora_config(spec, cfg, task_type=None))
     return peft_model.get_base_model(), peft_model
