@@ -125,7 +125,7 @@ def _guard(name: str, fn: Any, errors: dict[str, str]) -> Any:
         return None
 
 
-def run(figures: tuple[str, ...] = FIGURES, runs: int = 5, encode_n: int = 10_000, train_samples: int = 32,
+def run(figures: tuple[str, ...] = FIGURES, runs: int = 5, encode_n: int = 10_000, train_samples: int = 8,
         train_max_turns: int = 8, batch_size: int = 4, infer_n: int = 16, max_new_tokens: int = 16,
         work: Path | None = None, merge: bool = False) -> dict[str, Any]:
     """Run the chosen figures and write ``bench/raw/msswift_compare.json``; returns the raw result.
@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--figures", default=",".join(FIGURES))
     parser.add_argument("--encode-n", type=int, default=10_000)
-    parser.add_argument("--train-samples", type=int, default=32)
+    parser.add_argument("--train-samples", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--infer-n", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=16)

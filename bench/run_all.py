@@ -21,7 +21,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
     parser.add_argument("--figures", default=",".join(msswift_compare.FIGURES))
     parser.add_argument("--encode-n", type=int, default=10_000)
-    parser.add_argument("--train-samples", type=int, default=32)
+    parser.add_argument("--train-samples", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--infer-n", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=16)

@@ -24,7 +24,7 @@ def heavy_modules_loaded() -> list[str]:
 def check(spec: str) -> dict[str, Any]:
     """Load plugin ``spec`` alone and report on it (see the module docstring)."""
     from swiftcore._lazy import resolve
-    from swiftcore._plugins import load_plugins
+    from swiftcore._plugins import _resolve_spec, discover, load_plugins
     from swiftcore.errors import SwiftcoreError
     from swiftcore.specs import SPEC_KINDS
 
@@ -41,7 +41,8 @@ def check(spec: str) -> dict[str, Any]:
     report["heavy_imports"] = heavy
     if heavy:
         report["problems"].append(f"importing the plugin imported {', '.join(heavy)}; import them lazily")
-    names = [n for n in plugins.explicit]
+    # The plugin(s) SPEC names; plugins loaded because its distribution requires them are checked separately.
+    names = sorted({i.name for i in _resolve_spec(spec, discover())})
     report["api"] = {n: plugins.infos[n].api for n in names}
     provides: dict[str, list[str]] = {}
     registry = plugins.registry
@@ -69,10 +70,14 @@ def check(spec: str) -> dict[str, Any]:
         if info.source != "entry-point":
             continue
         declared = {k: sorted(v) for k, v in info.capabilities.items() if v}
-        if declared != provides:
+        own = {
+            kind: sorted(s.name for s in registry.all(kind) if s.provider.plugin == name) for kind in SPEC_KINDS
+        }
+        own = {kind: found for kind, found in own.items() if found}
+        if declared != own:
             report["problems"].append(
                 f"plugin {name!r}: the static capability index in its pyproject entry points "
-                f"({declared}) differs from what its hooks return ({provides}); update the "
+                f"({declared}) differs from what its hooks return ({own}); update the "
                 '[project.entry-points."swiftcore.<kind>s"] tables'
             )
     report["ok"] = not report["problems"]
