@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-
 FIXTURES = Path(__file__).parent / "fixtures"
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from swiftcore import BridgeSpec, hookimpl
-from swiftcore.megatron import BridgeError, BridgeNotFoundError, CheckpointError
 from swiftcore._atomic import atomic_output_dir
+from swiftcore.megatron import BridgeError, BridgeNotFoundError, CheckpointError
 from swiftcore.megatron.resolve import find_bridge_spec, make_bridge, read_hf_config
 
 
