@@ -175,9 +175,8 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
         raise SwiftcoreError("--packing / --padding-free do not support image or audio samples yet; leave them off")
 
     import torch
-    from transformers import TrainingArguments
 
-    from swiftcore.train.trainer import JsonlLogCallback, SwiftTrainer, plot_loss_curve
+    from swiftcore.train.trainer import JsonlLogCallback, SwiftTrainer, plot_loss_curve, training_arguments
     from swiftcore.train.tuners import apply_tuner, trainable_summary
 
     torch.manual_seed(cfg.seed)
@@ -207,37 +206,7 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     }
     (output_dir / "args.json").write_text(json.dumps(args_record, indent=2), encoding="utf-8")
 
-    targs = TrainingArguments(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=cfg.warmup_ratio,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        eval_strategy="steps" if (val_samples and cfg.eval_steps) else "no",
-        eval_steps=cfg.eval_steps,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        bf16=cfg.dtype == "bfloat16",
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        report_to="none",
-        remove_unused_columns=False,
-        include_num_input_tokens_seen="non_padding",
-        dataloader_num_workers=0,
-        save_only_model=False,
-        # Without use_cpu, transformers ignores torchrun's WORLD_SIZE on a CPU-only machine and every rank
-        # trains alone on the same data; with it, accelerate sets up gloo data parallelism.
-        use_cpu=not torch.cuda.is_available(),
-    )
+    targs = training_arguments(cfg, output_dir, evaluate=bool(val_samples), save_only_model=False)
     trainer = SwiftTrainer(
         model=model,
         args=targs,

@@ -22,6 +22,54 @@ __all__ = ["SwiftTrainer", "JsonlLogCallback", "STAGING_DIR", "plot_loss_curve"]
 STAGING_DIR = ".staging"
 
 
+def training_arguments(cfg: Any, output_dir: str | Path, *, evaluate: bool, **overrides: Any) -> Any:
+    """transformers ``TrainingArguments`` from a :class:`~swiftcore.train.config.TrainConfig`.
+
+    One mapping for every recipe (causal LM, heads), so a flag means the same everywhere.
+
+    Args:
+        cfg: the training config.
+        output_dir: where the run writes.
+        evaluate: whether there is validation data to evaluate every ``cfg.eval_steps``.
+        **overrides: recipe-specific arguments (e.g. ``save_only_model``, ``label_names``).
+    """
+    import torch
+    from transformers import TrainingArguments
+
+    args: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,  # a float below 1 is a fraction of the steps
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if (evaluate and cfg.eval_steps) else "no",
+        eval_steps=cfg.eval_steps,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        bf16=cfg.dtype == "bfloat16",
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        report_to="none",
+        remove_unused_columns=False,
+        include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=0,
+        # Without use_cpu, transformers ignores torchrun's WORLD_SIZE on a CPU-only machine and every rank
+        # trains alone on the same data; with it, accelerate sets up gloo data parallelism.
+        use_cpu=not torch.cuda.is_available(),
+    )
+    args.update(overrides)
+    return TrainingArguments(**args)
+
+
 class SwiftTrainer(Trainer):
     """A :class:`transformers.Trainer` whose checkpoints appear atomically (write, then rename)."""
 

@@ -180,9 +180,8 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     )
 
     import torch
-    from transformers import TrainingArguments
 
-    from swiftcore.train.trainer import JsonlLogCallback, plot_loss_curve
+    from swiftcore.train.trainer import JsonlLogCallback, plot_loss_curve, training_arguments
     from swiftcore.train.tuners import trainable_summary
 
     torch.manual_seed(cfg.seed)
@@ -200,33 +199,14 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         "versions": _versions(),
     }
     (output_dir / "args.json").write_text(json.dumps(args_record, indent=2), encoding="utf-8")
-    targs = TrainingArguments(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=cfg.warmup_ratio,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        eval_strategy="steps" if (val and cfg.eval_steps) else "no",
-        eval_steps=cfg.eval_steps,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        bf16=cfg.dtype == "bfloat16",
-        report_to="none",
-        remove_unused_columns=False,
+    targs = training_arguments(
+        cfg,
+        output_dir,
+        evaluate=bool(val),
+        gradient_checkpointing=False,
+        include_num_input_tokens_seen="no",
         label_names=["labels"],
-        dataloader_num_workers=0,
         save_only_model=True,
-        use_cpu=not torch.cuda.is_available(),
     )
     trainer_cls = _trainer_class()
     trainer = trainer_cls(
