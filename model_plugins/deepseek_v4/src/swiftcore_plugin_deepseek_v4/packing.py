@@ -25,11 +25,10 @@ the model is exact without it).
 from __future__ import annotations
 
 import logging
-import types
-from itertools import pairwise
 from typing import Any
 
-from swiftcore.errors import SwiftcoreError
+from swiftcore.models.packed_layers import PACKING_KWARGS, PackedBatchError, packed_segments, wrap_forward
+from swiftcore.models.packed_layers import transformers_in_range as _transformers_in
 
 __all__ = [
     "TRANSFORMERS_RANGE",
@@ -43,63 +42,6 @@ logger = logging.getLogger("swiftcore.plugins.deepseek_v4")
 
 #: transformers versions whose DeepSeek-V4 attention this patch was checked against (and needs it).
 TRANSFORMERS_RANGE = ">=5.19,<6"
-# Flash-attention varlen kwargs: meaningless for one sample's slice, so a split layer drops them.
-_PACKING_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
-_MARK = "_swiftcore_packing_patched"
-
-
-class PackedBatchError(SwiftcoreError):
-    """A packed batch's boundaries (``cu_seq_lens_q``) do not fit the tokens the layer got."""
-
-
-def packed_segments(position_ids: Any, cu_seq_lens: Any, batch: int, seq_len: int) -> list[tuple[int, int, int]] | None:
-    """The ``(row, start, end)`` token ranges of the samples packed in a ``[batch, seq_len]`` input.
-
-    Args:
-        position_ids: LongTensor ``[batch or 1, seq_len]``; a sample starts wherever they stop counting up by
-            one (as in ``transformers.masking_utils.find_packed_sequence_indices``). Used when
-            ``cu_seq_lens`` is None.
-        cu_seq_lens: IntTensor ``[n + 1]`` of cumulative lengths over the flattened rows (flash-attention's
-            varlen layout), or None.
-        batch: rows in the input.
-        seq_len: tokens per row.
-
-    Returns:
-        The ranges in order, or None when each row holds one sample.
-
-    Raises:
-        PackedBatchError: ``cu_seq_lens`` does not cover the input, or a sample spans two rows.
-    """
-    import torch
-
-    if cu_seq_lens is not None:
-        bounds = [int(b) for b in cu_seq_lens.tolist()]
-        if bounds[0] != 0 or bounds[-1] != batch * seq_len or any(a >= b for a, b in pairwise(bounds)):
-            raise PackedBatchError(
-                f"cu_seq_lens_q={bounds} does not cover the {batch}x{seq_len} tokens of the batch; pass the "
-                "cu_seq_lens_q that PaddingFreeCollator builds for it, or leave it out and send position_ids "
-                "that restart at 0 for each sample"
-            )
-    elif position_ids is not None:
-        positions = position_ids.expand(batch, -1).reshape(-1)
-        starts = torch.ones_like(positions, dtype=torch.bool)
-        starts[1:] = positions[1:] != positions[:-1] + 1
-        bounds = [*torch.nonzero(starts).flatten().tolist(), batch * seq_len]
-        bounds = sorted({*bounds, *range(0, batch * seq_len, seq_len)})  # every row starts a sample
-    else:
-        return None
-    if bounds == list(range(0, batch * seq_len + 1, seq_len)):  # one sample per row: nothing is packed
-        return None
-    segments = []
-    for start, end in pairwise(bounds):
-        row = start // seq_len
-        if (end - 1) // seq_len != row:
-            raise PackedBatchError(
-                f"cu_seq_lens_q={bounds}: the sample at tokens {start}..{end - 1} spans rows of {seq_len} tokens; "
-                "pack each sample inside one row"
-            )
-        segments.append((row, start - row * seq_len, end - row * seq_len))
-    return segments
 
 
 def _rows(tensor: Any, row: int, start: int, end: int) -> Any:
@@ -136,7 +78,7 @@ def _packed_forward(
     segments = packed_segments(position_ids, kwargs.get("cu_seq_lens_q"), batch, seq_len)
     if segments is None:
         return unpacked(*call, **kwargs)
-    rest = {key: value for key, value in kwargs.items() if key not in _PACKING_KWARGS}
+    rest = {key: value for key, value in kwargs.items() if key not in PACKING_KWARGS}
     outputs = []
     for row, start, end in segments:
         mask = attention_mask
@@ -156,11 +98,7 @@ def _packed_forward(
 
 def transformers_in_range() -> bool:
     """Whether the installed transformers is one :data:`TRANSFORMERS_RANGE` covers."""
-    import transformers
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    return Version(transformers.__version__) in SpecifierSet(TRANSFORMERS_RANGE)
+    return _transformers_in(TRANSFORMERS_RANGE)
 
 
 def patch_packed_compressed_attention(model: Any) -> int:
@@ -190,13 +128,8 @@ def patch_packed_compressed_attention(model: Any) -> int:
 
     patched = 0
     for module in model.modules():
-        if not isinstance(module, DeepseekV4Attention) or module.compressor is None or getattr(module, _MARK, False):
-            continue
-        # Keep whatever forward the instance has now (accelerate hooks replace it), not the class's.
-        module._swiftcore_unpacked_forward = module.forward
-        module.forward = types.MethodType(_packed_forward, module)
-        setattr(module, _MARK, True)
-        patched += 1
+        if isinstance(module, DeepseekV4Attention) and module.compressor is not None:
+            patched += wrap_forward(module, _packed_forward)
     if patched:
         logger.debug("patched %d compressed attention layers for packed batches", patched)
     return patched

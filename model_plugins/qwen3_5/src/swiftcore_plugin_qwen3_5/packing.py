@@ -27,10 +27,17 @@ did nothing, and ``tests/test_packing_exact.py`` says whether the model is exact
 from __future__ import annotations
 
 import logging
-import types
 from typing import Any
 
-from swiftcore.errors import SwiftcoreError
+from swiftcore.models.packed_layers import (
+    PACKING_KWARGS,
+    PATCHED_MARK,
+    PackedBatchError,
+    packed_cu_seq_lens,
+    packed_segments,
+    wrap_forward,
+)
+from swiftcore.models.packed_layers import transformers_in_range as _transformers_in
 
 __all__ = [
     "PACKING_KWARGS",
@@ -45,40 +52,6 @@ logger = logging.getLogger("swiftcore.plugins.qwen3_5")
 
 #: transformers versions whose gated DeltaNet this patch was checked against (and needs it).
 TRANSFORMERS_RANGE = ">=5.19,<6"
-#: The flash-attention varlen kwargs a packed batch carries; the original layer must not see them once
-#: the row is re-laid as a padded batch (a kernel would apply the boundaries a second time).
-PACKING_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
-_MARK = "_swiftcore_packing_patched"
-
-
-class PackedBatchError(SwiftcoreError):
-    """A packed batch's boundaries (``cu_seq_lens_q``) do not fit the tokens the layer got."""
-
-
-def packed_cu_seq_lens(position_ids: Any) -> Any | None:
-    """Cumulative sample lengths of packed rows, from where ``position_ids`` stop counting up by one.
-
-    Rows are flattened in order (the varlen layout of flash-attention), so a batch of several packed
-    rows works too. Mirrors ``transformers.masking_utils.find_packed_sequence_indices``.
-
-    Args:
-        position_ids: LongTensor ``[batch, seq_len]``.
-
-    Returns:
-        IntTensor ``[n_samples + 1]`` starting at 0, or None when no row restarts (nothing is packed).
-    """
-    import torch
-
-    flat = position_ids.reshape(-1)
-    starts = torch.ones_like(flat, dtype=torch.bool)
-    starts[1:] = flat[1:] != flat[:-1] + 1
-    # Every row starts a sample, whatever its first position.
-    starts.view(position_ids.shape)[:, 0] = True
-    if int(starts.sum()) == position_ids.shape[0]:
-        return None
-    bounds = torch.nonzero(starts).flatten()
-    end = torch.tensor([flat.numel()], device=bounds.device, dtype=bounds.dtype)
-    return torch.cat([bounds, end]).to(torch.int32)
 
 
 def _text_position_ids(position_ids: Any) -> Any | None:
@@ -127,27 +100,17 @@ def _packed_forward(
         return unpacked(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
     rest = {key: value for key, value in kwargs.items() if key not in PACKING_KWARGS}
     batch, seq_len, hidden = hidden_states.shape
-    cu = cu.to(device=hidden_states.device, dtype=torch.long)
-    bounds = cu.tolist()
-    rows = list(range(0, batch * seq_len + 1, seq_len))
-    lengths = cu[1:] - cu[:-1]
-    if cu.ndim != 1 or bounds[0] != 0 or bounds[-1] != batch * seq_len or bool((lengths <= 0).any()):
-        raise PackedBatchError(
-            f"{type(self).__name__} (layer {self.layer_idx}): cu_seq_lens_q={bounds} does not cover the "
-            f"{batch}x{seq_len} tokens it got; pass the cu_seq_lens_q that PaddingFreeCollator builds for this "
-            "batch, or leave it out and send position_ids that restart at 0 for each sample"
-        )
-    if not set(rows) <= set(bounds):
-        raise PackedBatchError(
-            f"{type(self).__name__} (layer {self.layer_idx}): cu_seq_lens_q={bounds} has a sample that spans "
-            f"rows of {seq_len} tokens; pack each sample inside one row"
-        )
-    if bounds == rows:  # one sample per row: nothing is packed
+    try:
+        segments = packed_segments(None, cu, batch, seq_len)
+    except PackedBatchError as err:
+        raise PackedBatchError(f"{type(self).__name__} (layer {self.layer_idx}): {err}") from None
+    if segments is None:  # one sample per row: nothing is packed
         return unpacked(hidden_states, **rest)
+    lengths = torch.tensor([end - start for _, start, end in segments], device=hidden_states.device)
     # Re-lay the flattened samples as a right-padded batch [n_samples, longest, hidden]; `keep` marks real
     # tokens, which come out of the boolean indexing in their packed order.
     longest = int(lengths.max())
-    keep = torch.arange(longest, device=cu.device)[None, :] < lengths[:, None]
+    keep = torch.arange(longest, device=lengths.device)[None, :] < lengths[:, None]
     padded = hidden_states.new_zeros(len(lengths), longest, hidden)
     padded[keep] = hidden_states.reshape(batch * seq_len, hidden)
     out = unpacked(padded, **rest)
@@ -171,11 +134,7 @@ def _text_model_classes() -> tuple[type, ...]:
 
 def transformers_in_range() -> bool:
     """Whether the installed transformers is one :data:`TRANSFORMERS_RANGE` covers."""
-    import transformers
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    return Version(transformers.__version__) in SpecifierSet(TRANSFORMERS_RANGE)
+    return _transformers_in(TRANSFORMERS_RANGE)
 
 
 def patch_packed_linear_attention(model: Any) -> int:
@@ -205,18 +164,11 @@ def patch_packed_linear_attention(model: Any) -> int:
     texts = _text_model_classes()
     patched = 0
     for module in model.modules():
-        if getattr(module, _MARK, False):
-            continue
         if isinstance(module, layers):
-            # Keep whatever forward the instance has now (accelerate hooks replace it), not the class's.
-            module._swiftcore_unpacked_forward = module.forward
-            module.forward = types.MethodType(_packed_forward, module)
-            patched += 1
-        elif isinstance(module, texts):
+            patched += wrap_forward(module, _packed_forward)
+        elif isinstance(module, texts) and not getattr(module, PATCHED_MARK, False):
             module.register_forward_pre_hook(_boundaries_pre_hook, with_kwargs=True)
-        else:
-            continue
-        setattr(module, _MARK, True)
+            setattr(module, PATCHED_MARK, True)
     if patched:
         logger.debug("patched %d gated DeltaNet layers for packed batches", patched)
     return patched
