@@ -41,7 +41,8 @@ def test_plugin_module_imports_no_torch_or_megatron() -> None:
 @pytest.mark.parametrize(
     ("name", "tp", "ep"),
     [("qwen3", 1, 1), ("qwen3", 2, 1), ("qwen3_tied", 2, 1), ("llama", 2, 1), ("qwen3_moe", 1, 1),
-     ("qwen3_moe", 2, 2), ("qwen3_moe_mixed", 1, 4), ("deepseek_v3", 1, 2)],
+     ("qwen3_moe", 2, 2), ("qwen3_moe_mixed", 1, 4), ("deepseek_v3", 1, 2), ("deepseek_v3", 2, 1),
+     ("deepseek_v3", 2, 2), ("deepseek_v3", 4, 1)],
 )
 def test_round_trip_is_bit_exact(tiny, bridge_for, tmp_path: Path, name: str, tp: int, ep: int) -> None:
     hf = tiny(name)
@@ -149,10 +150,16 @@ def test_ep_not_dividing_experts_and_ep_on_dense(tiny, bridge_for, tmp_path: Pat
     assert list(tmp_path.iterdir()) == []
 
 
-def test_deepseek_bridge_refuses_tensor_parallelism_for_now(tiny, bridge_for, tmp_path: Path) -> None:
+def test_deepseek_tp_not_dividing_an_mla_latent_rank_fails_before_writing(tiny, bridge_for, tmp_path: Path) -> None:
+    """--tp 4 divides the 4 heads and every FFN width but not q_lora_rank=42: megatron splits that too."""
     hf = tiny("deepseek_v3")
-    with pytest.raises(ParallelismError, match="deepseek_v3 bridge converts at --tp 1 only"):
-        hf_to_mcore(hf, tmp_path / "mcore", bridge_for(hf), tp=2)
+    bridge = bridge_for(hf)
+    odd = type(bridge)({**bridge.config, "q_lora_rank": 42})
+    with pytest.raises(ParallelismError, match=r"--tp 4 does not divide config.json q_lora_rank=42"):
+        hf_to_mcore(hf, tmp_path / "mcore", odd, tp=4)
+    odd = type(bridge)({**bridge.config, "kv_lora_rank": 30})
+    with pytest.raises(ParallelismError, match=r"kv_lora_rank \+ qk_rope_head_dim=46"):
+        hf_to_mcore(hf, tmp_path / "mcore", odd, tp=4)
     assert list(tmp_path.iterdir()) == []
 
 

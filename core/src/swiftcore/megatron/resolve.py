@@ -16,14 +16,16 @@ __all__ = ["BRIDGE_DISTRIBUTIONS", "find_bridge_spec", "make_bridge", "read_hf_c
 #: HF model_type -> the distribution whose bridge converts it (for the "install this" hint).
 BRIDGE_DISTRIBUTIONS = {
     "llama": "swiftcore-bridge-gpt",
-    "qwen2": "swiftcore-bridge-gpt",
     "qwen3": "swiftcore-bridge-gpt",
     "qwen3_moe": "swiftcore-bridge-gpt",
     "deepseek_v3": "swiftcore-bridge-gpt",
     "qwen3_asr": "swiftcore-bridge-qwen3-asr",
     "qwen3_5": "swiftcore-bridge-qwen3-5",
     "qwen3_5_moe": "swiftcore-bridge-qwen3-5",
+    "qwen3_5_text": "swiftcore-bridge-qwen3-5",
+    "qwen3_5_moe_text": "swiftcore-bridge-qwen3-5",
     "gemma4": "swiftcore-bridge-gemma4",
+    "gemma4_text": "swiftcore-bridge-gemma4",
     "deepseek_v4": "swiftcore-bridge-deepseek-v4",
 }
 

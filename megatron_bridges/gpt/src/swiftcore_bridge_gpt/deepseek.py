@@ -5,8 +5,25 @@ Maps HF ``deepseek_v3`` checkpoints onto megatron-core's MLA layer spec (local m
 ``e_score_correction_bias`` (megatron's ``expert_bias``) choose experts through group-limited top-k;
 the chosen scores are renormalised and scaled by ``routed_scaling_factor``.
 
-Not yet: tensor parallelism (megatron's MLA down-projections need their own TP rule; this bridge
-refuses ``--tp`` > 1), multi-token-prediction (MTP) layers, and yarn rope scaling.
+Tensor parallelism follows megatron-core 0.16.1's local MLA spec (``get_gpt_layer_local_spec(
+multi_latent_attention=True)``), where every MLA linear but ``linear_proj`` is a ``ColumnParallelLinear``:
+
+- ``linear_q_down_proj`` / ``linear_kv_down_proj`` (``q_a_proj`` / ``kv_a_proj_with_mqa``): split on
+  their output rows like any column-parallel linear; ``MLASelfAttention`` gathers the partial latents
+  over the TP group before the latent norms, so a contiguous dim-0 split is exact. TP must divide
+  ``q_lora_rank`` and ``kv_lora_rank + qk_rope_head_dim``. (Transformer Engine's spec instead keeps
+  these two duplicated on every rank: this checkpoint layout is for the local spec.)
+- ``linear_q_up_proj`` / ``linear_kv_up_proj`` (``q_b_proj`` / ``kv_b_proj``): rows are whole heads
+  (``[nope; rope]`` per q head, ``[k_nope; v]`` per kv head, the same order in HF and megatron), so a
+  dim-0 split gives each rank its own heads.
+- ``linear_proj`` (``o_proj``): row-parallel, split on dim 1; the latent norms and the router (weight
+  and expert bias) are replicated.
+- Experts: megatron's expert tensor-parallel size defaults to the TP size (this bridge does not set
+  it), so each routed expert's ``linear_fc1`` splits gate and up per rank and its ``linear_fc2`` splits
+  on dim 1, as in the Qwen3-MoE bridge; ``--ep`` then places whole experts. The shared expert is an
+  ordinary TP-split gated MLP.
+
+Not yet: multi-token-prediction (MTP) layers and yarn rope scaling.
 """
 
 from __future__ import annotations
@@ -81,13 +98,26 @@ class DeepSeekV3Bridge(GPTMoEBridge):
             raise BridgeError("config.json: attention_bias=true is not supported by this bridge yet")
 
     def validate_parallelism(self, tp: int, ep: int) -> None:
-        """Expert parallelism as for any MoE; tensor parallelism is not mapped for MLA yet."""
-        if tp != 1:
-            raise ParallelismError(
-                f"--tp {tp}: the deepseek_v3 bridge converts at --tp 1 only for now (MLA tensor-parallel "
-                "sharding is not mapped yet); use --tp 1 (and --ep for the experts)"
-            )
-        super().validate_parallelism(tp, ep)
+        """TP must divide the heads and FFN widths (as for any MoE) and MLA's two latent projections.
+
+        megatron's local MLA spec builds ``linear_q_down_proj`` and ``linear_kv_down_proj`` as
+        column-parallel linears and gathers their outputs, so their output widths (``q_lora_rank`` and
+        ``kv_lora_rank + qk_rope_head_dim``) are split over the TP ranks as well.
+
+        Raises:
+            ParallelismError: naming the dimension ``tp`` does not divide and the sizes that would.
+        """
+        super().validate_parallelism(tp, ep)  # also refuses configs _check_supported rejects (no q_lora_rank)
+        latent = {
+            "q_lora_rank": int(self.get("q_lora_rank")),
+            "kv_lora_rank + qk_rope_head_dim": int(self.get("kv_lora_rank")) + int(self.get("qk_rope_head_dim")),
+        }
+        for name, size in latent.items():
+            if size % tp:
+                raise ParallelismError(
+                    f"--tp {tp} does not divide config.json {name}={size} (megatron splits MLA's latent "
+                    f"down-projections over the TP ranks); use a --tp that divides {size} and the heads"
+                )
 
     def transformer_config(self, *, tp: int = 1, ep: int = 1, params_dtype: Any = None) -> Any:
         """``MLATransformerConfig`` matching the HF config (plain rope, sigmoid routing with expert bias)."""
@@ -143,10 +173,10 @@ class DeepSeekV3Bridge(GPTMoEBridge):
         a, s = h + "self_attn.", m + "self_attention."
         return [
             Rule(m + "input_layernorm.weight", (h + "input_layernorm.weight",)),
-            Rule(s + "linear_q_down_proj.weight", (a + "q_a_proj.weight",)),
+            Rule(s + "linear_q_down_proj.weight", (a + "q_a_proj.weight",), shard=COLUMN),
             Rule(s + "q_layernorm.weight", (a + "q_a_layernorm.weight",)),
             Rule(s + "linear_q_up_proj.weight", (a + "q_b_proj.weight",), shard=COLUMN),
-            Rule(s + "linear_kv_down_proj.weight", (a + "kv_a_proj_with_mqa.weight",)),
+            Rule(s + "linear_kv_down_proj.weight", (a + "kv_a_proj_with_mqa.weight",), shard=COLUMN),
             Rule(s + "kv_layernorm.weight", (a + "kv_a_layernorm.weight",)),
             Rule(s + "linear_kv_up_proj.weight", (a + "kv_b_proj.weight",), shard=COLUMN),
             Rule(s + "linear_proj.weight", (a + "o_proj.weight",), shard=ROW),

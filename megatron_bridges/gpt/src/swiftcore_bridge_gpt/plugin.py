@@ -33,7 +33,7 @@ def swiftcore_register_bridges() -> list[BridgeSpec]:
             name="deepseek_v3",
             model_types=("deepseek_v3",),
             factory="swiftcore_bridge_gpt.deepseek:DeepSeekV3Bridge",
-            parallelism=("ep",),
+            parallelism=("tp", "ep"),
             requires=_REQUIRES,
             description="DeepSeek-V3-style MLA + sigmoid-routed MoE <-> megatron-core GPTModel (MLA spec)",
         ),
