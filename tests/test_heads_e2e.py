@@ -121,3 +121,28 @@ def test_retrieval_recall_mrl_and_reranker_mrr(tiny_model_dir, plugins, tmp_path
     assert recall >= 5 * chance
     assert recall_16 >= 0.7 * recall
     assert mrr_after > mrr_before + 0.05
+
+
+def test_infer_serves_a_trained_output_dir(tiny_model_dir, plugins, tmp_path, monkeypatch):
+    """`swiftcore train --task reranker` then `swiftcore infer --model OUTPUT_DIR` (task read from the checkpoint)."""
+    from click.testing import CliRunner
+
+    from swiftcore.cli.main import cli
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS["reranker"]))
+    common = dict(model=str(tiny_model_dir("qwen3_5")), dataset=(str(data),), task="reranker", batch_size=2)
+    cfg = TrainConfig(**common, plot=False, max_steps=2, save_steps=1000, max_length=64, output_dir=str(tmp_path / "o"))
+    result = run_training(cfg, plugins)
+    assert json.loads((result.last_checkpoint / "swiftcore_head.json").read_text())["head"] == "reranker"
+    monkeypatch.delenv("SWIFTCORE_PLUGINS", raising=False)
+    docs = ["item 1", "item 2", "item 3"]
+    out = CliRunner().invoke(
+        cli, ["infer", "--model", cfg.output_dir, "--query", "find 2", *[a for d in docs for a in ("--doc", d)]]
+    )
+    assert out.exit_code == 0, out.output
+    (row,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    model, tokenizer = load_head_model(result.last_checkpoint)
+    expected = score(model, tokenizer, [("find 2", d) for d in docs])
+    assert [r["index"] for r in row["results"]] == sorted(range(3), key=lambda i: -expected[i])
+    assert max(abs(r["score"] - expected[r["index"]]) for r in row["results"]) < 1e-5

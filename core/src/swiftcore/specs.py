@@ -217,10 +217,29 @@ class TemplateSpec(_Spec):
 class HeadSpec(_Spec):
     """An lm_head: a task-specific head on any backbone.
 
+    Three lazy references say what the head does; only ``factory`` is required:
+
+    - ``factory(backbone, *, spec, **options) -> torch.nn.Module`` builds the head around a loaded
+      backbone (the model a :class:`ModelSpec` loads). The module's ``forward(input_ids, attention_mask)``
+      returns one pooled row per input, and it has ``save_pretrained(dir)``; ``factory.from_pretrained(dir)``
+      or the module class's loads it back (the contract kit checks both).
+    - ``recipe(cfg, plugins, spec) -> TrainResult`` trains it: ``swiftcore train --task TASK`` calls it
+      with the :class:`~swiftcore.train.config.TrainConfig`. None: the head cannot be trained by swiftcore.
+    - ``predictor(checkpoint_dir, *, spec, dtype) -> predictor`` loads a trained checkpoint for
+      ``swiftcore infer --task`` and ``swiftcore deploy``; the object has ``task``, ``tokenizer``,
+      ``count_tokens(texts) -> int``, and by task ``embed(texts, dimensions=None) -> list[list[float]]``
+      (embedding), ``classify(texts) -> list[dict]`` (classification) or
+      ``score(query, documents) -> list[float]`` (rerankers). None: the head cannot be served.
+
+    A head checkpoint is a directory with ``swiftcore_head.json`` naming its ``task`` (and ``head``, the
+    spec name, when it differs from the task); that is how swiftcore finds the head that reads it.
+
     Attributes:
         name: the head's name (usually its task).
         task: one of ``classification``, ``embedding``, ``reranker``, ``generative_reranker``.
-        factory: ``"module:attr"`` building the head around a backbone.
+        factory: ``"module:attr"`` building the head around a backbone (see above).
+        recipe: ``"module:attr"`` of its training recipe (see above), or None.
+        predictor: ``"module:attr"`` loading a trained checkpoint for inference (see above), or None.
         pooling: supported pooling methods (``last``, ``mean``, ``cls``).
         losses: supported loss names.
         saved_as: the ecosystem format it saves to (e.g. ``"sentence-transformers"``).
@@ -229,11 +248,13 @@ class HeadSpec(_Spec):
     """
 
     kind: ClassVar[str] = "head"
-    _references: ClassVar[tuple[str, ...]] = ("factory",)
+    _references: ClassVar[tuple[str, ...]] = ("factory", "recipe", "predictor")
 
     name: str
     task: str = ""
     factory: str = ""
+    recipe: str | None = None
+    predictor: str | None = None
     pooling: tuple[str, ...] = ("last",)
     losses: tuple[str, ...] = ()
     saved_as: str | None = None

@@ -35,3 +35,32 @@ def backbone(tiny_model_dir: Callable[[str], Path], plugins: Any) -> Callable[[s
         return loaded[name]
 
     return get
+
+
+#: classification checkpoints record these class names (so label names are checked, not just ids).
+LABELS = {0: "negative", 1: "neutral", 2: "positive"}
+
+
+@pytest.fixture(scope="session")
+def head_labels() -> dict[int, str]:
+    """The class names of the ``head_checkpoint("classification")`` checkpoint."""
+    return dict(LABELS)
+
+
+@pytest.fixture(scope="session")
+def head_checkpoint(
+    tiny_model_dir: Callable[[str], Path], plugins: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
+    """``head_checkpoint("embedding")``: an untrained head on tiny qwen3_5, saved once per session."""
+    made: dict[str, Path] = {}
+
+    def get(task: str) -> Path:
+        if task not in made:
+            from swiftcore_heads.testing import make_head_checkpoint
+
+            options: dict[str, Any] = {"num_labels": 3, "id2label": LABELS} if task == "classification" else {}
+            out = tmp_path_factory.mktemp("heads") / task
+            made[task] = make_head_checkpoint(tiny_model_dir("qwen3_5"), task, out, plugins, **options)
+        return made[task]
+
+    return get

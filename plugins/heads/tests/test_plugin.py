@@ -13,7 +13,9 @@ def test_every_head_task_is_registered(plugins):
         spec = plugins.registry.get("head", task)
         assert spec.task == task
         assert spec.provider.plugin == "heads"
-        assert spec.factory == "swiftcore_heads.recipe:run_head_training"
+        assert spec.factory == "swiftcore_heads.factory:build_head"
+        assert spec.recipe == "swiftcore_heads.recipe:run_head_training"
+        assert spec.predictor == "swiftcore_heads.predictor:load_predictor"
 
 
 def test_importing_the_plugin_does_not_import_torch():

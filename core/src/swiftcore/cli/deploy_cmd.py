@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from swiftcore.cli.infer_cmd import build_engine, engine_options
+from swiftcore.cli.infer_cmd import build_engine, build_head_engine, engine_options
 from swiftcore.cli.main import CliState, pass_state, plugin_option
 from swiftcore.errors import SwiftcoreError
 
@@ -76,6 +76,11 @@ def _parse_loras(values: tuple[str, ...]) -> dict[str, str]:
     show_default=True,
     type=click.Choice(("critical", "error", "warning", "info", "debug")),
 )
+@click.option(
+    "--task",
+    help="Head task the checkpoint must hold (embedding, classification, reranker, generative_reranker); "
+    "default: read from its swiftcore_head.json.",
+)
 @plugin_option
 @pass_state
 def deploy(
@@ -90,6 +95,7 @@ def deploy(
     max_batch: int,
     default_max_tokens: int,
     log_level: str,
+    task: str | None,
     **engine_kwargs: Any,
 ) -> None:
     """Serve a model behind an OpenAI-compatible API (FastAPI + uvicorn).
@@ -97,11 +103,16 @@ def deploy(
     \b
     Routes: /health, /v1/models, /v1/chat/completions (streaming, tools,
     chat_template_kwargs such as enable_thinking), /v1/completions, /v1/embeddings.
+    A head checkpoint (`swiftcore train --task ...` output) serves its task instead:
+    embedding -> /v1/embeddings (dimensions, encoding_format), reranker and
+    generative_reranker -> /v1/rerank ({"query", "documents", "top_n", "return_documents"}),
+    classification -> /v1/classify ({"input"}); chat to it is a 400 naming its route.
 
     \b
     Example:
       swiftcore deploy --model ./out/checkpoint-100 --port 8000
       swiftcore deploy --model ./base --lora math=./math-lora --lora code=./code-lora --api-key s3cret
+      swiftcore deploy --model ./out-embedding --served-model-name emb
     Then: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="s3cret")
     """
     from swiftcore.infer.server import ServerConfig, serve
@@ -109,7 +120,11 @@ def deploy(
     logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(levelname)s %(name)s: %(message)s")
     adapters = _parse_loras(loras)
     plugins = state.plugins(plugin_specs)
-    engine = build_engine(plugins, **engine_kwargs)
+    engine = build_head_engine(plugins, task, engine_kwargs)
+    if engine is not None and adapters:
+        raise SwiftcoreError("--lora: head checkpoints are served with their adapters merged; drop --lora")
+    if engine is None:
+        engine = build_engine(plugins, **engine_kwargs)
     name = served_model_name or Path(engine_kwargs["adapter"] or engine_kwargs["model"]).resolve().name
     if name in adapters:
         raise SwiftcoreError(f"--lora {name}=...: the name is the served model's; pick another adapter name")

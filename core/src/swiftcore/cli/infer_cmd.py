@@ -12,7 +12,7 @@ import click
 from swiftcore.cli.main import CliState, pass_state, plugin_option
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["build_engine", "engine_options", "infer"]
+__all__ = ["build_engine", "build_head_engine", "engine_options", "infer", "run_head"]
 
 
 def _parse_engine_options(values: tuple[str, ...]) -> dict[str, Any]:
@@ -110,23 +110,29 @@ def _split_reference(record: dict[str, Any]) -> tuple[dict[str, Any], str | None
     return record, None
 
 
-def _read_jsonl(path: Path) -> list[tuple[dict[str, Any] | None, str | None]]:
-    """``(record, error)`` per non-empty line; a line that is not a JSON object is an error of its own."""
-    out: list[tuple[dict[str, Any] | None, str | None]] = []
+def _read_located(path: Path, expected: str) -> list[tuple[str, dict[str, Any] | None, str | None]]:
+    """``(file:line, record, error)`` per non-empty line; a line that is not a JSON object is an error of its own."""
+    out: list[tuple[str, dict[str, Any] | None, str | None]] = []
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
+            where = f"{path}:{number}"
             try:
                 value = json.loads(line)
             except ValueError as exc:
-                out.append((None, f"{path}:{number}: not valid JSON ({exc})"))
+                out.append((where, None, f"{where}: not valid JSON ({exc})"))
                 continue
             if not isinstance(value, dict):
-                out.append((None, f"{path}:{number}: expected a JSON object with 'messages'"))
+                out.append((where, None, f"{where}: expected a JSON object {expected}"))
             else:
-                out.append((value, None))
+                out.append((where, value, None))
     return out
+
+
+def _read_jsonl(path: Path) -> list[tuple[dict[str, Any] | None, str | None]]:
+    """``(record, error)`` per non-empty line; a line that is not a JSON object is an error of its own."""
+    return [(record, error) for _, record, error in _read_located(path, "with 'messages'")]
 
 
 def _output_row(
@@ -244,6 +250,99 @@ def chat_loop(engine: Any, *, sampling: Any, enable_thinking: bool | None, syste
         history.append({"role": "assistant", "content": final.content})
 
 
+_HEAD_INPUT = {
+    "embedding": "{'text': ...}",
+    "classification": "{'text': ...}",
+    "reranker": "{'query': ..., 'documents': [...]}",
+    "generative_reranker": "{'query': ..., 'documents': [...]}",
+}
+
+
+def _refuse_engine_options(engine_kwargs: dict[str, Any]) -> None:
+    """Generation-engine options that mean nothing for a head checkpoint are an error, not ignored."""
+    given = [
+        flag
+        for flag, key in (("--adapter", "adapter"), ("--template", "template"), ("--model-type", "model_type"))
+        if engine_kwargs.get(key)
+    ]
+    given += ["--merge-lora"] if engine_kwargs.get("merge_lora") else []
+    given += ["--engine-option"] if engine_kwargs.get("engine_option") else []
+    if engine_kwargs.get("backend") not in (None, "transformers"):
+        given.append(f"--backend {engine_kwargs['backend']}")
+    if given:
+        raise SwiftcoreError(
+            f"{', '.join(given)}: not used for head checkpoints (the head plugin's predictor serves them, "
+            "adapters merged); drop the option(s)"
+        )
+
+
+def build_head_engine(plugins: Any, task: str | None, engine_kwargs: dict[str, Any]) -> Any:
+    """The :class:`~swiftcore.infer.heads.HeadEngine` for ``--model``, or None when it is no head checkpoint
+    and no ``--task`` was given (a generation model)."""
+    from swiftcore.infer.heads import find_head_checkpoint, load_head_engine
+
+    if task is None and find_head_checkpoint(engine_kwargs["model"]) is None:
+        return None
+    _refuse_engine_options(engine_kwargs)
+    return load_head_engine(engine_kwargs["model"], plugins, task=task, dtype=engine_kwargs.get("dtype", "float32"))
+
+
+def _flag_rows(
+    texts: tuple[str, ...], query: str | None, docs: tuple[str, ...]
+) -> list[tuple[str, dict[str, Any] | None, str | None]]:
+    if query is not None or docs:
+        if query is None or not docs:
+            raise click.UsageError("--query and --doc go together: one --query and at least one --doc")
+        return [("--query", {"query": query, "documents": list(docs)}, None)]
+    return [(f"--text #{i + 1}", {"text": t}, None) for i, t in enumerate(texts)]
+
+
+def run_head(
+    engine: Any,
+    *,
+    input_path: str | None,
+    output_path: str | None,
+    texts: tuple[str, ...],
+    query: str | None,
+    docs: tuple[str, ...],
+    dimensions: int | None,
+    batch_size: int,
+) -> None:
+    """``swiftcore infer`` on a head checkpoint: rows from ``--input`` or the flags, JSON lines out."""
+    from swiftcore.infer.head_rows import head_result_rows
+
+    task = engine.head_task
+    if input_path is not None and (texts or query or docs):
+        raise click.UsageError("give either --input or --text / --query + --doc, not both")
+    if dimensions is not None and task != "embedding":
+        raise click.UsageError(f"--dimensions is for embedding models; this is a {task} model")
+    if input_path is None:
+        rows = _flag_rows(texts, query, docs)
+        if not rows:
+            raise click.UsageError(
+                f"this is a {task} model: give --input FILE.jsonl of {_HEAD_INPUT.get(task, 'rows')} rows, "
+                + ("or --query Q --doc D1 --doc D2" if task in ("reranker", "generative_reranker") else "or --text")
+            )
+    else:
+        rows = _read_located(Path(input_path), _HEAD_INPUT.get(task, ""))
+    results = head_result_rows(engine, rows, dimensions=dimensions, chunk=max(batch_size * 4, 1))
+    failed = 0
+    if output_path is None and input_path is None:
+        for row in results:
+            failed += "error" in row
+            click.echo(json.dumps(row, ensure_ascii=False))
+    else:
+        target = Path(output_path) if output_path else Path(input_path).with_suffix(".out.jsonl")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("w", encoding="utf-8") as out:
+            for row in results:
+                failed += "error" in row
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        click.echo(f"answered {len(rows) - failed}, failed {failed} ({task}): {target}")
+    if failed:
+        click.echo(f"{failed} row(s) failed; their 'error' field says why", err=True)
+
+
 @click.command("infer")
 @engine_options
 @click.option(
@@ -272,6 +371,19 @@ def chat_loop(engine: Any, *, sampling: Any, enable_thinking: bool | None, syste
     help="Default chat_template_kwargs.enable_thinking (a record's own value wins).",
 )
 @click.option("--system", help="System prompt for the interactive chat.")
+@click.option(
+    "--task",
+    help="Head task: embedding, classification, reranker, generative_reranker (default: read from a head "
+    "checkpoint's swiftcore_head.json; a different value is an error).",
+)
+@click.option("--text", "texts", multiple=True, help="Head models: a text to embed or classify (repeatable).")
+@click.option("--query", help="Rerankers: the query the --doc documents are ranked for.")
+@click.option("--doc", "docs", multiple=True, help="Rerankers: a document to rank (repeatable).")
+@click.option(
+    "--dimensions",
+    type=click.IntRange(1),
+    help="Embedding models: keep the first N components, renormalised (Matryoshka).",
+)
 @plugin_option
 @pass_state
 def infer(
@@ -288,9 +400,14 @@ def infer(
     batch_size: int,
     enable_thinking: bool | None,
     system: str | None,
+    task: str | None,
+    texts: tuple[str, ...],
+    query: str | None,
+    docs: tuple[str, ...],
+    dimensions: int | None,
     **engine_kwargs: Any,
 ) -> None:
-    """Answer each conversation of a JSONL file, or chat interactively.
+    """Answer each conversation of a JSONL file, or chat interactively; or run a head model.
 
     \b
     Each output line is the input record plus "response", "reasoning_content", "tool_calls",
@@ -299,10 +416,21 @@ def infer(
     and that answer is kept as "labels".
 
     \b
+    Head checkpoints (`swiftcore train --task ...` output, or one checkpoint-N in it) are
+    recognised by their swiftcore_head.json. Input rows, from --input FILE.jsonl or flags:
+      embedding, classification        {"text": ...}              or --text T (repeatable)
+      reranker, generative_reranker    {"query": ..., "documents": [...]}  or --query Q --doc D ...
+    Output JSON lines (to --output, INPUT.out.jsonl, or stdout for flags) add "embedding";
+    "label", "label_id", "probabilities" (multi-label: "labels"; regression: "value"); or
+    "results": [{"index", "score", "document"}] most relevant first. A bad row gets "error".
+
+    \b
     Example:
       swiftcore infer --model ./out/checkpoint-100 --input prompts.jsonl --output answers.jsonl
       swiftcore infer --model ./tiny --backend vllm --input prompts.jsonl
       swiftcore infer --model ./tiny            # interactive chat
+      swiftcore infer --model ./emb-out --text "a cat" --text "a dog" --dimensions 64
+      swiftcore infer --model ./rr-out --query "pets" --doc "a cat" --doc "tax law"
     """
     from swiftcore.infer.types import SamplingParams
 
@@ -313,6 +441,24 @@ def infer(
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=tuple(stop)
     )
     plugins = state.plugins(plugin_specs)
+    head = build_head_engine(plugins, task, engine_kwargs)
+    if head is not None:
+        run_head(
+            head,
+            input_path=input_path,
+            output_path=output_path,
+            texts=texts,
+            query=query,
+            docs=docs,
+            dimensions=dimensions,
+            batch_size=batch_size,
+        )
+        return
+    if texts or query or docs or dimensions:
+        raise click.UsageError(
+            "--text, --query, --doc and --dimensions are for head checkpoints (swiftcore_head.json); "
+            f"{engine_kwargs['model']} is a generation model: use --input or the interactive chat"
+        )
     engine = build_engine(plugins, **engine_kwargs)
     try:
         if input_path is None:

@@ -136,7 +136,12 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
         from swiftcore._lazy import resolve
 
         head = plugins.registry.get("head", cfg.task)
-        return resolve(head.factory, what=f"factory of head {head.name!r} ({head.provider})")(cfg, plugins, head)
+        if head.recipe is None:
+            raise SwiftcoreError(
+                f"head {head.name!r} ({head.provider}) declares no training recipe (HeadSpec.recipe); "
+                "it can be served but not trained by swiftcore: use a plugin whose head has one"
+            )
+        return resolve(head.recipe, what=f"recipe of head {head.name!r} ({head.provider})")(cfg, plugins, head)
     output_dir = Path(cfg.output_dir)
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["HeadDataError", "HeadConfigError", "HeadCheckpointError"]
+__all__ = ["HeadDataError", "HeadConfigError", "HeadCheckpointError", "HeadInputError"]
 
 
 class HeadDataError(SwiftcoreError):
@@ -22,3 +22,7 @@ class HeadConfigError(SwiftcoreError):
 
 class HeadCheckpointError(SwiftcoreError):
     """A directory is not a head checkpoint swiftcore can load."""
+
+
+class HeadInputError(SwiftcoreError, ValueError):
+    """An inference input does not fit the head (wrong task, ``dimensions`` out of range)."""

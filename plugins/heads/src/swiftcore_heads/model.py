@@ -88,6 +88,35 @@ class HeadModel(nn.Module):
             # Registered only when untied: a tied head *is* the embedding, already in the decoder.
             self.lm_head = lm_head
             self.register_buffer("yes_no_ids", torch.tensor(yes_no_ids, dtype=torch.long), persistent=False)
+        #: settings recorded in ``swiftcore_head.json`` when saved (pooling, labels, normalize, tokens ...)
+        self.head_info: dict[str, Any] = {"pooling": pooling}
+        # Saved beside the weights by save_pretrained; not a submodule (set by the factory or loader).
+        self.tokenizer: Any = None
+
+    def save_pretrained(self, save_directory: str, tokenizer: Any = None) -> Any:
+        """Save in the head's ecosystem format (see :mod:`swiftcore_heads.save`), with ``swiftcore_head.json``.
+
+        Args:
+            save_directory: the directory (created).
+            tokenizer: saved alongside (default: the one the factory or loader attached).
+
+        Returns:
+            The directory as a ``Path``.
+        """
+        from swiftcore_heads.save import save_head_model
+
+        tokenizer = tokenizer if tokenizer is not None else self.tokenizer
+        return save_head_model(self, tokenizer, save_directory, self.head_info)
+
+    @classmethod
+    def from_pretrained(cls, checkpoint_dir: str, torch_dtype: Any = torch.float32) -> HeadModel:
+        """Load a head checkpoint (``swiftcore train --task ...`` or :meth:`save_pretrained`); see
+        :func:`swiftcore_heads.save.load_head_model`. The tokenizer is attached as ``.tokenizer``."""
+        from swiftcore_heads.save import load_head_model
+
+        model, tokenizer = load_head_model(checkpoint_dir, torch_dtype)
+        model.tokenizer = tokenizer
+        return model
 
     @property
     def config(self) -> Any:

@@ -7,6 +7,12 @@ from swiftcore import HeadSpec, hookimpl
 SWIFTCORE_API = "1.0"
 
 _PKG = "swiftcore_heads"
+# One implementation for every task: the factory builds, the recipe trains, the predictor serves.
+_CALLABLES = {
+    "factory": f"{_PKG}.factory:build_head",
+    "recipe": f"{_PKG}.recipe:run_head_training",
+    "predictor": f"{_PKG}.predictor:load_predictor",
+}
 
 
 @hookimpl
@@ -16,7 +22,7 @@ def swiftcore_register_lm_heads() -> list[HeadSpec]:
         HeadSpec(
             name="classification",
             task="classification",
-            factory=f"{_PKG}.recipe:run_head_training",
+            **_CALLABLES,
             pooling=("last", "mean"),
             losses=("cross_entropy", "bce", "mse"),
             saved_as="transformers-sequence-classification",
@@ -25,7 +31,7 @@ def swiftcore_register_lm_heads() -> list[HeadSpec]:
         HeadSpec(
             name="embedding",
             task="embedding",
-            factory=f"{_PKG}.recipe:run_head_training",
+            **_CALLABLES,
             pooling=("last", "mean"),
             losses=("infonce", "cosine_similarity", "contrastive"),
             saved_as="sentence-transformers",
@@ -34,7 +40,7 @@ def swiftcore_register_lm_heads() -> list[HeadSpec]:
         HeadSpec(
             name="reranker",
             task="reranker",
-            factory=f"{_PKG}.recipe:run_head_training",
+            **_CALLABLES,
             pooling=("last", "mean"),
             losses=("listwise", "pointwise"),
             saved_as="transformers-sequence-classification",
@@ -43,7 +49,7 @@ def swiftcore_register_lm_heads() -> list[HeadSpec]:
         HeadSpec(
             name="generative_reranker",
             task="generative_reranker",
-            factory=f"{_PKG}.recipe:run_head_training",
+            **_CALLABLES,
             pooling=("last",),
             losses=("listwise", "pointwise"),
             saved_as="transformers-causal-lm",

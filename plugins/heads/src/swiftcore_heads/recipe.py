@@ -223,7 +223,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
     )
     trainer.head_cfg = cfg
-    trainer.head_info = _head_info(cfg, tokenizer, yes_no)
+    trainer.head_info = {"head": head_spec.name, **_head_info(cfg, tokenizer, yes_no)}
     trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
     trainer.train()
     if val and not cfg.eval_steps:

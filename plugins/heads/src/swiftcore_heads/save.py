@@ -59,7 +59,7 @@ def save_head_model(model: HeadModel, tokenizer: Any, out_dir: str | Path, info:
 
     Args:
         model: the trained :class:`HeadModel`.
-        tokenizer: its tokenizer (saved alongside).
+        tokenizer: its tokenizer (saved alongside; None saves the weights only).
         out_dir: the directory (created).
         info: head settings recorded in ``swiftcore_head.json`` (pooling, normalize, labels, tokens ...).
 
@@ -72,7 +72,7 @@ def save_head_model(model: HeadModel, tokenizer: Any, out_dir: str | Path, info:
     out.mkdir(parents=True, exist_ok=True)
     decoder = _merged_decoder(model)
     config = copy.deepcopy(decoder.config)
-    if tokenizer.pad_token_id is not None:
+    if tokenizer is not None and tokenizer.pad_token_id is not None:
         config.pad_token_id = tokenizer.pad_token_id
     task = model.task
     if task == "embedding":
@@ -110,9 +110,10 @@ def save_head_model(model: HeadModel, tokenizer: Any, out_dir: str | Path, info:
         if tied:
             lm.tie_weights()
         lm.save_pretrained(out)
-    tok = copy.deepcopy(tokenizer)
-    tok.padding_side = "right"  # exact for a causal model: no real token ever attends to padding
-    tok.save_pretrained(out)
+    if tokenizer is not None:
+        tok = copy.deepcopy(tokenizer)
+        tok.padding_side = "right"  # exact for a causal model: no real token ever attends to padding
+        tok.save_pretrained(out)
     (out / HEAD_FILE).write_text(json.dumps({**info, "task": task, "format": fmt}, indent=2), encoding="utf-8")
     return out
 
@@ -179,7 +180,8 @@ def load_head_model(checkpoint_dir: str | Path, torch_dtype: Any = torch.float32
         torch_dtype: the dtype to load in.
 
     Returns:
-        ``(model, tokenizer)``; ``model.head_info`` is the checkpoint's ``swiftcore_head.json``.
+        ``(model, tokenizer)``; ``model.head_info`` is the checkpoint's ``swiftcore_head.json``; the
+        tokenizer is None when the checkpoint has none.
     """
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -214,4 +216,6 @@ def load_head_model(checkpoint_dir: str | Path, torch_dtype: Any = torch.float32
         raise HeadCheckpointError(f"{checkpoint_dir}: unknown head format {fmt!r} in {HEAD_FILE}; expected {FORMATS}")
     model.head_info = info
     model.eval()
-    return model, AutoTokenizer.from_pretrained(path)
+    # A head saved without a tokenizer (save_pretrained on a bare module) still loads: the caller brings one.
+    has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
+    return model, AutoTokenizer.from_pretrained(path) if has_tokenizer else None

@@ -1,7 +1,9 @@
 """The OpenAI-compatible HTTP API (FastAPI) over any swiftcore engine.
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` (streaming SSE, tools,
-``chat_template_kwargs``), ``POST /v1/completions``, ``POST /v1/embeddings``. Errors use OpenAI's shape
+``chat_template_kwargs``), ``POST /v1/completions``, ``POST /v1/embeddings``, and for head checkpoints
+(:class:`~swiftcore.infer.heads.HeadEngine`) ``POST /v1/rerank`` (Cohere / Jina / vLLM shape) and
+``POST /v1/classify``; a head model answers chat and completions with a 400 naming its route. Errors use OpenAI's shape
 ``{"error": {"message", "type", "param", "code"}}``: a bad body or value is a 400, a wrong API key a 401,
 an unknown model a 404, a full queue a 429, a missing backend capability a 501. A request never
 takes the server down.
@@ -19,8 +21,15 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from swiftcore.infer.errors import InferError, InvalidRequestError
-from swiftcore.infer.server.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, sampling_from
+from swiftcore.infer.errors import InferError, InvalidRequestError, UnsupportedError
+from swiftcore.infer.server.protocol import (
+    ChatCompletionRequest,
+    ClassifyRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    sampling_from,
+)
 from swiftcore.infer.server.stream_parser import StreamParser, markers_for
 from swiftcore.infer.server.worker import EngineWorker
 from swiftcore.infer.types import Generation, Request
@@ -180,8 +189,23 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         ]
         return {"object": "list", "data": data}
 
+    head_task = getattr(engine, "head_task", None)
+
+    def require_generation() -> None:
+        if head_task is not None:  # an embedding / reranker / classifier: say where to go instead
+            raise InvalidRequestError(engine.not_for("chat or completions"), param="model")
+
+    def require(capability: str, route: str) -> None:
+        if capability in engine.capabilities:
+            return
+        if head_task is not None:
+            raise InvalidRequestError(engine.not_for(route), param="model")
+        raise UnsupportedError(f"{route} needs a {capability} head checkpoint; this server runs a generation model")
+
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Any:
+        adapter_for(body.model)
+        require_generation()
         request = Request(
             record=body.record(),
             sampling=sampling_from(body, config.default_max_tokens),
@@ -249,6 +273,8 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Any:
+        adapter_for(body.model)
+        require_generation()
         if body.echo:
             raise InvalidRequestError("echo is not supported", param="echo")
         sampling = sampling_from(body, config.default_max_tokens)
@@ -299,6 +325,8 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
     async def embeddings(body: EmbeddingRequest) -> Any:
         adapter_for(body.model)
         inputs = body.inputs()
+        if head_task is not None:
+            return await head_embeddings(body, inputs)
         vectors = await worker.call(lambda: engine.embed(inputs))
         if body.dimensions is not None:
             if not 0 < body.dimensions <= len(vectors[0]):
@@ -315,6 +343,57 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
                 {"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)}
                 for i, v in enumerate(vectors)
             ],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    async def head_embeddings(body: EmbeddingRequest, inputs: list[Any]) -> dict[str, Any]:
+        # The head's own pooling and normalisation; `dimensions` truncates and renormalises (Matryoshka).
+        require("embed", "/v1/embeddings")
+        vectors = await worker.call(lambda: engine.embed(inputs, dimensions=body.dimensions))
+        tokens = await worker.call(lambda: engine.count_tokens(inputs))
+        return {
+            "object": "list",
+            "model": body.model,
+            "data": [
+                {"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)}
+                for i, v in enumerate(vectors)
+            ],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    @app.post("/v1/rerank")
+    async def rerank(body: RerankRequest) -> Any:
+        adapter_for(body.model)
+        require("score", "/v1/rerank")
+        documents = body.texts()
+        ranked = await worker.call(lambda: engine.rerank(body.query, documents, body.top_n))
+        tokens = await worker.call(lambda: engine.count_tokens([body.query, *documents]))
+        results = []
+        for index, score in ranked:
+            item: dict[str, Any] = {"index": index, "relevance_score": score}
+            if body.return_documents:
+                item["document"] = {"text": documents[index]}
+            results.append(item)
+        return {
+            "id": f"rerank-{uuid.uuid4().hex}",
+            "model": body.model,
+            "results": results,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    @app.post("/v1/classify")
+    async def classify(body: ClassifyRequest) -> Any:
+        adapter_for(body.model)
+        require("classify", "/v1/classify")
+        inputs = body.inputs()
+        results = await worker.call(lambda: engine.classify(inputs))
+        tokens = await worker.call(lambda: engine.count_tokens(inputs))
+        return {
+            "id": f"classify-{uuid.uuid4().hex}",
+            "object": "list",
+            "created": int(time.time()),
+            "model": body.model,
+            "data": [{"index": i, **r} for i, r in enumerate(results)],
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 

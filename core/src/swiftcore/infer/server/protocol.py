@@ -14,7 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from swiftcore.infer.errors import InvalidRequestError
 from swiftcore.infer.types import SamplingParams
 
-__all__ = ["ChatCompletionRequest", "CompletionRequest", "EmbeddingRequest", "sampling_from"]
+__all__ = [
+    "ChatCompletionRequest",
+    "ClassifyRequest",
+    "CompletionRequest",
+    "EmbeddingRequest",
+    "RerankRequest",
+    "sampling_from",
+]
 
 
 class _Body(BaseModel):
@@ -94,6 +101,52 @@ class EmbeddingRequest(BaseModel):
         if all(isinstance(v, int) for v in value):
             return [list(value)]  # type: ignore[arg-type]
         return list(value)  # type: ignore[arg-type]
+
+
+class RerankRequest(BaseModel):
+    """``POST /v1/rerank`` (the Cohere / Jina / vLLM shape).
+
+    ``documents`` are strings or ``{"text": ...}`` objects; ``top_n`` keeps the most relevant N;
+    ``return_documents`` (default true, as vLLM and Jina) echoes each document's text in its result.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    query: str
+    documents: list[str | dict[str, Any]] = Field(min_length=1)
+    top_n: int | None = Field(default=None, ge=1)
+    return_documents: bool = True
+
+    def texts(self) -> list[str]:
+        """The documents as strings.
+
+        Raises:
+            InvalidRequestError: an object without a string ``text``.
+        """
+        out = []
+        for i, doc in enumerate(self.documents):
+            text = doc if isinstance(doc, str) else doc.get("text")
+            if not isinstance(text, str):
+                raise InvalidRequestError("a document object needs a string 'text'", param=f"documents.{i}")
+            out.append(text)
+        return out
+
+
+class ClassifyRequest(BaseModel):
+    """``POST /v1/classify``: ``input`` is a string or a list of strings."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    input: str | list[str]
+
+    def inputs(self) -> list[str]:
+        """The inputs as a non-empty list."""
+        value = [self.input] if isinstance(self.input, str) else list(self.input)
+        if not value:
+            raise InvalidRequestError("input is empty", param="input")
+        return value
 
 
 def sampling_from(body: _Body, default_max_tokens: int) -> SamplingParams:
