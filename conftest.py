@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,25 @@ pytest_plugins = ["swiftcore.testing"]
 # Nothing in the test suite may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+_PLUGIN_ENV = ("SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT")
+
+
+@pytest.fixture(autouse=True)
+def _restore_plugin_env() -> Iterator[None]:
+    """Undo the plugin set a test exports to ``os.environ``.
+
+    The CLI run in-process (click's CliRunner) writes its resolved plugin set to ``SWIFTCORE_PLUGINS``
+    for child processes, and ``monkeypatch.delenv`` of an unset variable records nothing to undo, so
+    without this a later test's subprocess would inherit that set.
+    """
+    saved = {name: os.environ.get(name) for name in _PLUGIN_ENV}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,18 @@ __all__ = ["media", "prompt", "strip_pieces", "text_of"]
 
 def text_of(pieces: list[Segment]) -> str:
     """The text of some pieces."""
-    return "".join(p.text for p in pieces)
+    return "".join([p[0] for p in pieces])  # a list, not a generator: join builds one anyway
 
 
 def strip_pieces(pieces: list[Segment]) -> list[Segment]:
     """Strip leading and trailing whitespace from the concatenation of ``pieces`` (Jinja's ``|trim``),
     keeping media pieces whole."""
+    if len(pieces) == 1 and pieces[0].kind == "prompt":  # the common case: one string content
+        only = pieces[0]
+        stripped = only.text.strip()
+        if stripped == only.text:
+            return pieces
+        return [Segment(stripped, "prompt", only.message)] if stripped else []
     text = text_of(pieces)
     lead = len(text) - len(text.lstrip())
     end = len(text.rstrip())

@@ -14,7 +14,9 @@ from typing import Any
 
 __all__ = [
     "build_test_tokenizer",
+    "OffsetsOnlyTokenizer",
     "check_labels",
+    "compare_fast_and_slow",
     "compare_with_official",
     "generation_record",
     "load_records",
@@ -158,3 +160,54 @@ def check_labels(template: Any, tokenizer: Any, records: Iterable[Mapping[str, A
             if bad:
                 failures.append(f"{where}: loss run {run!r} contains {bad!r}")
     return checked, failures
+
+
+class OffsetsOnlyTokenizer:
+    """A tokenizer that hides its Rust backend, so encoding takes the reference path.
+
+    :func:`swiftcore.template.encoding.tokenize` then calls the tokenizer with
+    ``return_offsets_mapping=True`` and maps span boundaries by bisecting every token's start offset,
+    the rule the fast path (``char_to_token`` on boundaries only) must reproduce.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._tokenizer(*args, **kwargs)
+
+
+def compare_fast_and_slow(template: Any, tokenizer: Any, records: Iterable[Mapping[str, Any]],
+                          loss_policies: Iterable[str] = ("all_assistant", "last_round")) -> tuple[int, list[str]]:
+    """Encode every record the template renders with the fast path and the reference path; compare.
+
+    Args:
+        template: the template.
+        tokenizer: a fast (Rust-backed) tokenizer.
+        records: the records (those the template refuses are skipped).
+        loss_policies: the loss policies to compare under.
+
+    Returns:
+        ``(compared, failures)``: how many samples were compared and a description of each difference
+        in ``input_ids``, ``labels`` or media positions.
+    """
+    from swiftcore.template.errors import TemplateError
+
+    usable = []
+    for record in records:
+        try:
+            template.render(record)
+        except TemplateError:
+            continue
+        usable.append(record)
+    slow_tokenizer = OffsetsOnlyTokenizer(tokenizer)
+    failures: list[str] = []
+    for policy in loss_policies:
+        fast = template.encode_batch(tokenizer, usable, loss_policy=policy)
+        slow = template.encode_batch(slow_tokenizer, usable, loss_policy=policy)
+        for record, a, b in zip(usable, fast, slow, strict=True):
+            for what in ("input_ids", "labels", "media", "text"):
+                if getattr(a, what) != getattr(b, what):
+                    failures.append(f"{record.get('id')} ({policy}): {what} differ between the fast and the "
+                                    f"reference path:\n  fast: {getattr(a, what)!r}\n  slow: {getattr(b, what)!r}")
+    return len(usable), failures

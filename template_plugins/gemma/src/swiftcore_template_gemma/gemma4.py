@@ -31,6 +31,8 @@ _CALL = re.compile(r"<\|tool_call>call:([^{]+)\{(.*?)\}<tool_call\|>", re.S)
 
 def strip_thinking(text: str) -> str:
     """The official ``strip_thinking`` macro: drop ``<|channel>...<channel|>`` blocks, then trim."""
+    if "<channel|>" not in text and "<|channel>" not in text:  # the common case: nothing to drop
+        return text.strip()
     out = ""
     for part in text.split("<channel|>"):
         out += part.split("<|channel>")[0] if "<|channel>" in part else part
@@ -76,10 +78,13 @@ class Gemma4Template(Template):
                 text += "".join("<|tool>" + format_declaration(tool) + "<tool|>" for tool in conv.tools)
                 state = "tool"
             out.append(prompt(text + "<turn|>\n", 0 if offset else None))
-        loop = list(range(offset, len(messages)))
-        last_user = max((i for i in loop if messages[i].get("role") == "user"), default=-1)
+        last_user = -1
+        for index in range(len(messages) - 1, offset - 1, -1):
+            if messages[index].get("role") == "user":
+                last_user = index
+                break
         previous_role = None
-        for index in loop:
+        for index in range(offset, len(messages)):
             message = messages[index]
             role_in = message.get("role")
             if role_in == "tool":
@@ -112,6 +117,9 @@ class Gemma4Template(Template):
         return pieces, last_media
 
     def _turn(self, conv: Conversation, index: int, role: str) -> tuple[list[Segment], str | None]:
+        content = conv.messages[index].get("content")
+        if isinstance(content, str):  # the common case: the whole turn is one prompt piece
+            return [prompt("<|turn>" + role + "\n" + content.strip() + "<turn|>\n", index)], None
         pieces, last_media = self._content(conv, index, model=False)
         return [prompt(f"<|turn>{role}\n", index), *pieces, prompt("<turn|>\n", index)], last_media
 
@@ -139,8 +147,12 @@ class Gemma4Template(Template):
                     break
                 chunks.append((format_tool_response(self._tool_name(calls, follow), self._tool_body(follow)), False))
                 responded, state = True, "tool_response"
-        pieces, last_media = self._content(conv, index, model=True)
-        content = "".join(p.text for p in pieces)
+        raw = message.get("content")
+        if isinstance(raw, str):  # the common case, without pieces
+            content, last_media = strip_thinking(raw), None
+        else:
+            pieces, last_media = self._content(conv, index, model=True)
+            content = "".join([p.text for p in pieces])
         if last_media:
             state = last_media
         chunks.append((content, True))

@@ -98,27 +98,39 @@ class Qwen35Template(Template):
             out.append(prompt("<|im_end|>\n"))
         elif first_system:
             content = strip_pieces(self._content(conv, 0, messages[0].get("content"), None, system=True))
-            out += [prompt("<|im_start|>system\n", 0), *content, prompt("<|im_end|>\n", 0)]
+            if all(p.kind == "prompt" for p in content):  # no media: one piece
+                out.append(prompt("<|im_start|>system\n" + text_of(content) + "<|im_end|>\n", 0))
+            else:
+                out += [prompt("<|im_start|>system\n", 0), *content, prompt("<|im_end|>\n", 0)]
 
         last_query = self._last_query(conv)
         counter = {"image": 0, "video": 0}
         for index, message in enumerate(messages):
             role = message.get("role")
-            content = strip_pieces(self._content(conv, index, message.get("content"), counter))
+            raw = message.get("content")
+            if isinstance(raw, str):  # the common case: skip building and re-joining pieces
+                text = raw.strip()
+                content = [prompt(text, index)] if text else []
+            else:
+                content = strip_pieces(self._content(conv, index, raw, counter))
+                text = None
             if role == "system":
                 if index != 0:
                     raise TemplateError(f"{conv.where(index)}: System message must be at the beginning.")
             elif role == "user":
-                out += [prompt("<|im_start|>user\n", index), *content, prompt("<|im_end|>\n", index)]
+                if text is not None:  # one piece: the turn is all prompt
+                    out.append(prompt("<|im_start|>user\n" + text + "<|im_end|>\n", index))
+                else:
+                    out += [prompt("<|im_start|>user\n", index), *content, prompt("<|im_end|>\n", index)]
             elif role == "assistant":
-                out.append(Segment(self._assistant(message, text_of(content), index > last_query),
-                                   "assistant", index))
+                out.append(Segment(self._assistant(message, text_of(content) if text is None else text,
+                                                   index > last_query), "assistant", index))
                 out.append(prompt("\n", index))
             elif role == "tool":
-                text = ""
+                head = ""
                 if index > 0 and messages[index - 1].get("role") != "tool":
-                    text = "<|im_start|>user"
-                out += [prompt(text + "\n<tool_response>\n", index), *content, prompt("\n</tool_response>", index)]
+                    head = "<|im_start|>user"
+                out += [prompt(head + "\n<tool_response>\n", index), *content, prompt("\n</tool_response>", index)]
                 last = index == len(messages) - 1
                 if last or messages[index + 1].get("role") != "tool":
                     out.append(prompt("<|im_end|>\n", index))
@@ -136,7 +148,11 @@ class Qwen35Template(Template):
             message = conv.messages[index]
             if message.get("role") != "user":
                 continue
-            content = text_of(self._content(conv, index, message.get("content"), None)).strip()
+            content = message.get("content")
+            if isinstance(content, str):  # the common case, without building pieces
+                content = content.strip()
+            else:
+                content = text_of(self._content(conv, index, content, None)).strip()
             if not (content.startswith("<tool_response>") and content.endswith("</tool_response>")):
                 return index
         raise TemplateError(f"{conv.where()}: No user query found in messages. (qwen3_5 needs a user message)")

@@ -1,0 +1,26 @@
+"""The encoder's fast path (span boundaries through the Rust encoding) equals the offsets path on the corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import swiftcore
+from swiftcore.template import TemplateError, get_template
+from swiftcore.template.testing import build_test_tokenizer, compare_fast_and_slow, load_records
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_fast_encode_equals_offsets_path() -> None:
+    tpl = get_template("deepseek_v4", swiftcore.load_plugins(["swiftcore-template-deepseek"]))
+    records = load_records(DATA / "conversations.jsonl")
+    texts = []
+    for record in records:
+        try:
+            texts.append(tpl.render(record))
+        except TemplateError:
+            pass
+    tok = build_test_tokenizer(tpl.spec.special_tokens, texts)
+    compared, failures = compare_fast_and_slow(tpl, tok, records)
+    assert compared >= 10
+    assert not failures, "\n".join(failures[:5])
