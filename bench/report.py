@@ -87,6 +87,11 @@ def _notes(data: dict[str, Any]) -> list[str]:
                        f"{d['msswift_matches_official']}, neither on {d['neither']}; ms-swift failed on "
                        f"{d['msswift_failed']} ({t['msswift_errors'] or 'no errors'}). "
                        f"{t['tokens_per_sample']:.0f} tokens/sample.")
+            if t.get("floor_method"):
+                wrapper = t.get("ratio_floor_wrapper_over_swiftcore")
+                out.append(f"  - floor = {t['floor_method']}"
+                           + (f"; `tokenizer(texts)` (the transformers call) instead: floor/swiftcore {_r(wrapper)}"
+                              if wrapper else ""))
             for example in d.get("examples", []):
                 if example.get("matches_official") == "neither":
                     out.append(f"  - e.g. sample {example['index']} (neither matches): official "
