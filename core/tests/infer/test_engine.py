@@ -97,6 +97,22 @@ def test_stream_rejects_invalid_request_before_yielding(engine: Any) -> None:
         engine.stream(Request(record={"messages": 5}))
 
 
+def test_checkpoint_generation_defaults_do_not_override_switched_off_settings(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint's generation_config (top_k 1 here) must not fill settings a request leaves off."""
+    import copy
+
+    record = _records(1)[0]
+    before = engine.generate([record], max_new_tokens=12, temperature=1.0, seed=5)[0]
+    custom = copy.deepcopy(engine.model.generation_config)
+    custom.top_k, custom.top_p, custom.temperature = 1, 0.1, 0.01  # would make sampling greedy
+    monkeypatch.setattr(engine.model, "generation_config", custom)
+    config = engine._generate_kwargs(SamplingParams(temperature=1.0), 12)["generation_config"]
+    assert (config.top_k, config.top_p, config.temperature, config.do_sample) == (0, 1.0, 1.0, True)
+    assert engine.generate([record], max_new_tokens=12, temperature=1.0, seed=5)[0].token_ids == before.token_ids
+
+
 def test_sampling_with_seed_is_reproducible(engine: Any) -> None:
     record = _records(1)[0]
     a = engine.generate([record], max_new_tokens=10, temperature=1.0, seed=3)[0]

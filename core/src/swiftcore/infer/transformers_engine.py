@@ -128,17 +128,32 @@ class TransformersEngine(Engine):
         return input_ids.to(self.device), attention_mask.to(self.device)
 
     def _generate_kwargs(self, params: SamplingParams, max_new_tokens: int) -> dict[str, Any]:
+        """``generate``'s ``generation_config``: the checkpoint's generation defaults overridden by ``params``.
+
+        A ready GenerationConfig (rather than loose kwargs) also spares ``generate`` from re-building the
+        model's default config on every call to check for legacy generation fields (about 15 ms a call
+        for Qwen3.5, 10% of a short batch on a CPU).
+        """
+        from transformers import GenerationConfig
+
         sample = not params.greedy
-        return {
+        # When sampling, switched-off settings get their neutral values, not None: ``generate`` fills None
+        # fields from the checkpoint's generation_config (a top_k=20 there would quietly undo --top-k 0).
+        # Greedy decoding ignores them, so they stay unset there (no "flag ignored" warnings).
+        overrides = {
             "max_new_tokens": max_new_tokens,
             "do_sample": sample,
             "temperature": params.temperature if sample else None,
             "top_p": params.top_p if sample else None,
-            "top_k": (params.top_k or None) if sample else None,
-            "repetition_penalty": params.repetition_penalty if params.repetition_penalty != 1.0 else None,
+            "top_k": params.top_k if sample else None,
+            "repetition_penalty": params.repetition_penalty,
             "eos_token_id": self.stop_token_ids,
             "pad_token_id": self.pad_token_id,
         }
+        base = getattr(self.model, "generation_config", None)
+        config = GenerationConfig(**(base.to_dict() if base is not None else {}))
+        config.update(**overrides)
+        return {"generation_config": config}
 
     def _generate_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
