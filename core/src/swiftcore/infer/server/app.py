@@ -336,30 +336,14 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
             len(engine.tokenizer(i, add_special_tokens=False)["input_ids"]) if isinstance(i, str) else len(i)
             for i in inputs
         )
-        return {
-            "object": "list",
-            "model": body.model,
-            "data": [
-                {"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)}
-                for i, v in enumerate(vectors)
-            ],
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
+        return _embedding_response(body, vectors, tokens)
 
     async def head_embeddings(body: EmbeddingRequest, inputs: list[Any]) -> dict[str, Any]:
         # The head's own pooling and normalisation; `dimensions` truncates and renormalises (Matryoshka).
         require("embed", "/v1/embeddings")
         vectors = await worker.call(lambda: engine.embed(inputs, dimensions=body.dimensions))
         tokens = await worker.call(lambda: engine.count_tokens(inputs))
-        return {
-            "object": "list",
-            "model": body.model,
-            "data": [
-                {"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)}
-                for i, v in enumerate(vectors)
-            ],
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
+        return _embedding_response(body, vectors, tokens)
 
     @app.post("/v1/rerank")
     async def rerank(body: RerankRequest) -> Any:
@@ -461,6 +445,19 @@ def _usage(generation: Generation) -> dict[str, int]:
         "prompt_tokens": generation.prompt_tokens,
         "completion_tokens": generation.completion_tokens,
         "total_tokens": generation.prompt_tokens + generation.completion_tokens,
+    }
+
+
+def _embedding_response(body: Any, vectors: list[list[float]], tokens: int) -> dict[str, Any]:
+    """The OpenAI ``/v1/embeddings`` response body for ``vectors`` (one per input, in order)."""
+    return {
+        "object": "list",
+        "model": body.model,
+        "data": [
+            {"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)}
+            for i, v in enumerate(vectors)
+        ],
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
 
 
