@@ -49,3 +49,23 @@ def test_stream_equals_generate(family_engine: Any) -> None:
     deltas = list(family_engine.stream(Request(record=record, sampling=SamplingParams(max_new_tokens=6))))
     assert deltas[-1].final.token_ids == expected.token_ids
     assert "".join(d.text for d in deltas) == expected.text
+
+
+def test_a_reply_cut_inside_the_opened_thinking_block_is_reasoning(family_engine: Any) -> None:
+    """Qwen3.5 opens ``<think>`` in the prompt; a reply stopped before ``</think>`` is reasoning, not content."""
+    engine = family_engine
+    for thinking in (True, False):
+        record = {"messages": [{"role": "user", "content": "hello"}],
+                  "chat_template_kwargs": {"enable_thinking": thinking}}
+        prompt = engine.template.encode(engine.tokenizer, record, add_generation_prompt=True).input_ids
+        opens = engine.prompt_opens_thinking(prompt)
+        if engine.template.name == "qwen3_5":
+            assert opens is thinking
+        generated = engine.generate([record], max_new_tokens=5)[0]
+        streamed = list(engine.stream(Request(record=record, sampling=SamplingParams(max_new_tokens=5))))[-1].final
+        for reply in (generated, streamed):
+            assert "</think>" not in reply.text  # a random tiny model does not close the block in 5 tokens
+            if opens:
+                assert (reply.content, reply.reasoning_content) == ("", reply.text.strip())
+            else:
+                assert reply.content == engine.template.parse_response(reply.text)["content"]

@@ -244,7 +244,19 @@ class Engine:
         cut = _cut_at_stop(text, request.sampling.stop)
         if cut is not None:
             text, finish_reason = cut, "stop"
-        return self._parsed(request, text, tokens, len(prompt), len(tokens) + (stop_at is not None), finish_reason)
+        return self._parsed(request, text, tokens, len(prompt), len(tokens) + (stop_at is not None), finish_reason,
+                            opens_thinking=self.prompt_opens_thinking(prompt))
+
+    def prompt_opens_thinking(self, prompt: Sequence[int]) -> bool:
+        """Whether ``prompt`` (ids) ends inside an open thinking block, so the reply starts with reasoning.
+
+        Qwen3.5's generation prompt ends with ``<think>`` when thinking is on: a reply cut before its
+        ``</think>`` (max tokens) is all reasoning, not content.
+        """
+        from swiftcore.template.parsing import reasoning_markers
+
+        start, _ = reasoning_markers(self.template)
+        return self.tokenizer.decode(list(prompt[-8:]), skip_special_tokens=False).rstrip().endswith(start)
 
     def _parsed(
         self,
@@ -254,9 +266,15 @@ class Engine:
         prompt_tokens: int,
         completion_tokens: int,
         finish_reason: str,
+        *,
+        opens_thinking: bool = False,
     ) -> Generation:
         if request.record is not None:
-            parsed = self.template.parse_response(text)
+            from swiftcore.template.parsing import reasoning_markers
+
+            _, end = reasoning_markers(self.template)
+            # A reply cut inside the thinking block the prompt opened: close it, so all of it is reasoning.
+            parsed = self.template.parse_response(text + end if opens_thinking and end not in text else text)
         else:
             parsed = {"content": text, "reasoning_content": None, "tool_calls": None}
         return Generation(
@@ -493,7 +511,8 @@ class _StreamState:
         self.done = True
         completion = len(self.tokens) + self.stop_token_hit  # the stop token counts, as in generate()
         final = self.engine._parsed(
-            self.request, self.text, self.tokens, len(self.prompt), completion, self.finish_reason
+            self.request, self.text, self.tokens, len(self.prompt), completion, self.finish_reason,
+            opens_thinking=self.engine.prompt_opens_thinking(self.prompt),
         )
         return StreamDelta(text=self.text[self.sent :], final=final)
 
