@@ -70,9 +70,7 @@ def check(spec: str) -> dict[str, Any]:
         if info.source != "entry-point":
             continue
         declared = {k: sorted(v) for k, v in info.capabilities.items() if v}
-        own = {
-            kind: sorted(s.name for s in registry.all(kind) if s.provider.plugin == name) for kind in SPEC_KINDS
-        }
+        own = {kind: sorted(s.name for s in registry.all(kind) if s.provider.plugin == name) for kind in SPEC_KINDS}
         own = {kind: found for kind, found in own.items() if found}
         if declared != own:
             report["problems"].append(

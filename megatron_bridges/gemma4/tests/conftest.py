@@ -83,14 +83,10 @@ def gemma4_extras(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bridge_for() -> Callable[[dict[str, Any]], Any]:
     """``bridge_for(config)``: the installed bridge for a config.json dict, resolved as ``swiftcore export`` does."""
     from swiftcore import load_plugins
-    from swiftcore.megatron.resolve import find_bridge_spec, make_bridge
+    from swiftcore.megatron.resolve import resolve_bridge
 
     plugins = load_plugins(["bridge_gemma4"])
-
-    def get(config: dict[str, Any]) -> Any:
-        return make_bridge(find_bridge_spec(config["model_type"], plugins), config)
-
-    return get
+    return lambda config: resolve_bridge(config, plugins)[1]
 
 
 @pytest.fixture(scope="session")

@@ -80,12 +80,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
 def bridge_for() -> Callable[[Path], Any]:
     """``bridge_for(hf_dir)``: the installed bridge resolved from the directory's config.json."""
     from swiftcore import load_plugins
-    from swiftcore.megatron.resolve import find_bridge_spec, make_bridge, read_hf_config
+    from swiftcore.megatron.resolve import read_hf_config, resolve_bridge
 
     plugins = load_plugins(["bridge_gpt"])
-
-    def get(hf_dir: Path) -> Any:
-        config = read_hf_config(hf_dir)
-        return make_bridge(find_bridge_spec(config["model_type"], plugins), config)
-
-    return get
+    return lambda hf_dir: resolve_bridge(read_hf_config(hf_dir), plugins)[1]

@@ -76,14 +76,10 @@ def qwen3_5_with_mtp(qwen3_5_tiny: Path, tmp_path_factory: pytest.TempPathFactor
 def bridge_for() -> Callable[[dict[str, Any]], Any]:
     """``bridge_for(config)``: the installed bridge for a config.json dict, resolved as ``swiftcore export`` does."""
     from swiftcore import load_plugins
-    from swiftcore.megatron.resolve import find_bridge_spec, make_bridge
+    from swiftcore.megatron.resolve import resolve_bridge
 
     plugins = load_plugins(["bridge_qwen3_5"])
-
-    def get(config: dict[str, Any]) -> Any:
-        return make_bridge(find_bridge_spec(config["model_type"], plugins), config)
-
-    return get
+    return lambda config: resolve_bridge(config, plugins)[1]
 
 
 @pytest.fixture(scope="session")

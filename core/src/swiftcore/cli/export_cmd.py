@@ -28,27 +28,44 @@ def _size(value: str) -> int:
 
 
 def _bridge(state: CliState, plugin_specs: tuple[str, ...], hf_config: dict[str, Any], name: str | None) -> Any:
-    from swiftcore.megatron.resolve import find_bridge_spec, make_bridge
+    from swiftcore.megatron.resolve import resolve_bridge
 
-    spec = find_bridge_spec(hf_config["model_type"], state.plugins(plugin_specs), name)
+    spec, bridge = resolve_bridge(hf_config, state.plugins(plugin_specs), name)
     click.echo(f"bridge: {spec.name} ({spec.provider})")
-    return spec, make_bridge(spec, hf_config)
+    return spec, bridge
 
 
 @click.command("export")
-@click.option("--model", "model", required=True, type=click.Path(exists=True, file_okay=False),
-              help="Input: an HF save_pretrained dir (--to-mcore), a Megatron checkpoint (--to-hf), "
-                   "or a peft adapter dir (--merge-lora).")
+@click.option(
+    "--model",
+    "model",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Input: an HF save_pretrained dir (--to-mcore), a Megatron checkpoint (--to-hf), "
+    "or a peft adapter dir (--merge-lora).",
+)
 @click.option("--to-mcore", "to_mcore", type=click.Path(), help="Write a Megatron-core checkpoint here.")
 @click.option("--to-hf", "to_hf", type=click.Path(), help="Write a Hugging Face checkpoint here.")
-@click.option("--merge-lora", "merge_lora", type=click.Path(),
-              help="Merge the LoRA adapter into its base model and write the full model here.")
+@click.option(
+    "--merge-lora",
+    "merge_lora",
+    type=click.Path(),
+    help="Merge the LoRA adapter into its base model and write the full model here.",
+)
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1), help="Tensor-parallel size.")
 @click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1), help="Expert-parallel size.")
-@click.option("--bridge", "bridge_name", default=None, metavar="NAME[@PLUGIN]",
-              help="Use this bridge instead of the one matching config.json's model_type.")
-@click.option("--check-parity", is_flag=True,
-              help="Run the HF and Megatron models on the same tokens in float32 and compare logits.")
+@click.option(
+    "--bridge",
+    "bridge_name",
+    default=None,
+    metavar="NAME[@PLUGIN]",
+    help="Use this bridge instead of the one matching config.json's model_type.",
+)
+@click.option(
+    "--check-parity",
+    is_flag=True,
+    help="Run the HF and Megatron models on the same tokens in float32 and compare logits.",
+)
 @click.option("--max-shard-size", default="5GB", show_default=True, help="Largest safetensors shard (--to-hf).")
 @plugin_option
 @pass_state
@@ -75,8 +92,9 @@ def export(
 
     Outputs are written atomically: a failed conversion leaves no output directory.
     """
-    chosen = [flag for flag, value in (("--to-mcore", to_mcore), ("--to-hf", to_hf), ("--merge-lora", merge_lora))
-              if value]
+    chosen = [
+        flag for flag, value in (("--to-mcore", to_mcore), ("--to-hf", to_hf), ("--merge-lora", merge_lora)) if value
+    ]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --to-mcore, --to-hf, --merge-lora")
     if merge_lora:
@@ -93,8 +111,16 @@ def export(
         _to_hf(state, plugin_specs, Path(model), Path(to_hf or ""), bridge_name, check_parity, _size(max_shard_size))
 
 
-def _to_mcore(state: CliState, plugin_specs: tuple[str, ...], model: Path, out: Path, tp: int, ep: int,
-              bridge_name: str | None, check_parity: bool) -> None:
+def _to_mcore(
+    state: CliState,
+    plugin_specs: tuple[str, ...],
+    model: Path,
+    out: Path,
+    tp: int,
+    ep: int,
+    bridge_name: str | None,
+    check_parity: bool,
+) -> None:
     from swiftcore.megatron.convert import hf_to_mcore
     from swiftcore.megatron.resolve import read_hf_config
 
@@ -113,8 +139,15 @@ def _to_mcore(state: CliState, plugin_specs: tuple[str, ...], model: Path, out: 
         _parity(model, bridge, load_mcore_state(out, bridge))
 
 
-def _to_hf(state: CliState, plugin_specs: tuple[str, ...], mcore: Path, out: Path, bridge_name: str | None,
-           check_parity: bool, max_shard_bytes: int) -> None:
+def _to_hf(
+    state: CliState,
+    plugin_specs: tuple[str, ...],
+    mcore: Path,
+    out: Path,
+    bridge_name: str | None,
+    check_parity: bool,
+    max_shard_bytes: int,
+) -> None:
     from swiftcore.megatron.checkpoint import HF_SUBDIR, read_metadata
     from swiftcore.megatron.convert import mcore_to_hf
     from swiftcore.megatron.resolve import read_hf_config
@@ -132,8 +165,10 @@ def _to_hf(state: CliState, plugin_specs: tuple[str, ...], mcore: Path, out: Pat
 
 def _report(result: Any) -> None:
     mb = result.bytes / 1024**2
-    click.echo(f"wrote {result.out_dir}: {result.tensors} tensors, {mb:.1f} MB in {result.seconds:.2f} s "
-               f"({', '.join(result.files[:4])}{' ...' if len(result.files) > 4 else ''})")
+    click.echo(
+        f"wrote {result.out_dir}: {result.tensors} tensors, {mb:.1f} MB in {result.seconds:.2f} s "
+        f"({', '.join(result.files[:4])}{' ...' if len(result.files) > 4 else ''})"
+    )
 
 
 def _parity(hf_dir: Path, bridge: Any, mcore_state: dict[str, Any]) -> None:

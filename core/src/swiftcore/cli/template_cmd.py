@@ -61,16 +61,27 @@ def list_templates(state: CliState, plugin_specs: tuple[str, ...]) -> None:
 
 @template.command("render")
 @click.option("--template", "name", required=True, help="Template name (see 'swiftcore template list').")
-@click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="JSONL file of records ({'messages': [...], 'tools'?, 'chat_template_kwargs'?}).")
-@click.option("--generation-prompt", is_flag=True,
-              help="Drop trailing assistant turns and add the generation prompt.")
-@click.option("--tokenizer", "tokenizer_dir", default=None,
-              help="Tokenizer directory (needed by the 'jinja' template).")
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSONL file of records ({'messages': [...], 'tools'?, 'chat_template_kwargs'?}).",
+)
+@click.option("--generation-prompt", is_flag=True, help="Drop trailing assistant turns and add the generation prompt.")
+@click.option(
+    "--tokenizer", "tokenizer_dir", default=None, help="Tokenizer directory (needed by the 'jinja' template)."
+)
 @plugin_option
 @pass_state
-def render(state: CliState, name: str, input_path: Path, generation_prompt: bool, tokenizer_dir: str | None,
-           plugin_specs: tuple[str, ...]) -> None:
+def render(
+    state: CliState,
+    name: str,
+    input_path: Path,
+    generation_prompt: bool,
+    tokenizer_dir: str | None,
+    plugin_specs: tuple[str, ...],
+) -> None:
     """Render each record; print {"id", "text"} or {"id", "error"} per line."""
     from swiftcore.template import TemplateError, get_template
 
@@ -99,18 +110,40 @@ def _load_tokenizer(path: str) -> Any:
 @template.command("encode")
 @click.option("--template", "name", required=True, help="Template name (see 'swiftcore template list').")
 @click.option("--tokenizer", "tokenizer_dir", required=True, help="Tokenizer directory.")
-@click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="JSONL file of records.")
-@click.option("--loss-policy", default="all_assistant", show_default=True,
-              type=click.Choice(["all_assistant", "last_round", "all"]))
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSONL file of records.",
+)
+@click.option(
+    "--loss-policy",
+    default="all_assistant",
+    show_default=True,
+    type=click.Choice(["all_assistant", "last_round", "all"]),
+)
 @click.option("--max-length", type=int, default=None, help="Longest sample in tokens.")
-@click.option("--truncation", default="error", show_default=True,
-              type=click.Choice(["error", "truncate_left", "truncate_right", "drop"]))
+@click.option(
+    "--truncation",
+    default="error",
+    show_default=True,
+    type=click.Choice(["error", "truncate_left", "truncate_right", "drop"]),
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per record instead of the colour view.")
 @plugin_option
 @pass_state
-def encode(state: CliState, name: str, tokenizer_dir: str, input_path: Path, loss_policy: str,
-           max_length: int | None, truncation: str, as_json: bool, plugin_specs: tuple[str, ...]) -> None:
+def encode(
+    state: CliState,
+    name: str,
+    tokenizer_dir: str,
+    input_path: Path,
+    loss_policy: str,
+    max_length: int | None,
+    truncation: str,
+    as_json: bool,
+    plugin_specs: tuple[str, ...],
+) -> None:
     """Encode each record: ids, labels, and the tokens that carry loss (green)."""
     from swiftcore.template import TemplateError, get_template
 
@@ -129,8 +162,11 @@ def encode(state: CliState, name: str, tokenizer_dir: str, input_path: Path, los
         if as_json:
             click.echo(json.dumps({"id": record_id, **enc.to_dict()}, ensure_ascii=False))
             continue
-        click.echo(click.style(f"== {record_id}: {len(enc)} tokens, "
-                               f"{sum(label != -100 for label in enc.labels)} with loss", bold=True))
+        click.echo(
+            click.style(
+                f"== {record_id}: {len(enc)} tokens, {sum(label != -100 for label in enc.labels)} with loss", bold=True
+            )
+        )
         click.echo(f"input_ids: {enc.input_ids}")
         click.echo(f"labels:    {enc.labels}")
         click.echo(_colour_view(tokenizer, enc.input_ids, enc.labels))

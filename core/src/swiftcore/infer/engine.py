@@ -244,8 +244,15 @@ class Engine:
         cut = _cut_at_stop(text, request.sampling.stop)
         if cut is not None:
             text, finish_reason = cut, "stop"
-        return self._parsed(request, text, tokens, len(prompt), len(tokens) + (stop_at is not None), finish_reason,
-                            opens_thinking=self.prompt_opens_thinking(prompt))
+        return self._parsed(
+            request,
+            text,
+            tokens,
+            len(prompt),
+            len(tokens) + (stop_at is not None),
+            finish_reason,
+            opens_thinking=self.prompt_opens_thinking(prompt),
+        )
 
     def prompt_opens_thinking(self, prompt: Sequence[int]) -> bool:
         """Whether ``prompt`` (ids) ends inside an open thinking block, so the reply starts with reasoning.
@@ -511,7 +518,12 @@ class _StreamState:
         self.done = True
         completion = len(self.tokens) + self.stop_token_hit  # the stop token counts, as in generate()
         final = self.engine._parsed(
-            self.request, self.text, self.tokens, len(self.prompt), completion, self.finish_reason,
+            self.request,
+            self.text,
+            self.tokens,
+            len(self.prompt),
+            completion,
+            self.finish_reason,
             opens_thinking=self.engine.prompt_opens_thinking(self.prompt),
         )
         return StreamDelta(text=self.text[self.sent :], final=final)

@@ -87,9 +87,7 @@ class MegatronBridge:
         if ep > 1 and not experts:
             raise ParallelismError(f"--ep {ep}: this {self.config.get('model_type')} model has no experts; use --ep 1")
         if experts and experts % ep:
-            raise ParallelismError(
-                f"--ep {ep} does not divide the {experts} experts; use one of {_divisors(experts)}"
-            )
+            raise ParallelismError(f"--ep {ep} does not divide the {experts} experts; use one of {_divisors(experts)}")
 
     # ------------------------------------------------------------------ shared machinery
 

@@ -160,17 +160,20 @@ def hf_to_mcore(
                 for key in passthrough:
                     writer.add(key, reader.get(key))
                 writer.close()
-            write_metadata(tmp, {
-                "format": FORMAT,
-                "bridge": bridge_name or type(bridge).__name__,
-                "model_type": bridge.hf_config.get("model_type"),
-                "passthrough_tensors": len(passthrough),
-                "tp": tp,
-                "ep": ep,
-                "dtype": dtypes[0],
-                "tensors": len(rules),
-                "hf_shard_bytes": reader.largest_file_bytes(),
-            })
+            write_metadata(
+                tmp,
+                {
+                    "format": FORMAT,
+                    "bridge": bridge_name or type(bridge).__name__,
+                    "model_type": bridge.hf_config.get("model_type"),
+                    "passthrough_tensors": len(passthrough),
+                    "tp": tp,
+                    "ep": ep,
+                    "dtype": dtypes[0],
+                    "tensors": len(rules),
+                    "hf_shard_bytes": reader.largest_file_bytes(),
+                },
+            )
     result.seconds = time.perf_counter() - start
     return result
 

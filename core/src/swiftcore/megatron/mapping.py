@@ -111,9 +111,7 @@ class QKV(Fuse):
         if got != expected:
             raise MappingError(f"QKV expects q/k/v with {expected} rows (heads x head_dim), got {got}")
         rest = tuple(q.shape[1:])
-        fused = torch.cat(
-            [q.reshape(g, per_group * d, *rest), k.reshape(g, d, *rest), v.reshape(g, d, *rest)], dim=1
-        )
+        fused = torch.cat([q.reshape(g, per_group * d, *rest), k.reshape(g, d, *rest), v.reshape(g, d, *rest)], dim=1)
         return fused.reshape(-1, *rest)
 
     def to_hf(self, tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -159,8 +157,10 @@ class Shard:
             )
         parts = torch.chunk(tensor, self.blocks, dim=self.dim)
         per_part = [torch.chunk(p, tp, dim=self.dim) for p in parts]
-        return [torch.cat([pp[r] for pp in per_part], dim=self.dim) if self.blocks > 1 else per_part[0][r]
-                for r in range(tp)]
+        return [
+            torch.cat([pp[r] for pp in per_part], dim=self.dim) if self.blocks > 1 else per_part[0][r]
+            for r in range(tp)
+        ]
 
     def merge(self, shards: Sequence[torch.Tensor], what: str = "tensor") -> torch.Tensor:
         """Inverse of :meth:`split`: rebuild the full tensor from all ranks' shards.

@@ -137,8 +137,17 @@ def check_parity(
     return compare_logits(reference, ours, tolerance)
 
 
-def _tp_worker(rank: int, tp: int, port: int, hf_dir: str, mcore_dir: str, bridge: MegatronBridge,
-               input_ids: Any, tolerance: float, result_file: str) -> None:
+def _tp_worker(
+    rank: int,
+    tp: int,
+    port: int,
+    hf_dir: str,
+    mcore_dir: str,
+    bridge: MegatronBridge,
+    input_ids: Any,
+    tolerance: float,
+    result_file: str,
+) -> None:
     """One tensor-parallel rank of :func:`check_parity_tp` (run by ``torch.multiprocessing.spawn``)."""
     import json
 
@@ -192,6 +201,10 @@ def check_parity_tp(
         input_ids = sample_tokens(int(bridge.get("vocab_size")))
     with tempfile.TemporaryDirectory() as tmp:
         result_file = str(Path(tmp) / "parity.json")
-        mp.spawn(_tp_worker, args=(tp, free_port(), str(hf_dir), str(mcore_dir), bridge, input_ids, tolerance,
-                                   result_file), nprocs=tp, join=True)
+        mp.spawn(
+            _tp_worker,
+            args=(tp, free_port(), str(hf_dir), str(mcore_dir), bridge, input_ids, tolerance, result_file),
+            nprocs=tp,
+            join=True,
+        )
         return ParityReport(**json.loads(Path(result_file).read_text(encoding="utf-8")))

@@ -11,7 +11,7 @@ from typing import Any
 
 from swiftcore.megatron.errors import BridgeError, BridgeNotFoundError, CheckpointError
 
-__all__ = ["BRIDGE_DISTRIBUTIONS", "find_bridge_spec", "make_bridge", "read_hf_config"]
+__all__ = ["BRIDGE_DISTRIBUTIONS", "find_bridge_spec", "make_bridge", "read_hf_config", "resolve_bridge"]
 
 #: HF model_type -> the distribution whose bridge converts it (for the "install this" hint).
 BRIDGE_DISTRIBUTIONS = {
@@ -103,3 +103,21 @@ def make_bridge(spec: Any, hf_config: dict[str, Any]) -> Any:
             )
     cls = resolve(spec.factory, what=f"bridge {spec.name!r} of {spec.provider}")
     return cls(hf_config)
+
+
+def resolve_bridge(hf_config: dict[str, Any], plugins: Any, name: str | None = None) -> tuple[Any, Any]:
+    """The installed bridge for a parsed config.json, as ``swiftcore export`` picks it.
+
+    Args:
+        hf_config: the checkpoint's config.json (its ``model_type`` picks the bridge).
+        plugins: the loaded plugin set.
+        name: a bridge name that overrides the choice by model type (``--bridge``).
+
+    Returns:
+        ``(spec, bridge)``: the BridgeSpec and the bridge instance built for ``hf_config``.
+
+    Raises:
+        BridgeNotFoundError, BridgeError: see :func:`find_bridge_spec` and :func:`make_bridge`.
+    """
+    spec = find_bridge_spec(hf_config["model_type"], plugins, name)
+    return spec, make_bridge(spec, hf_config)

@@ -188,4 +188,3 @@ class LazyTorchFile:
         out = torch.empty(0, dtype=ref.dtype)
         out.set_(untyped, handle.offset, handle.size, handle.stride)
         return out
-

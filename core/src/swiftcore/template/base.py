@@ -53,8 +53,9 @@ class Template:
         """Validate and normalise a record (see :func:`swiftcore.template.conversation.normalize_record`)."""
         return normalize_record(record)
 
-    def layout(self, record: Mapping[str, Any] | list | Conversation, add_generation_prompt: bool = False,
-               **_: Any) -> Layout:
+    def layout(
+        self, record: Mapping[str, Any] | list | Conversation, add_generation_prompt: bool = False, **_: Any
+    ) -> Layout:
         """The rendering with its assistant-turn and media spans."""
         conv = record if isinstance(record, Conversation) else self.normalize(record)
         try:
@@ -116,20 +117,33 @@ class Template:
         """
         check_options(loss_policy, truncation)  # once, not per sample
         with _gc_paused():
-            return self._encode_batch(tokenizer, records, add_generation_prompt, loss_policy, max_length,
-                                      truncation)
+            return self._encode_batch(tokenizer, records, add_generation_prompt, loss_policy, max_length, truncation)
 
-    def _encode_batch(self, tokenizer: Any, records: Sequence[Mapping[str, Any] | list],
-                      add_generation_prompt: bool, loss_policy: str, max_length: int | None,
-                      truncation: str) -> list[Encoded | None]:
+    def _encode_batch(
+        self,
+        tokenizer: Any,
+        records: Sequence[Mapping[str, Any] | list],
+        add_generation_prompt: bool,
+        loss_policy: str,
+        max_length: int | None,
+        truncation: str,
+    ) -> list[Encoded | None]:
 
         def render(chunk: Sequence[Any]) -> list[Layout]:
             return [self.layout(r, add_generation_prompt, tokenizer=tokenizer) for r in chunk]
 
         def finish(chunk: Sequence[Any], layouts: list[Layout], raw: Any) -> list[Encoded | None]:
             return [
-                encode_layout(lay, ids, locate, loss_policy=loss_policy, max_length=max_length,
-                              truncation=truncation, where=_where(rec), checked=True)
+                encode_layout(
+                    lay,
+                    ids,
+                    locate,
+                    loss_policy=loss_policy,
+                    max_length=max_length,
+                    truncation=truncation,
+                    where=_where(rec),
+                    checked=True,
+                )
                 for lay, (ids, locate), rec in zip(layouts, token_views(raw), chunk, strict=True)
             ]
 
@@ -144,7 +158,7 @@ class Template:
         previous = None
         with ThreadPoolExecutor(max_workers=1) as pool:
             for i in range(0, len(records), _CHUNK):
-                chunk = records[i:i + _CHUNK]
+                chunk = records[i : i + _CHUNK]
                 layouts = render(chunk)
                 future = pool.submit(encode_texts, tokenizer, [lay.text for lay in layouts])
                 if previous is not None:

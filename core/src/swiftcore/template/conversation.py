@@ -110,8 +110,9 @@ def _normalize_message(message: dict[str, Any], conv: Conversation, index: int) 
             raise TemplateError(f"{conv.where(index)}: content parts must be mappings like {{'type': 'text', ...}}")
         # All-text parts are one string to every official template we reproduce (they concatenate them),
         # and templates that only take strings (qwen3) would raise on the list.
-        if content and all(part.get("type", "text") == "text" and "text" in part and media_type(part) is None
-                           for part in content):
+        if content and all(
+            part.get("type", "text") == "text" and "text" in part and media_type(part) is None for part in content
+        ):
             message["content"] = "".join(str(part["text"]) for part in content)
     tool_calls = message.get("tool_calls")
     if isinstance(tool_calls, list):

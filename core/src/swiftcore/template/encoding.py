@@ -165,8 +165,10 @@ def token_views(raw: Any) -> list[tuple[list[int], Locate]]:
     """
     if isinstance(raw, list):
         return [(e.ids, encoding_locator(e)) for e in raw]
-    return [(ids, starts_locator([s for s, _ in offs]))
-            for ids, offs in zip(raw["input_ids"], raw["offset_mapping"], strict=True)]
+    return [
+        (ids, starts_locator([s for s, _ in offs]))
+        for ids, offs in zip(raw["input_ids"], raw["offset_mapping"], strict=True)
+    ]
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str]) -> list[tuple[list[int], Locate]]:
@@ -229,9 +231,11 @@ def encode_layout(
                 continue
             lo, hi = locate(turn.start), locate(turn.end)
             labels[lo:hi] = ids[lo:hi]
-    media = [
-        Media(m.type, m.item, locate(m.start), locate(m.end), layout.text[m.start:m.end]) for m in layout.media
-    ] if layout.media else []
+    media = (
+        [Media(m.type, m.item, locate(m.start), locate(m.end), layout.text[m.start : m.end]) for m in layout.media]
+        if layout.media
+        else []
+    )
     enc = Encoded(ids, labels, layout.text, media)  # ids is the tokenizer's fresh list: no copy
     if max_length is None or n <= max_length:
         return enc

@@ -27,8 +27,17 @@ _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 #: End-of-turn tokens of well-known families; the tokenizer's eos token is added to these.
 #: ``<|tool_response>`` is Gemma 4's hand-over to a tool after its calls: what follows is the tool's.
-END_OF_TURN = ("<|im_end|>", "<turn|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>",
-               "<｜end▁of▁sentence｜>", "</s>", "<|tool_response>")
+END_OF_TURN = (
+    "<|im_end|>",
+    "<turn|>",
+    "<end_of_turn>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<|endoftext|>",
+    "<｜end▁of▁sentence｜>",
+    "</s>",
+    "<|tool_response>",
+)
 
 
 def render_official(
@@ -60,8 +69,12 @@ def render_official(
         kwargs = record.get("chat_template_kwargs") or {}
     variables = {**(extra or {}), **kwargs}
     rendered, indices = render_jinja_template(
-        [messages], tools=tools, chat_template=chat_template, add_generation_prompt=add_generation_prompt,
-        return_assistant_tokens_mask=generation_indices, **variables,
+        [messages],
+        tools=tools,
+        chat_template=chat_template,
+        add_generation_prompt=add_generation_prompt,
+        return_assistant_tokens_mask=generation_indices,
+        **variables,
     )
     return (rendered[0], indices[0]) if generation_indices else rendered[0]
 
@@ -76,8 +89,12 @@ class JinjaTemplate(Template):
 
     name = "jinja"
 
-    def __init__(self, chat_template: str | None = None, end_of_turn: tuple[str, ...] = END_OF_TURN,
-                 extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        chat_template: str | None = None,
+        end_of_turn: tuple[str, ...] = END_OF_TURN,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         self.chat_template = chat_template
         self.end_of_turn = end_of_turn
         self.extra = dict(extra or {})
@@ -112,26 +129,23 @@ class JinjaTemplate(Template):
             )
         return self.chat_template
 
-    def _render(self, conv: Conversation, messages: list, add_generation_prompt: bool,
-                indices: bool = False) -> Any:
+    def _render(self, conv: Conversation, messages: list, add_generation_prompt: bool, indices: bool = False) -> Any:
         sub = Conversation(messages, conv.tools, conv.kwargs, conv.record_id)
         try:
-            return render_official(self._source(), sub, add_generation_prompt, generation_indices=indices,
-                                   extra=self.extra)
+            return render_official(
+                self._source(), sub, add_generation_prompt, generation_indices=indices, extra=self.extra
+            )
         except TemplateError:
             raise
         except Exception as exc:  # the Jinja template raised (raise_exception, a type error, ...)
-            raise TemplateError(
-                f"{conv.where()}: the chat template raised {type(exc).__name__}: {exc}"
-            ) from exc
+            raise TemplateError(f"{conv.where()}: the chat template raised {type(exc).__name__}: {exc}") from exc
 
     def generation_prompt(self, conv: Conversation) -> str:
         """The generation prompt the template appends after the whole conversation."""
         full = self._render(conv, conv.messages, False)
-        return self._render(conv, conv.messages, True)[len(full):]
+        return self._render(conv, conv.messages, True)[len(full) :]
 
-    def layout(self, record: Any, add_generation_prompt: bool = False, tokenizer: Any = None,
-               **_: Any) -> Layout:
+    def layout(self, record: Any, add_generation_prompt: bool = False, tokenizer: Any = None, **_: Any) -> Layout:
         """Render and find the assistant turns (generation markers or prefix rendering)."""
         bound = self._bound(tokenizer)
         conv = record if isinstance(record, Conversation) else bound.normalize(record)
@@ -166,8 +180,8 @@ class JinjaTemplate(Template):
                     "turn differently from the full conversation, so its loss mask cannot be derived by prefix "
                     "rendering; add {% generation %} markers to the template or use a Python template"
                 )
-            prompt = self._render(conv, conv.messages[:index], True)[len(before):] if index else ""
-            start = len(before) + prompt_overlap(text[len(before):], prompt)
+            prompt = self._render(conv, conv.messages[:index], True)[len(before) :] if index else ""
+            start = len(before) + prompt_overlap(text[len(before) :], prompt)
             end = self._turn_end(text, start)
             turns.append(Turn(start, end, index))
         return turns

@@ -38,5 +38,3 @@ def json_or_text(value: str) -> Any:
 def tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI-style tool call (arguments as a JSON string, as OpenAI's API returns them)."""
     return {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
-
-

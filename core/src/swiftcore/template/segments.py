@@ -88,8 +88,11 @@ def prompt_overlap(turn: str, generation_prompt: str) -> int:
 @lru_cache(maxsize=64)
 def _boundaries(generation_prompt: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """The cuts :func:`prompt_overlap` may return below the whole prompt, ascending, with their prefixes."""
-    cuts = tuple(cut for cut in range(1, len(generation_prompt))
-                 if generation_prompt[cut - 1] in "\n>" or generation_prompt[cut] == "<")
+    cuts = tuple(
+        cut
+        for cut in range(1, len(generation_prompt))
+        if generation_prompt[cut - 1] in "\n>" or generation_prompt[cut] == "<"
+    )
     return cuts, tuple(generation_prompt[:cut] for cut in cuts)
 
 
@@ -114,8 +117,9 @@ def layout_from_segments(segments: list[Segment], generation_prompt: str, last_u
         size = len(piece)
         if kind != "prompt":
             if kind == "assistant":
-                turns.append(Turn(pos + prompt_overlap(piece, generation_prompt), pos + size,
-                                  -1 if message is None else message))
+                turns.append(
+                    Turn(pos + prompt_overlap(piece, generation_prompt), pos + size, -1 if message is None else message)
+                )
             elif kind == "answer":
                 turns.append(Turn(pos, pos + size, -1 if message is None else message))
             elif kind == "media" and slot is not None:

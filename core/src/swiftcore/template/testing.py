@@ -24,8 +24,13 @@ __all__ = [
 ]
 
 
-def build_test_tokenizer(special_tokens: Iterable[str], texts: Iterable[str] = (), vocab_size: int = 600,
-                         chat_template: str | None = None, eos_token: str | None = None) -> Any:
+def build_test_tokenizer(
+    special_tokens: Iterable[str],
+    texts: Iterable[str] = (),
+    vocab_size: int = 600,
+    chat_template: str | None = None,
+    eos_token: str | None = None,
+) -> Any:
     """A ``PreTrainedTokenizerFast`` (byte-level BPE) trained on ``texts`` with ``special_tokens``.
 
     Args:
@@ -42,8 +47,12 @@ def build_test_tokenizer(special_tokens: Iterable[str], texts: Iterable[str] = (
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     corpus = [*texts, "The quick brown fox jumps over the lazy dog.\nHello, world! 1234567890"]
     tok.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos_token)
@@ -81,8 +90,9 @@ def generation_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def compare_with_official(template: Any, chat_template: str, records: Iterable[Mapping[str, Any]],
-                          extra: Mapping[str, Any] | None = None) -> tuple[int, int, list[str]]:
+def compare_with_official(
+    template: Any, chat_template: str, records: Iterable[Mapping[str, Any]], extra: Mapping[str, Any] | None = None
+) -> tuple[int, int, list[str]]:
     """Render every record in full and generation-prompt mode with ``template`` and with the official
     Jinja (through transformers), on the normalised record.
 
@@ -101,8 +111,10 @@ def compare_with_official(template: Any, chat_template: str, records: Iterable[M
             case = generation_record(record) if gen else dict(record)
             where = f"{record.get('id')} ({'generation prompt' if gen else 'full'})"
             try:
-                expected, expected_error = render_official(chat_template, normalize_record(case), gen,
-                                                           extra=extra), None
+                expected, expected_error = (
+                    render_official(chat_template, normalize_record(case), gen, extra=extra),
+                    None,
+                )
             except Exception as exc:  # whatever the official template raises
                 expected, expected_error = None, f"{type(exc).__name__}: {exc}"
             try:
@@ -121,8 +133,9 @@ def compare_with_official(template: Any, chat_template: str, records: Iterable[M
     return rendered, raised, failures
 
 
-def check_labels(template: Any, tokenizer: Any, records: Iterable[Mapping[str, Any]],
-                 end_of_turn: str, forbidden: Iterable[str] = ()) -> tuple[int, list[str]]:
+def check_labels(
+    template: Any, tokenizer: Any, records: Iterable[Mapping[str, Any]], end_of_turn: str, forbidden: Iterable[str] = ()
+) -> tuple[int, list[str]]:
     """Token-level checks on every record the template renders.
 
     Checks that ``input_ids`` equal ``tokenizer(text, add_special_tokens=False)``, that there is one loss
@@ -177,8 +190,12 @@ class OffsetsOnlyTokenizer:
         return self._tokenizer(*args, **kwargs)
 
 
-def compare_fast_and_slow(template: Any, tokenizer: Any, records: Iterable[Mapping[str, Any]],
-                          loss_policies: Iterable[str] = ("all_assistant", "last_round")) -> tuple[int, list[str]]:
+def compare_fast_and_slow(
+    template: Any,
+    tokenizer: Any,
+    records: Iterable[Mapping[str, Any]],
+    loss_policies: Iterable[str] = ("all_assistant", "last_round"),
+) -> tuple[int, list[str]]:
     """Encode every record the template renders with the fast path and the reference path; compare.
 
     Args:
@@ -208,6 +225,8 @@ def compare_fast_and_slow(template: Any, tokenizer: Any, records: Iterable[Mappi
         for record, a, b in zip(usable, fast, slow, strict=True):
             for what in ("input_ids", "labels", "media", "text"):
                 if getattr(a, what) != getattr(b, what):
-                    failures.append(f"{record.get('id')} ({policy}): {what} differ between the fast and the "
-                                    f"reference path:\n  fast: {getattr(a, what)!r}\n  slow: {getattr(b, what)!r}")
+                    failures.append(
+                        f"{record.get('id')} ({policy}): {what} differ between the fast and the "
+                        f"reference path:\n  fast: {getattr(a, what)!r}\n  slow: {getattr(b, what)!r}"
+                    )
     return len(usable), failures
