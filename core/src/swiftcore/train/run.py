@@ -15,7 +15,7 @@ from typing import Any
 from swiftcore.errors import SwiftcoreError
 from swiftcore.train.config import TrainConfig
 
-__all__ = ["run_training", "TrainResult", "encode_records", "check_template_fits_tokenizer"]
+__all__ = ["run_training", "train_and_report", "TrainResult", "encode_records", "check_template_fits_tokenizer"]
 
 log = logging.getLogger("swiftcore.train")
 
@@ -133,6 +133,43 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def train_and_report(
+    trainer: Any, cfg: TrainConfig, output_dir: Path, *, train_samples: int, evaluate: bool, resume: Any = None
+) -> TrainResult:
+    """Train, evaluate at the end unless ``--eval-steps`` evaluated along the way, plot, and summarise.
+
+    Shared by the SFT recipe and the head recipes, so every ``swiftcore train`` run ends the same way.
+
+    Args:
+        trainer: a configured :class:`~swiftcore.train.trainer.SwiftTrainer` (or subclass).
+        cfg: the run's config (``eval_steps``, ``plot``).
+        output_dir: where checkpoints and ``logs.jsonl`` go.
+        train_samples: how many training samples the run has (reported).
+        evaluate: whether there is a validation set.
+        resume: a checkpoint to resume from (None: start fresh).
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from swiftcore.train.trainer import plot_loss_curve
+
+    trainer.train(resume_from_checkpoint=resume or None)
+    if evaluate and not cfg.eval_steps:
+        trainer.evaluate()
+    last = get_last_checkpoint(str(output_dir))
+    log_file = output_dir / "logs.jsonl"
+    plot = plot_loss_curve(log_file, output_dir / "loss.png") if (cfg.plot and log_file.exists()) else None
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    return TrainResult(
+        output_dir=output_dir,
+        last_checkpoint=Path(last) if last else None,
+        log_file=log_file,
+        plot_file=plot,
+        train_samples=train_samples,
+        global_step=trainer.state.global_step,
+        final_loss=losses[-1] if losses else None,
+    )
+
+
 def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     """Fine-tune ``cfg.model`` on ``cfg.dataset``; see ``swiftcore train --help`` for every option.
 
@@ -193,7 +230,7 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
 
     import torch
 
-    from swiftcore.train.trainer import JsonlLogCallback, SwiftTrainer, plot_loss_curve, training_arguments
+    from swiftcore.train.trainer import JsonlLogCallback, SwiftTrainer, training_arguments
     from swiftcore.train.tuners import apply_tuner, trainable_summary
 
     torch.manual_seed(cfg.seed)
@@ -236,22 +273,6 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
         callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
     )
     trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
-    trainer.train(resume_from_checkpoint=resume or None)
-    if val_samples and not cfg.eval_steps:
-        trainer.evaluate()
-
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(output_dir))
-    log_file = output_dir / "logs.jsonl"
-    plot = plot_loss_curve(log_file, output_dir / "loss.png") if (cfg.plot and log_file.exists()) else None
-    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-    return TrainResult(
-        output_dir=output_dir,
-        last_checkpoint=Path(last) if last else None,
-        log_file=log_file,
-        plot_file=plot,
-        train_samples=len(train_samples),
-        global_step=trainer.state.global_step,
-        final_loss=losses[-1] if losses else None,
+    return train_and_report(
+        trainer, cfg, output_dir, train_samples=len(train_samples), evaluate=bool(val_samples), resume=resume
     )

@@ -146,7 +146,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         :func:`swiftcore_heads.save.load_head_model` and by its ecosystem (sentence-transformers, transformers).
     """
     from swiftcore.models import check_requirements, load_tokenizer, resolve_model_spec
-    from swiftcore.train.run import TrainResult, _versions
+    from swiftcore.train.run import _versions, train_and_report
     from swiftcore_heads.data import GroupCollator, encode_examples, load_examples
     from swiftcore_heads.objectives import check_mrl_dims, resolve_head_options
 
@@ -181,7 +181,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
 
     import torch
 
-    from swiftcore.train.trainer import JsonlLogCallback, plot_loss_curve, training_arguments
+    from swiftcore.train.trainer import JsonlLogCallback, training_arguments
     from swiftcore.train.tuners import trainable_summary
 
     torch.manual_seed(cfg.seed)
@@ -225,22 +225,4 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     trainer.head_cfg = cfg
     trainer.head_info = {"head": head_spec.name, **_head_info(cfg, tokenizer, yes_no)}
     trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
-    trainer.train()
-    if val and not cfg.eval_steps:
-        trainer.evaluate()
-
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(output_dir))
-    log_file = output_dir / "logs.jsonl"
-    plot = plot_loss_curve(log_file, output_dir / "loss.png") if (cfg.plot and log_file.exists()) else None
-    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-    return TrainResult(
-        output_dir=output_dir,
-        last_checkpoint=Path(last) if last else None,
-        log_file=log_file,
-        plot_file=plot,
-        train_samples=len(train),
-        global_step=trainer.state.global_step,
-        final_loss=losses[-1] if losses else None,
-    )
+    return train_and_report(trainer, cfg, output_dir, train_samples=len(train), evaluate=bool(val))
