@@ -15,7 +15,14 @@ from typing import Any
 from swiftcore.errors import SwiftcoreError
 from swiftcore.train.config import TrainConfig
 
-__all__ = ["run_training", "train_and_report", "TrainResult", "encode_records", "check_template_fits_tokenizer"]
+__all__ = [
+    "run_training",
+    "start_run",
+    "train_and_report",
+    "TrainResult",
+    "encode_records",
+    "check_template_fits_tokenizer",
+]
 
 log = logging.getLogger("swiftcore.train")
 
@@ -133,6 +140,33 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def start_run(cfg: TrainConfig, output_dir: Path, spec: Any, plugins: Any, *, fresh: bool, **extra: Any) -> dict:
+    """Prepare ``output_dir`` and write ``args.json`` (config, model spec, plugins, versions, ``extra``).
+
+    A fresh run deletes the stale ``logs.jsonl`` and ``checkpoint-*`` of an earlier run (they would mix
+    with this one's); a resumed run keeps them. Half-written checkpoints (``.staging``) always go.
+
+    Returns:
+        The args record, which trainers also store in each checkpoint (``swiftcore_args.json``).
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        (output_dir / "logs.jsonl").unlink(missing_ok=True)
+        for stale in output_dir.glob("checkpoint-*"):
+            shutil.rmtree(stale)
+    shutil.rmtree(output_dir / ".staging", ignore_errors=True)
+    record = {
+        "swiftcore_args": cfg.to_dict(),
+        "model_type": spec.name if not spec.provider else f"{spec.name}@{spec.provider.plugin}",
+        "model_spec": {"name": spec.name, "provider": str(spec.provider)},
+        **extra,
+        "plugins": [{"name": i.name, "distribution": i.distribution, "version": i.version} for i in plugins.loaded()],
+        "versions": _versions(),
+    }
+    (output_dir / "args.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    return record
+
+
 def train_and_report(
     trainer: Any, cfg: TrainConfig, output_dir: Path, *, train_samples: int, evaluate: bool, resume: Any = None
 ) -> TrainResult:
@@ -240,25 +274,17 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     if cfg.gradient_checkpointing and cfg.tuner == "lora":
         model.enable_input_require_grads()  # checkpointed blocks need a grad-carrying input under LoRA
 
-    output_dir.mkdir(parents=True, exist_ok=True)
     resume = cfg.resume_from_checkpoint
     if resume in ("latest", "true", "True"):
         resume = True
-    if not resume:
-        # A fresh run: stale logs and checkpoints from an earlier run would mix with this one.
-        (output_dir / "logs.jsonl").unlink(missing_ok=True)
-        for stale in output_dir.glob("checkpoint-*"):
-            shutil.rmtree(stale)
-    shutil.rmtree(output_dir / ".staging", ignore_errors=True)
-    args_record = {
-        "swiftcore_args": cfg.to_dict(),
-        "model_type": spec.name if not spec.provider else f"{spec.name}@{spec.provider.plugin}",
-        "model_spec": {"name": spec.name, "provider": str(spec.provider)},
-        "template": {"name": template_spec.name, "provider": str(template_spec.provider)},
-        "plugins": [{"name": i.name, "distribution": i.distribution, "version": i.version} for i in plugins.loaded()],
-        "versions": _versions(),
-    }
-    (output_dir / "args.json").write_text(json.dumps(args_record, indent=2), encoding="utf-8")
+    args_record = start_run(
+        cfg,
+        output_dir,
+        spec,
+        plugins,
+        fresh=not resume,
+        template={"name": template_spec.name, "provider": str(template_spec.provider)},
+    )
 
     targs = training_arguments(cfg, output_dir, evaluate=bool(val_samples), save_only_model=False)
     trainer = SwiftTrainer(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +145,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         :func:`swiftcore_heads.save.load_head_model` and by its ecosystem (sentence-transformers, transformers).
     """
     from swiftcore.models import check_requirements, load_tokenizer, resolve_model_spec
-    from swiftcore.train.run import _versions, train_and_report
+    from swiftcore.train.run import start_run, train_and_report
     from swiftcore_heads.data import GroupCollator, encode_examples, load_examples
     from swiftcore_heads.objectives import check_mrl_dims, resolve_head_options
 
@@ -188,17 +187,9 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     model = build_head_model(cfg, spec, plugins, tokenizer, yes_no)
     log.info(trainable_summary(model))
     output_dir = Path(cfg.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "logs.jsonl").unlink(missing_ok=True)
-    for stale in output_dir.glob("checkpoint-*"):
-        shutil.rmtree(stale)
-    args_record = {
-        "swiftcore_args": cfg.to_dict(),
-        "model_type": f"{spec.name}@{spec.provider.plugin}" if spec.provider else spec.name,
-        "head": {"name": head_spec.name, "provider": str(head_spec.provider)},
-        "versions": _versions(),
-    }
-    (output_dir / "args.json").write_text(json.dumps(args_record, indent=2), encoding="utf-8")
+    args_record = start_run(
+        cfg, output_dir, spec, plugins, fresh=True, head={"name": head_spec.name, "provider": str(head_spec.provider)}
+    )
     targs = training_arguments(
         cfg,
         output_dir,
