@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swiftcore import SwiftcoreError
-from swiftcore._lazy import is_reference, resolve
+from swiftcore._lazy import is_reference, resolve, unresolved_references
 
 
 def test_resolve_walks_attributes() -> None:
@@ -24,3 +24,13 @@ def test_missing_module_and_attribute_are_named() -> None:
         resolve("no_such_module_xyz:f", what="loader of model 'x'")
     with pytest.raises(SwiftcoreError, match="loader of model 'x': 'os' has no attribute 'nope'"):
         resolve("os:nope", what="loader of model 'x'")
+
+
+def test_unresolved_references_name_kind_spec_and_field() -> None:
+    from swiftcore.specs import HeadSpec
+
+    good = HeadSpec(name="ok", task="embedding", factory="json:dumps", recipe="json:loads")
+    bad = HeadSpec(name="broken", task="embedding", factory="json:dumps", predictor="json:no_such_attr")
+    problems = unresolved_references({"head": [good, bad]})
+    assert len(problems) == 1
+    assert "head 'broken' field 'predictor'" in problems[0] and "no_such_attr" in problems[0]

@@ -23,7 +23,7 @@ def heavy_modules_loaded() -> list[str]:
 
 def check(spec: str) -> dict[str, Any]:
     """Load plugin ``spec`` alone and report on it (see the module docstring)."""
-    from swiftcore._lazy import resolve
+    from swiftcore._lazy import unresolved_references
     from swiftcore._plugins import _resolve_spec, discover, load_plugins
     from swiftcore.errors import SwiftcoreError
     from swiftcore.specs import SPEC_KINDS
@@ -54,15 +54,7 @@ def check(spec: str) -> dict[str, Any]:
             continue
         if specs:
             provides[kind] = sorted(s.name for s in specs)
-        for s in specs:
-            for ref_field in type(s)._references:
-                ref = getattr(s, ref_field)
-                if ref is None:
-                    continue
-                try:
-                    resolve(ref, what=f"{kind} {s.name!r} field {ref_field!r}")
-                except SwiftcoreError as exc:
-                    report["problems"].append(str(exc))
+        report["problems"].extend(unresolved_references({kind: specs}))
     report["provides"] = provides
     report["problems"].extend(registry.problems)
     for name in names:

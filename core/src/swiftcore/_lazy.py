@@ -8,7 +8,7 @@ from typing import Any
 
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["is_reference", "resolve"]
+__all__ = ["is_reference", "resolve", "unresolved_references"]
 
 _REF = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
@@ -41,3 +41,25 @@ def resolve(reference: str, *, what: str = "object") -> Any:
         except AttributeError as exc:
             raise SwiftcoreError(f"{what}: {module_name!r} has no attribute {attr_path!r}") from exc
     return obj
+
+
+def unresolved_references(specs: dict[str, list[Any]]) -> list[str]:
+    """Every lazy ``"module:attr"`` field of ``specs`` (``{kind: [spec, ...]}``) that does not import.
+
+    Used by ``swiftcore plugins --check`` and the plugin contract kit.
+
+    Returns:
+        One message per reference that fails, naming the spec kind, name and field.
+    """
+    problems = []
+    for kind, items in specs.items():
+        for spec in items:
+            for ref_field in type(spec)._references:
+                ref = getattr(spec, ref_field)
+                if ref is None:
+                    continue
+                try:
+                    resolve(ref, what=f"{kind} {spec.name!r} field {ref_field!r}")
+                except SwiftcoreError as exc:
+                    problems.append(str(exc))
+    return problems

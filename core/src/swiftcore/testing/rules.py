@@ -178,20 +178,9 @@ def spec_problems(plugins: Any, names: set[str]) -> list[str]:
 
 def reference_problems(specs: dict[str, list[Any]]) -> list[str]:
     """Every lazy ``"module:attr"`` field of ``specs`` that does not import."""
-    from swiftcore._lazy import resolve
+    from swiftcore._lazy import unresolved_references
 
-    problems = []
-    for kind, items in specs.items():
-        for spec in items:
-            for ref_field in type(spec)._references:
-                ref = getattr(spec, ref_field)
-                if ref is None:
-                    continue
-                try:
-                    resolve(ref, what=f"{kind} {spec.name!r} field {ref_field!r}")
-                except SwiftcoreError as exc:
-                    problems.append(str(exc))
-    return problems
+    return unresolved_references(specs)
 
 
 def core_clash_problems(specs: dict[str, list[Any]], plugins: Any, names: set[str]) -> list[str]:
