@@ -13,9 +13,11 @@ import json
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["main", "parity_records"]
+__all__ = ["DemoResult", "main", "parity_records", "run_demo"]
 
 DEFAULT_MODEL = "qwen3_5"
 
@@ -46,15 +48,29 @@ def _accuracy(engine, records: list[dict]) -> tuple[float, list[tuple[str, str, 
     return correct / len(records), rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the demo (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="demo-out", help="output folder (replaced)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="model family to make tiny")
-    parser.add_argument("--steps", type=int, default=160)
-    parser.add_argument("--tuner", default="full", choices=("full", "lora"))
-    args = parser.parse_args(argv)
+@dataclass
+class DemoResult:
+    """What the demo measured and where it left its outputs."""
 
+    before: float
+    after: float
+    rows: list[tuple[str, str, str]]
+    training: Any
+    seconds: float
+
+
+def run_demo(
+    out: str | Path = "demo-out", model: str = DEFAULT_MODEL, steps: int = 160, tuner: str = "full", echo: Any = print
+) -> DemoResult:
+    """Make a tiny model, ask it the held-out questions, train it, ask again (see the module docstring).
+
+    Args:
+        out: the output folder (replaced).
+        model: the model family to make tiny.
+        steps: training steps.
+        tuner: ``full`` or ``lora``.
+        echo: where progress lines go (``print``; a no-op to run quietly).
+    """
     import logging
 
     logging.basicConfig(level=logging.WARNING)
@@ -65,13 +81,13 @@ def main(argv: list[str] | None = None) -> None:
     from swiftcore.train.run import run_training
 
     started = time.perf_counter()
-    out = Path(args.out).resolve()
+    out = Path(out).resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     plugins = load_plugins(export_env=True)
-    spec = plugins.registry.get("model", args.model)
+    spec = plugins.registry.get("model", model)
 
-    print(f"[1/4] making a tiny random {spec.name} checkpoint ({spec.provider})")
+    echo(f"[1/4] making a tiny random {spec.name} checkpoint ({spec.provider})")
     model_dir = make_tiny(spec, out / "tiny-model", seed=0)
 
     rng = random.Random(0)
@@ -80,39 +96,54 @@ def main(argv: list[str] | None = None) -> None:
     data = out / "parity_train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in parity_records(train_numbers)))
     test_records = parity_records(held_out)
-    print(f"[2/4] task: 'Is N even or odd?' — {len(train_numbers)} training numbers, {len(held_out)} held out ({data})")
+    echo(f"[2/4] task: 'Is N even or odd?' — {len(train_numbers)} training numbers, {len(held_out)} held out ({data})")
 
     before, _ = _accuracy(TransformersEngine(model_dir, plugins), test_records)
-    print(f"      before training: {before:.0%} of held-out questions answered correctly")
+    echo(f"      before training: {before:.0%} of held-out questions answered correctly")
 
-    print(f"[3/4] training ({args.tuner}, {args.steps} steps on CPU)")
+    echo(f"[3/4] training ({tuner}, {steps} steps on CPU)")
     cfg = TrainConfig(
         model=str(model_dir),
         dataset=(str(data),),
         output_dir=str(out / "run"),
-        tuner=args.tuner,
-        learning_rate=3e-3 if args.tuner == "full" else 1e-2,
+        tuner=tuner,
+        learning_rate=3e-3 if tuner == "full" else 1e-2,
         lora_rank=16,
         lora_alpha=32,
         lr_scheduler="cosine",
         warmup_ratio=0.05,
-        max_steps=args.steps,
+        max_steps=steps,
         batch_size=16,
         max_length=64,
         logging_steps=10,
-        save_steps=args.steps,
+        save_steps=steps,
         seed=0,
         plugins=tuple(plugins.resolved_specs),
     )
     result = run_training(cfg, plugins)
 
+    # The checkpoint records how it was trained to be prompted (thinking off: the replies carry no
+    # reasoning), and the engine prompts it that way: the same prompt as in training.
     after, rows = _accuracy(TransformersEngine(result.last_checkpoint, plugins), test_records)
-    print(f"[4/4] after training: {after:.0%} of held-out questions answered correctly (before: {before:.0%})")
+    echo(f"[4/4] after training: {after:.0%} of held-out questions answered correctly (before: {before:.0%})")
     for question, expected, answer in rows[:6]:
         mark = "ok " if answer == expected else "MISS"
-        print(f"      {mark} {question!r:28} -> {answer!r} (expected {expected!r})")
-    print(f"\ncheckpoint: {result.last_checkpoint}\nlog:        {result.log_file}\nloss plot:  {result.plot_file}")
-    print(f"done in {time.perf_counter() - started:.0f} s")
+        echo(f"      {mark} {question!r:28} -> {answer!r} (expected {expected!r})")
+    seconds = time.perf_counter() - started
+    echo(f"\ncheckpoint: {result.last_checkpoint}\nlog:        {result.log_file}\nloss plot:  {result.plot_file}")
+    echo(f"done in {seconds:.0f} s")
+    return DemoResult(before=before, after=after, rows=rows, training=result, seconds=seconds)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the demo (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="demo-out", help="output folder (replaced)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model family to make tiny")
+    parser.add_argument("--steps", type=int, default=160)
+    parser.add_argument("--tuner", default="full", choices=("full", "lora"))
+    args = parser.parse_args(argv)
+    run_demo(args.out, args.model, args.steps, args.tuner)
 
 
 if __name__ == "__main__":

@@ -159,7 +159,7 @@ def test_lora_adapters_per_request(tiny_qwen3: Path, trained_lora: Path, infer_p
     spec = resolve_model_spec(tiny_qwen3, infer_plugins)
     ref = PeftModel.from_pretrained(load_model(spec, tiny_qwen3), str(trained_lora)).eval()
     for record, got in zip(records, tuned, strict=True):
-        ids = eng.encode(Request(record=record))
+        ids = eng.encode(Request(record=record, adapter="parity"))  # its prompt defaults apply
         with torch.no_grad():
             out = ref.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                max_new_tokens=8, do_sample=False, eos_token_id=eng.stop_token_ids,

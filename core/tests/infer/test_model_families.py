@@ -51,21 +51,50 @@ def test_stream_equals_generate(family_engine: Any) -> None:
     assert "".join(d.text for d in deltas) == expected.text
 
 
-def test_a_reply_cut_inside_the_opened_thinking_block_is_reasoning(family_engine: Any) -> None:
-    """Qwen3.5 opens ``<think>`` in the prompt; a reply stopped before ``</think>`` is reasoning, not content."""
-    engine = family_engine
-    for thinking in (True, False):
-        record = {"messages": [{"role": "user", "content": "hello"}],
+#: family -> thinking mode -> [(scripted reply, stopped normally, expected (content, reasoning_content))]
+SCRIPTED = {
+    "qwen3_5": {
+        True: [("even<|im_end|>", True, ("even", None)),
+               ("two is even\n</think>\n\neven<|im_end|>", True, ("even", "two is even")),
+               ("two is", False, ("", "two is"))],
+        False: [("even<|im_end|>", True, ("even", None)), ("even odd", False, ("even odd", None))],
+    },
+    "gemma4": {
+        True: [("<|channel>thought\ntwo is even\n<channel|>even<turn|>", True, ("even", "two is even")),
+               ("even<turn|>", True, ("even", None))],
+        False: [("even<turn|>", True, ("even", None)), ("even odd", False, ("even odd", None))],
+    },
+    "deepseek_v4": {
+        True: [("two is even</think>even<｜end▁of▁sentence｜>", True, ("even", "two is even")),
+               ("even<｜end▁of▁sentence｜>", True, ("even", None)),
+               ("two is", False, ("", "two is"))],
+        False: [("even<｜end▁of▁sentence｜>", True, ("even", None))],
+    },
+}
+
+
+@pytest.mark.parametrize("family", sorted(SCRIPTED))
+def test_scripted_replies_parse_by_how_they_ended(family: str, tiny_model_dir: Any, monkeypatch: Any) -> None:
+    """A reply that closes the thinking block its prompt opened has its answer in ``content``; one that
+    stopped normally without a block is content; only a reply cut (max tokens) inside the opened block
+    is reasoning. The model's output is scripted (its ids), everything after it is the engine's own path,
+    generate and stream alike."""
+    import swiftcore
+    from swiftcore.infer.transformers_engine import TransformersEngine
+
+    engine = TransformersEngine(tiny_model_dir(family), swiftcore.load_plugins())
+    for thinking, cases in SCRIPTED[family].items():
+        record = {"messages": [{"role": "user", "content": "Is 2 even or odd?"}],
                   "chat_template_kwargs": {"enable_thinking": thinking}}
-        prompt = engine.template.encode(engine.tokenizer, record, add_generation_prompt=True).input_ids
-        opens = engine.prompt_opens_thinking(prompt)
-        if engine.template.name == "qwen3_5":
-            assert opens is thinking
-        generated = engine.generate([record], max_new_tokens=5)[0]
-        streamed = list(engine.stream(Request(record=record, sampling=SamplingParams(max_new_tokens=5))))[-1].final
-        for reply in (generated, streamed):
-            assert "</think>" not in reply.text  # a random tiny model does not close the block in 5 tokens
-            if opens:
-                assert (reply.content, reply.reasoning_content) == ("", reply.text.strip())
-            else:
-                assert reply.content == engine.template.parse_response(reply.text)["content"]
+        for text, stopped, expected in cases:
+            ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+            budget = len(ids) + (4 if stopped else 0)  # a cut reply used its whole budget
+            monkeypatch.setattr(engine, "_generate_ids", lambda prompts, params, adapters, ids=ids: [ids])
+            monkeypatch.setattr(engine, "_stream_many_ids",
+                                lambda prompts, params, adapters, ids=ids: iter([(0, [t]) for t in ids]))
+            generated = engine.generate([record], max_new_tokens=budget)[0]
+            deltas = list(engine.stream(Request(record=record, sampling=SamplingParams(max_new_tokens=budget))))
+            for reply in (generated, deltas[-1].final):
+                assert reply.finish_reason == ("stop" if stopped else "length"), (family, thinking, text)
+                assert (reply.content, reply.reasoning_content) == expected, (family, thinking, text)
+            assert "".join(d.text for d in deltas) == generated.text

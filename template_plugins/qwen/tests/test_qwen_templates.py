@@ -69,11 +69,16 @@ def test_thinking_off_trains_only_the_answer(plugins: Any, tokenizers: dict) -> 
     tpl = get_template("qwen3_5", plugins)
     tok = tokenizers["qwen3_5"]
     record = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
-    on = tpl.encode(tok, record)
+    inferred = tpl.encode(tok, record)  # a reply without reasoning is the non-thinking form
+    on = tpl.encode(tok, {**record, "chat_template_kwargs": {"enable_thinking": True}})
     off = tpl.encode(tok, {**record, "chat_template_kwargs": {"enable_thinking": False}})
-    assert on.text == off.text  # the rendering does not depend on the flag ...
+    assert on.text == off.text == inferred.text  # the rendering does not depend on the flag ...
     assert loss_runs(on.input_ids, on.labels, tok) == ["\n</think>\n\nHello<|im_end|>"]
     assert loss_runs(off.input_ids, off.labels, tok) == ["Hello<|im_end|>"]  # ... what is generated does
+    assert inferred.labels == off.labels
+    thought = {"messages": [record["messages"][0], {**record["messages"][1], "reasoning_content": "greet"}]}
+    assert loss_runs(*(lambda e: (e.input_ids, e.labels))(tpl.encode(tok, thought)), tok) == [
+        "greet\n</think>\n\nHello<|im_end|>"]  # one with reasoning is the thinking form
 
 
 def test_loss_policies(plugins: Any, tokenizers: dict) -> None:

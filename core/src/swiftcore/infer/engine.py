@@ -86,6 +86,11 @@ class Engine:
         tokenizer_dir = adapter_dir if adapter_dir and (adapter_dir / "tokenizer_config.json").exists() else base
         self.tokenizer = load_tokenizer(str(tokenizer_dir))
         self.stop_token_ids = self._stop_token_ids()
+        self.hidden_token_ids = self._hidden_token_ids()
+        # How each set of weights was trained to be prompted (e.g. thinking off), by adapter name (None: the
+        # base weights); a request's own chat_template_kwargs win. A merged adapter's apply to the base.
+        self._chat_defaults: dict[str | None, dict[str, Any]] = {None: _chat_defaults(base)}
+        self._adapter_dir = adapter_dir
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_token_ids[0]
         )
@@ -101,6 +106,14 @@ class Engine:
         if self._initial_adapter is not None:
             self.load_adapter(DEFAULT_ADAPTER, self._initial_adapter)
             self.default_adapter = DEFAULT_ADAPTER
+        elif self._adapter_dir is not None:  # merged into the base weights by the subclass
+            self._chat_defaults[None] = _chat_defaults(self._adapter_dir, self.base_dir)
+
+    def chat_template_kwargs_defaults(self, adapter: str | None = None) -> dict[str, Any]:
+        """The ``chat_template_kwargs`` a request to ``adapter`` (None: the default one) gets unless it sets
+        its own: what the checkpoint was trained with (``generation_defaults`` in ``swiftcore_args.json``)."""
+        name = self.default_adapter if adapter is None else (None if adapter == BASE_MODEL else adapter)
+        return dict(self._chat_defaults.get(name) or {})
 
     def _stop_token_ids(self) -> list[int]:
         vocab = self.tokenizer.get_vocab()
@@ -113,6 +126,23 @@ class Engine:
                 "has no eos token: generation would never stop; fix the tokenizer or pick another --template"
             )
         return sorted(ids)
+
+    def _hidden_token_ids(self) -> frozenset[int]:
+        """Special tokens left out of decoded replies: all but those the template's parser reads
+        (reasoning and tool-call markers); ``<|fim_middle|>`` or ``<|vision_start|>`` are never text."""
+        markers = (*self.template.reasoning_markers, *self.template.response_markers)
+        special = set(getattr(self.tokenizer, "all_special_ids", None) or ())
+        for token_id, added in (getattr(self.tokenizer, "added_tokens_decoder", None) or {}).items():
+            if getattr(added, "special", False):
+                special.add(int(token_id))
+        keep = {t for t in special if any(self.tokenizer.convert_ids_to_tokens(t) in m for m in markers)}
+        return frozenset(special - keep)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """The text of generated ids, without the special tokens a reply never shows (see
+        :attr:`hidden_token_ids`)."""
+        hidden = self.hidden_token_ids
+        return self.tokenizer.decode([t for t in tokens if t not in hidden], skip_special_tokens=False)
 
     # ------------------------------------------------------------------ encoding
 
@@ -127,8 +157,14 @@ class Engine:
 
         self._adapter_for(request)
         if request.record is not None:
+            record = request.record
+            defaults = self._chat_defaults.get(self._adapter_for(request))
+            if defaults and isinstance(record, Mapping):
+                asked = record.get("chat_template_kwargs")
+                kwargs = {**defaults, **(asked if isinstance(asked, Mapping) else {})}
+                record = {**record, "chat_template_kwargs": kwargs}
             try:
-                ids = list(self.template.encode(self.tokenizer, request.record, add_generation_prompt=True).input_ids)
+                ids = list(self.template.encode(self.tokenizer, record, add_generation_prompt=True).input_ids)
             except TemplateError as exc:
                 raise InvalidRequestError(str(exc), param="messages") from exc
         elif isinstance(request.prompt, str):
@@ -240,7 +276,7 @@ class Engine:
         stop_at = next((i for i, t in enumerate(generated) if t in self.stop_token_ids), None)
         tokens = generated if stop_at is None else generated[:stop_at]
         finish_reason = "length" if stop_at is None else "stop"
-        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
+        text = self.decode(tokens)
         cut = _cut_at_stop(text, request.sampling.stop)
         if cut is not None:
             text, finish_reason = cut, "stop"
@@ -257,12 +293,10 @@ class Engine:
     def prompt_opens_thinking(self, prompt: Sequence[int]) -> bool:
         """Whether ``prompt`` (ids) ends inside an open thinking block, so the reply starts with reasoning.
 
-        Qwen3.5's generation prompt ends with ``<think>`` when thinking is on: a reply cut before its
-        ``</think>`` (max tokens) is all reasoning, not content.
+        A generation prompt with thinking on may open the block (``<think>``): a reply cut before its
+        closing marker (max tokens) is all reasoning; one that ended normally without closing it is content.
         """
-        from swiftcore.template.parsing import reasoning_markers
-
-        start, _ = reasoning_markers(self.template)
+        start, _ = self.template.reasoning_markers
         return self.tokenizer.decode(list(prompt[-8:]), skip_special_tokens=False).rstrip().endswith(start)
 
     def _parsed(
@@ -277,11 +311,12 @@ class Engine:
         opens_thinking: bool = False,
     ) -> Generation:
         if request.record is not None:
-            from swiftcore.template.parsing import reasoning_markers
-
-            _, end = reasoning_markers(self.template)
-            # A reply cut inside the thinking block the prompt opened: close it, so all of it is reasoning.
-            parsed = self.template.parse_response(text + end if opens_thinking and end not in text else text)
+            _, end = self.template.reasoning_markers
+            # Only a reply cut (max tokens) inside the thinking block the prompt opened is all reasoning:
+            # close the block for the parser. A reply that ended normally without closing it is content,
+            # and one that closed it has its content after the marker.
+            cut_thinking = opens_thinking and finish_reason == "length" and end not in text
+            parsed = self.template.parse_response(text + end if cut_thinking else text)
         else:
             parsed = {"content": text, "reasoning_content": None, "tool_calls": None}
         return Generation(
@@ -398,6 +433,7 @@ class Engine:
             raise InvalidRequestError(f"{path}: no adapter_config.json; is it a peft LoRA adapter directory?")
         self._load_adapter(name, path)
         self.adapters[name] = path
+        self._chat_defaults[name] = _chat_defaults(path)
 
     def update_weights(self, weights: str | Path | Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
         """Replace base-model weights in place (RL-style weight sync) and return how many tensors changed.
@@ -497,7 +533,7 @@ class _StreamState:
                 break
             new.append(token)
         self.tokens.extend(new)
-        self.text = engine.tokenizer.decode(self.tokens, skip_special_tokens=False)
+        self.text = engine.decode(self.tokens)
         cut = _cut_at_stop(self.text, sampling.stop)
         if cut is not None:
             self.text, self.finish_reason = cut, "stop"
@@ -527,6 +563,14 @@ class _StreamState:
             opens_thinking=self.engine.prompt_opens_thinking(self.prompt),
         )
         return StreamDelta(text=self.text[self.sent :], final=final)
+
+
+def _chat_defaults(*dirs: Path | None) -> dict[str, Any]:
+    """The ``chat_template_kwargs`` of the first checkpoint in ``dirs`` that records generation defaults."""
+    from swiftcore.models.resolve import read_generation_defaults
+
+    kwargs = read_generation_defaults(*dirs).get("chat_template_kwargs")
+    return dict(kwargs) if isinstance(kwargs, Mapping) else {}
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> str | None:

@@ -23,7 +23,7 @@ from swiftcore.models.errors import (
     UnknownModelTypeError,
 )
 
-__all__ = ["ARGS_FILE", "read_args_file", "read_hf_config", "resolve_model_spec"]
+__all__ = ["ARGS_FILE", "read_args_file", "read_generation_defaults", "read_hf_config", "resolve_model_spec"]
 
 logger = logging.getLogger("swiftcore.models")
 
@@ -68,6 +68,28 @@ def read_args_file(model_dir: str | Path) -> str | None:
     if not isinstance(value, str) or not value:
         raise ModelResolutionError(f"{path}: field 'model_type' must be a non-empty string, got {value!r}")
     return value
+
+
+def read_generation_defaults(*dirs: str | Path | None) -> dict[str, Any]:
+    """What a trained checkpoint asks inference to default to: the ``generation_defaults`` of the first
+    ``swiftcore_args.json`` found in ``dirs`` (an adapter before its base), e.g.
+    ``{"chat_template_kwargs": {"enable_thinking": false}}`` for a model trained on non-thinking replies.
+
+    A file that cannot be read gives no defaults (resolution reports it where it matters).
+    """
+    for directory in dirs:
+        if directory is None:
+            continue
+        path = Path(directory) / ARGS_FILE
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        defaults = data.get("generation_defaults") if isinstance(data, dict) else None
+        return dict(defaults) if isinstance(defaults, dict) else {}
+    return {}
 
 
 def resolve_model_spec(model_dir: str | Path, plugins: Any, model_type: str | None = None) -> Any:

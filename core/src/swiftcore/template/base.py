@@ -4,6 +4,13 @@ A Python template implements :meth:`Template.segments` (the rendering, in pieces
 message they render and whether they are an assistant turn or a media placeholder) and
 :meth:`Template.generation_prompt`. Everything else (loss policies, tokenization, media positions,
 truncation, batching) is here, shared by every template.
+
+The train/serve rule (one for every template): the reply that carries loss — the assistant turns after
+the last user message — is trained as exactly the generation prompt inference will use, in the same
+thinking mode, followed by the reply and its end-of-turn; history turns stay as the official template
+renders them. A record's thinking mode is its ``chat_template_kwargs["enable_thinking"]`` when given,
+else inferred from the reply (one with reasoning is the thinking form). :meth:`Template.render` stays the
+official rendering; :meth:`Template.encode` (training) applies the rule.
 """
 
 from __future__ import annotations
@@ -11,13 +18,14 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from swiftcore.template.conversation import Conversation, normalize_record
 from swiftcore.template.encoding import Encoded, check_options, encode_layout, encode_texts, token_views
 from swiftcore.template.errors import TemplateError
 from swiftcore.template.parsing import split_reasoning
-from swiftcore.template.segments import Layout, Segment, layout_from_segments
+from swiftcore.template.segments import Layout, Segment, layout_from_segments, prompt_overlap
 
 __all__ = ["Template"]
 
@@ -31,11 +39,19 @@ class Template:
     Attributes:
         name: the template's name (set by the registry from the spec when it builds one).
         stop_words: end-of-turn strings that end generation.
+        thinking_switch: whether ``chat_template_kwargs["enable_thinking"]`` switches a thinking mode
+            (then training infers a record's mode from its reply, see the module docstring).
+        reasoning_markers: the ``(start, end)`` strings around reasoning in generated text.
+        response_markers: other special tokens :meth:`parse_response` reads (tool-call markers): an
+            engine keeps them, and the reasoning markers, in decoded replies and drops other special tokens.
     """
 
     name: str = ""
     stop_words: ClassVar[tuple[str, ...]] = ()
     roles: ClassVar[tuple[str, ...]] = ("system", "user", "assistant", "tool")
+    thinking_switch: ClassVar[bool] = False
+    reasoning_markers: ClassVar[tuple[str, str]] = ("<think>", "</think>")
+    response_markers: ClassVar[tuple[str, ...]] = ()
 
     # ------------------------------------------------------------------ to implement
 
@@ -53,16 +69,68 @@ class Template:
         """Validate and normalise a record (see :func:`swiftcore.template.conversation.normalize_record`)."""
         return normalize_record(record)
 
-    def layout(
-        self, record: Mapping[str, Any] | list | Conversation, add_generation_prompt: bool = False, **_: Any
-    ) -> Layout:
-        """The rendering with its assistant-turn and media spans."""
+    def requested_thinking(self, conv: Conversation) -> bool | None:
+        """The thinking mode a record asks for in its ``chat_template_kwargs`` (None: it does not say)."""
+        value = conv.kwargs.get("enable_thinking")
+        return None if value is None else bool(value)
+
+    def reply_has_reasoning(self, conv: Conversation) -> bool:
+        """Whether an assistant turn after the last user message carries reasoning (a
+        ``reasoning_content``/``reasoning`` field, or reasoning markers in its text content)."""
+        end = self.reasoning_markers[1]
+        for message in conv.messages[_last_user(conv) + 1 :]:
+            if message.get("role") != "assistant":
+                continue
+            reasoning = message.get("reasoning_content") or message.get("reasoning")
+            content = message.get("content")
+            if (isinstance(reasoning, str) and reasoning.strip()) or (isinstance(content, str) and end in content):
+                return True
+        return False
+
+    def thinking_mode(self, record: Mapping[str, Any] | list | Conversation) -> bool | None:
+        """The thinking mode a training record is trained in: its ``enable_thinking`` when given, else
+        whether its reply carries reasoning; None for a template without a thinking switch."""
+        if not self.thinking_switch:
+            return None
         conv = record if isinstance(record, Conversation) else self.normalize(record)
+        requested = self.requested_thinking(conv)
+        return self.reply_has_reasoning(conv) if requested is None else requested
+
+    def training_conversation(self, conv: Conversation) -> Conversation:
+        """``conv`` marked for training, with its thinking mode made explicit (see :meth:`thinking_mode`)."""
+        kwargs = conv.kwargs
+        if self.thinking_switch and self.requested_thinking(conv) is None:
+            kwargs = {**kwargs, "enable_thinking": self.reply_has_reasoning(conv)}
+        return replace(conv, kwargs=kwargs, training=True)
+
+    def layout(
+        self,
+        record: Mapping[str, Any] | list | Conversation,
+        add_generation_prompt: bool = False,
+        *,
+        training: bool = False,
+        **_: Any,
+    ) -> Layout:
+        """The rendering with its assistant-turn and media spans.
+
+        Args:
+            record: the record (or an already normalised conversation).
+            add_generation_prompt: append the generation prompt (inference).
+            training: apply the train/serve rule (module docstring) to the reply; without it (and always
+                with ``add_generation_prompt``) the rendering is the official one.
+        """
+        conv = record if isinstance(record, Conversation) else self.normalize(record)
+        if training and not add_generation_prompt:
+            conv = self.training_conversation(conv)
         try:
             pieces = self.segments(conv, add_generation_prompt)
         except TemplateError as exc:
             raise type(exc)(f"template {self.name!r}: {exc}") from None
-        return layout_from_segments(pieces, self.generation_prompt(conv), _last_user(conv))
+        generation_prompt = self.generation_prompt(conv)
+        last_user = _last_user(conv)
+        if conv.training:
+            pieces = _reply_after_generation_prompt(pieces, generation_prompt, last_user)
+        return layout_from_segments(pieces, generation_prompt, last_user)
 
     def render(self, record: Mapping[str, Any] | list, add_generation_prompt: bool = False) -> str:
         """Render a record to text, exactly as the official chat template does.
@@ -86,6 +154,9 @@ class Template:
         truncation: str = "error",
     ) -> Encoded | None:
         """Render and tokenize a record; labels mark the tokens that carry loss.
+
+        Without ``add_generation_prompt`` this is the training encoding: the reply is rendered by the
+        train/serve rule (module docstring), so its prefix is token for token the inference prompt.
 
         Args:
             tokenizer: a Hugging Face (fast) tokenizer or a ``tokenizers.Tokenizer``.
@@ -130,7 +201,7 @@ class Template:
     ) -> list[Encoded | None]:
 
         def render(chunk: Sequence[Any]) -> list[Layout]:
-            return [self.layout(r, add_generation_prompt, tokenizer=tokenizer) for r in chunk]
+            return [self.layout(r, add_generation_prompt, tokenizer=tokenizer, training=True) for r in chunk]
 
         def finish(chunk: Sequence[Any], layouts: list[Layout], raw: Any) -> list[Encoded | None]:
             return [
@@ -171,12 +242,12 @@ class Template:
     def parse_response(self, text: str) -> dict[str, Any]:
         """Split generated text into ``content``, ``reasoning_content`` and ``tool_calls``.
 
-        The base version strips stop words and splits a ``<think>...</think>`` block; templates with
-        tool-call syntax override it.
+        The base version strips stop words and splits a reasoning block (:attr:`reasoning_markers`);
+        templates with tool-call syntax override it.
         """
         for word in self.stop_words:
             text = text.split(word, 1)[0]
-        reasoning, content = split_reasoning(text)
+        reasoning, content = split_reasoning(text, *self.reasoning_markers)
         return {"content": content, "reasoning_content": reasoning, "tool_calls": []}
 
     def __repr__(self) -> str:
@@ -200,6 +271,28 @@ def _gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _reply_after_generation_prompt(pieces: list[Segment], generation_prompt: str, last_user: int) -> list[Segment]:
+    """Make each reply turn (an ``assistant`` piece after the last user message) follow exactly the
+    generation prompt: where the text before its trainable part does not end with the prompt, the part
+    of the prompt the turn supplies (its role header) is replaced by the whole prompt.
+
+    Gemma 4, for one, renders a past model turn as ``<|turn>model\nodd<turn|>`` while its prompt with
+    thinking off is ``<|turn>model\n<|channel>thought\n<channel|>``: trained unchanged, the model would be
+    asked at inference to continue a prompt it never saw.
+    """
+    out: list[Segment] = []
+    before = ""
+    for piece in pieces:
+        text, kind, message = piece[0], piece[1], piece[2]
+        if kind == "assistant" and message is not None and message > last_user:
+            overlap = prompt_overlap(text, generation_prompt)
+            if not (before + text[:overlap]).endswith(generation_prompt):
+                piece = Segment(generation_prompt + text[overlap:], kind, message, piece[3])
+        out.append(piece)
+        before = (before + piece[0])[-len(generation_prompt) :] if generation_prompt else ""
+    return out
 
 
 def _last_user(conv: Conversation) -> int:

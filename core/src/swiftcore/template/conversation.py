@@ -29,12 +29,16 @@ class Conversation:
         tools: the tool schemas, or None.
         kwargs: the per-sample ``chat_template_kwargs`` (``enable_thinking`` ...).
         record_id: the record's ``id``, for error messages.
+        training: rendered for training: the reply (the assistant turns after the last user message) is
+            written as the model generates it after the generation prompt (see :meth:`Template.layout`),
+            so a template may render what the official template drops from past turns (reasoning).
     """
 
     messages: list[dict[str, Any]]
     tools: list[Any] | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
     record_id: Any = None
+    training: bool = False
 
     def where(self, index: int | None = None) -> str:
         """A location for error messages: ``record 's1-003', message 2``."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from swiftcore.template.base import Template, _last_user
@@ -145,20 +146,37 @@ class JinjaTemplate(Template):
         full = self._render(conv, conv.messages, False)
         return self._render(conv, conv.messages, True)[len(full) :]
 
-    def layout(self, record: Any, add_generation_prompt: bool = False, tokenizer: Any = None, **_: Any) -> Layout:
-        """Render and find the assistant turns (generation markers or prefix rendering)."""
+    @property
+    def thinking_switch(self) -> bool:  # type: ignore[override]
+        """Whether ``enable_thinking`` changes this chat template's generation prompt."""
+        return self.chat_template is not None and _has_thinking_switch(self.chat_template, tuple(self.extra.items()))
+
+    def layout(
+        self,
+        record: Any,
+        add_generation_prompt: bool = False,
+        tokenizer: Any = None,
+        *,
+        training: bool = False,
+        **_: Any,
+    ) -> Layout:
+        """Render and find the assistant turns (generation markers or prefix rendering).
+
+        With ``training`` (and prefix rendering), each reply turn follows exactly the generation prompt
+        (the train/serve rule of :mod:`swiftcore.template.base`).
+        """
         bound = self._bound(tokenizer)
         conv = record if isinstance(record, Conversation) else bound.normalize(record)
+        if training and not add_generation_prompt:
+            conv = bound.training_conversation(conv)
         if _GENERATION_TAG.search(bound._source()):
             text, marked = bound._render(conv, conv.messages, add_generation_prompt, indices=True)
         else:  # asking transformers for indices without markers only logs a warning
             text, marked = bound._render(conv, conv.messages, add_generation_prompt), []
-        layout = Layout(text=text, last_user=_last_user(conv))
         if marked:
-            layout.turns = bound._marked_turns(conv, text, marked)
-        else:
-            layout.turns = bound._prefix_turns(conv, text)
-        return layout
+            return Layout(text=text, turns=bound._marked_turns(conv, text, marked), last_user=_last_user(conv))
+        text, turns = bound._prefix_turns(conv, text)
+        return Layout(text=text, turns=turns, last_user=_last_user(conv))
 
     def _marked_turns(self, conv: Conversation, text: str, marked: list) -> list[Turn]:
         assistants = [i for i, m in enumerate(conv.messages) if m.get("role") == "assistant"]
@@ -168,8 +186,13 @@ class JinjaTemplate(Template):
             turns.append(Turn(start, end, message))
         return turns
 
-    def _prefix_turns(self, conv: Conversation, text: str) -> list[Turn]:
+    def _prefix_turns(self, conv: Conversation, text: str) -> tuple[str, list[Turn]]:
+        """The turns found by prefix rendering, and the text (a training conversation's reply turns
+        spliced to follow the whole generation prompt)."""
         turns = []
+        out = text
+        shift = 0  # how much longer ``out`` is than ``text`` before the current turn
+        last_user = _last_user(conv)
         for index, message in enumerate(conv.messages):
             if message.get("role") != "assistant":
                 continue
@@ -182,9 +205,12 @@ class JinjaTemplate(Template):
                 )
             prompt = self._render(conv, conv.messages[:index], True)[len(before) :] if index else ""
             start = len(before) + prompt_overlap(text[len(before) :], prompt)
-            end = self._turn_end(text, start)
-            turns.append(Turn(start, end, index))
-        return turns
+            if conv.training and index > last_user and prompt and not text[:start].endswith(prompt):
+                out = out[: len(before) + shift] + prompt + out[start + shift :]
+                shift += len(prompt) - (start - len(before))
+            end = self._turn_end(out, start + shift)
+            turns.append(Turn(start + shift, end, index))
+        return out, turns
 
     def _turn_end(self, text: str, start: int) -> int:
         best = len(text)
@@ -193,3 +219,17 @@ class JinjaTemplate(Template):
             if found != -1 and found + len(word) < best:
                 best = found + len(word)
         return best
+
+
+@lru_cache(maxsize=32)
+def _has_thinking_switch(source: str, extra: tuple[tuple[str, Any], ...]) -> bool:
+    """Whether ``enable_thinking`` changes the generation prompt ``source`` renders (probed once)."""
+    probe = [{"role": "user", "content": "hi"}]
+    try:
+        on, off = (
+            render_official(source, Conversation(probe, kwargs={"enable_thinking": flag}), True, extra=dict(extra))
+            for flag in (True, False)
+        )
+    except Exception:  # a template that refuses the probe has no switch we can use
+        return False
+    return on != off

@@ -8,12 +8,6 @@ from typing import Any
 __all__ = ["json_or_text", "split_reasoning", "tool_call"]
 
 
-def reasoning_markers(template: Any) -> tuple[str, str]:
-    """A template's ``(start, end)`` thinking markers: its ``reasoning_markers`` attribute, else Qwen's."""
-    start, end = getattr(template, "reasoning_markers", ("<think>", "</think>"))
-    return start, end
-
-
 def split_reasoning(text: str, start: str = "<think>", end: str = "</think>") -> tuple[str | None, str]:
     """Split ``[<think>]reasoning</think>content`` into ``(reasoning, content)``.
 

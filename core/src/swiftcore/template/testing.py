@@ -16,6 +16,7 @@ __all__ = [
     "build_test_tokenizer",
     "OffsetsOnlyTokenizer",
     "check_labels",
+    "check_train_serve_prefix",
     "compare_fast_and_slow",
     "compare_with_official",
     "generation_record",
@@ -131,6 +132,64 @@ def compare_with_official(
                     f"\n  swiftcore: {got!r}{' raised ' + error if error else ''}"
                 )
     return rendered, raised, failures
+
+
+def reply_prompt_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record cut before its reply: the messages up to and including the last user message (what an
+    inference request for that reply holds)."""
+    messages = list(record["messages"])
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    return {**record, "messages": messages[: last_user + 1]}
+
+
+def check_train_serve_prefix(
+    template: Any, tokenizer: Any, records: Iterable[Mapping[str, Any]]
+) -> tuple[int, list[str]]:
+    """The train/serve rule, token for token: for each record that ends in a reply (assistant turns after
+    the last user message), in every thinking mode the template has (on, off, and inferred from the
+    reply), the training encoding's ids before the reply's first loss token equal the inference prompt's
+    ids (the record cut before the reply, encoded with ``add_generation_prompt`` in the mode the reply
+    was trained in).
+
+    Returns:
+        ``(checked, failures)`` with a readable description of each failure.
+    """
+    from swiftcore.template.errors import TemplateError
+
+    modes: tuple[bool | None, ...] = (None, True, False) if template.thinking_switch else (None,)
+    checked = 0
+    failures: list[str] = []
+    for record in records:
+        messages = record.get("messages") or []
+        if not messages or messages[-1].get("role") != "assistant":
+            continue
+        for mode in modes:
+            case = dict(record)
+            if mode is not None:
+                case["chat_template_kwargs"] = {**(record.get("chat_template_kwargs") or {}), "enable_thinking": mode}
+            try:
+                trained = template.encode(tokenizer, case, loss_policy="last_round")
+                trained_mode = template.thinking_mode(case)
+                request = reply_prompt_record(case)
+                if trained_mode is not None:
+                    request["chat_template_kwargs"] = {
+                        **(case.get("chat_template_kwargs") or {}),
+                        "enable_thinking": trained_mode,
+                    }
+                served = template.encode(tokenizer, request, add_generation_prompt=True)
+            except TemplateError:
+                continue
+            first = next((i for i, label in enumerate(trained.labels) if label != -100), None)
+            if first is None:
+                continue
+            checked += 1
+            if trained.input_ids[:first] != served.input_ids:
+                where = f"{record.get('id')} (enable_thinking={mode})"
+                failures.append(
+                    f"{where}: the reply is trained after {tokenizer.decode(trained.input_ids[:first])[-80:]!r} "
+                    f"but inference prompts {tokenizer.decode(served.input_ids)[-80:]!r}"
+                )
+    return checked, failures
 
 
 def check_labels(

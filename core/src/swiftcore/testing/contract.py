@@ -36,10 +36,12 @@ _PARAMETRIZED: dict[str, str] = {
     "test_model_make_tiny_loads": "model",
     "test_model_template_renders": "model",
     "test_model_template_official": "model_official",
+    "test_model_template_train_serve": "model",
     "test_model_lora_trains": "model",
     "test_model_generates": "model",
     "test_template_renders": "template",
     "test_template_official": "template_official",
+    "test_template_train_serve": "template",
     "test_bridge_round_trip": "bridge",
     "test_bridge_logit_parity": "bridge",
     "test_head_pooled_shapes": "head",
@@ -268,6 +270,17 @@ class PluginContract:
             model_checks.official_problems(template, template_spec, contract_samples, tokenizer),
         )
 
+    def test_model_template_train_serve(
+        self, name: str, contract_plugin_set: Any, contract_tiny: Any, contract_samples: list[dict[str, Any]]
+    ) -> None:
+        """Each sample's reply is trained after exactly the ids inference prompts with, in every thinking mode."""
+        from swiftcore.models import load_tokenizer
+
+        spec = self._spec(contract_plugin_set, "model", name)
+        template, _ = model_checks.template_for(spec, contract_plugin_set)
+        tokenizer = load_tokenizer(contract_tiny(name))
+        _check("model-template-train-serve", model_checks.train_serve_problems(template, tokenizer, contract_samples))
+
     def test_model_lora_trains(
         self, name: str, contract_plugin_set: Any, contract_tiny: Any, contract_samples: list[dict[str, Any]]
     ) -> None:
@@ -301,6 +314,19 @@ class PluginContract:
             f"{name}@{self._spec(contract_plugin_set, 'template', name).provider.plugin}", contract_plugin_set
         )
         _check("template-renders", model_checks.render_problems(template, None, contract_samples))
+
+    def test_template_train_serve(
+        self, name: str, contract_plugin_set: Any, contract_samples: list[dict[str, Any]]
+    ) -> None:
+        """Each sample's reply is trained after exactly the ids inference prompts with (a test tokenizer with
+        the template's special tokens), in every thinking mode."""
+        from swiftcore.template import get_template
+        from swiftcore.template.testing import build_test_tokenizer
+
+        spec = self._spec(contract_plugin_set, "template", name)
+        template = get_template(f"{name}@{spec.provider.plugin}", contract_plugin_set)
+        tokenizer = build_test_tokenizer(spec.special_tokens, model_checks.rendered_texts(template, contract_samples))
+        _check("template-train-serve", model_checks.train_serve_problems(template, tokenizer, contract_samples))
 
     def test_template_official(
         self, name: str, contract_plugin_set: Any, contract_samples: list[dict[str, Any]]

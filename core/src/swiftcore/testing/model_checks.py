@@ -22,7 +22,9 @@ __all__ = [
     "lora_losses",
     "official_problems",
     "render_problems",
+    "rendered_texts",
     "template_for",
+    "train_serve_problems",
 ]
 
 #: Longest training sample (tokens): keeps the two LoRA steps fast on a CPU.
@@ -90,6 +92,30 @@ def render_problems(template: Any, tokenizer: Any, records: list[dict[str, Any]]
     if not plain:
         problems.append("no plain-text sample to check (add one to the plugin's conversations.jsonl)")
     return problems
+
+
+def train_serve_problems(template: Any, tokenizer: Any, records: list[dict[str, Any]]) -> list[str]:
+    """Where a sample's reply is trained after other ids than the inference prompt's (see
+    :func:`swiftcore.template.testing.check_train_serve_prefix`); a problem too when no sample ends in a reply."""
+    from swiftcore.template.testing import check_train_serve_prefix
+
+    checked, failures = check_train_serve_prefix(template, tokenizer, text_only(records))
+    if not checked and not failures:
+        return ["no sample ends in an assistant reply that the template renders: nothing was checked"]
+    return failures
+
+
+def rendered_texts(template: Any, records: list[dict[str, Any]]) -> list[str]:
+    """The renderings of the samples the template renders (to train a test tokenizer on)."""
+    from swiftcore.template import TemplateError
+
+    texts = []
+    for record in records:
+        try:
+            texts.append(template.render(record))
+        except TemplateError:
+            continue
+    return texts
 
 
 def _jinja_extra(template: Any, tokenizer: Any) -> dict[str, Any]:

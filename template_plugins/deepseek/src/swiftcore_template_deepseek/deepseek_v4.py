@@ -94,6 +94,15 @@ class DeepseekV4Template(Template):
 
     stop_words = (EOS,)
     roles = ("system", "user", "assistant", "tool", "developer", "latest_reminder")
+    thinking_switch = True
+    response_markers = (DSML,)
+    tool_call_start = f"<{DSML}tool_calls>"
+
+    def requested_thinking(self, conv: Conversation) -> bool | None:
+        """``thinking_mode`` ("chat"/"thinking") or ``enable_thinking``; None when neither is given."""
+        if conv.kwargs.get("thinking_mode") is None and conv.kwargs.get("enable_thinking") is None:
+            return None
+        return self.thinking(conv)
 
     @staticmethod
     def thinking(conv: Conversation) -> bool:

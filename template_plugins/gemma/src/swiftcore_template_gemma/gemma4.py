@@ -43,6 +43,10 @@ class Gemma4Template(Template):
     """The Gemma 4 chat template (updated official version)."""
 
     stop_words = ("<turn|>", "<|tool_response>")
+    thinking_switch = True
+    reasoning_markers = ("<|channel>thought\n", "<channel|>")
+    response_markers = ("<|tool_call>", "<tool_call|>", "<|tool_response>", Q)
+    tool_call_start = "<|tool_call>"
     bos = "<bos>"
 
     def generation_prompt(self, conv: Conversation) -> str:
@@ -130,7 +134,9 @@ class Gemma4Template(Template):
         state = None
         calls = message.get("tool_calls")
         thinking_text = message.get("reasoning") or message.get("reasoning_content")
-        if thinking_text and after_user and calls:
+        # The official template shows thinking only before tool calls; a reply being trained (train/serve
+        # rule, swiftcore.template.base) keeps it, in the same form, as the model generates it.
+        if thinking_text and after_user and (calls or conv.training):
             chunks.append(("<|channel>thought\n" + str(thinking_text) + "\n<channel|>", True))
         if calls:
             chunks.append(("".join(self._call(conv, index, call) for call in calls), True))

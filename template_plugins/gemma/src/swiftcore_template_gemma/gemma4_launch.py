@@ -90,6 +90,10 @@ class Gemma4LaunchTemplate(Gemma4Template):
             tail = [prompt("<turn|>\n", index)] if closes else []
             return [prompt(f"<|turn>{role}\n", index), *pieces, *tail], last_media
         chunks: list[tuple[str, bool]] = [("<|turn>model\n", True)]
+        thinking_text = message.get("reasoning") or message.get("reasoning_content")
+        if thinking_text and conv.training and all(m.get("role") != "user" for m in conv.messages[index + 1 :]):
+            # the official launch template renders no reasoning; a reply being trained keeps it as generated
+            chunks.append(("<|channel>thought\n" + str(thinking_text) + "\n<channel|>", True))
         calls = message.get("tool_calls")
         if calls:
             chunks.append(("".join(self._call(conv, index, call) for call in calls), True))

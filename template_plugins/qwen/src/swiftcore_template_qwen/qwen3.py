@@ -35,6 +35,8 @@ class Qwen3Template(Template):
     """The Qwen3 chat template (ChatML, hybrid thinking, Hermes-style JSON tool calls)."""
 
     stop_words = ("<|im_end|>", "<|endoftext|>")
+    thinking_switch = True
+    response_markers = ("<tool_call>", "</tool_call>")
 
     def generation_prompt(self, conv: Conversation) -> str:
         """``<|im_start|>assistant\\n``, plus an empty thinking block when thinking is off."""

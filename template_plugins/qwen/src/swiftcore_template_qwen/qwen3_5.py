@@ -39,6 +39,8 @@ class Qwen35Template(Template):
     """The Qwen3.5 chat template (ChatML, thinking on by default, XML tool calls)."""
 
     stop_words = ("<|im_end|>",)
+    thinking_switch = True
+    response_markers = ("<tool_call>", "</tool_call>")
 
     def generation_prompt(self, conv: Conversation) -> str:
         """``<|im_start|>assistant\\n<think>\\n`` (or an empty thinking block when thinking is off)."""

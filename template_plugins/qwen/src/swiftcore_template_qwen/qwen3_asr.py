@@ -26,6 +26,7 @@ class Qwen3AsrTemplate(Template):
     """The Qwen3-ASR chat template."""
 
     stop_words = ("<|im_end|>",)
+    response_markers = ("<asr_text>",)
 
     def generation_prompt(self, conv: Conversation) -> str:
         """``<|im_start|>assistant\\n``."""

@@ -1,0 +1,183 @@
+"""Train -> infer -> serve, per family: what a model learned comes back as the answer, in ``content``.
+
+Each family's tiny checkpoint is fully fine-tuned by ``swiftcore train`` on a memorisation set: four
+replies without reasoning (non-thinking form) and two with reasoning (thinking form). The checkpoint
+records the majority mode (thinking off), so:
+
+- the four questions asked plainly through ``swiftcore infer`` and through ``swiftcore deploy`` with the
+  real ``openai`` client get their trained answers in ``content`` (the prompt is the one trained);
+- the two asked with ``enable_thinking`` on get their answers in ``content`` and their reasoning in
+  ``reasoning_content``, streamed and not streamed alike.
+
+This is the test that guards the train/serve prompt rule (``swiftcore.template.base``), the response
+parsing and the sample path against each later change. Qwen3-ASR's round trip needs audio at inference,
+which the engine does not take yet (the multimodal-serving issue).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4"]
+PLAIN = [
+    ("Which colour is the sky?", "blue"),
+    ("Name a fruit.", "apple"),
+    ("What do cats say?", "meow"),
+    ("What is the opposite of up?", "down"),
+]
+THOUGHT = [
+    ("How much is two plus two?", "four", "add two and two"),
+    ("Which planet is largest?", "Jupiter", "recall the planets"),
+]
+API_KEY = "roundtrip-key"
+STEPS = 80
+
+
+def _records() -> list[dict[str, Any]]:
+    plain = [
+        {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in PLAIN
+    ]
+    thought = [
+        {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a, "reasoning_content": r}]}
+        for q, a, r in THOUGHT
+    ]
+    return plain + thought
+
+
+def _cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "swiftcore.cli.main", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.returncode == 0, f"swiftcore {' '.join(args[:1])} failed:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def trained(request: pytest.FixtureRequest, tiny_model_dir: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The family's tiny checkpoint, fully fine-tuned until it has memorised the set; its last checkpoint."""
+    work = tmp_path_factory.mktemp(f"roundtrip-{request.param}")
+    data = work / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _records()), encoding="utf-8")
+    _cli("train", "--model", str(tiny_model_dir(request.param)), "--dataset", str(data), "--tuner", "full",
+         "--learning-rate", "3e-3", "--lr-scheduler", "cosine", "--batch-size", "6", "--max-steps", str(STEPS),
+         "--save-steps", str(STEPS), "--logging-steps", "10", "--max-length", "128", "--no-plot",
+         "--output-dir", str(work / "run"))
+    losses = [json.loads(line)["loss"] for line in (work / "run" / "logs.jsonl").read_text().splitlines()
+              if "loss" in json.loads(line)]
+    assert losses[-1] < 0.05 < losses[0], f"{request.param} did not memorise the set: losses {losses}"
+    checkpoint = work / "run" / f"checkpoint-{STEPS}"
+    args = json.loads((checkpoint / "swiftcore_args.json").read_text())
+    assert args["generation_defaults"] == {"chat_template_kwargs": {"enable_thinking": False}}
+    return checkpoint
+
+
+def _question(question: str, thinking: bool | None = None) -> dict[str, Any]:
+    record: dict[str, Any] = {"messages": [{"role": "user", "content": question}]}
+    if thinking is not None:
+        record["chat_template_kwargs"] = {"enable_thinking": thinking}
+    return record
+
+
+def test_infer_cli_answers_what_was_trained(trained: Path, tmp_path: Path) -> None:
+    questions = [_question(q) for q, _ in PLAIN] + [_question(q, thinking=True) for q, _, _ in THOUGHT]
+    source = tmp_path / "questions.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in questions), encoding="utf-8")
+    _cli("infer", "--model", str(trained), "--input", str(source), "--output", str(tmp_path / "answers.jsonl"),
+         "--max-new-tokens", "32")
+    rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    got = [(row["response"], row.get("reasoning_content")) for row in rows]
+    expected = [(a, None) for _, a in PLAIN] + [(a, r) for _, a, r in THOUGHT]
+    assert got == expected
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(trained: Path) -> Iterator[Any]:
+    """``swiftcore deploy`` of the trained checkpoint, as a user starts it; an ``openai`` client for it."""
+    import httpx
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swiftcore.cli.main", "deploy", "--model", str(trained), "--port", str(port),
+         "--served-model-name", "tuned", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SWIFTCORE_API_KEY": API_KEY},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:]}")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "swiftcore deploy did not come up in 180 s"
+            time.sleep(0.5)
+        yield openai.OpenAI(base_url=f"{base}/v1", api_key=API_KEY, max_retries=0, timeout=120)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _chat(client: Any, question: str, thinking: bool | None) -> tuple[str, str | None]:
+    extra = {"chat_template_kwargs": {"enable_thinking": thinking}} if thinking is not None else None
+    reply = client.chat.completions.create(
+        model="tuned", messages=[{"role": "user", "content": question}], max_tokens=32, temperature=0,
+        extra_body=extra,
+    )
+    message = reply.choices[0].message
+    return message.content, (message.model_extra or {}).get("reasoning_content")
+
+
+def _chat_streamed(client: Any, question: str, thinking: bool | None) -> tuple[str, str | None]:
+    extra = {"chat_template_kwargs": {"enable_thinking": thinking}} if thinking is not None else None
+    content, reasoning = "", ""
+    for chunk in client.chat.completions.create(
+        model="tuned", messages=[{"role": "user", "content": question}], max_tokens=32, temperature=0,
+        extra_body=extra, stream=True,
+    ):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
+    return content.strip(), reasoning.strip() or None
+
+
+def test_deploy_answers_what_was_trained(served: Any) -> None:
+    for question, answer in PLAIN:
+        assert _chat(served, question, None) == (answer, None), question
+    for question, answer, reasoning in THOUGHT:
+        assert _chat(served, question, True) == (answer, reasoning), question
+
+
+def test_deploy_streams_the_same_fields(served: Any) -> None:
+    cases = [(q, None) for q, _ in PLAIN[:2]] + [(q, True) for q, _, _ in THOUGHT]
+    for question, thinking in cases:
+        streamed = _chat_streamed(served, question, thinking)
+        content, reasoning = _chat(served, question, thinking)
+        assert streamed == (content, reasoning.strip() if reasoning else None), question
