@@ -42,7 +42,13 @@ def _bridge(state: CliState, plugin_specs: tuple[str, ...], hf_config: dict[str,
     required=True,
     type=click.Path(exists=True, file_okay=False),
     help="Input: an HF save_pretrained dir (--to-mcore), a Megatron checkpoint (--to-hf), "
-    "or a peft adapter dir (--merge-lora).",
+    "or for --merge-lora a peft adapter dir (its base read from adapter_config.json) or, with --adapter, the base.",
+)
+@click.option(
+    "--adapter",
+    type=click.Path(exists=True, file_okay=False),
+    help="With --merge-lora: the peft LoRA adapter directory; --model is then its base model "
+    "(as for infer and deploy).",
 )
 @click.option("--to-mcore", "to_mcore", type=click.Path(), help="Write a Megatron-core checkpoint here.")
 @click.option("--to-hf", "to_hf", type=click.Path(), help="Write a Hugging Face checkpoint here.")
@@ -73,6 +79,7 @@ def export(
     state: CliState,
     plugin_specs: tuple[str, ...],
     model: str,
+    adapter: str | None,
     to_mcore: str | None,
     to_hf: str | None,
     merge_lora: str | None,
@@ -89,6 +96,7 @@ def export(
       swiftcore export --model ./qwen3 --to-mcore ./mcore --tp 2 --check-parity
       swiftcore export --model ./mcore --to-hf ./qwen3-back
       swiftcore export --model ./out/checkpoint-100 --merge-lora ./merged
+      swiftcore export --model ./base --adapter ./out/checkpoint-100 --merge-lora ./merged
 
     Outputs are written atomically: a failed conversion leaves no output directory.
     """
@@ -97,10 +105,12 @@ def export(
     ]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --to-mcore, --to-hf, --merge-lora")
+    if adapter and not merge_lora:
+        raise click.UsageError("--adapter goes with --merge-lora (the adapter to merge into --model)")
     if merge_lora:
         from swiftcore.models.adapters import merge_lora as do_merge
 
-        out = do_merge(model, merge_lora, state.plugins(plugin_specs))
+        out = do_merge(model, merge_lora, state.plugins(plugin_specs), adapter=adapter)
         click.echo(f"merged LoRA adapter into its base: {out}")
         return
     if to_mcore:

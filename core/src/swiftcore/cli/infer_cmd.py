@@ -36,12 +36,13 @@ def engine_options(func: Any) -> Any:
             "model",
             required=True,
             type=click.Path(exists=True, file_okay=False),
-            help="Checkpoint directory (or a LoRA adapter directory, whose base model it names).",
+            help="Checkpoint directory, a peft LoRA adapter directory (its base read from adapter_config.json) "
+            "or, with --adapter, the adapter's base model.",
         ),
         click.option(
             "--adapter",
             type=click.Path(exists=True, file_okay=False),
-            help="A peft LoRA adapter directory applied on top of --model.",
+            help="A peft LoRA adapter directory; --model is then its base model (as for export --merge-lora).",
         ),
         click.option(
             "--backend",

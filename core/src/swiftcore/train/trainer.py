@@ -2,7 +2,8 @@
 
 The Trainer (and accelerate under it) is used as is, so torchrun / DDP / FSDP / DeepSpeed work unchanged.
 What differs: a checkpoint is written under ``output_dir/.staging/`` and renamed into place when complete,
-so a killed run never leaves a half-written ``checkpoint-N`` that ``--resume-from-checkpoint`` would pick.
+so a killed run never leaves a half-written ``checkpoint-N`` that ``--resume-from-checkpoint`` would pick;
+and resuming names a missing checkpoint or a tuner mismatch instead of failing inside transformers.
 """
 
 from __future__ import annotations
@@ -12,14 +13,25 @@ import os
 import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from swiftcore.errors import SwiftcoreError
+
 __all__ = ["SwiftTrainer", "JsonlLogCallback", "STAGING_DIR", "plot_loss_curve"]
 
 STAGING_DIR = ".staging"
+#: Files that hold a checkpoint's full model weights, and those that hold a peft adapter's.
+_FULL_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+_ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def training_arguments(cfg: Any, output_dir: str | Path, *, evaluate: bool, **overrides: Any) -> Any:
@@ -70,12 +82,146 @@ def training_arguments(cfg: Any, output_dir: str | Path, *, evaluate: bool, **ov
     return TrainingArguments(**args)
 
 
+class _CheckpointVersion:
+    """Stands in for ``PreTrainedConfig`` while ``Trainer._load_from_checkpoint`` reads a checkpoint's version.
+
+    transformers parses the checkpoint's ``config.json`` with the *base* config class only to compare
+    ``transformers_version`` with its own; the base class's generic validators reject family values
+    (DeepSeek-V4's ``mlp_layer_types: ["hash_moe", ...]``) that the family's own config class accepts,
+    so resuming a full checkpoint crashed. Reading the one field as JSON can fail on no family.
+    """
+
+    @staticmethod
+    def from_json_file(path: str | os.PathLike[str]) -> SimpleNamespace:
+        """The ``transformers_version`` recorded in ``path``; None if unreadable (it only feeds a warning)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        return SimpleNamespace(
+            transformers_version=data.get("transformers_version") if isinstance(data, dict) else None
+        )
+
+
+def _has_any(directory: Path, names: tuple[str, ...]) -> bool:
+    return any((directory / name).is_file() for name in names)
+
+
+def _checkpoint_keys(checkpoint: Path) -> set[str] | None:
+    """The tensor names a full checkpoint stores, read from the safetensors headers (no tensor is loaded).
+
+    None for a ``.bin`` checkpoint (its names cost a full load to read).
+    """
+    index = checkpoint / "model.safetensors.index.json"
+    if index.is_file():
+        return set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}))
+    single = checkpoint / "model.safetensors"
+    if not single.is_file():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(single), framework="pt") as handle:
+        return set(handle.keys())
+
+
 class SwiftTrainer(Trainer):
-    """A :class:`transformers.Trainer` whose checkpoints appear atomically (write, then rename)."""
+    """A :class:`transformers.Trainer` whose checkpoints appear atomically (write, then rename).
+
+    Resuming (``train(resume_from_checkpoint=...)``) is checked first: ``True`` with no checkpoint in the
+    output directory, a path that is no directory, or a checkpoint of the other tuner (LoRA vs full) is a
+    :class:`~swiftcore.errors.SwiftcoreError` naming the directory and what to do.
+    """
 
     _staging_save = False
     #: file name -> text, written into every checkpoint before it is renamed into place.
     checkpoint_extras: dict[str, str] = {}
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`transformers.Trainer.train`, with ``resume_from_checkpoint`` resolved and checked first."""
+        if resume_from_checkpoint is True:
+            from transformers.trainer_utils import get_last_checkpoint
+
+            last = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
+            if last is None:
+                raise SwiftcoreError(
+                    f"--resume-from-checkpoint latest: no {PREFIX_CHECKPOINT_DIR}-N directory in "
+                    f"{self.args.output_dir}; pass the checkpoint directory itself, or drop the option to start a "
+                    "fresh run"
+                )
+            resume_from_checkpoint = last
+        if resume_from_checkpoint:
+            self._check_resumable(Path(resume_from_checkpoint))
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _check_resumable(self, checkpoint: Path) -> None:
+        """Refuse what transformers would fail on with a bare ValueError deep inside ``train``."""
+        if not checkpoint.is_dir():
+            raise SwiftcoreError(
+                f"--resume-from-checkpoint {str(checkpoint)!r} is not a directory; give 'latest' (the newest "
+                f"{PREFIX_CHECKPOINT_DIR}-N in --output-dir) or a {PREFIX_CHECKPOINT_DIR}-N directory"
+            )
+        if not (checkpoint / "trainer_state.json").is_file():
+            raise SwiftcoreError(
+                f"--resume-from-checkpoint {str(checkpoint)!r}: no trainer_state.json, so it is no training "
+                f"checkpoint ({PREFIX_CHECKPOINT_DIR}-N of a swiftcore train run); to start a new run from its "
+                "weights, pass it as --model instead"
+            )
+        lora_run = hasattr(self.model, "peft_config")
+        full, adapter = _has_any(checkpoint, _FULL_WEIGHTS), _has_any(checkpoint, _ADAPTER_WEIGHTS)
+        if lora_run and full and not adapter:
+            raise SwiftcoreError(
+                f"{checkpoint} holds full model weights but this run trains a LoRA adapter; resume it with "
+                "--tuner full (as it was trained), or start a LoRA run from it with --model "
+                f"{checkpoint} and no --resume-from-checkpoint"
+            )
+        if not lora_run and adapter and not full:
+            raise SwiftcoreError(
+                f"{checkpoint} holds a LoRA adapter but this run is --tuner full; "
+                "resume it with --tuner lora (as it was trained)"
+            )
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        import transformers.trainer as hf_trainer
+
+        target = self.model if model is None else model
+        if not (self.is_fsdp_enabled or self.is_deepspeed_enabled or hasattr(target, "peft_config")):
+            stored = _checkpoint_keys(Path(resume_from_checkpoint))
+            if stored is not None and stored - set(target.state_dict()):
+                self._load_converted(target, Path(resume_from_checkpoint))
+                return
+
+        if not hasattr(hf_trainer, "PreTrainedConfig"):  # a transformers that no longer parses it
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+            return
+        # Swapped for this call only (see _CheckpointVersion); the weights load below it is untouched.
+        saved = hf_trainer.PreTrainedConfig
+        hf_trainer.PreTrainedConfig = _CheckpointVersion
+        try:
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+        finally:
+            hf_trainer.PreTrainedConfig = saved
+
+    @staticmethod
+    def _load_converted(model: Any, checkpoint: Path) -> None:
+        """Load a full checkpoint saved in the family's original weight layout into ``model`` in place.
+
+        transformers renames or fuses some families' weights on load (DeepSeek-V4, MoE experts) and
+        reverts that in ``save_pretrained``. The Trainer's own resume reads the file with a plain
+        ``load_state_dict(strict=False)``, which matches none of the original names: the run would go on
+        silently from the *base* weights. ``from_pretrained`` applies the conversion; its tensors are then
+        copied into the parameters the optimizer already holds. Memory: one CPU copy of the weights, as the
+        Trainer's own path takes.
+        """
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+        loaded = type(model).from_pretrained(str(checkpoint), dtype=dtype)
+        result = model.load_state_dict(loaded.state_dict(), strict=False)
+        del loaded
+        if result.missing_keys or result.unexpected_keys:
+            odd = [*result.missing_keys, *result.unexpected_keys][:3]
+            raise SwiftcoreError(
+                f"{checkpoint}: its weights do not fit this model (e.g. {', '.join(odd)}); resume with the "
+                "--model (and --tuner) the checkpoint was trained from"
+            )
 
     def _get_output_dir(self, trial: Any) -> str:
         run_dir = super()._get_output_dir(trial)
