@@ -65,6 +65,8 @@ _HELP: dict[str, str] = {
     "eval_steps": "Evaluate every N steps (default: once at the end when there is validation data).",
     "save_total_limit": "Keep at most N checkpoints.",
     "resume_from_checkpoint": "Resume: 'latest' or a checkpoint directory.",
+    "overwrite_output_dir": "Reuse a non-empty --output-dir: remove what an earlier swiftcore run wrote there "
+    "(its checkpoints, logs, plot), never anything else and never an input of this run.",
     "plot": "Write loss.png at the end.",
     "task": "causal_lm (SFT), or an lm_head: classification, embedding, reranker, generative_reranker.",
     "num_labels": "Classification: number of classes (1 = regression).",

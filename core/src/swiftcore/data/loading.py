@@ -66,7 +66,10 @@ def load_records(
     report = SkipReport()
     mixed: list[dict[str, Any]] = []
     for index, source in enumerate(parsed):
+        read_before = report.total
         rows = list(_valid_records(source, report, streaming=False, **options))
+        if report.total == read_before:
+            raise DataError(source.label, None, "holds no rows: the dataset is empty", reason="empty dataset")
         rng = random.Random(f"swiftcore.data:{seed}:{index}")
         # Repeated rows are shallow copies so that a consumer mutating one does not change its twins.
         mixed += [rows[i] if n == 0 else dict(rows[i]) for n, i in _sample_indices(len(rows), source.ratio, rng)]

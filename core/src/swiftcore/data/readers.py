@@ -47,12 +47,27 @@ def iter_rows(source: DatasetSource, *, streaming: bool = False) -> Iterator[Raw
         yield from _iter_hf(source, streaming=streaming)
 
 
+def _not_utf8(where: str, exc: UnicodeDecodeError) -> DataError:
+    return DataError(
+        where,
+        None,
+        f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); re-save the file as UTF-8",
+        reason="not UTF-8",
+    )
+
+
 def _iter_jsonl(path: Path, label: str) -> Iterator[RawRow]:
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    # Lines are read as bytes and decoded one by one, so a non-UTF-8 byte is reported with its line.
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"{label}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield where, _not_utf8(where, exc)
+                continue
             if not line.strip():
                 continue
-            where = f"{label}:{lineno}"
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as exc:
@@ -64,7 +79,12 @@ def _iter_jsonl(path: Path, label: str) -> Iterator[RawRow]:
 
 def _iter_json(path: Path, label: str) -> Iterator[RawRow]:
     """A JSON array of rows, each named by the line it starts on; a file starting with ``{`` is read as jsonl."""
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise _not_utf8(f"{label}:{line}", exc) from None
     start = len(text) - len(text.lstrip())
     if not text[start : start + 1] == "[":
         yield from _iter_jsonl(path, label)

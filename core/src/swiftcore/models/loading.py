@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from swiftcore._lazy import resolve
+from swiftcore.errors import SwiftcoreError
 from swiftcore.models.requirements import check_requirements
 from swiftcore.models.resolve import read_hf_config
 
@@ -88,6 +89,7 @@ def load_model(
         SwiftcoreError: the loader or model class cannot be imported.
     """
     check_requirements(spec)
+    check_weight_files(model_dir)
     model_dir = str(model_dir)
     dtype = _dtype(torch_dtype)
     if spec.loader:
@@ -101,6 +103,26 @@ def load_model(
     if plugins is not None:
         plugins.pm.hook.swiftcore_post_model_load(model=model, spec=spec, model_dir=model_dir)
     return model
+
+
+def check_weight_files(model_dir: str | Path) -> None:
+    """Open every ``*.safetensors`` file's header (no tensor is read), so a truncated or corrupt file is
+    named before transformers fails on it with a message that names none.
+
+    Raises:
+        SwiftcoreError: a weights file cannot be opened, naming it and what to do.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise SwiftcoreError(
+                f"{path}: not a readable safetensors file ({exc}); it is truncated or corrupt: copy or save the "
+                "checkpoint again"
+            ) from None
 
 
 def load_tokenizer(model_dir: str | Path, **kwargs: Any) -> Any:

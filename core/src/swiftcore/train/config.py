@@ -5,6 +5,7 @@ No torch here: ``swiftcore train --help`` and config validation stay fast.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,7 @@ class TrainConfig:
     eval_steps: int | None = None
     save_total_limit: int | None = None
     resume_from_checkpoint: str | None = None
+    overwrite_output_dir: bool = False
     plot: bool = True
     task: str = "causal_lm"
     num_labels: int = 2
@@ -139,14 +141,58 @@ class TrainConfig:
             problems.append(f"--dtype: {self.dtype!r} is not one of float32, bfloat16, float16")
         if not 0.0 <= self.split_ratio < 1.0:
             problems.append(f"--split-ratio: {self.split_ratio} must be in [0, 1)")
-        for name in ("lora_rank", "batch_size", "gradient_accumulation_steps", "max_length"):
+        for name in (
+            "lora_rank",
+            "batch_size",
+            "gradient_accumulation_steps",
+            "max_length",
+            "logging_steps",
+            "save_steps",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"--{name.replace('_', '-')}: must be at least 1")
+        problems.extend(self._number_problems())
+        if self.resume_from_checkpoint and self.overwrite_output_dir:
+            problems.append(
+                "--resume-from-checkpoint and --overwrite-output-dir: pick one (continue the run, or "
+                "replace what an earlier run wrote)"
+            )
         if self.packing and self.padding_free:
             problems.append("--packing and --padding-free: pick one (packing already implies padding-free batches)")
         problems.extend(self._head_problems())
         if problems:
             raise SwiftcoreError("invalid training arguments:\n  " + "\n  ".join(problems))
+
+    def _number_problems(self) -> list[str]:
+        """Every float must be finite and in range (a NaN passes ``<`` checks silently); step counts positive."""
+        problems = []
+        ranges: dict[str, tuple[float, float, str]] = {
+            "learning_rate": (0.0, math.inf, "a positive number, e.g. 1e-4"),
+            "num_train_epochs": (0.0, math.inf, "a positive number of epochs"),
+            "max_grad_norm": (0.0, math.inf, "a positive clipping norm"),
+        }
+        for name, (low, high, what) in ranges.items():
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and low < value < high):
+                problems.append(f"--{name.replace('_', '-')}: {value!r} is not {what}")
+        for name in ("warmup_ratio", "lora_dropout"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value < 1.0):
+                problems.append(f"--{name.replace('_', '-')}: {value!r} must be in [0, 1)")
+        decay = self.weight_decay
+        if not (isinstance(decay, int | float) and math.isfinite(decay) and decay >= 0):
+            problems.append(f"--weight-decay: {self.weight_decay!r} must be a finite number >= 0")
+        if self.lora_alpha < 1:
+            problems.append(f"--lora-alpha: {self.lora_alpha} must be at least 1")
+        if self.max_steps == 0 or self.max_steps < -1:
+            problems.append(f"--max-steps: {self.max_steps} trains nothing; give a positive number (or -1: use epochs)")
+        for name in ("eval_steps", "save_total_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                problems.append(f"--{name.replace('_', '-')}: must be at least 1 when given")
+        if self.temperature is not None and not math.isfinite(self.temperature):
+            problems.append(f"--temperature: {self.temperature!r} is not a finite number")
+        return problems
 
     def _head_problems(self) -> list[str]:
         """Check the lm_head options (``--task`` other than causal_lm); the head plugin checks the rest."""

@@ -22,6 +22,9 @@ __all__ = [
     "TrainResult",
     "encode_records",
     "check_template_fits_tokenizer",
+    "generation_defaults",
+    "resolve_resume",
+    "run_inputs",
 ]
 
 log = logging.getLogger("swiftcore.train")
@@ -52,6 +55,15 @@ def check_template_fits_tokenizer(template_spec: Any, tokenizer: Any, model_dir:
         )
 
 
+def with_thinking_default(record: dict, cfg: TrainConfig) -> dict:
+    """``record`` with ``--enable-thinking/--disable-thinking`` as its default thinking mode (its own wins)."""
+    if cfg.enable_thinking is None:
+        return record
+    kwargs = dict(record.get("chat_template_kwargs") or {})
+    kwargs.setdefault("enable_thinking", cfg.enable_thinking)
+    return {**record, "chat_template_kwargs": kwargs}
+
+
 #: Records per ``Template.encode_batch`` call: big enough for its render/tokenize overlap to pay off.
 ENCODE_CHUNK = 512
 
@@ -69,10 +81,7 @@ def encode_records(
     from swiftcore.train.media import media_tags_to_parts
 
     def prepare(record: dict) -> dict:
-        if cfg.enable_thinking is not None:
-            kwargs = dict(record.get("chat_template_kwargs") or {})
-            kwargs.setdefault("enable_thinking", cfg.enable_thinking)  # a per-sample value wins
-            record = {**record, "chat_template_kwargs": kwargs}
+        record = with_thinking_default(record, cfg)
         return media_tags_to_parts(record) if media is not None else record
 
     options = {"loss_policy": cfg.loss_policy, "max_length": cfg.max_length, "truncation": cfg.truncation}
@@ -112,6 +121,32 @@ def encode_records(
     return samples
 
 
+def generation_defaults(records: list[dict], template: Any, cfg: TrainConfig) -> dict[str, Any]:
+    """What inference on this run's checkpoints should default to (recorded in ``swiftcore_args.json``).
+
+    The train/serve rule (:mod:`swiftcore.template.base`) trains each reply in its record's thinking mode;
+    the checkpoint records the mode most training records were in, so ``infer`` and ``deploy`` prompt
+    the model the way it was trained unless a request says otherwise.
+    """
+    if not template.thinking_switch:
+        return {}
+    on = 0
+    for record in records:
+        try:
+            on += bool(template.thinking_mode(with_thinking_default(record, cfg)))
+        except SwiftcoreError:
+            continue  # encoding reports it, naming the record
+    thinking = on * 2 > len(records)
+    if 0 < on < len(records):
+        log.info(
+            "%d of %d training replies are in thinking mode: inference defaults to enable_thinking=%s",
+            on,
+            len(records),
+            thinking,
+        )
+    return {"chat_template_kwargs": {"enable_thinking": thinking}}
+
+
 def _collator(cfg: TrainConfig, pad_token_id: int) -> Any:
     from swiftcore.data import PaddingCollator, PaddingFreeCollator
 
@@ -140,21 +175,105 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def start_run(cfg: TrainConfig, output_dir: Path, spec: Any, plugins: Any, *, fresh: bool, **extra: Any) -> dict:
-    """Prepare ``output_dir`` and write ``args.json`` (config, model spec, plugins, versions, ``extra``).
+def run_inputs(cfg: TrainConfig) -> tuple[str, ...]:
+    """The local paths a run reads (model, datasets, resumed checkpoint): never removed from its output dir."""
+    paths = [cfg.model]
+    for source in (*cfg.dataset, *cfg.val_dataset):
+        if not str(source).startswith("hf:"):
+            paths.append(str(source).rsplit("#", 1)[0])
+    if cfg.resume_from_checkpoint and cfg.resume_from_checkpoint not in ("latest", "true", "True"):
+        paths.append(cfg.resume_from_checkpoint)
+    return tuple(p for p in paths if p)
 
-    A fresh run deletes the stale ``logs.jsonl`` and ``checkpoint-*`` of an earlier run (they would mix
-    with this one's); a resumed run keeps them. Half-written checkpoints (``.staging``) always go.
+
+def resolve_resume(cfg: TrainConfig, output_dir: Path, spec: Any) -> Path | None:
+    """The checkpoint ``--resume-from-checkpoint`` names, checked before anything is loaded or written.
+
+    Raises:
+        SwiftcoreError: no checkpoint in ``output_dir`` for ``latest``; a path that is no training
+            checkpoint (no ``trainer_state.json``); or a checkpoint of another model or task.
+    """
+    value = cfg.resume_from_checkpoint
+    if not value:
+        return None
+    if value in ("latest", "true", "True"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+        if last is None:
+            raise SwiftcoreError(
+                f"--resume-from-checkpoint latest: no checkpoint-N directory in {str(output_dir)!r}; pass the "
+                "checkpoint directory itself, or drop the option to start a fresh run"
+            )
+        checkpoint = Path(last)
+    else:
+        checkpoint = Path(value)
+    state = checkpoint / "trainer_state.json"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SwiftcoreError(
+            f"--resume-from-checkpoint {str(checkpoint)!r}: no trainer_state.json, so it is no training "
+            "checkpoint (checkpoint-N of a swiftcore train run); to start a new run from its weights, pass it "
+            "as --model instead"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise SwiftcoreError(
+            f"--resume-from-checkpoint {str(checkpoint)!r}: trainer_state.json is unreadable ({exc}); the "
+            "checkpoint is corrupt: resume from an earlier checkpoint-N"
+        ) from exc
+    args_file = checkpoint / "swiftcore_args.json"
+    if args_file.is_file():
+        try:
+            recorded = json.loads(args_file.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise SwiftcoreError(f"{args_file}: not valid JSON ({exc}); the checkpoint is corrupt") from exc
+        model = (recorded.get("model_spec") or {}).get("name")
+        task = (recorded.get("swiftcore_args") or {}).get("task", "causal_lm")
+        if model and model != spec.name:
+            raise SwiftcoreError(
+                f"--resume-from-checkpoint {str(checkpoint)!r} is a checkpoint of model {model!r}, but --model "
+                f"is a {spec.name!r}; resume with the model it was trained from"
+            )
+        if task != cfg.task:
+            raise SwiftcoreError(
+                f"--resume-from-checkpoint {str(checkpoint)!r} was trained with --task {task}, this run is "
+                f"--task {cfg.task}; resume with the same task"
+            )
+    return checkpoint
+
+
+def start_run(
+    cfg: TrainConfig,
+    output_dir: Path,
+    spec: Any,
+    plugins: Any,
+    *,
+    fresh: bool,
+    resumed_step: int | None = None,
+    **extra: Any,
+) -> dict:
+    """Prepare ``output_dir`` (:mod:`swiftcore.train.output_dir`) and write ``args.json`` (config, model spec,
+    plugins, versions, ``extra``).
+
+    A fresh run needs an empty directory, or ``--overwrite-output-dir`` on one an earlier run wrote (only
+    its outputs go, never an input). A resumed run keeps everything, except the log records of the steps
+    after ``resumed_step``, which it logs again. Half-written checkpoints (``.staging``) always go.
 
     Returns:
         The args record, which trainers also store in each checkpoint (``swiftcore_args.json``).
     """
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if fresh:
-        (output_dir / "logs.jsonl").unlink(missing_ok=True)
-        for stale in output_dir.glob("checkpoint-*"):
-            shutil.rmtree(stale)
+    from swiftcore.train.output_dir import apply_output_plan, plan_output_dir, trim_log
+
+    plan = plan_output_dir(output_dir, resume=not fresh, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+    apply_output_plan(plan)
     shutil.rmtree(output_dir / ".staging", ignore_errors=True)
+    if resumed_step is not None:
+        dropped = trim_log(output_dir / "logs.jsonl", resumed_step)
+        if dropped:
+            log.info(
+                "resuming at step %d: %d later log record(s) of the interrupted run dropped", resumed_step, dropped
+            )
     record = {
         "swiftcore_args": cfg.to_dict(),
         "model_type": spec.name if not spec.provider else f"{spec.name}@{spec.provider.plugin}",
@@ -186,7 +305,7 @@ def train_and_report(
 
     from swiftcore.train.trainer import plot_loss_curve
 
-    trainer.train(resume_from_checkpoint=resume or None)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if evaluate and not cfg.eval_steps:
         trainer.evaluate()
     last = get_last_checkpoint(str(output_dir))
@@ -228,6 +347,12 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     output_dir = Path(cfg.output_dir)
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
+    # Everything about the output directory and the checkpoint to resume is decided now, before the
+    # (slow) data and model loading, and before anything on disk changes.
+    from swiftcore.train.output_dir import plan_output_dir
+
+    resume = resolve_resume(cfg, output_dir, spec)
+    plan_output_dir(output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
     template_name = cfg.template or spec.default_template
     if not template_name:
         raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no default template; pass --template")
@@ -274,18 +399,6 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     if cfg.gradient_checkpointing and cfg.tuner == "lora":
         model.enable_input_require_grads()  # checkpointed blocks need a grad-carrying input under LoRA
 
-    resume = cfg.resume_from_checkpoint
-    if resume in ("latest", "true", "True"):
-        resume = True
-    args_record = start_run(
-        cfg,
-        output_dir,
-        spec,
-        plugins,
-        fresh=not resume,
-        template={"name": template_spec.name, "provider": str(template_spec.provider)},
-    )
-
     targs = training_arguments(cfg, output_dir, evaluate=bool(val_samples), save_only_model=False)
     trainer = SwiftTrainer(
         model=model,
@@ -298,7 +411,25 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
         processing_class=tokenizer,
         callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
     )
+    # Model, data and trainer are built: only now is the output directory touched.
+    args_record = start_run(
+        cfg,
+        output_dir,
+        spec,
+        plugins,
+        fresh=resume is None,
+        resumed_step=_global_step(resume),
+        template={"name": template_spec.name, "provider": str(template_spec.provider)},
+        generation_defaults=generation_defaults(list(train_records), template, cfg),
+    )
     trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
     return train_and_report(
         trainer, cfg, output_dir, train_samples=len(train_samples), evaluate=bool(val_samples), resume=resume
     )
+
+
+def _global_step(checkpoint: Path | None) -> int | None:
+    """The step a checkpoint was saved at (its ``trainer_state.json``), None for no checkpoint."""
+    if checkpoint is None:
+        return None
+    return int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8")).get("global_step", 0))
