@@ -273,7 +273,15 @@ def test_full_queue_is_429(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         release.wait(30)
         return real(*args)
 
+    real_stream = engine._stream_many_ids
+
+    def blocking_stream(*args: Any) -> Any:  # the server generates through the (cancellable) stream path
+        entered.set()
+        release.wait(30)
+        yield from real_stream(*args)
+
     monkeypatch.setattr(engine, "_generate_ids", blocking)
+    monkeypatch.setattr(engine, "_stream_many_ids", blocking_stream)
     with ServerThread(build_app(engine, ServerConfig(model_name=MODEL, max_queue=1))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
         results: list[Any] = []

@@ -168,15 +168,16 @@ def test_deploy_command_serves_a_training_output_dir_as_its_head(checkpoints, tm
     shutil.copytree(checkpoints["embedding"], tmp_path / "out" / "checkpoint-3")
     served = {}
     monkeypatch.setattr(server, "serve", lambda engine, config, **kw: served.update(engine=engine, config=config))
-    result = CliRunner().invoke(cli, ["deploy", "--model", str(tmp_path / "out"), "--served-model-name", "emb"])
+    out = str(tmp_path / "out")
+    result = CliRunner().invoke(cli, ["deploy", "--no-api-key", "--model", out, "--served-model-name", "emb"])
     assert result.exit_code == 0, result.output
     assert served["engine"].head_task == "embedding" and served["config"].model_name == "emb"
     assert served["engine"].base_dir == tmp_path / "out" / "checkpoint-3"
     with pytest.raises(SwiftcoreError, match="--lora: head checkpoints"):
         CliRunner().invoke(
-            cli, ["deploy", "--model", str(tmp_path / "out"), "--lora", f"x={tmp_path}"], catch_exceptions=False
+            cli, ["deploy", "--no-api-key", "--model", out, "--lora", f"x={tmp_path}"], catch_exceptions=False
         )
     with pytest.raises(SwiftcoreError, match="not 'reranker'"):
         CliRunner().invoke(
-            cli, ["deploy", "--model", str(tmp_path / "out"), "--task", "reranker"], catch_exceptions=False
+            cli, ["deploy", "--no-api-key", "--model", out, "--task", "reranker"], catch_exceptions=False
         )

@@ -29,4 +29,5 @@ def serve(
     """
     import uvicorn
 
-    uvicorn.run(build_app(engine, config), host=host, port=port, log_level=log_level)
+    # No "server: uvicorn" header: an unauthenticated client learns nothing it does not need.
+    uvicorn.run(build_app(engine, config), host=host, port=port, log_level=log_level, server_header=False)

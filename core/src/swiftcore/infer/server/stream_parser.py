@@ -18,9 +18,7 @@ def markers_for(template: Any) -> tuple[str, str, str]:
 
     A template may declare ``reasoning_markers = (start, end)`` and ``tool_call_start`` to override them.
     """
-    from swiftcore.template.parsing import reasoning_markers
-
-    start, end = reasoning_markers(template)
+    start, end = getattr(template, "reasoning_markers", ("<think>", "</think>"))
     return start, end, getattr(template, "tool_call_start", "<tool_call>")
 
 
