@@ -164,3 +164,38 @@ def test_a_truncated_weights_file_is_named(tmp_path: Path, data: Path, tiny_mode
                   "--max-steps", "1")
     assert proc.returncode != 0 and weights.name in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_save_that_fails_midway_leaves_earlier_checkpoints_intact(tmp_path: Path, tiny_model_dir,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Disk full while writing checkpoint-2: checkpoint-1 is untouched, nothing appears as checkpoint-2, and
+    the error says what happened and what to do."""
+    import errno
+
+    from swiftcore import load_plugins
+    from swiftcore.errors import SwiftcoreError
+    from swiftcore.train.config import TrainConfig
+    from swiftcore.train.run import run_training
+    from swiftcore.train.trainer import SwiftTrainer
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(RECORD) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    original = SwiftTrainer._save
+    saved: dict[str, dict[str, int]] = {}
+
+    def failing_save(self, output_dir=None, state_dict=None):
+        if self.state.global_step == 2:
+            saved["checkpoint-1"] = _listing(out / "checkpoint-1")
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            Path(output_dir, "model.safetensors").write_bytes(b"half a file")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        original(self, output_dir, state_dict)
+
+    monkeypatch.setattr(SwiftTrainer, "_save", failing_save)
+    cfg = TrainConfig(model=str(tiny_model_dir("qwen3_5")), dataset=(str(data),), output_dir=str(out), tuner="full",
+                      max_steps=2, save_steps=1, logging_steps=1, plot=False)
+    with pytest.raises(SwiftcoreError, match="No space left on device.*earlier checkpoints are intact"):
+        run_training(cfg, load_plugins(env={}))
+    assert _listing(out / "checkpoint-1") == saved["checkpoint-1"] != {}
+    assert not (out / "checkpoint-2").exists() and not (out / ".staging").exists()

@@ -42,7 +42,7 @@ THOUGHT = [
     ("Which planet is largest?", "Jupiter", "recall the planets"),
 ]
 API_KEY = "roundtrip-key"
-STEPS = 80
+STEPS = 30
 
 
 def _records() -> list[dict[str, Any]]:

@@ -236,6 +236,13 @@ class SwiftTrainer(Trainer):
         self._staging_save = True
         try:
             super()._save_checkpoint(model, trial)
+        except OSError as exc:  # disk full, quota, permissions: the earlier checkpoints stay as they were
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise SwiftcoreError(
+                f"saving {name} in {run_dir} failed ({exc.strerror or exc}); nothing was written under that name "
+                "and the earlier checkpoints are intact: free space and continue with --resume-from-checkpoint latest"
+            ) from exc
         finally:
             self._staging_save = False
         if self.args.should_save:
