@@ -96,7 +96,8 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_losses(tiny_model_dir,
         assert (checkpoint / "trainer_state.json").exists(), f"{checkpoint.name} is half-written"
         assert (checkpoint / "adapter_model.safetensors").exists()
         assert (checkpoint / "swiftcore_args.json").exists()
-    assert max(int(c.name.split("-")[1]) for c in killed.glob("checkpoint-*")) < 10
+    last_saved = max(int(c.name.split("-")[1]) for c in killed.glob("checkpoint-*"))
+    assert last_saved < 10
 
     subprocess.run(
         [SWIFTCORE, *_args(model, dataset, killed, "--resume-from-checkpoint", "latest")],
@@ -104,9 +105,27 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_losses(tiny_model_dir,
         env=_env(),
         capture_output=True,
     )
+    steps = [json.loads(line)["step"] for line in (killed / "logs.jsonl").read_text().splitlines()
+             if "loss" in json.loads(line)]
+    assert steps == list(range(1, 11)), "logs.jsonl must hold each step once after a resume"
     resumed = _losses(killed)
     for step, loss in expected.items():
         assert resumed[step] == pytest.approx(loss, abs=1e-5), f"step {step}"
+    # Resume, not restart: a process that ignored the checkpoint would have logged steps 1.. again (each
+    # step once fails), and a run restarted from scratch for the remaining steps logs other losses.
+    restarted = tmp_path / "restarted"
+    subprocess.run(
+        [SWIFTCORE, *_args(model, dataset, restarted)[:-2], "--seed", "3", "--max-steps", str(10 - last_saved)],
+        check=True,
+        env=_env(),
+        capture_output=True,
+    )
+    from_scratch = list(_losses(restarted).values())
+    after_resume = [resumed[s] for s in range(last_saved + 1, 11)]
+    assert len(from_scratch) == len(after_resume)
+    assert any(abs(a - b) > 1e-3 for a, b in zip(from_scratch, after_resume, strict=True)), (
+        "a restart from scratch gives the same losses as the resume: this test could not tell them apart"
+    )
     assert not (killed / ".staging").exists()
 
 
