@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,10 +266,12 @@ def start_run(
     """
     from swiftcore.train.output_dir import apply_output_plan, plan_output_dir, trim_log
 
-    plan = plan_output_dir(output_dir, resume=not fresh, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
-    apply_output_plan(plan)
-    shutil.rmtree(output_dir / ".staging", ignore_errors=True)
-    if resumed_step is not None:
+    main = is_main_process()
+    if main:  # one process decides and prepares; under torchrun the others would see its files appear
+        plan = plan_output_dir(output_dir, resume=not fresh, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+        apply_output_plan(plan)
+        shutil.rmtree(output_dir / ".staging", ignore_errors=True)
+    if main and resumed_step is not None:
         dropped = trim_log(output_dir / "logs.jsonl", resumed_step)
         if dropped:
             log.info(
@@ -282,8 +285,14 @@ def start_run(
         "plugins": [{"name": i.name, "distribution": i.distribution, "version": i.version} for i in plugins.loaded()],
         "versions": _versions(),
     }
-    (output_dir / "args.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    if main:
+        (output_dir / "args.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
     return record
+
+
+def is_main_process() -> bool:
+    """Whether this is the process that owns the output directory (rank 0 under torchrun, or the only one)."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def train_and_report(
@@ -352,7 +361,10 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     from swiftcore.train.output_dir import plan_output_dir
 
     resume = resolve_resume(cfg, output_dir, spec)
-    plan_output_dir(output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+    if is_main_process():
+        plan_output_dir(
+            output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
+        )
     template_name = cfg.template or spec.default_template
     if not template_name:
         raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no default template; pass --template")
