@@ -89,7 +89,15 @@ def test_unknown_plugin_answers_with_close_matches(run_cli) -> None:
     proc = run_cli("--plugin", "acm", "acme-hello")
     assert proc.returncode == 2
     assert "Did you mean: acme" in proc.stderr
-    assert "pip install swiftcore-plugin-acm" in proc.stderr
+    assert "pip install swiftcore-plugin-acm" not in proc.stderr  # never an install command for a typo
+
+
+def test_plugins_lists_only_the_plugins_asked_for(run_cli) -> None:
+    proc = run_cli("plugins", "--plugin", "acme", "--json")
+    assert proc.returncode == 0, proc.stderr
+    names = [row["name"] for row in __import__("json").loads(proc.stdout)["plugins"]]
+    assert "acme" in names and len(names) < len([r for r in __import__("json").loads(
+        run_cli("plugins", "--json").stdout)["plugins"]]), names
 
 
 def test_incompatible_api_is_refused_with_upgrade_hint(run_cli) -> None:

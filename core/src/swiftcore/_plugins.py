@@ -351,9 +351,12 @@ def _resolve_spec(spec: str, discovered: dict[str, PluginInfo]) -> list[PluginIn
     known = sorted(set(discovered) | {i.distribution for i in discovered.values() if i.distribution})
     close = difflib.get_close_matches(spec, known, n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    # No "pip install <what you typed>" hint: a typo turned into an install command is how typosquatted
+    # packages get installed. Installed names are listed by `swiftcore plugins`.
     raise PluginNotFoundError(
         f"--plugin {spec!r}: no installed plugin, distribution, module or file has that name.{hint} "
-        f"To install it: pip install swiftcore-plugin-{_normalize(spec)}"
+        "`swiftcore plugins` lists what is installed; install a plugin by its exact distribution name "
+        "(pip install DISTRIBUTION, or pip install ./path for one in this repository)"
     )
 
 

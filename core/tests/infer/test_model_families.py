@@ -98,3 +98,25 @@ def test_scripted_replies_parse_by_how_they_ended(family: str, tiny_model_dir: A
                 assert reply.finish_reason == ("stop" if stopped else "length"), (family, thinking, text)
                 assert (reply.content, reply.reasoning_content) == expected, (family, thinking, text)
             assert "".join(d.text for d in deltas) == generated.text
+
+
+def test_special_tokens_never_leak_into_replies(tiny_model_dir: Any, monkeypatch: Any) -> None:
+    """Special tokens a reply may contain (``<|vision_start|>``, ``<|image_pad|>``) are not text; the ones the
+    parser reads (tool-call markers) are kept, so a tool call still parses."""
+    import swiftcore
+    from swiftcore.infer.transformers_engine import TransformersEngine
+
+    engine = TransformersEngine(tiny_model_dir("qwen3_5"), swiftcore.load_plugins())
+    record = {"messages": [{"role": "user", "content": "Is 2 even or odd?"}],
+              "chat_template_kwargs": {"enable_thinking": False}}
+    cases = [
+        ("even<|vision_start|> odd<|image_pad|><|im_end|>", "even odd", []),
+        ("<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call><|im_end|>", "", ["f"]),
+    ]
+    for text, content, calls in cases:
+        ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+        monkeypatch.setattr(engine, "_generate_ids", lambda prompts, params, adapters, ids=ids: [ids])
+        reply = engine.generate([record], max_new_tokens=len(ids) + 4)[0]
+        assert "<|vision_start|>" not in reply.text and "<|image_pad|>" not in reply.text
+        assert reply.content == content
+        assert [c["function"]["name"] for c in reply.tool_calls or []] == calls

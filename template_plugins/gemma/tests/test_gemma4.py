@@ -125,3 +125,18 @@ def test_jinja_fallback_trains_the_same_tokens(name: str, plugins: Any, records:
         assert theirs.text == ours.text, record["id"]
         assert theirs.labels == ours.labels, (record["id"], loss_runs(ours.input_ids, ours.labels, tok),
                                               loss_runs(theirs.input_ids, theirs.labels, tok))
+
+
+@pytest.mark.parametrize("name", ["gemma4", "gemma4_launch"])
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [({"role": "robot", "content": "beep"}, "message 1: role 'robot' has no Gemma 4 turn"),
+     ({"role": "user", "content": 42}, "message 1: content must be a string or a list of parts, got int")],
+)
+def test_unknown_roles_and_non_string_content_are_refused(name: str, message: dict, expected: str,
+                                                          plugins: Any) -> None:
+    tpl = get_template(name, plugins)
+    from swiftcore.template import TemplateError
+
+    with pytest.raises(TemplateError, match=expected):
+        tpl.render({"messages": [{"role": "user", "content": "hi"}, message]})

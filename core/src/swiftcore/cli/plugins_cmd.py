@@ -10,16 +10,24 @@ from typing import Any
 
 import click
 
-from swiftcore.cli.main import CliState, pass_state
+from swiftcore.cli.main import CliState, pass_state, plugin_option
 
 __all__ = ["plugins"]
 
 
-def _rows(state: CliState) -> list[dict[str, Any]]:
-    from swiftcore._plugins import BUILTIN_PLUGIN, discover, requested_from_env
+def _rows(state: CliState, plugin_specs: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    from swiftcore._plugins import BUILTIN_PLUGIN, _resolve_spec, discover, requested_from_env, required_plugins
 
-    specs = [*(requested_from_env() or []), *state.plugin_specs]
+    specs = [*(requested_from_env() or []), *state.plugin_specs, *plugin_specs]
     blocked = {s[3:] for s in specs if s.startswith("no:")}
+    wanted = [s for s in specs if not s.startswith("no:")]
+    shown: set[str] | None = None
+    if wanted:  # --plugin X lists X and the plugins its distribution requires, from metadata alone
+        discovered = discover()
+        shown = set()
+        for spec in wanted:
+            for info in _resolve_spec(spec, discovered):
+                shown |= {info.name, *(i.name for i in required_plugins(info, discovered))}
     from swiftcore import __version__
 
     rows = [
@@ -36,6 +44,8 @@ def _rows(state: CliState) -> list[dict[str, Any]]:
         }
     ]
     for name, info in discover().items():
+        if shown is not None and name not in shown:
+            continue
         if name in blocked:
             info.status = "blocked"
         rows.append(info.as_dict())
@@ -97,13 +107,15 @@ def _check_all(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     help="Import each plugin in a subprocess and validate it (API version, specs, lazy references, "
     "no torch/transformers/megatron at import, conflicts). Exits 1 when any check fails.",
 )
+@plugin_option
 @pass_state
-def plugins(state: CliState, as_json: bool, check: bool) -> None:
+def plugins(state: CliState, as_json: bool, check: bool, plugin_specs: tuple[str, ...]) -> None:
     """List installed plugins: name, distribution, version, what each provides, status.
 
-    Reads installed metadata only: no plugin code runs unless --check is given.
+    Reads installed metadata only: no plugin code runs unless --check is given. With --plugin, only the
+    named plugins (and those their distributions require) are listed and checked.
     """
-    rows = _rows(state)
+    rows = _rows(state, plugin_specs)
     reports = _check_all(rows) if check else []
     if as_json:
         out: dict[str, Any] = {"plugins": rows}

@@ -26,6 +26,8 @@ from swiftcore_template_gemma.declarations import (
 __all__ = ["Gemma4Template"]
 
 _MEDIA = {"image": "<|image|>", "audio": "<|audio|>", "video": "<|video|>"}
+#: The roles Gemma 4 renders a turn for (``developer`` is a system turn).
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 _CALL = re.compile(r"<\|tool_call>call:([^{]+)\{(.*?)\}<tool_call\|>", re.S)
 
 
@@ -60,11 +62,27 @@ class Gemma4Template(Template):
             return "".join(str(item.get("text", "")).strip() + " " for item in content)
         return ""
 
+    def check_messages(self, conv: Conversation) -> None:
+        """Refuse what the official template would render into a broken prompt: a role Gemma 4 has no turn
+        for, or content that is neither text nor a list of parts (the template would drop it silently)."""
+        for index, message in enumerate(conv.messages):
+            role = message.get("role")
+            if role not in _ROLES:
+                raise TemplateError(
+                    f"{conv.where(index)}: role {role!r} has no Gemma 4 turn; use one of {', '.join(_ROLES)}"
+                )
+            content = message.get("content")
+            if content is not None and not isinstance(content, (str, list, tuple)):
+                raise TemplateError(
+                    f"{conv.where(index)}: content must be a string or a list of parts, got {type(content).__name__}"
+                )
+
     def segments(self, conv: Conversation, add_generation_prompt: bool) -> list[Segment]:
         """Render as ``official/gemma4.jinja`` does."""
         messages = conv.messages
         if not messages:
             raise TemplateError(f"{conv.where()}: no messages to render (the official template indexes messages[0])")
+        self.check_messages(conv)
         thinking = bool(conv.kwargs.get("enable_thinking"))
         out: list[Segment] = [prompt(self.bos)]
         state: str | None = None

@@ -34,6 +34,7 @@ class Gemma4LaunchTemplate(Gemma4Template):
         messages = conv.messages
         if not messages:
             raise TemplateError(f"{conv.where()}: no messages to render (the official template indexes messages[0])")
+        self.check_messages(conv)
         thinking = bool(conv.kwargs.get("enable_thinking"))
         out: list[Segment] = [prompt(self.bos)]
         state: str | None = None
