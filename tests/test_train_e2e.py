@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -174,7 +175,8 @@ def test_packing_and_padding_free_train_to_finite_loss(tiny_model_dir, dataset, 
             "--logging-steps",
             "1",
         )
-        assert len(_logged_losses(out)) == 2
+        losses = [loss for _, loss in _logged_losses(out)]
+        assert len(losses) == 2 and all(math.isfinite(x) and x > 0 for x in losses), losses
 
 
 # ----------------------------------------------------------------------------------- bad input
