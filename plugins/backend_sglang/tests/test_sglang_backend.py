@@ -1,16 +1,30 @@
-"""The SGLang backend without a GPU: probe, and everything around the engine calls.
+"""The SGLang backend without a GPU: what swiftcore sends to SGLang, and what it makes of SGLang's answers.
 
 SGLang cannot start on a CPU (its wheel needs CUDA), so ``sglang`` is replaced by a stand-in with the
-signatures swiftcore calls (``Engine.generate(input_ids=, sampling_params=, lora_path=, stream=)``,
-``load_lora_adapter``, ``update_weights_from_tensor``, ``update_weights_from_disk``, the embedding
-request) that answers with a real transformers model, so request building, id handling, streaming,
-adapters, weight updates and error paths are all checked. ``gpu_check_sglang.py`` runs real SGLang.
+signatures swiftcore calls (``Engine(**options)``, ``generate(input_ids=, sampling_params=, lora_path=,
+stream=)``, ``load_lora_adapter``, ``update_weights_from_tensor``, ``update_weights_from_disk``, the
+embedding request). The stand-in computes nothing: it records each call and answers with token ids (or
+vectors) the test scripted. The tests assert swiftcore's side of the exchange, against expectations built
+without swiftcore's engine code:
+
+* requests: the engine options, the prompt ids (the checkpoint's own Hugging Face chat template), the
+  sampling parameters, the LoRA names, the tensors of a weight update;
+* answers: cutting at the stop tokens and stop strings, decoding (special tokens hidden), parsing into
+  content / reasoning / tool calls, token counts, streaming pieces, and failures kept to their request.
+
+Whether SGLang itself generates what the transformers backend does is *not* checked here: a stand-in that
+answered with the transformers engine would make that comparison true by construction. The real comparison,
+greedy / LoRA / streaming / update_weights token parity of SGLang against transformers on a GPU, is
+``gpu_check_sglang.py``, run by ``scripts/gpu_check.sh sglang``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,77 +32,73 @@ import pytest
 from swiftcore_backend_sglang import probe as probe_module
 from swiftcore_backend_sglang.engine import SglangEngine, new_token_ids, to_sglang_sampling
 
-from swiftcore.infer.errors import BackendUnavailableError, InferError
+from swiftcore.infer.errors import BackendUnavailableError, InferError, InvalidRequestError, UnsupportedError
 from swiftcore.infer.types import Request, SamplingParams
 
 
 class FakeSglangEngine:
-    """Stands in for ``sglang.Engine``: same call signatures, answers computed by a transformers model."""
+    """Stands in for ``sglang.Engine``: records every call and returns what the test put in :attr:`replies`.
+
+    ``replies`` is a queue with one entry per ``generate`` / embedding call: SGLang's answer (a list of
+    ``{"output_ids": [...]}``, a bare dict, or for ``stream=True`` a list of chunks), or an exception to raise.
+    """
 
     instances: list[FakeSglangEngine] = []
 
     def __init__(self, **kwargs: Any) -> None:
-        from swiftcore.infer.transformers_engine import TransformersEngine
-
         self.kwargs = kwargs
         self.calls: list[tuple[str, Any]] = []
-        self.reference = TransformersEngine(kwargs["model_path"], FakeSglangEngine.plugins)
+        self.replies: list[Any] = []
+        self.control: dict[str, Any] = {}  # method name -> the result a control call returns
+        self.stream_closed = 0
         self.tokenizer_manager = self
-        import asyncio
-
         self.loop = asyncio.new_event_loop()
         FakeSglangEngine.instances.append(self)
 
-    def _run(self, ids: list[int], params: dict[str, Any], lora: str | None) -> list[int]:
-        assert params["temperature"] == 0, "the stand-in only does greedy decoding"
-        out = self.reference._generate_ids([ids], [SamplingParams(max_new_tokens=params["max_new_tokens"])], [lora])
-        tokens = out[0]
-        stop = next((i for i, t in enumerate(tokens) if t in params["stop_token_ids"]), None)
-        return tokens if stop is None else tokens[: stop + 1]  # SGLang returns the stop token too
+    def _next(self) -> Any:
+        assert self.replies, "swiftcore made a call the test did not script"
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def generate(
-        self, input_ids: Any = None, sampling_params: Any = None, lora_path: Any = None, stream: bool = False, **_: Any
+        self,
+        input_ids: Any = None,
+        sampling_params: Any = None,
+        lora_path: Any = None,
+        stream: bool = False,
+        **extra: Any,
     ) -> Any:
-        self.calls.append(
-            (
-                "generate",
-                {"input_ids": input_ids, "sampling_params": sampling_params, "lora_path": lora_path, "stream": stream},
-            )
-        )
-        if stream:
-            ids = self._run(input_ids, sampling_params, lora_path)
-            return ({"output_ids": ids[: k + 1], "meta_info": {}} for k in range(len(ids)))  # cumulative
-        loras = lora_path or [None] * len(input_ids)
-        return [
-            {"output_ids": self._run(ids, params, lora), "meta_info": {}}
-            for ids, params, lora in zip(input_ids, sampling_params, loras, strict=True)
-        ]
+        call = {"input_ids": input_ids, "sampling_params": sampling_params, "lora_path": lora_path, "stream": stream}
+        self.calls.append(("generate", {**call, **extra}))
+        reply = self._next()
+        return self._chunks(reply) if stream else reply
+
+    def _chunks(self, chunks: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        try:
+            yield from chunks
+        finally:
+            self.stream_closed += 1
 
     def load_lora_adapter(self, lora_name: str, lora_path: str, pinned: bool = False) -> Any:
-        self.calls.append(("load_lora_adapter", lora_name))
-        if not Path(lora_path, "adapter_model.safetensors").exists():
-            return types.SimpleNamespace(success=False, error_message=f"no adapter weights in {lora_path}")
-        self.reference.load_adapter(lora_name, lora_path)
-        return types.SimpleNamespace(success=True, error_message="")
+        self.calls.append(("load_lora_adapter", {"lora_name": lora_name, "lora_path": lora_path}))
+        return self.control.get("load_lora_adapter", types.SimpleNamespace(success=True, error_message=""))
 
-    def update_weights_from_tensor(
-        self, named_tensors: list, load_format: Any = None, flush_cache: bool = True
-    ) -> tuple[bool, str]:
-        self.calls.append(("update_weights_from_tensor", len(named_tensors)))
-        self.reference.update_weights(named_tensors)
-        return True, "Success"
+    def update_weights_from_tensor(self, named_tensors: list, load_format: Any = None, flush_cache: bool = True) -> Any:
+        self.calls.append(("update_weights_from_tensor", {"named_tensors": named_tensors, "flush_cache": flush_cache}))
+        return self.control.get("update_weights_from_tensor", (True, "Success"))
 
-    def update_weights_from_disk(self, model_path: str, load_format: Any = None) -> tuple[bool, str]:
-        self.calls.append(("update_weights_from_disk", model_path))
-        self.reference.update_weights(model_path)
-        return True, "Success"
+    def update_weights_from_disk(self, model_path: str, load_format: Any = None) -> Any:
+        self.calls.append(("update_weights_from_disk", {"model_path": model_path}))
+        return self.control.get("update_weights_from_disk", (True, "Success"))
 
-    async def _embed(self, request: Any) -> Any:
-        yield [{"embedding": v} for v in self.reference._embed_ids(request.input_ids, False)]
+    async def _embed(self, reply: Any) -> Any:
+        yield reply
 
     def generate_request(self, request: Any, _: Any) -> Any:
-        self.calls.append(("embed", len(request.input_ids)))
-        return self._embed(request)
+        self.calls.append(("embed", {"input_ids": request.input_ids}))
+        return self._embed(self._next())
 
     def shutdown(self) -> None:
         self.calls.append(("shutdown", None))
@@ -96,16 +106,29 @@ class FakeSglangEngine:
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from swiftcore.infer.testing import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
+    """A tiny Qwen3 checkpoint (only its config and tokenizer matter: SGLang's stand-in never loads it)."""
+    from transformers import AutoTokenizer
 
-    plugins = plugins_with_tiny_qwen3()
+    from swiftcore.infer.testing import make_tiny_qwen3, plugins_with_tiny_qwen3
+
     root = tmp_path_factory.mktemp("sglang")
     model_dir = make_tiny_qwen3(root / "tiny")
-    return types.SimpleNamespace(plugins=plugins, model_dir=model_dir, lora=train_tiny_lora(model_dir, root, plugins))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    im_end, endoftext = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    return types.SimpleNamespace(
+        plugins=plugins_with_tiny_qwen3(),
+        model_dir=model_dir,
+        root=root,
+        tokenizer=tokenizer,
+        im_end=im_end,
+        endoftext=endoftext,
+        # The Qwen3 template's end-of-turn tokens: <|im_end|> (also eos) and <|endoftext|>.
+        stop_ids=sorted([im_end, endoftext]),
+    )
 
 
 @pytest.fixture
-def fake_sglang(monkeypatch: pytest.MonkeyPatch, work: Any) -> Any:
+def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> Any:
     module = types.ModuleType("sglang")
     module.Engine = FakeSglangEngine
     io_struct = types.ModuleType("sglang.srt.managers.io_struct")
@@ -117,13 +140,43 @@ def fake_sglang(monkeypatch: pytest.MonkeyPatch, work: Any) -> Any:
         "sglang.srt.managers.io_struct": io_struct,
     }.items():
         monkeypatch.setitem(sys.modules, name, mod)
-    FakeSglangEngine.plugins = work.plugins
     FakeSglangEngine.instances.clear()
     return module
 
 
-def _records(n: int) -> list[dict[str, Any]]:
-    return [{"messages": [{"role": "user", "content": f"question {i} " + "more " * (i % 4)}]} for i in range(n)]
+def _engine(work: Any, **kwargs: Any) -> tuple[SglangEngine, FakeSglangEngine]:
+    engine = SglangEngine(work.model_dir, work.plugins, **kwargs)
+    return engine, FakeSglangEngine.instances[-1]
+
+
+def _ids(work: Any, text: str) -> list[int]:
+    return list(work.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _prompt_ids(work: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """The prompt as the checkpoint's own Hugging Face chat template renders it (not swiftcore's encoder)."""
+    text = work.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return _ids(work, text)
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def _out(ids: list[int]) -> dict[str, Any]:
+    return {"output_ids": ids, "meta_info": {"finish_reason": {"type": "stop"}}}
+
+
+def _fake_adapter(root: Path, base: Path, name: str) -> Path:
+    """A directory that looks like a peft adapter to swiftcore (the stand-in never reads the weights)."""
+    path = root / name
+    path.mkdir(exist_ok=True)
+    config = {"peft_type": "LORA", "base_model_name_or_path": str(base), "r": 8, "lora_alpha": 16}
+    (path / "adapter_config.json").write_text(json.dumps(config))
+    return path
+
+
+# --------------------------------------------------------------------------- no engine needed
 
 
 def test_probe_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,6 +196,8 @@ def test_probe_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unavailable_here_with_a_reason(work: Any) -> None:
     from swiftcore.infer.backends import backend_spec, create_engine
 
+    if probe_module.probe() is None:  # scripts/gpu_check.sh runs this file where SGLang is installed and works
+        pytest.skip("SGLang can run here: gpu_check_sglang.py runs it for real")
     spec = backend_spec("sglang", work.plugins)
     assert spec.provider.distribution == "swiftcore-backend-sglang"
     with pytest.raises(BackendUnavailableError, match="sglang.*cannot run here"):
@@ -176,77 +231,277 @@ def test_new_token_ids_handles_cumulative_and_incremental_chunks() -> None:
         seen.extend(new)
 
 
-def test_engine_requests_ids_and_parses_back(fake_sglang: Any, work: Any) -> None:
-    from swiftcore.infer.transformers_engine import TransformersEngine
+# --------------------------------------------------------------------------- requests: what SGLang is asked
 
-    engine = SglangEngine(work.model_dir, work.plugins, max_model_len=512)
-    fake = FakeSglangEngine.instances[-1]
-    assert fake.kwargs["skip_tokenizer_init"] is True and fake.kwargs["is_embedding"] is False
-    assert fake.kwargs["context_length"] == 512 and fake.kwargs["enable_lora"] is True
 
-    records: list[Any] = _records(8)
-    records[2] = {"messages": "bad"}
-    out = engine.generate(records, max_new_tokens=8)
-    assert [g.ok for g in out] == [i != 2 for i in range(8)]
-    call = fake.calls[-1][1]
-    assert len(call["input_ids"]) == 7 and call["lora_path"] is None  # the bad record never reached SGLang
-    assert call["sampling_params"][0]["stop_token_ids"] == engine.stop_token_ids
-    expected = TransformersEngine(work.model_dir, work.plugins).generate(records, max_new_tokens=8)
-    assert [g.token_ids for g in out] == [g.token_ids for g in expected]
-    assert [g.finish_reason for g in out] == [g.finish_reason for g in expected]
-
-    deltas = list(engine.stream(Request(record=records[0], sampling=SamplingParams(max_new_tokens=8))))
-    assert "".join(d.text for d in deltas) == out[0].text and deltas[-1].final.token_ids == out[0].token_ids
+def test_engine_options(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work, max_model_len=512, dtype="float32", seed=5, max_lora_rank=32, mem_fraction_static=0.4)
+    assert fake.kwargs == {
+        "model_path": str(work.model_dir),
+        "dtype": "float32",
+        "random_seed": 5,
+        "context_length": 512,
+        "skip_tokenizer_init": True,  # swiftcore tokenizes and decodes; SGLang sees ids only
+        "is_embedding": False,
+        "log_level": "error",
+        "enable_lora": True,
+        "max_lora_rank": 32,
+        "max_loras_per_batch": 4,
+        "lora_target_modules": "all",
+        "mem_fraction_static": 0.4,  # passed through
+    }
+    assert engine.max_model_len == 512
+    _, fake = _engine(work, enable_lora=False)
+    assert "enable_lora" not in fake.kwargs and fake.kwargs["context_length"] == 1024  # the config's maximum
     engine.close()
-    assert fake.calls[-1] == ("shutdown", None)
+    assert fake.calls == [] and FakeSglangEngine.instances[-2].calls == [("shutdown", None)]
 
 
-def test_adapters_and_weight_updates(fake_sglang: Any, work: Any, tmp_path: Path) -> None:
-    from safetensors.torch import load_file
-
-    from swiftcore.infer.testing import make_tiny_qwen3
-    from swiftcore.infer.transformers_engine import TransformersEngine
-
-    engine = SglangEngine(work.model_dir, work.plugins)
-    fake = FakeSglangEngine.instances[-1]
-    engine.load_adapter("parity", work.lora)
-    assert ("load_lora_adapter", "parity") in fake.calls
-    records = _records(4)
-    requests = [
-        Request(record=r, sampling=SamplingParams(max_new_tokens=8), adapter="parity" if i % 2 else None)
-        for i, r in enumerate(records)
+def test_generate_sends_template_ids_and_each_requests_sampling(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work)
+    records = [_user("What is two plus two?"), _user("Name a colour."), _user("Bye")]
+    sampling = [
+        SamplingParams(max_new_tokens=5),
+        SamplingParams(max_new_tokens=7, temperature=0.7, top_p=0.9, top_k=20, repetition_penalty=1.1, seed=3),
+        SamplingParams(max_new_tokens=3, temperature=1.0),
     ]
-    got = engine.generate_requests(requests)
-    assert fake.calls[-1][1]["lora_path"] == [None, "parity", None, "parity"]
-    reference = TransformersEngine(work.model_dir, work.plugins)
-    reference.load_adapter("parity", work.lora)
-    assert [g.token_ids for g in got] == [g.token_ids for g in reference.generate_requests(requests)]
+    fake.replies.append([_out([work.im_end]), _out([work.im_end]), _out([work.im_end])])
+    engine.generate_requests([Request(record=r, sampling=s) for r, s in zip(records, sampling, strict=True)])
 
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    (broken / "adapter_config.json").write_text("{}")
-    with pytest.raises(InferError, match="no adapter weights"):
-        engine.load_adapter("broken", broken)
-    assert "broken" not in engine.adapters
-    failed = engine.generate_requests([Request(record=records[0], adapter="broken")])[0]
-    assert not failed.ok and "unknown adapter 'broken'" in failed.error
+    ((name, call),) = fake.calls
+    assert name == "generate" and call["stream"] is False and call["lora_path"] is None
+    assert call["input_ids"] == [_prompt_ids(work, r["messages"]) for r in records]
+    assert call["sampling_params"] == [
+        {"max_new_tokens": 5, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
+         "stop_token_ids": work.stop_ids},
+        {"max_new_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.1,
+         "stop_token_ids": work.stop_ids, "sampling_seed": 3},
+        {"max_new_tokens": 3, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
+         "stop_token_ids": work.stop_ids},
+    ]  # fmt: skip
 
-    other = make_tiny_qwen3(tmp_path / "other", seed=1)
-    engine.update_weights(load_file(str(other / "model.safetensors")))
-    assert fake.calls[-1][0] == "update_weights_from_tensor"
-    expected = TransformersEngine(other, work.plugins).generate(records, max_new_tokens=8)
-    assert [g.token_ids for g in engine.generate(records, max_new_tokens=8)] == [g.token_ids for g in expected]
-    engine.update_weights(work.model_dir)  # a checkpoint directory: reloaded from disk by SGLang
-    assert fake.calls[-1] == ("update_weights_from_disk", str(work.model_dir))
+
+def test_bad_requests_never_reach_sglang(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work, max_model_len=64)
+    good = _user("hello")
+    records: list[Any] = [good, {"messages": "bad"}, _user("word " * 80), good]  # unrenderable, too long
+    fake.replies.append([_out(_ids(work, "hi") + [work.im_end])] * 2)
+    out = engine.generate(records, max_new_tokens=4)
+    assert [g.ok for g in out] == [True, False, False, True]
+    assert out[1].error_status == 400 and "messages" in out[1].error
+    assert "exceeds the model's context of 64 tokens" in out[2].error
+    assert fake.calls[-1][1]["input_ids"] == [_prompt_ids(work, good["messages"])] * 2
+    assert [g.text for g in out if g.ok] == ["hi", "hi"]
+
+
+def test_batch_failure_is_retried_one_by_one(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work)
+    records = [_user("first"), _user("second"), _user("third")]
+    fake.replies += [
+        RuntimeError("CUDA error: an illegal memory access"),  # the batch
+        _out(_ids(work, "one") + [work.im_end]),  # then each request alone (a bare dict: a batch of one)
+        RuntimeError("request 2 is cursed"),
+        [_out(_ids(work, "three") + [work.im_end])],
+    ]
+    out = engine.generate(records, max_new_tokens=4)
+    assert [g.text for g in out] == ["one", "", "three"]
+    assert out[1].finish_reason == "error" and "request 2 is cursed" in out[1].error
+    assert out[1].prompt_tokens == len(_prompt_ids(work, records[1]["messages"]))
+    prompts = [_prompt_ids(work, r["messages"]) for r in records]
+    assert [c[1]["input_ids"] for c in fake.calls] == [prompts, [prompts[0]], [prompts[1]], [prompts[2]]]
+
+
+# --------------------------------------------------------------------------- answers: what swiftcore makes of them
+
+
+def test_output_ids_are_cut_decoded_and_parsed(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work)
+    im_start = work.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    reasoning = _ids(work, "<think>\nweighing it\n</think>\n\nThe answer is 4.")
+    tool = _ids(work, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+    plain = _ids(work, "Hello there")
+    scripted = [
+        reasoning + [work.im_end] + _ids(work, "ignored after the stop token"),
+        tool + [work.endoftext],
+        plain[:2] + [im_start] + plain[2:],  # no stop token (max tokens): a special token inside is hidden
+        _ids(work, "keep this STOP not this") + [work.im_end],
+    ]
+    fake.replies.append([_out(ids) for ids in scripted])
+    requests = [Request(record=_user(f"q{i}"), sampling=SamplingParams(max_new_tokens=40)) for i in range(3)]
+    requests.append(Request(record=_user("q3"), sampling=SamplingParams(max_new_tokens=40, stop=("STOP",))))
+    thought, called, cut, stopped = engine.generate_requests(requests)
+
+    assert thought.reasoning_content == "weighing it" and thought.content == "The answer is 4."
+    assert thought.finish_reason == "stop" and thought.token_ids == reasoning
+    assert thought.completion_tokens == len(reasoning) + 1  # the stop token counts
+    assert thought.prompt_tokens == len(_prompt_ids(work, requests[0].record["messages"]))
+
+    assert called.content == "" and called.finish_reason == "stop" and called.token_ids == tool
+    assert called.tool_calls == [
+        {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    ]
+
+    assert cut.text == cut.content == "Hello there" and cut.finish_reason == "length"
+    assert cut.completion_tokens == len(plain) + 1 and cut.reasoning_content is None
+
+    assert stopped.text == "keep this " and stopped.finish_reason == "stop"
+
+
+def test_a_prompt_completion_is_not_parsed(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work)
+    fake.replies.append([_out(_ids(work, "<think>x</think> y") + [work.im_end])])
+    (gen,) = engine.generate_requests([Request(prompt="Once upon a time")])
+    assert fake.calls[-1][1]["input_ids"] == [_ids(work, "Once upon a time")]
+    assert gen.text == gen.content == "<think>x</think> y" and gen.reasoning_content is None
+
+
+def test_streaming_sends_one_request_and_pieces_the_reply(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work)
+    reply = _ids(work, "Streaming works fine")
+    # SGLang's default: each chunk carries all output ids so far; the stop token ends the reply.
+    chunks = [reply[: k + 1] for k in range(len(reply))] + [[*reply, work.im_end, 99]]
+    fake.replies.append([{"output_ids": ids} for ids in chunks])
+    record = _user("stream please")
+    sampling = SamplingParams(max_new_tokens=16, temperature=0.5)
+    deltas = list(engine.stream(Request(record=record, sampling=sampling)))
+
+    ((name, call),) = fake.calls
+    assert name == "generate" and call["stream"] is True and call["lora_path"] is None
+    assert call["input_ids"] == _prompt_ids(work, record["messages"])  # one prompt, not a batch
+    assert call["sampling_params"] == to_sglang_sampling(sampling, work.stop_ids)
+    assert "".join(d.text for d in deltas) == "Streaming works fine"
+    final = deltas[-1].final
+    assert final is not None and final.token_ids == reply and final.finish_reason == "stop"
+    assert all(d.final is None for d in deltas[:-1]) and len(deltas) > 2  # pieces, not one block
+    assert fake.stream_closed == 1
+
+
+def test_streaming_incremental_chunks_and_early_close(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work)
+    reply = _ids(work, "one two three four five six")
+    fake.replies.append([{"output_ids": [t]} for t in reply])  # incremental: each chunk only its new id
+    deltas = list(engine.stream(Request(record=_user("count"), sampling=SamplingParams(max_new_tokens=3))))
+    assert deltas[-1].final.token_ids == reply[:3] and deltas[-1].final.finish_reason == "length"
+    assert fake.stream_closed == 1  # max_new_tokens reached: SGLang's stream is closed, not drained
+
+    fake.replies.append([{"output_ids": reply[: k + 1]} for k in range(len(reply))])
+    stream = engine.stream(Request(record=_user("count"), sampling=SamplingParams(max_new_tokens=16)))
+    next(stream)
+    stream.close()  # the client went away
+    assert fake.stream_closed == 2
+
+
+# --------------------------------------------------------------------------- adapters and weights
+
+
+def test_adapters_are_loaded_by_name_and_picked_per_request(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work)
+    adapter = _fake_adapter(work.root, work.model_dir, "styled")
+    engine.load_adapter("styled", adapter)
+    assert fake.calls[-1] == ("load_lora_adapter", {"lora_name": "styled", "lora_path": str(adapter)})
+
+    fake.replies.append([_out([work.im_end])] * 4)
+    names = [None, "styled", "base", "styled"]
+    engine.generate_requests([Request(record=_user(f"q{i}"), adapter=a) for i, a in enumerate(names)])
+    assert fake.calls[-1][1]["lora_path"] == [None, "styled", None, "styled"]
+
+    fake.replies.append([{"output_ids": [work.im_end]}])
+    list(engine.stream(Request(record=_user("q"), adapter="styled")))
+    assert fake.calls[-1][1]["lora_path"] == "styled"
+
+    fake.control["load_lora_adapter"] = types.SimpleNamespace(success=False, error_message="rank 64 > max_lora_rank")
+    with pytest.raises(InferError, match="rank 64 > max_lora_rank"):
+        engine.load_adapter("too_big", _fake_adapter(work.root, work.model_dir, "too_big"))
+    assert "too_big" not in engine.adapters
+    calls = len(fake.calls)
+    failed = engine.generate_requests([Request(record=_user("q"), adapter="too_big")])[0]
+    assert not failed.ok and "unknown adapter 'too_big'" in failed.error and len(fake.calls) == calls
+
+
+def test_constructor_adapter_is_the_default(fake_sglang: Any, work: Any) -> None:
+    adapter = _fake_adapter(work.root, work.model_dir, "default_one")
+    engine = SglangEngine(adapter, work.plugins)  # an adapter directory as the model: its base is served
+    fake = FakeSglangEngine.instances[-1]
+    assert fake.kwargs["model_path"] == str(work.model_dir)
+    assert fake.calls == [("load_lora_adapter", {"lora_name": "default", "lora_path": str(adapter)})]
+    fake.replies.append([_out([work.im_end])] * 2)
+    engine.generate_requests([Request(record=_user("a")), Request(record=_user("b"), adapter="base")])
+    assert fake.calls[-1][1]["lora_path"] == ["default", None]
+
+
+def test_merge_lora_serves_merged_weights(fake_sglang: Any, work: Any, tmp_path: Path) -> None:
+    """``merge_lora=True``: SGLang gets a merged checkpoint (W + alpha/r * B @ A) and no adapter."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(work.model_dir), dtype=torch.float32)
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], init_lora_weights=False)
+    get_peft_model(base, config).save_pretrained(str(tmp_path / "adapter"))
+    adapter = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    config_file = tmp_path / "adapter" / "adapter_config.json"
+    saved = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**saved, "base_model_name_or_path": str(work.model_dir)}))
+
+    engine = SglangEngine(tmp_path / "adapter", work.plugins, merge_lora=True)
+    fake = FakeSglangEngine.instances[-1]
+    served = Path(fake.kwargs["model_path"])
+    assert served != work.model_dir and not any(c[0] == "load_lora_adapter" for c in fake.calls)
+    assert engine.default_adapter is None
+    weights = load_file(str(served / "model.safetensors"))
+    original = load_file(str(work.model_dir / "model.safetensors"))
+    for name, tensor in original.items():
+        if "q_proj" in name:
+            prefix = name.removesuffix(".weight").replace("model.", "base_model.model.model.", 1)
+            a, b = adapter[f"{prefix}.lora_A.weight"].double(), adapter[f"{prefix}.lora_B.weight"].double()
+            expected = (tensor.double() + 8 / 4 * b @ a).float()
+            torch.testing.assert_close(weights[name], expected, rtol=0, atol=1e-6)
+            assert not torch.equal(weights[name], tensor)
+        else:
+            assert torch.equal(weights[name], tensor), name
+    engine.close()
+    assert not served.exists()  # the merged copy was temporary
+
+
+def test_weight_updates_pass_tensors_or_a_directory(fake_sglang: Any, work: Any) -> None:
+    engine, fake = _engine(work)
+    first, second = object(), object()  # SGLang gets the very objects, named as in the HF checkpoint
+    assert engine.update_weights({"model.norm.weight": first, "lm_head.weight": second}) == 2
+    assert fake.calls[-1] == (
+        "update_weights_from_tensor",
+        {"named_tensors": [("model.norm.weight", first), ("lm_head.weight", second)], "flush_cache": True},
+    )
+    assert engine.update_weights([("model.norm.weight", first)]) == 1
+    assert engine.update_weights(work.model_dir) == 1  # one safetensors file, reloaded by SGLang from disk
+    assert fake.calls[-1] == ("update_weights_from_disk", {"model_path": str(work.model_dir)})
+
+    fake.control["update_weights_from_tensor"] = (False, "shape mismatch for lm_head.weight")
+    with pytest.raises(InferError, match="update_weights_from_tensor failed: shape mismatch for lm_head.weight"):
+        engine.update_weights({"lm_head.weight": first})
+    fake.control["update_weights_from_disk"] = types.SimpleNamespace(success=False, error_message="no such dir")
+    with pytest.raises(InferError, match="no such dir"):
+        engine.update_weights(work.model_dir)
+    with pytest.raises(InvalidRequestError, match="no tensors"):
+        engine.update_weights({})
 
 
 def test_embeddings_with_the_pooling_runner(fake_sglang: Any, work: Any) -> None:
-    from swiftcore.infer.transformers_engine import TransformersEngine
-
-    engine = SglangEngine(work.model_dir, work.plugins, runner="pooling")
-    assert FakeSglangEngine.instances[-1].kwargs["is_embedding"] is True
+    engine, fake = _engine(work, runner="pooling")
+    assert fake.kwargs["is_embedding"] is True and "enable_lora" not in fake.kwargs
     assert engine.capabilities == frozenset({"embed"})
     texts = ["hello world", "bye"]
-    expected = TransformersEngine(work.model_dir, work.plugins).embed(texts)
-    for got, want in zip(engine.embed(texts), expected, strict=True):
-        assert got == pytest.approx(want, abs=1e-5)
+    fake.replies.append([{"embedding": [3.0, 4.0]}, {"embedding": [0.0, -2.0]}])
+    assert engine.embed(texts) == [[0.6, 0.8], [0.0, -1.0]]  # L2-normalised by swiftcore
+    assert fake.calls[-1] == ("embed", {"input_ids": [_ids(work, t) for t in texts]})
+    fake.replies.append({"embedding": [3.0, 4.0]})  # a batch of one may come back unwrapped
+    assert engine.embed([[5, 6, 7]], normalize=False) == [[3.0, 4.0]]
+    assert fake.calls[-1] == ("embed", {"input_ids": [[5, 6, 7]]})
+
+    calls = len(fake.calls)
+    with pytest.raises(InvalidRequestError, match="input 0 is empty"):
+        engine.embed([""])
+    with pytest.raises(UnsupportedError):
+        engine.update_weights(work.model_dir)
+    assert len(fake.calls) == calls

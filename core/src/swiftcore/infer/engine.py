@@ -231,6 +231,8 @@ class Engine:
         Returns:
             One :class:`Generation` per request, in order; failed requests have ``error`` set.
         """
+        if "generate" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} does not generate text (an embedding or pooling runner)")
         results: list[Generation | None] = [None] * len(requests)
         for batch in prepare_ahead(requests, self.encode, batch_size):
             ready: list[tuple[int, list[int]]] = []
