@@ -199,3 +199,14 @@ def test_a_save_that_fails_midway_leaves_earlier_checkpoints_intact(tmp_path: Pa
         run_training(cfg, load_plugins(env={}))
     assert _listing(out / "checkpoint-1") == saved["checkpoint-1"] != {}
     assert not (out / "checkpoint-2").exists() and not (out / ".staging").exists()
+
+
+def test_the_config_file_is_an_input_never_removed(finished_run: Path) -> None:
+    """A --config file kept inside the old run's folder (named like an output) is protected by --overwrite."""
+    from swiftcore.train.config import TrainConfig
+    from swiftcore.train.output_dir import plan_output_dir
+    from swiftcore.train.run import run_inputs
+
+    cfg = TrainConfig(model="m", dataset=("d.jsonl",), config_file=str(finished_run / "args.json"))
+    plan = plan_output_dir(finished_run, resume=False, overwrite=True, inputs=run_inputs(cfg))
+    assert "args.json" in [p.name for p in plan.kept] and "args.json" not in [p.name for p in plan.remove]

@@ -98,12 +98,13 @@ _CHOICES = {
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value:
         ctx.default_map = {**(ctx.default_map or {}), **load_config_file(value)}
+        ctx.meta["swiftcore.config_file"] = value  # an input of the run: never removed from its output dir
     return value
 
 
 def _options(func: Any) -> Any:
     for f in reversed(dataclasses.fields(TrainConfig)):
-        if f.name == "plugins":
+        if f.name in ("plugins", "config_file"):
             continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default
@@ -160,6 +161,7 @@ def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> Non
         if isinstance(value, list):
             options[key] = tuple(value)
     cfg = TrainConfig(**options)
+    cfg.config_file = click.get_current_context().meta.get("swiftcore.config_file")
     cfg.validate()
     plugins = state.plugins(plugin_specs)
     cfg.plugins = tuple(plugins.resolved_specs)

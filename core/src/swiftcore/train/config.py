@@ -66,6 +66,7 @@ class TrainConfig:
         tuner: ``lora`` or ``full``.
         val_dataset: validation sources; else ``split_ratio`` of the training data is held out.
         plugins: the resolved plugin set (filled by the CLI, recorded in ``args.json``).
+        config_file: the ``--config`` file the arguments came from (filled by the CLI; an input of the run).
     """
 
     model: str = ""
@@ -123,6 +124,7 @@ class TrainConfig:
     negative_token: str = "no"
     reranker_instruction: str | None = None
     plugins: tuple[str, ...] = field(default=(), repr=False)
+    config_file: str | None = field(default=None, repr=False)
 
     def validate(self) -> None:
         """Raise one :class:`SwiftcoreError` listing every invalid field."""

@@ -177,8 +177,9 @@ def _versions() -> dict[str, str]:
 
 
 def run_inputs(cfg: TrainConfig) -> tuple[str, ...]:
-    """The local paths a run reads (model, datasets, resumed checkpoint): never removed from its output dir."""
-    paths = [cfg.model]
+    """The local paths a run reads (model, datasets, config file, resumed checkpoint): never removed from its
+    output dir."""
+    paths = [cfg.model, cfg.config_file or ""]
     for source in (*cfg.dataset, *cfg.val_dataset):
         if not str(source).startswith("hf:"):
             paths.append(str(source).rsplit("#", 1)[0])
