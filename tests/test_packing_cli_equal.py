@@ -36,11 +36,12 @@ The CLI runs in-process (click's ``CliRunner``): the same argument parsing and c
 from __future__ import annotations
 
 import json
-import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from swiftcore.testing.cli import run_cli
 
 torch = pytest.importorskip("torch")
 
@@ -70,17 +71,7 @@ EQUAL = [_record("Repeat after me: " + " ".join([d] * 12), " ".join([d] * 12)) f
 DATA = {"qwen3_5": VARIED, "gemma4": VARIED, "deepseek_v4": EQUAL}
 
 
-def swiftcore_cli(*args: str) -> str:
-    """Run ``swiftcore ARGS`` in-process; return its output, failing the test (with the traceback) on error."""
-    from click.testing import CliRunner
-
-    from swiftcore.cli.main import cli
-
-    result = CliRunner().invoke(cli, list(args), env={"SWIFTCORE_PLUGINS": None, "SWIFTCORE_PLUGINS_STRICT": None})
-    if result.exit_code != 0:
-        trace = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
-        pytest.fail(f"swiftcore {' '.join(args)} exited {result.exit_code}:\n{result.output[-3000:]}\n{trace}")
-    return result.output
+swiftcore_cli = run_cli  # in-process: torch and transformers load once for the module
 
 
 def sample_lengths(model_dir: Path, records: list[dict[str, Any]]) -> list[int]:
