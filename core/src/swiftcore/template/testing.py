@@ -146,27 +146,28 @@ def check_train_serve_prefix(
     template: Any, tokenizer: Any, records: Iterable[Mapping[str, Any]]
 ) -> tuple[int, list[str]]:
     """The train/serve rule, token for token: for each record that ends in a reply (assistant turns after
-    the last user message), in every thinking mode the template has (on, off, and inferred from the
-    reply), the training encoding's ids before the reply's first loss token equal the inference prompt's
-    ids (the record cut before the reply, encoded with ``add_generation_prompt`` in the mode the reply
-    was trained in).
+    the last user message) the training encoding's ids before the reply's first loss token equal the
+    inference prompt's ids (the record cut before the reply, encoded with ``add_generation_prompt`` in the
+    thinking mode the reply is trained in). A template with a thinking switch is checked in both modes:
+    each plain reply also in its thinking form (with reasoning added), so a record's mode and its reply
+    agree (a reply forced into thinking mode without reasoning is a contradiction no prompt can serve).
 
     Returns:
         ``(checked, failures)`` with a readable description of each failure.
     """
     from swiftcore.template.errors import TemplateError
 
-    modes: tuple[bool | None, ...] = (None, True, False) if template.thinking_switch else (None,)
     checked = 0
     failures: list[str] = []
     for record in records:
         messages = record.get("messages") or []
         if not messages or messages[-1].get("role") != "assistant":
             continue
-        for mode in modes:
-            case = dict(record)
-            if mode is not None:
-                case["chat_template_kwargs"] = {**(record.get("chat_template_kwargs") or {}), "enable_thinking": mode}
+        cases = [("as given", dict(record))]
+        if template.thinking_switch and not (messages[-1].get("reasoning_content") or messages[-1].get("reasoning")):
+            thought = {**messages[-1], "reasoning_content": "Let me think about it."}
+            cases.append(("thinking form", {**record, "messages": [*messages[:-1], thought]}))
+        for label, case in cases:
             try:
                 trained = template.encode(tokenizer, case, loss_policy="last_round")
                 trained_mode = template.thinking_mode(case)
@@ -179,12 +180,12 @@ def check_train_serve_prefix(
                 served = template.encode(tokenizer, request, add_generation_prompt=True)
             except TemplateError:
                 continue
-            first = next((i for i, label in enumerate(trained.labels) if label != -100), None)
+            first = next((i for i, label_id in enumerate(trained.labels) if label_id != -100), None)
             if first is None:
                 continue
             checked += 1
             if trained.input_ids[:first] != served.input_ids:
-                where = f"{record.get('id')} (enable_thinking={mode})"
+                where = f"{record.get('id')} ({label}, enable_thinking={trained_mode})"
                 failures.append(
                     f"{where}: the reply is trained after {tokenizer.decode(trained.input_ids[:first])[-80:]!r} "
                     f"but inference prompts {tokenizer.decode(served.input_ids)[-80:]!r}"
