@@ -27,6 +27,11 @@ def make_tiny(
     official chat template, and (for multimodal families) processor files; plain transformers
     loads it with from_pretrained.
 
+    One weight differs from the family's own init: the final norm's gain is raised so that the
+    output head can push one logit ~4 nats above log(vocab), as a trained model's can. At a tiny
+    width the init's logits can barely move (top logit ~1.3 against log(512) = 6.2), and LoRA,
+    which trains neither the norm nor the head, could not learn anything on it.
+
     \b
     Example:
       swiftcore make-tiny qwen3_5 ./tiny-qwen3_5

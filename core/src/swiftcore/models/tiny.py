@@ -10,12 +10,29 @@ A plugin's :class:`~swiftcore.specs.ModelSpec` names two factories:
 
 The checkpoint is written into a temporary sibling directory and renamed at the end, so
 ``out_dir`` never holds a half-written checkpoint.
+
+Why the final norm's gain is raised (:data:`TINY_LOGIT_MARGIN`): with RMS-normalised hidden states of
+width ``d`` and head rows of init std ``sigma``, the largest logit a hidden state can reach is about
+``gain * sigma * d``. At a real width (``d`` in the thousands, ``sigma`` = 0.02) that is tens, as in
+trained models, but at a tiny width (64) it is about 1.3, well below ``log(vocab)``: the logits cannot
+peak. LoRA trains neither the final norm nor the head, so LoRA on such a checkpoint stalls near chance
+(loss ~5 of ~6.2) however long it trains. ``make_tiny`` therefore multiplies the final norm's gain so that
+the reach is ``log(vocab) + TINY_LOGIT_MARGIN`` (about 10 for a 512-token tiny vocabulary): one token can
+then take ~95% of the probability, so LoRA can memorise. Only that gain moves: the embeddings (tied to
+the head in some families) and every other weight keep the family's own init, and the checkpoint stays a
+plain ``save_pretrained`` one.
+
+Why not more: an untrained model's logits spread with std ~``reach / sqrt(d)`` (1.3 here), and the
+float32 differences between two implementations of the model (the Megatron bridges' parity checks,
+tolerance 1e-5) grow with that scale. Measured on the DeepSeek-V4 bridge's tightest check: 1e-6 at the old
+scale, 6.3e-6 at this one, 1.0e-5 (over the tolerance) at a reach of 16.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -27,9 +44,14 @@ from swiftcore._lazy import resolve
 from swiftcore.models.errors import TinyModelError
 from swiftcore.models.requirements import check_requirements
 
-__all__ = ["TinyCheckpoint", "describe_checkpoint", "make_tiny"]
+__all__ = ["TINY_LOGIT_MARGIN", "TinyCheckpoint", "describe_checkpoint", "make_tiny"]
 
 logger = logging.getLogger("swiftcore.models")
+
+#: How far above ``log(vocab)`` a tiny checkpoint's frozen head can push one logit (see the module
+#: docstring). 4 nats leave one token ~95% of the mass against a vocabulary's worth of others (whose
+#: logits spread with std ~1.3), i.e. a loss floor of ~0.05 where the old init's was ~5.
+TINY_LOGIT_MARGIN = 4.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +94,10 @@ def make_tiny(spec: Any, out_dir: str | Path, seed: int = 0, *, overwrite: bool 
         out_dir: the directory to create; its parent is created if missing.
         seed: the random seed for the weights.
         overwrite: replace an existing non-empty ``out_dir`` (otherwise that is an error).
+
+    The final norm's gain is raised so that the frozen head's top logit can clear ``log(vocab)`` by
+    :data:`TINY_LOGIT_MARGIN`, as a trained model's can; otherwise LoRA, which trains neither the norm
+    nor the head, cannot make the logits peak on a tiny checkpoint (see the module docstring).
 
     Returns:
         ``out_dir`` as a :class:`~pathlib.Path`.
@@ -148,6 +174,7 @@ def _write(spec: Any, work: Path, seed: int) -> None:
         torch.manual_seed(seed)
         model = cls(config) if spec.model_class else cls.from_config(config)
     model = model.to(torch.float32)
+    _let_logits_peak(model, TINY_LOGIT_MARGIN)
     if tokenizer is not None and getattr(model, "generation_config", None) is not None:
         # generate() should stop at the tokenizer's EOS and pad with its pad token.
         gen = model.generation_config
@@ -155,6 +182,65 @@ def _write(spec: Any, work: Path, seed: int) -> None:
         gen.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else gen.pad_token_id
         gen.bos_token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else gen.bos_token_id
     model.save_pretrained(str(work))
+
+
+def _let_logits_peak(model: Any, margin: float) -> float:
+    """Scale the final norm's gain so the output head's top logit can reach ``log(vocab) + margin``.
+
+    The normalised hidden state ``gain * rmsnorm(x)`` has norm ``gain * sqrt(d)`` (``gain`` the RMS of the
+    per-channel gains), so its logit on a head row is at most that times ``|row|``: the reach. The gain is
+    multiplied until the reach, averaged over rows, is ``log(vocab) + margin`` (it is never lowered). The
+    final norm is the decoder's ``norm`` (its name in every transformers decoder here); whether it stores
+    its gain as ``w`` or, like Qwen3.5's and Gemma's zero-centred norms, as ``1 + w`` is probed, not
+    assumed. A model without that layout is left as it is, with a warning.
+
+    Returns:
+        the factor the gain was multiplied by (1.0 when unchanged).
+    """
+    import torch
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    norm = getattr(decoder, "norm", None)
+    weight = getattr(norm, "weight", None)
+    head_weight = getattr(head, "weight", None)
+    if (
+        not isinstance(weight, torch.Tensor)
+        or not isinstance(head_weight, torch.Tensor)
+        or weight.ndim != 1
+        or head_weight.shape[-1] != weight.shape[0]
+    ):
+        logger.warning("make-tiny: no final norm feeding the output head found; its logits may not be able to peak")
+        return 1.0
+    width = weight.shape[0]
+    probe = torch.randn(2, 3, width, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        saved = weight.detach().clone()
+        before = norm(probe)
+        weight.zero_()
+        at_zero = norm(probe)
+        weight.fill_(1.0)
+        unit = norm(probe) - at_zero  # the normalised input, whatever the parameterisation
+        weight.copy_(saved)
+        if not float(unit.abs().max()) > 0:  # the weight is not used (a norm without a scale)
+            logger.warning("make-tiny: %s has no gain to raise; left as is", type(norm).__name__)
+            return 1.0
+        # out = unit * (offset + w): offset is 0 for a plain gain, 1 for a zero-centred (1 + w) one.
+        offset = round(float((at_zero * unit).sum() / (unit * unit).sum()))
+        gain = offset + saved
+        reach = float(gain.pow(2).mean().sqrt()) * width**0.5 * float(head_weight.norm(dim=-1).mean())
+        target = math.log(head_weight.shape[0]) + margin
+        factor = target / reach if reach > 0 else 1.0
+        if factor <= 1.0:
+            return 1.0
+        weight.copy_(gain * factor - offset)
+        # A norm of another form than unit * (offset + w) would not scale linearly: undo and say so.
+        if not torch.allclose(norm(probe), before * factor, rtol=1e-4, atol=1e-5):
+            weight.copy_(saved)
+            logger.warning("make-tiny: %s's gain is not unit * (offset + w); left as is", type(norm).__name__)
+            return 1.0
+    logger.info("make-tiny: final norm gain x%.2f (head reach %.2f -> %.2f)", factor, reach, target)
+    return factor
 
 
 def _first_not_none(config: Any, attribute: str, fallback: Any) -> Any:
