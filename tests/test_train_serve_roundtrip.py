@@ -42,7 +42,7 @@ THOUGHT = [
     ("Which planet is largest?", "Jupiter", "recall the planets"),
 ]
 API_KEY = "roundtrip-key"
-STEPS = 30
+STEPS = 40
 
 
 def _records() -> list[dict[str, Any]]:
@@ -56,22 +56,34 @@ def _records() -> list[dict[str, Any]]:
     return plain + thought
 
 
+def _env(**extra: str) -> dict[str, str]:
+    """The test process's environment without anything swiftcore or torchrun reads (no leaked plugin set,
+    rank or world size from an earlier test), as a user's shell has it."""
+    dropped = ("SWIFTCORE_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "ACCELERATE_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
 def _cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "swiftcore.cli.main", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=_env(),
     )
     assert proc.returncode == 0, f"swiftcore {' '.join(args[:1])} failed:\n{proc.stderr[-3000:]}"
     return proc
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def trained(request: pytest.FixtureRequest, tiny_model_dir: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The family's tiny checkpoint, fully fine-tuned until it has memorised the set; its last checkpoint."""
+def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The family's tiny checkpoint, fully fine-tuned until it has memorised the set; its last checkpoint.
+
+    The tiny checkpoint is made here, not shared with the session: what this module trains depends on
+    nothing another test did."""
     work = tmp_path_factory.mktemp(f"roundtrip-{request.param}")
+    _cli("make-tiny", request.param, str(work / "tiny"))
     data = work / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _records()), encoding="utf-8")
-    _cli("train", "--model", str(tiny_model_dir(request.param)), "--dataset", str(data), "--tuner", "full",
+    _cli("train", "--model", str(work / "tiny"), "--dataset", str(data), "--tuner", "full",
          "--learning-rate", "3e-3", "--lr-scheduler", "cosine", "--batch-size", "6", "--max-steps", str(STEPS),
          "--save-steps", str(STEPS), "--logging-steps", "10", "--max-length", "128", "--no-plot",
          "--output-dir", str(work / "run"))
@@ -119,7 +131,7 @@ def served(trained: Path) -> Iterator[Any]:
         [sys.executable, "-m", "swiftcore.cli.main", "deploy", "--model", str(trained), "--port", str(port),
          "--served-model-name", "tuned", "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "SWIFTCORE_API_KEY": API_KEY},
+        env=_env(SWIFTCORE_API_KEY=API_KEY),
     )
     base = f"http://127.0.0.1:{port}"
     try:
