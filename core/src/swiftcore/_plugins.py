@@ -70,6 +70,7 @@ INDEX_GROUPS = {
     "bridge": "swiftcore.bridges",
     "backend": "swiftcore.backends",
     "command": "swiftcore.commands",
+    "recipe": "swiftcore.recipes",
 }
 ENV_PLUGINS = "SWIFTCORE_PLUGINS"
 ENV_STRICT = "SWIFTCORE_PLUGINS_STRICT"

@@ -41,3 +41,18 @@ def swiftcore_register_backends() -> list:
             description="transformers generate(): left-padded batches, KV cache, several LoRA adapters",
         )
     ]
+
+
+@hookimpl
+def swiftcore_register_recipes() -> list:
+    """``sft``: supervised fine-tuning, full or LoRA, on transformers' Trainer."""
+    from swiftcore.specs import RecipeSpec
+
+    return [
+        RecipeSpec(
+            name="sft",
+            run="swiftcore.train.run:run_sft",
+            tasks=("causal_lm", "asr"),
+            description="supervised fine-tuning (full or LoRA) on transformers' Trainer; packing, resume, torchrun",
+        )
+    ]

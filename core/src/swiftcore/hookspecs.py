@@ -22,8 +22,10 @@ if TYPE_CHECKING:
         CommandSpec,
         HeadSpec,
         ModelSpec,
+        RecipeSpec,
         TemplateSpec,
     )
+    from swiftcore.options import OptionParser
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
@@ -95,6 +97,42 @@ def swiftcore_register_commands() -> list[CommandSpec]:
     command's is refused (reported, never run).
 
     .. versionadded:: 1.0
+    """
+
+
+@hookspec
+def swiftcore_register_recipes() -> list[RecipeSpec]:
+    """Return the training recipes (``swiftcore train --recipe NAME``) this plugin provides.
+
+    Called once per process by the registry, each implementation on its own (not firstresult).
+    A recipe's own command-line options come from :func:`swiftcore_addoption`.
+
+    .. versionadded:: 1.1
+    """
+
+
+# --------------------------------------------------------------------------- command-line options
+
+
+@hookspec
+def swiftcore_addoption(parser: OptionParser) -> None:
+    """Add command-line options to a swiftcore command, the way pytest plugins do in ``pytest_addoption``.
+
+    Called for every implementation when a command that takes plugin options (``swiftcore train``) builds
+    its parser, after the plugins are loaded and before the arguments are parsed::
+
+        @hookimpl
+        def swiftcore_addoption(parser):
+            group = parser.getgroup("dpo", recipe="dpo")   # only valid with --recipe dpo
+            group.addoption("--beta", type=float, default=0.1, help="DPO's KL strength.")
+
+    An option tagged with a recipe given with another recipe is an error naming both; its value reaches
+    the recipe's ``run`` as ``options[dest]`` (or the field of the recipe's config dataclass). A flag a
+    core option or another plugin already has is refused, naming both owners.
+
+    :param parser: the command's :class:`~swiftcore.options.OptionParser`.
+
+    .. versionadded:: 1.1
     """
 
 

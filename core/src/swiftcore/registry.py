@@ -28,6 +28,7 @@ HOOK_FOR_KIND = {
     "bridge": "swiftcore_register_bridges",
     "backend": "swiftcore_register_backends",
     "command": "swiftcore_register_commands",
+    "recipe": "swiftcore_register_recipes",
 }
 
 #: Sub-commands of the core CLI; a plugin may not register a command with one of these names.
@@ -40,6 +41,7 @@ CORE_COMMANDS = (
     "template",
     "make-tiny",
     "new-plugin",
+    "recipes",
 )
 
 _INSTALL_HINT = {
@@ -49,6 +51,7 @@ _INSTALL_HINT = {
     "bridge": "pip install swiftcore-bridge-{name}",
     "backend": "pip install swiftcore-backend-{name}",
     "command": "pip install swiftcore-plugin-{name}",
+    "recipe": "pip install swiftcore-recipe-{name}",
 }
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "ModelParts",
     "ModelSpec",
     "Provider",
+    "RecipeSpec",
     "TemplateSpec",
 ]
 
@@ -369,6 +370,43 @@ class CommandSpec(_Spec):
             self._fail("target", "name the click command's 'module:attr'")
 
 
+@dataclass(frozen=True)
+class RecipeSpec(_Spec):
+    """A training recipe: what ``swiftcore train --recipe NAME`` runs (torchtune's recipes, as plugins).
+
+    The recipe reads the common training options (:class:`swiftcore.api.train.TrainConfig`) and its own,
+    which its plugin adds to ``swiftcore train`` with the ``swiftcore_addoption`` hook (pytest's
+    ``pytest_addoption``), tagged with the recipe's name so they are refused with any other recipe.
+
+    Attributes:
+        name: the recipe name, e.g. ``"sft"``, ``"dpo"``.
+        run: ``"module:attr"`` of ``run(cfg, plugins, options) -> TrainResult``: ``cfg`` the common
+            options, ``plugins`` the loaded plugin set, ``options`` the recipe's own options (an
+            instance of ``config`` when given, else a ``dict`` keyed by option name).
+        config: ``"module:attr"`` of a dataclass built from the recipe's options (by field name), so a
+            bad value fails in its ``__post_init__`` before anything is loaded. Optional.
+        tasks: the model tasks it trains (matched against ``ModelSpec.tasks``; informational).
+        description: one line for ``swiftcore recipes``.
+        provider: stamped by the registry.
+    """
+
+    kind: ClassVar[str] = "recipe"
+    _references: ClassVar[tuple[str, ...]] = ("run", "config")
+
+    name: str
+    run: str = ""
+    config: str | None = None
+    tasks: tuple[str, ...] = ("causal_lm",)
+    description: str = ""
+    provider: Provider | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        if not self.run:
+            self._fail("run", "name the recipe's run function as 'module:attr'")
+        self._check_strings("tasks")
+
+
 SPEC_KINDS: dict[str, type] = {
     "model": ModelSpec,
     "template": TemplateSpec,
@@ -376,6 +414,7 @@ SPEC_KINDS: dict[str, type] = {
     "bridge": BridgeSpec,
     "backend": BackendSpec,
     "command": CommandSpec,
+    "recipe": RecipeSpec,
 }
 
 

@@ -23,13 +23,14 @@ __all__ = ["CliState", "cli", "main", "pass_state", "plugin_option"]
 #: core command -> ("module:attr", short help). Keys must equal registry.CORE_COMMANDS.
 _CORE: dict[str, tuple[str, str]] = {
     "plugins": ("swiftcore.cli.plugins_cmd:plugins", "List installed plugins and what they provide."),
-    "train": ("swiftcore.cli.train_cmd:train", "Fine-tune a model (SFT, full or LoRA)."),
+    "train": ("swiftcore.cli.train_cmd:train", "Train a model with a recipe (default sft: full or LoRA)."),
     "infer": ("swiftcore.cli.infer_cmd:infer", "Run a model on a JSONL file of conversations."),
     "deploy": ("swiftcore.cli.deploy_cmd:deploy", "Serve a model behind an OpenAI-compatible API."),
     "export": ("swiftcore.cli.export_cmd:export", "Convert checkpoints (HF <-> Megatron-core, merge LoRA)."),
     "template": ("swiftcore.cli.template_cmd:template", "List, render and check chat templates."),
     "make-tiny": ("swiftcore.cli.make_tiny_cmd:make_tiny", "Write a tiny random checkpoint of a model family."),
     "new-plugin": ("swiftcore.cli.new_plugin_cmd:new_plugin", "Scaffold a new plugin distribution."),
+    "recipes": ("swiftcore.cli.recipes_cmd:recipes", "List training recipes and the options they add."),
 }
 assert tuple(_CORE) == CORE_COMMANDS
 

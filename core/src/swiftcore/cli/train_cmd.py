@@ -1,7 +1,10 @@
-"""``swiftcore train``: supervised fine-tuning (full or LoRA) of any model a plugin provides.
+"""``swiftcore train``: run a training recipe (``--recipe``, default ``sft``) on any model a plugin provides.
 
-The options are generated from :class:`swiftcore.train.config.TrainConfig`, so the YAML file given to
-``--config`` and the flags can never drift apart: every key of the file is a flag name.
+The core options are generated from :class:`swiftcore.train.config.TrainConfig`, so the YAML file given to
+``--config`` and the flags can never drift apart: every key of the file is a flag name. Plugins add their
+own options with the ``swiftcore_addoption`` hook (see :mod:`swiftcore.options`); like pytest, which reads
+``-p`` before building its parser, this command reads ``--plugin`` first, loads the plugins, asks them
+for their options, and only then parses the command line.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ _HELP: dict[str, str] = {
     "(its checkpoints, logs, plot), never anything else and never an input of this run.",
     "plot": "Write loss.png at the end.",
     "task": "causal_lm (SFT), or an lm_head: classification, embedding, reranker, generative_reranker.",
+    "recipe": "Training recipe (see `swiftcore recipes`): sft by default; --task NAME alone picks the recipe NAME.",
     "num_labels": "Classification: number of classes (1 = regression).",
     "problem_type": "Classification: single_label_classification, multi_label_classification or regression "
     "(default: from --num-labels).",
@@ -97,14 +101,15 @@ _CHOICES = {
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value:
-        ctx.default_map = {**(ctx.default_map or {}), **load_config_file(value)}
+        plugin_keys = tuple(o.dest for o in ctx.meta.get(_PLUGIN_OPTIONS, ()))
+        ctx.default_map = {**(ctx.default_map or {}), **load_config_file(value, extra_keys=plugin_keys)}
         ctx.meta["swiftcore.config_file"] = value  # an input of the run: never removed from its output dir
     return value
 
 
 def _options(func: Any) -> Any:
     for f in reversed(dataclasses.fields(TrainConfig)):
-        if f.name in ("plugins", "config_file"):
+        if f.name in ("plugins", "config_file", "recipe_options"):
             continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default
@@ -134,7 +139,69 @@ def _options(func: Any) -> Any:
     return func
 
 
-@click.command("train")
+_PLUGIN_OPTIONS = "swiftcore.plugin_options"
+
+
+class TrainCommand(click.Command):
+    """``swiftcore train`` with the options the loaded plugins add (``swiftcore_addoption``).
+
+    ``--plugin`` values are read before parsing (as pytest reads ``-p``) so the plugin set that adds the
+    options is the one the run uses; the options exist only for this invocation (``ctx.meta``), never on
+    the shared command object.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from swiftcore.options import collect_options
+
+        state = ctx.ensure_object(CliState)
+        plugins = state.plugins(_plugin_args(args))
+        reserved = {name: "swiftcore train itself" for param in super().get_params(ctx) for name in _names(param)}
+        ctx.meta[_PLUGIN_OPTIONS] = collect_options(plugins, "train", reserved)
+        return super().parse_args(ctx, args)
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        extra = [option.click_option() for option in ctx.meta.get(_PLUGIN_OPTIONS, ())]
+        return params[:-1] + extra + params[-1:] if extra else params  # --help stays last
+
+
+def _plugin_args(args: list[str]) -> list[str]:
+    """The ``--plugin`` values in ``args`` (``--plugin X`` and ``--plugin=X``), read before parsing."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--plugin" and i + 1 < len(args):
+            found.append(args[i + 1])
+        elif arg.startswith("--plugin="):
+            found.append(arg.partition("=")[2])
+    return found
+
+
+def _names(param: click.Parameter) -> list[str]:
+    flags = [o.split("/")[0] for o in getattr(param, "opts", [])] + list(getattr(param, "secondary_opts", []))
+    return [*flags, param.name or ""]
+
+
+def _recipe_options(ctx: click.Context, options: dict[str, Any], recipe: str) -> dict[str, Any]:
+    """Split the plugin options out of ``options``: the values this recipe reads (untagged options and its
+    own), after refusing an option of another recipe that was given."""
+    out: dict[str, Any] = {}
+    for option in ctx.meta.get(_PLUGIN_OPTIONS, ()):
+        value = options.pop(option.dest)
+        given = ctx.get_parameter_source(option.dest) not in (None, click.core.ParameterSource.DEFAULT)
+        if option.recipe is not None and option.recipe != recipe:
+            if given:
+                raise click.UsageError(
+                    f"{option.flags[0]} belongs to recipe {option.recipe!r} (plugin {option.plugin}); this run "
+                    f"uses --recipe {recipe}. Add --recipe {option.recipe}, or drop the option."
+                )
+            continue
+        out[option.dest] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+@click.command("train", cls=TrainCommand)
 @click.option(
     "--config",
     type=click.Path(dir_okay=False),
@@ -147,21 +214,27 @@ def _options(func: Any) -> Any:
 @plugin_option
 @pass_state
 def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> None:
-    """Supervised fine-tuning (SFT) with full weights or LoRA, on transformers' Trainer.
+    """Train a model with a recipe: supervised fine-tuning (sft, the default) with full weights or LoRA,
+    an lm_head (--task), or any recipe a plugin adds (`swiftcore recipes` lists them).
 
     \b
     Example:
       swiftcore make-tiny qwen3_5 ./tiny
       swiftcore train --model ./tiny --dataset data.jsonl --tuner lora --max-steps 50
 
-    Works unchanged under torchrun for data-parallel training.
+    Works unchanged under torchrun for data-parallel training. Options marked [recipe NAME] come from
+    plugins and apply to that recipe only.
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("recipe") == click.core.ParameterSource.DEFAULT and options["task"] != "causal_lm":
+        options["recipe"] = options["task"]  # --task NAME alone: the recipe of that name (heads' recipes)
+    recipe_options = _recipe_options(ctx, options, options["recipe"])
     for key, value in options.items():
         if isinstance(value, list):
             options[key] = tuple(value)
-    cfg = TrainConfig(**options)
-    cfg.config_file = click.get_current_context().meta.get("swiftcore.config_file")
+    cfg = TrainConfig(**options, recipe_options=recipe_options)
+    cfg.config_file = ctx.meta.get("swiftcore.config_file")
     cfg.validate()
     plugins = state.plugins(plugin_specs)
     cfg.plugins = tuple(plugins.resolved_specs)

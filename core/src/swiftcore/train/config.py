@@ -64,6 +64,10 @@ class TrainConfig:
         model_type: force a model spec (``name`` or ``name@plugin``) instead of resolving it.
         template: the chat template (default: the model spec's ``default_template``).
         tuner: ``lora`` or ``full``.
+        recipe: the training recipe (a :class:`~swiftcore.specs.RecipeSpec` name; ``sft`` by default, and
+            ``--task NAME`` alone picks the recipe of that name when one is registered).
+        recipe_options: the values of the options plugins added (``swiftcore_addoption``) that this recipe
+            reads, by destination name (filled by the CLI).
         val_dataset: validation sources; else ``split_ratio`` of the training data is held out.
         plugins: the resolved plugin set (filled by the CLI, recorded in ``args.json``).
         config_file: the ``--config`` file the arguments came from (filled by the CLI; an input of the run).
@@ -111,6 +115,7 @@ class TrainConfig:
     overwrite_output_dir: bool = False
     plot: bool = True
     task: str = "causal_lm"
+    recipe: str = "sft"
     num_labels: int = 2
     problem_type: str | None = None
     pooling: str = "last"
@@ -123,6 +128,7 @@ class TrainConfig:
     positive_token: str = "yes"
     negative_token: str = "no"
     reranker_instruction: str | None = None
+    recipe_options: dict[str, Any] = field(default_factory=dict)
     plugins: tuple[str, ...] = field(default=(), repr=False)
     config_file: str | None = field(default=None, repr=False)
 
@@ -232,8 +238,12 @@ class TrainConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
+def load_config_file(path: str | Path, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """Read a YAML (or JSON) file of training arguments; keys are flag names with ``-`` or ``_``.
+
+    Args:
+        path: the file.
+        extra_keys: destination names of options plugins added (``swiftcore_addoption``), also accepted.
 
     Raises:
         SwiftcoreError: the file is missing, unparsable, or has keys that are not training arguments.
@@ -249,7 +259,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise SwiftcoreError(f"--config {str(path)!r}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise SwiftcoreError(f"--config {str(path)!r}: expected a mapping of argument: value")
-    known = {f.name for f in fields(TrainConfig)}
+    known = {f.name for f in fields(TrainConfig) if f.name != "recipe_options"} | set(extra_keys)
     out = {}
     unknown = []
     for key, value in data.items():

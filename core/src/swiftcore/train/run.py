@@ -18,6 +18,7 @@ from swiftcore.train.config import TrainConfig
 
 __all__ = [
     "run_training",
+    "run_sft",
     "start_run",
     "train_and_report",
     "TrainResult",
@@ -334,7 +335,48 @@ def train_and_report(
 
 
 def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
-    """Fine-tune ``cfg.model`` on ``cfg.dataset``; see ``swiftcore train --help`` for every option.
+    """Run ``cfg.recipe`` (a :class:`~swiftcore.specs.RecipeSpec` some plugin registers; ``sft`` is the core's).
+
+    The recipe's own options (``cfg.recipe_options``) are built into its config dataclass first, when it
+    declares one, so a bad value fails before anything is loaded.
+
+    Raises:
+        SwiftcoreError: no plugin provides the recipe (with close matches), or its options are invalid.
+    """
+    from swiftcore._lazy import resolve
+
+    cfg.validate()
+    spec = plugins.registry.find("recipe", cfg.recipe)
+    if spec is None and cfg.task != "causal_lm":
+        return _run_head_recipe(cfg, plugins)  # a head plugin that registers no RecipeSpec (HeadSpec.recipe)
+    spec = spec or plugins.registry.get("recipe", cfg.recipe)  # raises, naming what is available
+    options: Any = dict(cfg.recipe_options)
+    if spec.config:
+        config_cls = resolve(spec.config, what=f"config of recipe {spec.name!r} ({spec.provider})")
+        try:
+            options = config_cls(**options)
+        except (TypeError, ValueError) as exc:
+            raise SwiftcoreError(f"recipe {spec.name!r} ({spec.provider}): invalid options: {exc}") from exc
+    run = resolve(spec.run, what=f"recipe {spec.name!r} ({spec.provider})")
+    log.info("recipe %s (%s)", spec.name, spec.provider)
+    return run(cfg, plugins, options)
+
+
+def _run_head_recipe(cfg: TrainConfig, plugins: Any) -> TrainResult:
+    """``--task HEAD`` for a head whose plugin names its training function in ``HeadSpec.recipe``."""
+    from swiftcore._lazy import resolve
+
+    head = plugins.registry.get("head", cfg.task)
+    if head.recipe is None:
+        raise SwiftcoreError(
+            f"head {head.name!r} ({head.provider}) declares no training recipe (HeadSpec.recipe); "
+            "it can be served but not trained by swiftcore: use a plugin whose head has one"
+        )
+    return resolve(head.recipe, what=f"recipe of head {head.name!r} ({head.provider})")(cfg, plugins, head)
+
+
+def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
+    """The ``sft`` recipe: fine-tune ``cfg.model`` on ``cfg.dataset``; see ``swiftcore train --help``.
 
     Everything that can be checked before training (model directory, model type, template vs tokenizer,
     every dataset row) is checked first, so a bad input fails in seconds with a message naming it.
@@ -344,16 +386,6 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     from swiftcore.template import get_template
 
     cfg.validate()
-    if cfg.task != "causal_lm":  # an lm_head: its plugin owns the recipe (swiftcore-heads)
-        from swiftcore._lazy import resolve
-
-        head = plugins.registry.get("head", cfg.task)
-        if head.recipe is None:
-            raise SwiftcoreError(
-                f"head {head.name!r} ({head.provider}) declares no training recipe (HeadSpec.recipe); "
-                "it can be served but not trained by swiftcore: use a plugin whose head has one"
-            )
-        return resolve(head.recipe, what=f"recipe of head {head.name!r} ({head.provider})")(cfg, plugins, head)
     output_dir = Path(cfg.output_dir)
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)

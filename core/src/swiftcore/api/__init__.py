@@ -1,0 +1,64 @@
+"""The public plugin API: the only part of swiftcore a plugin imports (tests may also use ``swiftcore.testing``).
+
+Everything here is stable within a plugin API major version (:data:`API_VERSION_STRING`); everything else in
+``swiftcore`` is the core's own and may change in any release. The import-linter contracts in the root
+``pyproject.toml`` hold every plugin in this repository to that rule.
+
+- ``swiftcore.api``: hook marker, spec dataclasses, errors, the plugin API version, lazy references.
+- ``swiftcore.api.template``: building blocks of chat templates (segments, pieces, parsing).
+- ``swiftcore.api.models``: model and tokenizer loading, requirements, LoRA merge, packed-sequence helpers,
+  tiny-checkpoint helpers.
+- ``swiftcore.api.data``: dataset rows, collators, data errors.
+- ``swiftcore.api.train``: the training config, trainer and run helpers recipes are written with.
+- ``swiftcore.api.infer``: the engine base class backends subclass, request types and errors.
+- ``swiftcore.api.megatron``: the bridge base class, weight-mapping rules and errors.
+
+Importing any of them never imports torch, transformers or megatron.
+"""
+
+from __future__ import annotations
+
+from swiftcore._lazy import resolve
+from swiftcore.errors import (
+    ConflictError,
+    IncompatiblePluginError,
+    PluginError,
+    SpecError,
+    SwiftcoreError,
+    UnknownNameError,
+)
+from swiftcore.hookspecs import hookimpl
+from swiftcore.plugin_api import API_VERSION, API_VERSION_STRING
+from swiftcore.specs import (
+    BackendSpec,
+    BridgeSpec,
+    CommandSpec,
+    HeadSpec,
+    ModelParts,
+    ModelSpec,
+    Provider,
+    RecipeSpec,
+    TemplateSpec,
+)
+
+__all__ = [
+    "API_VERSION",
+    "API_VERSION_STRING",
+    "BackendSpec",
+    "BridgeSpec",
+    "CommandSpec",
+    "ConflictError",
+    "HeadSpec",
+    "IncompatiblePluginError",
+    "ModelParts",
+    "ModelSpec",
+    "PluginError",
+    "Provider",
+    "RecipeSpec",
+    "SpecError",
+    "SwiftcoreError",
+    "TemplateSpec",
+    "UnknownNameError",
+    "hookimpl",
+    "resolve",
+]

@@ -1,0 +1,10 @@
+"""Dataset rows, sources and collators, as the core's data pipeline reads and batches them."""
+
+from __future__ import annotations
+
+from swiftcore.data import PaddingCollator, PaddingFreeCollator
+from swiftcore.data.errors import DataError
+from swiftcore.data.readers import iter_rows
+from swiftcore.data.sources import parse_dataset_arg
+
+__all__ = ["DataError", "PaddingCollator", "PaddingFreeCollator", "iter_rows", "parse_dataset_arg"]

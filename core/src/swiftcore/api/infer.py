@@ -1,0 +1,18 @@
+"""What an inference backend is written with: the :class:`Engine` base class, request types and errors."""
+
+from __future__ import annotations
+
+from swiftcore.infer.engine import Engine
+from swiftcore.infer.errors import InferError, InvalidRequestError, UnsupportedError
+from swiftcore.infer.types import Generation, Request, SamplingParams, StreamDelta
+
+__all__ = [
+    "Engine",
+    "Generation",
+    "InferError",
+    "InvalidRequestError",
+    "Request",
+    "SamplingParams",
+    "StreamDelta",
+    "UnsupportedError",
+]

@@ -1,0 +1,27 @@
+"""Building blocks of chat templates: the :class:`Template` base class, segments, pieces and reply parsing.
+
+See ``docs/writing-a-plugin.md`` ("A new template") for how they fit together.
+"""
+
+from __future__ import annotations
+
+from swiftcore.template import Segment, Template, TemplateError
+from swiftcore.template.conversation import Conversation, media_type, tojson
+from swiftcore.template.parsing import json_or_text, split_reasoning, tool_call
+from swiftcore.template.pieces import media, prompt, strip_pieces, text_of
+
+__all__ = [
+    "Conversation",
+    "Segment",
+    "Template",
+    "TemplateError",
+    "json_or_text",
+    "media",
+    "media_type",
+    "prompt",
+    "split_reasoning",
+    "strip_pieces",
+    "text_of",
+    "tojson",
+    "tool_call",
+]
