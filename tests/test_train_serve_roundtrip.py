@@ -10,8 +10,8 @@ records the majority mode (thinking off), so:
   ``reasoning_content``, streamed and not streamed alike.
 
 This is the test that guards the train/serve prompt rule (``swiftcore.template.base``), the response
-parsing and the sample path against each later change. Qwen3-ASR's round trip needs audio at inference,
-which the engine does not take yet (the multimodal-serving issue).
+parsing and the sample path against each later change. Qwen3-ASR's round trip (audio in, transcripts out)
+is ``test_train_serve_roundtrip_asr.py``.
 """
 
 from __future__ import annotations

@@ -209,6 +209,26 @@ def run_file(
     return answered, failed
 
 
+def media_question(
+    images: tuple[str, ...],
+    audios: tuple[str, ...],
+    text: str | None,
+    system: str | None,
+    enable_thinking: bool | None,
+) -> dict[str, Any]:
+    """The record of a ``--image`` / ``--audio`` question: one user turn of media parts (then the text), as a
+    training row writes it."""
+    parts: list[dict[str, Any]] = [{"type": "image", "image": str(Path(p).resolve())} for p in images]
+    parts += [{"type": "audio", "audio": str(Path(p).resolve())} for p in audios]
+    if text:
+        parts.append({"type": "text", "text": text})
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    record: dict[str, Any] = {"messages": [*messages, {"role": "user", "content": parts}]}
+    if enable_thinking is not None:
+        record["chat_template_kwargs"] = {"enable_thinking": enable_thinking}
+    return record
+
+
 def chat_loop(engine: Any, *, sampling: Any, enable_thinking: bool | None, system: str | None) -> None:
     """An interactive chat on the terminal (``/clear`` forgets the history, ``/exit`` or Ctrl-D quits)."""
     from swiftcore.infer.types import Request
@@ -371,7 +391,22 @@ def run_head(
     default=None,
     help="Default chat_template_kwargs.enable_thinking (a record's own value wins).",
 )
-@click.option("--system", help="System prompt for the interactive chat.")
+@click.option("--system", help="System prompt for the interactive chat (or the --image / --audio question).")
+@click.option(
+    "--image",
+    "images",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Ask one question about this image (repeatable); the answer is printed as a JSON line.",
+)
+@click.option(
+    "--audio",
+    "audios",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Ask one question about this audio clip, e.g. transcribe it with an ASR model (repeatable).",
+)
+@click.option("--prompt", "prompt_text", help="The question's text for --image / --audio (optional for ASR).")
 @click.option(
     "--task",
     help="Head task: embedding, classification, reranker, generative_reranker (default: read from a head "
@@ -401,6 +436,9 @@ def infer(
     batch_size: int,
     enable_thinking: bool | None,
     system: str | None,
+    images: tuple[str, ...],
+    audios: tuple[str, ...],
+    prompt_text: str | None,
     task: str | None,
     texts: tuple[str, ...],
     query: str | None,
@@ -430,10 +468,11 @@ def infer(
       swiftcore infer --model ./out/checkpoint-100 --input prompts.jsonl --output answers.jsonl
       swiftcore infer --model ./tiny --backend vllm --input prompts.jsonl
       swiftcore infer --model ./tiny            # interactive chat
+      swiftcore infer --model ./asr-out --audio clip.wav        # one question with media
       swiftcore infer --model ./emb-out --text "a cat" --text "a dog" --dimensions 64
       swiftcore infer --model ./rr-out --query "pets" --doc "a cat" --doc "tax law"
     """
-    from swiftcore.infer.types import SamplingParams
+    from swiftcore.infer.types import Request, SamplingParams
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if batch_size < 1:
@@ -460,8 +499,28 @@ def infer(
             "--text, --query, --doc and --dimensions are for head checkpoints (swiftcore_head.json); "
             f"{engine_kwargs['model']} is a generation model: use --input or the interactive chat"
         )
+    if (images or audios or prompt_text) and input_path is not None:
+        raise click.UsageError(
+            "--image, --audio and --prompt ask one question; rows of --input carry their own media "
+            "(content parts or 'images' / 'audios' columns, as in training data)"
+        )
+    if prompt_text and not (images or audios):
+        raise click.UsageError("--prompt goes with --image or --audio (for a text question use the chat or --input)")
     engine = build_engine(plugins, **engine_kwargs)
     try:
+        if images or audios:
+            record = media_question(images, audios, prompt_text, system, enable_thinking)
+            row = _output_row(
+                record, None, engine.generate_requests([Request(record=record, sampling=sampling)])[0], None
+            )
+            if output_path:
+                Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+                Path(output_path).write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+            else:
+                click.echo(json.dumps(row, ensure_ascii=False))
+            if "error" in row:
+                raise SwiftcoreError(row["error"])
+            return
         if input_path is None:
             chat_loop(engine, sampling=sampling, enable_thinking=enable_thinking, system=system)
             return

@@ -3,7 +3,10 @@
 :class:`Engine` owns everything that is not the forward pass, so that the transformers, vLLM and
 SGLang backends cannot drift apart:
 
-- prompts are encoded by the same swiftcore template as in training (``add_generation_prompt=True``);
+- prompts are encoded by the same swiftcore template as in training (``add_generation_prompt=True``),
+  and a record's images and audio by the same sample path as training (:mod:`swiftcore.infer.media`):
+  the prompt a backend gets is then a :class:`~swiftcore.infer.media.Prompt` carrying the media tensors,
+  and a backend that cannot feed them (``accepts_media`` false) refuses the request;
 - encoding runs ahead of the engine (:func:`~swiftcore.infer.prepare.prepare_ahead`), and a request
   that cannot be encoded, or that makes its batch fail, fails alone with its own error;
 - generated ids are cut at the template's end-of-turn tokens and at the request's stop strings,
@@ -18,6 +21,7 @@ token ids: :meth:`Engine._generate_ids`, and optionally :meth:`Engine._stream_id
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -62,6 +66,8 @@ class Engine:
 
     backend: ClassVar[str] = "?"
     capabilities: ClassVar[frozenset[str]] = frozenset({"generate"})
+    #: Whether the backend feeds a :class:`~swiftcore.infer.media.Prompt`'s media tensors to the model.
+    accepts_media: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -98,6 +104,8 @@ class Engine:
         self.adapters: dict[str, Path] = {}
         self.default_adapter: str | None = None
         self._initial_adapter = adapter_dir
+        self._media: Any = None
+        self._media_lock = threading.Lock()
 
     # ------------------------------------------------------------------ set-up helpers for subclasses
 
@@ -146,12 +154,66 @@ class Engine:
 
     # ------------------------------------------------------------------ encoding
 
+    @property
+    def media_modalities(self) -> tuple[str, ...]:
+        """The media types prompts may carry: those the model spec declares (``image``, ``audio``) when the
+        checkpoint has its processor files, as training decides (:func:`~swiftcore.train.media.prepare_media`)."""
+        from swiftcore.train.media import _TRAINABLE, _has_processor_files
+
+        modalities = tuple(m for m in getattr(self.spec, "modalities", ()) if m in _TRAINABLE)
+        return modalities if modalities and _has_processor_files(Path(self.base_dir)) else ()
+
+    def media_preparer(self) -> Any:
+        """The :class:`~swiftcore.train.media.MediaPreparer` training uses for this model (built on first use;
+        None for a text-only model)."""
+        with self._media_lock:
+            if self._media is None and self.media_modalities:
+                from swiftcore.train.media import MediaError, prepare_media
+
+                try:
+                    self._media = prepare_media(self.spec, self.base_dir, self.tokenizer)
+                except MediaError as exc:
+                    raise InvalidRequestError(f"this model's processor cannot be built: {exc}") from exc
+            return self._media
+
+    def _with_media(self, record: Any) -> tuple[Any, Any]:
+        """``(record, preparer)``: a record with media decoded and its tags made parts as in training, or
+        ``(record, None)`` when it has no media. Refuses media the model or the backend cannot take."""
+        from swiftcore.infer.media import PLURAL, decode_media, media_kinds
+
+        if not isinstance(record, Mapping):
+            return record, None
+        kinds = media_kinds(record)
+        if not kinds:
+            return record, None
+        accepted = self.media_modalities
+        for where, kind in kinds:
+            if kind not in accepted:
+                takes = f"it takes {', '.join(accepted)} only" if accepted else "it is a text-only model"
+                raise InvalidRequestError(
+                    f"{where}: model {self.spec.name!r} does not accept {PLURAL[kind]} ({takes})", param="messages"
+                )
+        if not self.accepts_media:
+            raise InvalidRequestError(
+                f"the {self.backend} backend does not take images or audio yet; serve this model with "
+                "--backend transformers",
+                param="messages",
+            )
+        from swiftcore.train.media import media_tags_to_parts
+
+        preparer = self.media_preparer()
+        where = f"record {record['id']!r}: " if record.get("id") is not None else ""
+        return media_tags_to_parts(decode_media(record, preparer.sampling_rate, where)), preparer
+
     def encode(self, request: Request) -> list[int]:
-        """The prompt token ids of ``request`` (template-encoded for a chat record).
+        """The prompt token ids of ``request`` (template-encoded for a chat record); for a record with
+        images or audio a :class:`~swiftcore.infer.media.Prompt` (ids and media tensors), encoded by
+        training's sample path. The result is also kept in ``request.encoded``.
 
         Raises:
-            InvalidRequestError: the record cannot be rendered, the adapter is unknown, or the prompt
-                leaves no room for ``max_new_tokens`` within :attr:`max_model_len`.
+            InvalidRequestError: the record cannot be rendered, its media cannot be read or is of a type the
+                model or backend does not take, the adapter is unknown, or the prompt leaves no room for
+                ``max_new_tokens`` within :attr:`max_model_len`.
         """
         from swiftcore.template import TemplateError
 
@@ -163,10 +225,14 @@ class Engine:
                 asked = record.get("chat_template_kwargs")
                 kwargs = {**defaults, **(asked if isinstance(asked, Mapping) else {})}
                 record = {**record, "chat_template_kwargs": kwargs}
+            record, preparer = self._with_media(record)
             try:
-                ids = list(self.template.encode(self.tokenizer, record, add_generation_prompt=True).input_ids)
+                encoded = self.template.encode(self.tokenizer, record, add_generation_prompt=True)
             except TemplateError as exc:
                 raise InvalidRequestError(str(exc), param="messages") from exc
+            ids = list(encoded.input_ids)
+            if preparer is not None and encoded.media:
+                ids = self._expand_media(preparer, encoded, record)
         elif isinstance(request.prompt, str):
             ids = list(self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
         else:
@@ -183,7 +249,21 @@ class Engine:
                 f"the model's context of {self.max_model_len} tokens: shorten the conversation or lower max_tokens",
                 param="max_tokens" if room > 0 else "messages",
             )
+        request.encoded = ids
         return ids
+
+    @staticmethod
+    def _expand_media(preparer: Any, encoded: Any, record: Any) -> list[int]:
+        from swiftcore.infer.media import Prompt
+        from swiftcore.train.media import MediaError
+
+        try:
+            sample = preparer.expand(encoded, record)
+        except MediaError as exc:
+            raise InvalidRequestError(str(exc), param="messages") from exc
+        ids = sample.pop("input_ids")
+        sample.pop("labels", None)
+        return Prompt(ids, sample)
 
     def _adapter_for(self, request: Request) -> str | None:
         """The adapter a request runs with (None = base model)."""

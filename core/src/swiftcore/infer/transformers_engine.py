@@ -3,6 +3,8 @@
 Prompts are encoded by the same swiftcore template as in training (see :class:`~swiftcore.infer.engine.Engine`),
 so the text a model was trained on and the text it is asked with cannot drift apart. Several peft LoRA
 adapters can be loaded; one batch may mix them (peft's ``adapter_names``), the base model included.
+A prompt with images or audio (a :class:`~swiftcore.infer.media.Prompt`) runs in a batch of its own, its
+media tensors passed to ``generate`` as training passes them to the forward pass.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class TransformersEngine(Engine):
 
     backend = "transformers"
     capabilities = frozenset({"generate", "stream", "embed", "lora", "update_weights"})
+    accepts_media = True
 
     def __init__(
         self,
@@ -118,6 +121,36 @@ class TransformersEngine(Engine):
             return {}
         return {"adapter_names": [a or _PEFT_BASE for a in adapters]}
 
+    def _media_kwargs(self, prompts: list[list[int]]) -> dict[str, Any]:
+        """The media tensors of a batch's prompt (a prompt with media is always batched alone), on the model's
+        device, floating ones in its dtype."""
+        import torch
+
+        media = getattr(prompts[0], "media", None) if len(prompts) == 1 else None
+        if not media:
+            if any(getattr(p, "media", None) for p in prompts):
+                raise RuntimeError("a prompt with media must be generated in a batch of its own")
+            return {}
+        dtype = getattr(self.model, "dtype", None)
+        out: dict[str, Any] = {}
+        for key, value in media.items():
+            tensor = torch.as_tensor(value)
+            if key == "mm_token_type_ids" and tensor.dim() == 1:
+                tensor = tensor.unsqueeze(0)
+            if tensor.is_floating_point() and dtype is not None:
+                tensor = tensor.to(dtype)
+            out[key] = tensor.to(self.device)
+        return out
+
+    @staticmethod
+    def _groups(prompts: list[list[int]], params: list[SamplingParams]) -> list[list[int]]:
+        """Rows that can share one ``generate`` call: same sampling settings; a prompt with media alone."""
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(params):
+            alone = i if getattr(prompts[i], "media", None) else None
+            groups.setdefault((p.temperature, p.top_p, p.top_k, p.seed, p.repetition_penalty, alone), []).append(i)
+        return list(groups.values())
+
     def _batch_tensors(self, prompts: list[list[int]]) -> tuple[Any, Any]:
         import torch
 
@@ -163,19 +196,18 @@ class TransformersEngine(Engine):
         import torch
 
         # Rows are batched when they sample alike; each row is cut to its own max_new_tokens afterwards.
-        groups: dict[tuple, list[int]] = {}
-        for i, p in enumerate(params):
-            groups.setdefault((p.temperature, p.top_p, p.top_k, p.seed, p.repetition_penalty), []).append(i)
         out: list[list[int]] = [[] for _ in prompts]
-        for rows in groups.values():
+        for rows in self._groups(prompts, params):
             first = params[rows[0]]
             if first.seed is not None:
                 torch.manual_seed(first.seed)
             input_ids, attention_mask = self._batch_tensors([prompts[i] for i in rows])
+            media = self._media_kwargs([prompts[i] for i in rows])
             with torch.inference_mode():
                 generated = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
+                    **media,
                     **self._generate_kwargs(first, max(params[i].max_new_tokens for i in rows)),
                     **self._adapter_kwargs([adapters[i] for i in rows]),
                 )
@@ -187,10 +219,7 @@ class TransformersEngine(Engine):
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> Iterator[tuple[int, list[int]]]:
         # Rows that sample alike stream together as one left-padded batch (one token per row per step).
-        groups: dict[tuple, list[int]] = {}
-        for i, p in enumerate(params):
-            groups.setdefault((p.temperature, p.top_p, p.top_k, p.seed, p.repetition_penalty), []).append(i)
-        for rows in groups.values():
+        for rows in self._groups(prompts, params):
             steps = self._stream_batch(
                 [prompts[i] for i in rows],
                 params[rows[0]],
@@ -241,10 +270,12 @@ class TransformersEngine(Engine):
                 if params.seed is not None:
                     torch.manual_seed(params.seed)
                 input_ids, attention_mask = self._batch_tensors(prompts)
+                media = self._media_kwargs(prompts)
                 with torch.inference_mode():
                     self.model.generate(
                         input_ids=input_ids,
                         attention_mask=attention_mask,
+                        **media,
                         streamer=_Streamer(),
                         stopping_criteria=StoppingCriteriaList([_Cancel()]),
                         **self._generate_kwargs(params, max_new_tokens),

@@ -76,6 +76,9 @@ class Request:
         sampling: the sampling parameters.
         adapter: the name of a loaded LoRA adapter, or None for the base model.
         request_id: an id for logs and errors.
+        encoded: the prompt ids the engine last encoded this request into (set by ``Engine.encode``; a
+            multimodal prompt is a :class:`~swiftcore.infer.media.Prompt` carrying its media tensors), so
+            that code outside the engine thread never decodes the request's media again.
     """
 
     record: dict[str, Any] | None = None
@@ -83,6 +86,7 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     adapter: str | None = None
     request_id: str | None = None
+    encoded: list[int] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if (self.record is None) == (self.prompt is None):

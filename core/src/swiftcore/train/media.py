@@ -48,6 +48,7 @@ __all__ = [
     "media_tags_to_parts",
     "media_value",
     "prepare_media",
+    "processor_files",
 ]
 
 log = logging.getLogger("swiftcore.train")
@@ -93,9 +94,25 @@ def prepare_media(spec: Any, model_dir: str | Path, tokenizer: Any) -> MediaPrep
     return MediaPreparer(processor, tokenizer, modalities=modalities, where=str(model_dir))
 
 
+#: The files a checkpoint needs, besides the tokenizer's, for its processor to be rebuilt.
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
 def _has_processor_files(model_dir: Path) -> bool:
-    names = ("processor_config.json", "preprocessor_config.json")
-    return any((model_dir / name).is_file() for name in names)
+    return any((model_dir / name).is_file() for name in PROCESSOR_FILES)
+
+
+def processor_files(model_dir: str | Path) -> dict[str, str]:
+    """File name -> text of ``model_dir``'s processor files (empty for a text-only model).
+
+    A trained checkpoint of a multimodal model needs them next to its weights and tokenizer, or inference
+    cannot expand its media placeholders (``swiftcore infer`` / ``deploy`` would refuse images and audio);
+    the trainer writes them into every checkpoint.
+    """
+    model_dir = Path(model_dir)
+    return {
+        name: (model_dir / name).read_text(encoding="utf-8") for name in PROCESSOR_FILES if (model_dir / name).is_file()
+    }
 
 
 def load_media_processor(spec: Any, model_dir: str | Path, tokenizer: Any) -> Any:
@@ -341,8 +358,13 @@ def load_image(value: Any, what: str = "image") -> Any:
     except FileNotFoundError as exc:
         raise MediaError(f"{what}: file {str(source)!r} not found; fix the path in the dataset") from exc
     except OSError as exc:
-        raise MediaError(f"{what}: cannot read {str(source)[:80]!r} as an image ({exc})") from exc
+        raise MediaError(f"{what}: cannot read {_describe(source)} as an image ({exc})") from exc
     return image.convert("RGB")
+
+
+def _describe(source: Any) -> str:
+    """A file's path, or the size of inline bytes (their repr says nothing to a reader)."""
+    return f"the {len(source)} given bytes" if isinstance(source, bytes) else repr(str(source)[:80])
 
 
 def load_audio(value: Any, sampling_rate: int, what: str = "audio") -> Any:
@@ -386,11 +408,17 @@ def _decode_audio(source: bytes | str | Path, what: str) -> tuple[Any, int]:
     try:
         with wavefile.open(handle if isinstance(handle, io.BytesIO) else str(handle), "rb") as wav:
             width, channels, rate = wav.getsampwidth(), wav.getnchannels(), wav.getframerate()
-            raw = wav.readframes(wav.getnframes())
+            frames = wav.getnframes()
+            raw = wav.readframes(frames)
     except FileNotFoundError as exc:
         raise MediaError(f"{what}: file {str(source)!r} not found; fix the path in the dataset") from exc
     except (wavefile.Error, EOFError) as exc:
         return _decode_with_soundfile(source, what, exc)
+    if len(raw) < frames * width * channels:
+        raise MediaError(
+            f"{what}: truncated WAV: its header says {frames} frames, the data holds "
+            f"{len(raw) // max(width * channels, 1)}; send the whole file"
+        )
     if width == 1:
         data = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
     elif width in (2, 4):
@@ -407,13 +435,13 @@ def _decode_with_soundfile(source: bytes | str | Path, what: str, wav_error: Exc
         import soundfile
     except ImportError:
         raise MediaError(
-            f"{what}: {str(source)[:80]!r} is not a PCM WAV file ({wav_error}); `pip install soundfile` to read "
+            f"{what}: {_describe(source)} is not a PCM WAV file ({wav_error}); `pip install soundfile` to read "
             "other formats (FLAC, OGG, float WAV), or convert it to 16-bit WAV"
         ) from None
     try:
         data, rate = soundfile.read(io.BytesIO(source) if isinstance(source, bytes) else str(source), dtype="float32")
     except RuntimeError as exc:
-        raise MediaError(f"{what}: cannot decode {str(source)[:80]!r} ({exc})") from exc
+        raise MediaError(f"{what}: cannot decode {_describe(source)} as audio ({exc})") from exc
     return data, int(rate)
 
 

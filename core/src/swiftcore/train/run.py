@@ -467,7 +467,10 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         template={"name": template_spec.name, "provider": str(template_spec.provider)},
         generation_defaults=generation_defaults(list(train_records), template, cfg),
     )
-    trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
+    from swiftcore.train.media import processor_files
+
+    # A multimodal checkpoint needs its processor files to be served with media.
+    trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2), **processor_files(cfg.model)}
     return train_and_report(
         trainer, cfg, output_dir, train_samples=len(train_samples), evaluate=bool(val_samples), resume=resume
     )

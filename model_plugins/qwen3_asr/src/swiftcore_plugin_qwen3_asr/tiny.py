@@ -52,7 +52,7 @@ def tiny_qwen3_asr_tokenizer(out_dir: str | Path) -> None:
     """
     from transformers import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
 
-    from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
+    from swiftcore.api.models import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(
         out_dir,
@@ -108,6 +108,11 @@ def tiny_qwen3_asr_config(tokenizer: Any = None) -> Any:
         "output_dim": 64,  # the text hidden size
         "num_mel_bins": 128,
         "downsample_hidden_size": 32,  # the default (480) alone would be 4 M parameters of convolutions
+        # At the default 0.02 the three stride-2 convolutions shrink the features ~1000x, the sinusoidal
+        # positions then swamp them and every clip comes out of the tower the same (to 4 digits): a frozen
+        # tower (training's default) would hear nothing. At 0.2 clips stay apart (relative distance ~0.8),
+        # as a real pretrained tower keeps them.
+        "initializer_range": 0.2,
     }
     return Qwen3ASRConfig(
         text_config=text,

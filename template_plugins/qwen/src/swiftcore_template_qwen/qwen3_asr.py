@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.template import Segment, Template, TemplateError
-from swiftcore.template.conversation import Conversation
-from swiftcore.template.pieces import media, prompt
+from swiftcore.api.template import Conversation, Segment, Template, TemplateError, media, prompt
 
 __all__ = ["Qwen3AsrTemplate"]
 
@@ -27,6 +25,8 @@ class Qwen3AsrTemplate(Template):
 
     stop_words = ("<|im_end|>",)
     response_markers = ("<asr_text>",)
+    #: The answer follows this marker (what precedes it is the language); a streaming server holds that back.
+    content_start = "<asr_text>"
 
     def generation_prompt(self, conv: Conversation) -> str:
         """``<|im_start|>assistant\\n``."""

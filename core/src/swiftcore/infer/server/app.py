@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request as HttpRequest
 
 from swiftcore.infer.errors import InferError, InvalidRequestError, UnsupportedError
+from swiftcore.infer.media import media_kinds, openai_media_parts, strip_media_values
 from swiftcore.infer.server.guard import RequestGuard, error_body, has_api_key
 from swiftcore.infer.server.protocol import (
     ChatCompletionRequest,
@@ -276,6 +277,7 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         engine.load_adapter(name, path)
     worker = EngineWorker(engine, max_queue=config.max_queue, max_batch=config.max_batch)
     limits = _PromptLimits(engine, config.max_prompt_chars)
+    media_modalities = tuple(getattr(engine, "media_modalities", ()))
 
     class _JSONRequest(HttpRequest):
         """Parses bodies with pydantic's JSON parser instead of ``json.loads``.
@@ -448,7 +450,9 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         adapter = adapter_for(body.model)
         require_generation()
         record = body.record()
-        limits.check_text(record, "messages")
+        if media_kinds(record):  # OpenAI's image_url / input_audio parts -> the template's parts (cheap checks)
+            record = openai_media_parts(record, media_modalities, body.model)
+        limits.check_text(strip_media_values(record), "messages")
         request = Request(
             record=record,
             sampling=sampling_from(body, config.default_max_tokens),
@@ -494,7 +498,11 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         async for delta in worker.stream(request):
             if parser is None:  # first delta: the request was accepted
                 parser = StreamParser(
-                    _prompt_opens_thinking(engine, request, think_start), think_start, think_end, tool_start
+                    _prompt_opens_thinking(engine, request, think_start),
+                    think_start,
+                    think_end,
+                    tool_start,
+                    content_start=getattr(engine.template, "content_start", None),
                 )
                 yield chunk({"role": "assistant", "content": ""})
             for name, text in parser.feed(delta.text):
@@ -767,8 +775,11 @@ def _encode_vector(vector: list[float], encoding_format: str) -> Any:
 
 def _prompt_opens_thinking(engine: Any, request: Request, think_start: str) -> bool:
     """Whether the prompt ends inside an open thinking block (the reply starts with reasoning): decided on
-    the ids the engine encodes (with the checkpoint's defaults), exactly as the non-streamed parse does."""
+    the ids the engine encodes (with the checkpoint's defaults), exactly as the non-streamed parse does.
+    The engine thread has encoded the request already (its first piece came back): those ids are reused, so
+    the event loop never decodes the request's media."""
     try:
-        return engine.prompt_opens_thinking(engine.encode(request))
+        ids = request.encoded if request.encoded is not None else engine.encode(request)
+        return engine.prompt_opens_thinking(ids)
     except Exception:  # the request was already encoded; this only guides streaming
         return False

@@ -3,7 +3,9 @@
 The template parses the whole reply at the end (``tool_calls`` come from that); while streaming, this
 small state machine routes text between the thinking markers to ``reasoning_content``, text after them
 to ``content``, and holds everything from the tool-call marker on (the tool calls are sent parsed, once,
-at the end). Text that may be the start of a marker is held back until it is decided.
+at the end). Text that may be the start of a marker is held back until it is decided. A template whose
+replies start with metadata before the answer (Qwen3-ASR's ``language English<asr_text>...``) declares
+``content_start``: everything up to that marker is held back, and what follows it is ``content``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class StreamParser:
         think_start: the opening thinking marker.
         think_end: the closing thinking marker.
         tool_start: the marker that starts a tool call.
+        content_start: the marker the answer follows (the template's ``content_start``), or None; a reply
+            that never writes it is all content, as the template parses it.
     """
 
     def __init__(
@@ -46,8 +50,10 @@ class StreamParser:
         think_start: str = "<think>",
         think_end: str = "</think>",
         tool_start: str = "<tool_call>",
+        content_start: str | None = None,
     ) -> None:
-        self.mode = "reasoning" if in_reasoning else "start"
+        self.content_start = content_start
+        self.mode = "reasoning" if in_reasoning else ("prefix" if content_start else "start")
         self.buffer = ""
         self.think_start, self.think_end, self.tool_start = think_start, think_end, tool_start
         self._content_started = False
@@ -57,6 +63,13 @@ class StreamParser:
         self.buffer += text
         out: list[tuple[str, str]] = []
         while True:
+            if self.mode == "prefix":
+                assert self.content_start is not None
+                if self.content_start not in self.buffer:
+                    return out  # metadata, or an answer without the marker: decided at the end
+                self.buffer = self.buffer.partition(self.content_start)[2]
+                self.mode = "content"
+                continue
             if self.mode == "start":
                 stripped = self.buffer.lstrip()
                 if stripped.startswith(self.think_start):
@@ -97,7 +110,7 @@ class StreamParser:
     def flush(self) -> list[tuple[str, str]]:
         """The undecided rest at the end of the reply."""
         out: list[tuple[str, str]] = []
-        if self.mode in ("start", "content"):
+        if self.mode in ("start", "content", "prefix"):
             self._emit(out, "content", self.buffer.rstrip())
         elif self.mode == "reasoning":
             self._emit(out, "reasoning_content", self.buffer)
