@@ -33,15 +33,19 @@ class PluginOption:
     kwargs: dict[str, Any]
     dest: str
     group: str
-    recipe: str | None
+    recipes: tuple[str, ...]
     plugin: str
+
+    def applies_to(self, recipe: str) -> bool:
+        """Whether the option is valid with ``recipe`` (an option of no recipe is valid with all)."""
+        return not self.recipes or recipe in self.recipes
 
     def click_option(self) -> Any:
         """The :class:`click.Option` for this option (its help names the group or recipe)."""
         import click
 
         kwargs = dict(self.kwargs)
-        scope = f"[recipe {self.recipe}] " if self.recipe else f"[{self.group}] "
+        scope = f"[recipe {'|'.join(self.recipes)}] " if self.recipes else f"[{self.group}] "
         kwargs["help"] = scope + str(kwargs.get("help", ""))
         kwargs.setdefault("show_default", kwargs.get("default") not in (None, (), ""))
         return click.Option(list(self.flags), **kwargs)
@@ -49,11 +53,11 @@ class PluginOption:
 
 @dataclass
 class OptionGroup:
-    """A named group of options; ``recipe`` set means they belong to that recipe alone."""
+    """A named group of options; ``recipes`` set means they belong to those recipes alone."""
 
     name: str
     description: str
-    recipe: str | None
+    recipes: tuple[str, ...]
     _parser: OptionParser
 
     def addoption(self, *flags: str, **kwargs: Any) -> None:
@@ -79,15 +83,17 @@ class OptionParser:
     #: The plugin whose hook implementation is running (set by :func:`collect_options`).
     current_plugin: str = "?"
 
-    def getgroup(self, name: str, description: str = "", *, recipe: str | None = None) -> OptionGroup:
-        """The group called ``name`` (created on first use). ``recipe`` ties its options to that recipe."""
+    def getgroup(self, name: str, description: str = "", *, recipe: str | tuple[str, ...] | None = None) -> OptionGroup:
+        """The group called ``name`` (created on first use). ``recipe`` (a name, or a tuple of names for
+        options several recipes share) ties its options to those recipes."""
+        recipes = (recipe,) if isinstance(recipe, str) else tuple(recipe or ())
         group = self.groups.get(name)
         if group is None:
-            group = self.groups[name] = OptionGroup(name, description, recipe, self)
-        elif recipe is not None and group.recipe not in (None, recipe):
+            group = self.groups[name] = OptionGroup(name, description, recipes, self)
+        elif recipes and group.recipes != recipes:
             raise SwiftcoreError(
-                f"plugin {self.current_plugin!r}: option group {name!r} belongs to recipe {group.recipe!r}, "
-                f"not {recipe!r}; use a group of its own"
+                f"plugin {self.current_plugin!r}: option group {name!r} belongs to recipe(s) "
+                f"{', '.join(group.recipes) or '(all)'}, not {', '.join(recipes)}; use a group of its own"
             )
         return group
 
@@ -107,7 +113,7 @@ class OptionParser:
                     f"{owner} adds option {name!r} to `swiftcore {self.command}`, which {self.reserved[name]} "
                     "already has; rename the plugin's option"
                 )
-        option = PluginOption(tuple(flags), kwargs, dest, group.name, group.recipe, self.current_plugin)
+        option = PluginOption(tuple(flags), kwargs, dest, group.name, group.recipes, self.current_plugin)
         for name in (*(f.split("/")[0] for f in flags), dest):
             self.reserved[name] = owner
         self.options.append(option)

@@ -18,6 +18,7 @@ Importing any of them never imports torch, transformers or megatron.
 
 from __future__ import annotations
 
+from swiftcore import load_plugins
 from swiftcore._lazy import resolve
 from swiftcore.errors import (
     ConflictError,
@@ -60,5 +61,6 @@ __all__ = [
     "TemplateSpec",
     "UnknownNameError",
     "hookimpl",
+    "load_plugins",
     "resolve",
 ]

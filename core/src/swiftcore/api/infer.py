@@ -1,9 +1,11 @@
-"""What an inference backend is written with: the :class:`Engine` base class, request types and errors."""
+"""What an inference backend is written with: the :class:`Engine` base class (and the transformers engine, to
+build on), request types and errors."""
 
 from __future__ import annotations
 
 from swiftcore.infer.engine import Engine
 from swiftcore.infer.errors import InferError, InvalidRequestError, UnsupportedError
+from swiftcore.infer.transformers_engine import TransformersEngine
 from swiftcore.infer.types import Generation, Request, SamplingParams, StreamDelta
 
 __all__ = [
@@ -14,5 +16,6 @@ __all__ = [
     "Request",
     "SamplingParams",
     "StreamDelta",
+    "TransformersEngine",
     "UnsupportedError",
 ]

@@ -5,13 +5,14 @@ See ``docs/writing-a-plugin.md`` ("A new template") for how they fit together.
 
 from __future__ import annotations
 
-from swiftcore.template import Segment, Template, TemplateError
+from swiftcore.template import JinjaTemplate, Segment, Template, TemplateError, read_resource
 from swiftcore.template.conversation import Conversation, media_type, tojson
 from swiftcore.template.parsing import json_or_text, split_reasoning, tool_call
 from swiftcore.template.pieces import media, prompt, strip_pieces, text_of
 
 __all__ = [
     "Conversation",
+    "JinjaTemplate",
     "Segment",
     "Template",
     "TemplateError",
@@ -19,6 +20,7 @@ __all__ = [
     "media",
     "media_type",
     "prompt",
+    "read_resource",
     "split_reasoning",
     "strip_pieces",
     "text_of",

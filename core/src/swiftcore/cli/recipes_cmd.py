@@ -28,7 +28,7 @@ def recipes(state: CliState, as_json: bool, plugin_specs: tuple[str, ...]) -> No
     options = collect_options(plugins, "train", {})
     rows: list[dict[str, Any]] = []
     for spec in specs:
-        own = [o for o in options if o.recipe == spec.name]
+        own = [o for o in options if spec.name in o.recipes]
         rows.append(
             {
                 "name": spec.name,

@@ -190,11 +190,12 @@ def _recipe_options(ctx: click.Context, options: dict[str, Any], recipe: str) ->
     for option in ctx.meta.get(_PLUGIN_OPTIONS, ()):
         value = options.pop(option.dest)
         given = ctx.get_parameter_source(option.dest) not in (None, click.core.ParameterSource.DEFAULT)
-        if option.recipe is not None and option.recipe != recipe:
+        if not option.applies_to(recipe):
             if given:
+                which = " or ".join(repr(r) for r in option.recipes)
                 raise click.UsageError(
-                    f"{option.flags[0]} belongs to recipe {option.recipe!r} (plugin {option.plugin}); this run "
-                    f"uses --recipe {recipe}. Add --recipe {option.recipe}, or drop the option."
+                    f"{option.flags[0]} belongs to recipe {which} (plugin {option.plugin}); this run "
+                    f"uses --recipe {recipe}. Add --recipe {option.recipes[0]}, or drop the option."
                 )
             continue
         out[option.dest] = list(value) if isinstance(value, tuple) else value

@@ -21,9 +21,7 @@ from typing import Any
 
 from swiftcore_bridge_gpt.gpt import GATE_UP, GPTMoEBridge
 
-from swiftcore.megatron import BridgeError, ParallelismError
-from swiftcore.megatron.bridge import MegatronBridge
-from swiftcore.megatron.mapping import COLUMN, ROW, Concat, Rule
+from swiftcore.api.megatron import COLUMN, ROW, BridgeError, Concat, MegatronBridge, ParallelismError, Rule
 
 __all__ = ["ATTENTION_TYPES", "MLP_TYPES", "DeepseekV4Bridge"]
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import torch
 
-from swiftcore.megatron.errors import BridgeError
+from swiftcore.api.megatron import BridgeError
 
 __all__ = ["ForwardInputs", "UsesForwardInputs"]
 

@@ -18,8 +18,7 @@ from typing import Any
 
 from swiftcore_bridge_gpt.gpt import GATE_UP, GPTBridge
 
-from swiftcore.megatron import BridgeError, MegatronBridge, ParallelismError
-from swiftcore.megatron.mapping import COLUMN, QKV, ROW, Concat, Rule, Shard
+from swiftcore.api.megatron import COLUMN, QKV, ROW, BridgeError, Concat, MegatronBridge, ParallelismError, Rule, Shard
 from swiftcore_bridge_gemma4.facts import LayerFacts, layer_facts
 from swiftcore_bridge_gemma4.mapping import QK
 

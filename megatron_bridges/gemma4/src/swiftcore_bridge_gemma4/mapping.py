@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from swiftcore.megatron.errors import MappingError
-from swiftcore.megatron.mapping import Fuse
+from swiftcore.api.megatron import Fuse, MappingError
 
 if TYPE_CHECKING:
     import torch

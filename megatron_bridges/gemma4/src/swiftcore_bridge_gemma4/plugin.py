@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swiftcore import BridgeSpec, hookimpl
+from swiftcore.api import BridgeSpec, hookimpl
 
 SWIFTCORE_API = "1.0"
 

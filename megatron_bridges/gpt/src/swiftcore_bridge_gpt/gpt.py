@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.megatron import BridgeError, MegatronBridge, ParallelismError
-from swiftcore.megatron.mapping import COLUMN, QKV, ROW, Concat, Rule, Shard
+from swiftcore.api.megatron import COLUMN, QKV, ROW, BridgeError, Concat, MegatronBridge, ParallelismError, Rule, Shard
 
 __all__ = ["GATE_UP", "GPTBridge", "GPTMoEBridge"]
 

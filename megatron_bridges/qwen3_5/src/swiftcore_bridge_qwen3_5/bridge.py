@@ -26,8 +26,7 @@ from typing import Any
 
 from swiftcore_bridge_gpt.gpt import GATE_UP, GPTBridge, GPTMoEBridge
 
-from swiftcore.megatron import BridgeError, ParallelismError
-from swiftcore.megatron.mapping import COLUMN, ROW, Concat, Rule
+from swiftcore.api.megatron import COLUMN, ROW, BridgeError, Concat, ParallelismError, Rule
 from swiftcore_bridge_qwen3_5.mapping import GatedQKV, Sections, SectionShard
 
 __all__ = ["Qwen3_5Bridge", "Qwen3_5MoeBridge"]

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from swiftcore.megatron.errors import MappingError, ParallelismError
-from swiftcore.megatron.mapping import Fuse, Shard
+from swiftcore.api.megatron import Fuse, MappingError, ParallelismError, Shard
 
 if TYPE_CHECKING:  # torch is imported by the methods: rules can be built without it
     import torch

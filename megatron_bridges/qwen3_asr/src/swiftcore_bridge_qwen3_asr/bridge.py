@@ -6,7 +6,7 @@ from typing import Any
 
 from swiftcore_bridge_gpt.gpt import GPTBridge
 
-from swiftcore.megatron import BridgeError
+from swiftcore.api.megatron import BridgeError
 
 __all__ = ["Qwen3ASRBridge"]
 

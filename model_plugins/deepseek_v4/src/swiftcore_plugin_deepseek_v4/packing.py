@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from swiftcore.models.packed_layers import PACKING_KWARGS, PackedBatchError, packed_segments, wrap_forward
-from swiftcore.models.packed_layers import transformers_in_range as _transformers_in
+from swiftcore.api.models import PACKING_KWARGS, PackedBatchError, packed_segments, wrap_forward
+from swiftcore.api.models import transformers_in_range as _transformers_in
 
 __all__ = [
     "TRANSFORMERS_RANGE",

@@ -29,7 +29,7 @@ def load_processor(model_dir: str | Path, tokenizer: Any) -> Any:
     """
     import transformers
 
-    from swiftcore.train.media import load_processor_without_video
+    from swiftcore.api.models import load_processor_without_video
 
     try:
         transformers.Gemma4Processor  # noqa: B018 - only checks that the module imports (it needs torchvision)

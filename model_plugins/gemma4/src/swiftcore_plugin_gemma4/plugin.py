@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swiftcore import ModelParts, ModelSpec, hookimpl
+from swiftcore.api import ModelParts, ModelSpec, hookimpl
 
 SWIFTCORE_API = "1.0"
 

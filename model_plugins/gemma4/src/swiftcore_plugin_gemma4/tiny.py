@@ -67,8 +67,7 @@ def tiny_gemma4_tokenizer(out_dir: str | Path) -> None:
     """
     from transformers import Gemma4AudioFeatureExtractor, Gemma4ImageProcessorPil
 
-    from swiftcore.models.tiny_processor import save_processor_config
-    from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
+    from swiftcore.api.models import build_tiny_tokenizer, save_processor_config
 
     build_tiny_tokenizer(
         out_dir,

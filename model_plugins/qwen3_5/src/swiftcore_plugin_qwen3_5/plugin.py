@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore import ModelParts, ModelSpec, hookimpl
+from swiftcore.api import ModelParts, ModelSpec, hookimpl
 
 SWIFTCORE_API = "1.0"
 

@@ -86,8 +86,7 @@ def tiny_qwen3_5_tokenizer(out_dir: str | Path) -> None:
     """
     from transformers import Qwen2VLImageProcessorPil
 
-    from swiftcore.models.tiny_processor import save_processor_config
-    from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
+    from swiftcore.api.models import build_tiny_tokenizer, save_processor_config
 
     build_tiny_tokenizer(
         out_dir,

@@ -17,9 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from swiftcore.infer.engine import Engine
-from swiftcore.infer.errors import InferError, InvalidRequestError, UnsupportedError
-from swiftcore.infer.types import SamplingParams
+from swiftcore.api.infer import Engine, InferError, InvalidRequestError, SamplingParams, UnsupportedError
 
 __all__ = ["SglangEngine", "new_token_ids", "to_sglang_sampling"]
 
@@ -114,7 +112,7 @@ class SglangEngine(Engine):
         if merge_lora and self._initial_adapter is not None:
             import tempfile
 
-            from swiftcore.models.adapters import merge_lora as merge_into
+            from swiftcore.api.models import merge_lora as merge_into
 
             self._tmp = tempfile.TemporaryDirectory(prefix="swiftcore-sglang-merged-")
             serve_dir = merge_into(

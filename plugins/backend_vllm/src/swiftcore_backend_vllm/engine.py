@@ -20,10 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from swiftcore.infer.engine import Engine
-from swiftcore.infer.errors import InvalidRequestError, UnsupportedError
-from swiftcore.infer.types import SamplingParams
-from swiftcore.models.adapters import merge_lora as merge_lora_into
+from swiftcore.api.infer import Engine, InvalidRequestError, SamplingParams, UnsupportedError
+from swiftcore.api.models import merge_lora as merge_lora_into
 from swiftcore_backend_vllm.probe import installed_vllm
 
 __all__ = ["VllmEngine", "configure_environment", "to_vllm_sampling"]

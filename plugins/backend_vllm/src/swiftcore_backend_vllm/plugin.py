@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swiftcore import BackendSpec, hookimpl
+from swiftcore.api import BackendSpec, hookimpl
 
 SWIFTCORE_API = "1.0"
 

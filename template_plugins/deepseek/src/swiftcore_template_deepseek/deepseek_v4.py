@@ -25,10 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from swiftcore.template import Segment, Template, TemplateError
-from swiftcore.template.conversation import Conversation
-from swiftcore.template.parsing import tool_call
-from swiftcore.template.pieces import prompt
+from swiftcore.api.template import Conversation, Segment, Template, TemplateError, prompt, tool_call
 
 __all__ = ["BOS", "EOS", "DeepseekV4Template"]
 

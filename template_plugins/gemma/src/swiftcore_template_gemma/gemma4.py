@@ -11,10 +11,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from swiftcore.template import Segment, Template, TemplateError
-from swiftcore.template.conversation import Conversation
-from swiftcore.template.parsing import json_or_text, tool_call
-from swiftcore.template.pieces import media, prompt
+from swiftcore.api.template import (
+    Conversation,
+    Segment,
+    Template,
+    TemplateError,
+    json_or_text,
+    media,
+    prompt,
+    tool_call,
+)
 from swiftcore_template_gemma.declarations import (
     Q,
     dictsort,

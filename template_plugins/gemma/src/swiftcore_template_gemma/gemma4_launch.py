@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.template import Segment, TemplateError
-from swiftcore.template.conversation import Conversation
-from swiftcore.template.pieces import media, prompt
+from swiftcore.api.template import Conversation, Segment, TemplateError, media, prompt
 from swiftcore_template_gemma.declarations import format_declaration, format_tool_response
 from swiftcore_template_gemma.gemma4 import Gemma4Template, strip_thinking
 

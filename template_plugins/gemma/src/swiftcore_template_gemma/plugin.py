@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swiftcore import TemplateSpec, hookimpl
+from swiftcore.api import TemplateSpec, hookimpl
 
 SWIFTCORE_API = "1.0"
 

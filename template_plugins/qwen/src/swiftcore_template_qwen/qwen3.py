@@ -12,10 +12,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from swiftcore.template import Segment, Template, TemplateError
-from swiftcore.template.conversation import Conversation, tojson
-from swiftcore.template.parsing import split_reasoning, tool_call
-from swiftcore.template.pieces import prompt
+from swiftcore.api.template import (
+    Conversation,
+    Segment,
+    Template,
+    TemplateError,
+    prompt,
+    split_reasoning,
+    tojson,
+    tool_call,
+)
 
 __all__ = ["Qwen3Template"]
 

@@ -10,10 +10,21 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from swiftcore.template import Segment, Template, TemplateError
-from swiftcore.template.conversation import Conversation, media_type, tojson
-from swiftcore.template.parsing import json_or_text, split_reasoning, tool_call
-from swiftcore.template.pieces import media, prompt, strip_pieces, text_of
+from swiftcore.api.template import (
+    Conversation,
+    Segment,
+    Template,
+    TemplateError,
+    json_or_text,
+    media,
+    media_type,
+    prompt,
+    split_reasoning,
+    strip_pieces,
+    text_of,
+    tojson,
+    tool_call,
+)
 
 __all__ = ["Qwen35Template"]
 
