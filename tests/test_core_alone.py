@@ -9,6 +9,7 @@ is new (no system site packages), so nothing of the repository's ``.venv`` leaks
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import venv
 from pathlib import Path
@@ -31,7 +32,9 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("core-alone")
     venv.create(root / "venv", with_pip=True)
     bin_dir = root / "venv" / "bin"
-    proc = _run(str(bin_dir / "pip"), "install", "-q", "-c", str(ROOT / "constraints.txt"), str(ROOT / "core"))
+    # Installed from a copy: a build leaves build/ next to the sources, and the checkout stays as it was.
+    shutil.copytree(ROOT / "core", root / "core", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    proc = _run(str(bin_dir / "pip"), "install", "-q", "-c", str(ROOT / "constraints.txt"), str(root / "core"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return bin_dir
 
@@ -65,7 +68,9 @@ def test_core_alone_names_what_to_install_for_the_heavy_commands(fresh: Path, tm
 
 
 def test_a_template_plugin_installed_next_to_the_core_adds_its_templates(fresh: Path, tmp_path: Path) -> None:
-    proc = _run(str(fresh / "pip"), "install", "-q", "--no-deps", str(ROOT / "template_plugins" / "qwen"))
+    source = tmp_path / "qwen"
+    shutil.copytree(ROOT / "template_plugins" / "qwen", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    proc = _run(str(fresh / "pip"), "install", "-q", "--no-deps", str(source))
     assert proc.returncode == 0, proc.stderr[-3000:]
     templates = _run(str(fresh / "swiftcore"), "template", "list", cwd=tmp_path)
     names = [line.split()[0] for line in templates.stdout.splitlines()]

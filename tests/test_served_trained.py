@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from swiftcore.testing.processes import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 
@@ -65,13 +63,6 @@ def _losses(log_file: Path) -> list[float]:
 
 def _assert_learned(losses: list[float], what: str) -> None:
     assert losses[0] > 2.0 and losses[-1] < 0.1, f"{what} did not memorise the set: losses {losses}"
-
-
-def _env(**extra: str) -> dict[str, str]:
-    """The test process's environment without what swiftcore or torchrun reads, as a user's shell has it."""
-    dropped = ("SWIFTCORE_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "ACCELERATE_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
 def _swiftcore(*args: str) -> None:
@@ -149,46 +140,6 @@ def test_infer_answers_what_the_adapter_learned_unmerged_and_merged(qwen35: dict
     assert _infer(tmp_path, "merged", "--model", str(merged)) == EXPECTED
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start_deploy(*model_args: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "swiftcore.cli.main", "deploy", *model_args, "--port", str(port),
-         "--served-model-name", SERVED, "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(SWIFTCORE_API_KEY=API_KEY),
-    )
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _wait_healthy(proc: subprocess.Popen, base_url: str, deadline: float) -> None:
-    import httpx
-
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:]}")
-        try:
-            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "swiftcore deploy did not come up in 240 s"
-        time.sleep(0.5)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def deployed(qwen35: dict[str, Path]) -> Iterator[dict[str, Any]]:
     """``swiftcore deploy`` of the adapter unmerged and of the merged export, started side by side (as a
@@ -197,17 +148,12 @@ def deployed(qwen35: dict[str, Path]) -> Iterator[dict[str, Any]]:
         "unmerged": ("--model", str(qwen35["base"]), "--adapter", str(qwen35["adapter"])),
         "merged": ("--model", str(qwen35["merged"])),
     }
+    env = user_env(SWIFTCORE_API_KEY=API_KEY)
     with ExitStack() as stack:
-        servers = {}
-        for name, args in starts.items():
-            proc, url = _start_deploy(*args)
-            stack.callback(_stop, proc)
-            servers[name] = (proc, url)
-        deadline = time.monotonic() + 240
         clients = {}
-        for name, (proc, url) in servers.items():
-            _wait_healthy(proc, url, deadline)
-            clients[name] = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0, timeout=120)
+        for name, args in starts.items():
+            base, _ = stack.enter_context(deploy_process(*args, served_model_name=SERVED, env=env))
+            clients[name] = openai.OpenAI(base_url=f"{base}/v1", api_key=API_KEY, max_retries=0, timeout=120)
         yield clients
 
 

@@ -17,16 +17,15 @@ is ``test_train_serve_roundtrip_asr.py``.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from swiftcore.testing.processes import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 
@@ -56,18 +55,10 @@ def _records() -> list[dict[str, Any]]:
     return plain + thought
 
 
-def _env(**extra: str) -> dict[str, str]:
-    """The test process's environment without anything swiftcore or torchrun reads (no leaked plugin set,
-    rank or world size from an earlier test), as a user's shell has it."""
-    dropped = ("SWIFTCORE_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "ACCELERATE_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
 def _cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "swiftcore.cli.main", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=_env(),
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=user_env(),
     )
     assert proc.returncode == 0, f"swiftcore {' '.join(args[:1])} failed:\n{proc.stderr[-3000:]}"
     return proc
@@ -115,44 +106,12 @@ def test_infer_cli_answers_what_was_trained(trained: Path, tmp_path: Path) -> No
     assert got == expected
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(trained: Path) -> Iterator[Any]:
     """``swiftcore deploy`` of the trained checkpoint, as a user starts it; an ``openai`` client for it."""
-    import httpx
-
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "swiftcore.cli.main", "deploy", "--model", str(trained), "--port", str(port),
-         "--served-model-name", "tuned", "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=_env(SWIFTCORE_API_KEY=API_KEY),
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "swiftcore deploy did not come up in 180 s"
-            time.sleep(0.5)
+    env = user_env(SWIFTCORE_API_KEY=API_KEY)
+    with deploy_process("--model", str(trained), served_model_name="tuned", env=env) as (base, _):
         yield openai.OpenAI(base_url=f"{base}/v1", api_key=API_KEY, max_retries=0, timeout=120)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _chat(client: Any, question: str, thinking: bool | None) -> tuple[str, str | None]:

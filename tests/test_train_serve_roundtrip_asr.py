@@ -20,17 +20,16 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from swiftcore.testing.processes import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 np = pytest.importorskip("numpy")
@@ -42,25 +41,16 @@ STEPS = 40
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 
-def _env(**extra: str) -> dict[str, str]:
-    """The environment without anything swiftcore or torchrun reads (as ``test_train_serve_roundtrip``)."""
-    dropped = ("SWIFTCORE_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "ACCELERATE_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "swiftcore.cli.main", *args], capture_output=True, text=True, timeout=timeout, env=_env()
+        [sys.executable, "-m", "swiftcore.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=user_env(),
     )
     assert proc.returncode == 0, f"swiftcore {' '.join(args[:1])} failed:\n{proc.stderr[-3000:]}"
     return proc
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _clip(index: int) -> bytes:
@@ -175,49 +165,9 @@ def test_infer_cli_transcribes_what_was_trained(trained: Path, work: Path, tmp_p
 @pytest.fixture(scope="module")
 def served(trained: Path) -> Iterator[Any]:
     """``swiftcore deploy`` of the trained checkpoint; an ``openai`` client for it."""
-    import httpx
-
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "swiftcore.cli.main",
-            "deploy",
-            "--model",
-            str(trained),
-            "--port",
-            str(port),
-            "--served-model-name",
-            "asr",
-            "--log-level",
-            "warning",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(SWIFTCORE_API_KEY=API_KEY),
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "swiftcore deploy did not come up in 180 s"
-            time.sleep(0.5)
+    env = user_env(SWIFTCORE_API_KEY=API_KEY)
+    with deploy_process("--model", str(trained), served_model_name="asr", env=env) as (base, _):
         yield openai.OpenAI(base_url=f"{base}/v1", api_key=API_KEY, max_retries=0, timeout=120)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _audio_message(work: Path, index: int) -> list[dict[str, Any]]:

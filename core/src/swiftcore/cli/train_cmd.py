@@ -24,6 +24,7 @@ from swiftcore.train.config import (
     TUNERS,
     TrainConfig,
     load_config_file,
+    recipe_for,
 )
 
 __all__ = ["train"]
@@ -228,8 +229,7 @@ def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> Non
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     ctx = click.get_current_context()
-    if ctx.get_parameter_source("recipe") == click.core.ParameterSource.DEFAULT and options["task"] != "causal_lm":
-        options["recipe"] = options["task"]  # --task NAME alone: the recipe of that name (heads' recipes)
+    options["recipe"] = recipe_for(options["task"], options["recipe"])
     recipe_options = _recipe_options(ctx, options, options["recipe"])
     for key, value in options.items():
         if isinstance(value, list):

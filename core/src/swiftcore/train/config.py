@@ -15,6 +15,7 @@ from swiftcore.errors import SwiftcoreError
 __all__ = [
     "TrainConfig",
     "load_config_file",
+    "recipe_for",
     "TUNERS",
     "LOSS_POLICIES",
     "TRUNCATION",
@@ -132,6 +133,9 @@ class TrainConfig:
     plugins: tuple[str, ...] = field(default=(), repr=False)
     config_file: str | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        self.recipe = recipe_for(self.task, self.recipe)
+
     def validate(self) -> None:
         """Raise one :class:`SwiftcoreError` listing every invalid field."""
         problems = []
@@ -236,6 +240,12 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``args.json``)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def recipe_for(task: str, recipe: str) -> str:
+    """The recipe a run uses: ``--task NAME`` with the default recipe (``sft``) picks the recipe NAME (the heads'
+    recipes are named after their tasks), from Python as from the CLI; any other ``--recipe`` wins."""
+    return task if recipe == "sft" and task != "causal_lm" else recipe
 
 
 def load_config_file(path: str | Path, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def forward_texts(
     """
     import torch
 
-    from swiftcore.data import PaddingCollator
+    from swiftcore.api.data import PaddingCollator
     from swiftcore_heads.data import texts_to_ids
 
     info = getattr(model, "head_info", {}) or {}

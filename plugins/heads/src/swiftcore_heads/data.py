@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swiftcore.data.errors import DataError
+from swiftcore.api.data import DataError
 
 __all__ = [
     "Example",
@@ -168,8 +168,7 @@ def _even_groups(examples: list[Example]) -> list[Example]:
 
 def load_examples(sources: Sequence[str], task: str, cfg: Any) -> list[Example]:
     """Read ``--dataset`` arguments with swiftcore's readers and validate them for ``task``."""
-    from swiftcore.data.readers import iter_rows
-    from swiftcore.data.sources import parse_dataset_arg
+    from swiftcore.api.data import iter_rows, parse_dataset_arg
 
     rows: list[tuple[str, Any]] = []
     for arg in sources:
@@ -245,7 +244,7 @@ class GroupCollator:
         """Collate ``examples`` (see the class docstring)."""
         import torch
 
-        from swiftcore.data import PaddingCollator, PaddingFreeCollator
+        from swiftcore.api.data import PaddingCollator, PaddingFreeCollator
 
         ids = [e.ids for e in examples]
         if self.task == "embedding" and all(e.label is None for e in examples):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swiftcore.errors import SwiftcoreError
+from swiftcore.api import SwiftcoreError
 
 __all__ = ["HeadDataError", "HeadConfigError", "HeadCheckpointError", "HeadInputError"]
 

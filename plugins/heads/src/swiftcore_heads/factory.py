@@ -35,7 +35,7 @@ def _backbone_tokenizer(backbone: Any) -> Any:
     source = getattr(backbone, "name_or_path", "") or getattr(backbone.config, "_name_or_path", "")
     if not source or not (Path(source) / "tokenizer_config.json").is_file():
         return None
-    from swiftcore.models import load_tokenizer
+    from swiftcore.api.models import load_tokenizer
 
     return load_tokenizer(source)
 

@@ -1,10 +1,10 @@
-"""Hook implementations of swiftcore-heads: the four lm_heads, as plain data."""
+"""Hook implementations of swiftcore-heads: the four lm_heads and their training recipes, as plain data."""
 
 from __future__ import annotations
 
-from swiftcore import HeadSpec, hookimpl
+from swiftcore.api import HeadSpec, RecipeSpec, hookimpl
 
-SWIFTCORE_API = "1.0"
+SWIFTCORE_API = "1.1"
 
 _PKG = "swiftcore_heads"
 # One implementation for every task: the factory builds, the recipe trains, the predictor serves.
@@ -55,4 +55,19 @@ def swiftcore_register_lm_heads() -> list[HeadSpec]:
             saved_as="transformers-causal-lm",
             description="Qwen3-Reranker style: logit('yes') - logit('no') at the last position, no new parameters",
         ),
+    ]
+
+
+@hookimpl
+def swiftcore_register_recipes() -> list[RecipeSpec]:
+    """One recipe per head, named after its task (``swiftcore train --recipe embedding``, or ``--task embedding``)."""
+    tasks = {
+        "classification": "train a classification / regression head",
+        "embedding": "train an embedding model (InfoNCE, Matryoshka dims)",
+        "reranker": "train a cross-encoder reranker",
+        "generative_reranker": "train a generative (yes/no logit) reranker",
+    }
+    return [
+        RecipeSpec(name=task, run=f"{_PKG}.recipe:run_recipe", tasks=(task,), description=description)
+        for task, description in tasks.items()
     ]

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from swiftcore.errors import SwiftcoreError
+from swiftcore.api import SwiftcoreError
 
 __all__ = ["run_head_training", "yes_no_token_ids"]
 
@@ -43,7 +43,7 @@ def yes_no_token_ids(tokenizer: Any, positive: str, negative: str) -> tuple[int,
 
 
 def _hidden_size(model_dir: str) -> int:
-    from swiftcore.models import read_hf_config
+    from swiftcore.api.models import read_hf_config
 
     config = read_hf_config(model_dir)
     text = config.get("text_config") or config
@@ -70,7 +70,7 @@ def _head_info(cfg: Any, tokenizer: Any, yes_no: tuple[int, int] | None) -> dict
 
 def build_head_model(cfg: Any, spec: Any, plugins: Any, tokenizer: Any, yes_no: tuple[int, int] | None) -> Any:
     """Load the backbone, keep its decoder (and lm_head for the generative reranker), add the head, tune it."""
-    from swiftcore.models import load_model
+    from swiftcore.api.models import load_model
     from swiftcore_heads.model import HeadModel, extract_decoder, output_head
     from swiftcore_heads.tuning import apply_head_tuner
 
@@ -102,7 +102,7 @@ def build_head_model(cfg: Any, spec: Any, plugins: Any, tokenizer: Any, yes_no: 
 
 
 def _trainer_class() -> Any:
-    from swiftcore.train.trainer import SwiftTrainer
+    from swiftcore.api.train import SwiftTrainer
     from swiftcore_heads.objectives import batch_loss
     from swiftcore_heads.save import save_head_model
 
@@ -129,6 +129,17 @@ def _trainer_class() -> Any:
     return HeadTrainer
 
 
+def run_recipe(cfg: Any, plugins: Any, options: Any = None) -> Any:
+    """The recipe contract (:class:`swiftcore.api.RecipeSpec`): train the head the recipe is named after.
+
+    The head options (``--num-labels``, ``--pooling``, ``--mrl-dims``, ...) are still common training options
+    of the core (``cfg``), so ``options`` is empty.
+    """
+    head_spec = plugins.registry.get("head", cfg.recipe)
+    cfg.task = head_spec.task
+    return run_head_training(cfg, plugins, head_spec)
+
+
 def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     """Train ``cfg.model`` as ``cfg.task`` (classification, embedding, reranker, generative_reranker).
 
@@ -144,8 +155,8 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         :class:`swiftcore.train.run.TrainResult`; each ``checkpoint-N`` is loadable by
         :func:`swiftcore_heads.save.load_head_model` and by its ecosystem (sentence-transformers, transformers).
     """
-    from swiftcore.models import check_requirements, load_tokenizer, resolve_model_spec
-    from swiftcore.train.run import start_run, train_and_report
+    from swiftcore.api.models import check_requirements, load_tokenizer, resolve_model_spec
+    from swiftcore.api.train import start_run, train_and_report
     from swiftcore_heads.data import GroupCollator, encode_examples, load_examples
     from swiftcore_heads.objectives import check_mrl_dims, resolve_head_options
 
@@ -180,8 +191,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
 
     import torch
 
-    from swiftcore.train.trainer import JsonlLogCallback, training_arguments
-    from swiftcore.train.tuners import trainable_summary
+    from swiftcore.api.train import JsonlLogCallback, trainable_summary, training_arguments
 
     torch.manual_seed(cfg.seed)
     model = build_head_model(cfg, spec, plugins, tokenizer, yes_no)

@@ -34,8 +34,8 @@ def make_head_checkpoint(
     """
     import torch
 
-    from swiftcore._lazy import resolve
-    from swiftcore.models import load_model, load_tokenizer, resolve_model_spec
+    from swiftcore.api import resolve
+    from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
 
     id2label = options.pop("id2label", None)
     model_spec = resolve_model_spec(str(model_dir), plugins)

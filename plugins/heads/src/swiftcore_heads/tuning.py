@@ -28,7 +28,7 @@ def apply_head_tuner(decoder: Any, spec: Any, cfg: Any) -> tuple[Any, Any]:
         return decoder, None
     from peft import get_peft_model
 
-    from swiftcore.train.tuners import lora_config
+    from swiftcore.api.train import lora_config
 
     peft_model = get_peft_model(decoder, lora_config(spec, cfg, task_type=None))
     return peft_model.get_base_model(), peft_model

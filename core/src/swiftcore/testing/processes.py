@@ -1,0 +1,84 @@
+"""Run ``swiftcore`` as a user does, from a test: a clean environment, a free port, a ``deploy`` server process.
+
+    with deploy_process("--model", str(checkpoint), env=user_env(SWIFTCORE_API_KEY=KEY)) as (base_url, proc):
+        client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=KEY)
+
+The server is a real subprocess (``python -m swiftcore.cli.main deploy``) on a free loopback port, waited for
+through ``GET /health``, and stopped (terminate, then kill) when the block ends.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+__all__ = ["deploy_process", "free_port", "user_env"]
+
+#: Variables swiftcore or torchrun read, left out of :func:`user_env` so no test's state leaks into a child.
+_DROPPED = ("SWIFTCORE_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "ACCELERATE_")
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """This process's environment as a user's shell has it: no plugin set, rank or world size an earlier test
+    exported; unbuffered output; ``extra`` on top."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED)}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def deploy_process(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 240, served_model_name: str | None = "tuned"
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Start ``swiftcore deploy ARGS`` on a free port and yield ``(base_url, process)`` once ``/health`` answers.
+
+    Args:
+        args: the ``deploy`` arguments (``--model DIR`` ...), without ``--port``.
+        env: the child's environment (default: :func:`user_env`).
+        timeout: seconds to wait for ``/health``.
+        served_model_name: ``--served-model-name`` (None: the server's default).
+
+    Raises:
+        AssertionError: the server exited, or did not answer within ``timeout`` (with its stderr).
+    """
+    import httpx
+
+    port = free_port()
+    argv = [sys.executable, "-m", "swiftcore.cli.main", "deploy", *args, "--port", str(port), "--log-level", "warning"]
+    if served_model_name:
+        argv += ["--served-model-name", served_model_name]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(env or user_env())
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:]}")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"swiftcore deploy did not come up in {timeout:.0f} s"
+            time.sleep(0.5)
+        yield base, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
