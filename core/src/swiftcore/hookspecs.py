@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from swiftcore.options import OptionParser
     from swiftcore.specs import (
         BackendSpec,
         BridgeSpec,
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
         RecipeSpec,
         TemplateSpec,
     )
-    from swiftcore.options import OptionParser
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 

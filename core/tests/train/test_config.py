@@ -36,7 +36,8 @@ def test_config_file_keys_accept_dashes_and_reject_unknown_with_a_hint(tmp_path)
 def test_every_config_field_is_a_flag() -> None:
     flags = {opt for param in train.params for opt in param.opts}
     for f in dataclasses.fields(TrainConfig):
-        if f.name not in ("plugins", "config_file", "recipe_options"):  # filled by the CLI (--plugin, --config, plugin options)
+        # Filled by the CLI: --plugin, --config, and the options plugins add.
+        if f.name not in ("plugins", "config_file", "recipe_options"):
             assert "--" + f.name.replace("_", "-") in flags, f.name
     assert {"--plugin", "--config"} <= flags
 
