@@ -310,6 +310,15 @@ def _options(command: Any) -> set[str]:
     return names
 
 
+def _plugin_train_options() -> set[str]:
+    """The flags the installed plugins add to ``swiftcore train`` (``swiftcore_addoption``: the heads' options)."""
+    from swiftcore._plugins import load_plugins
+    from swiftcore.options import collect_options
+
+    options = collect_options(load_plugins(env={}), "train", {})
+    return {name for option in options for flag in option.flags for name in flag.split("/")}
+
+
 def test_every_documented_swiftcore_command_names_real_options() -> None:
     import click
 
@@ -334,7 +343,7 @@ def test_every_documented_swiftcore_command_names_real_options() -> None:
         if command is None:
             problems.append(f"{doc}: no sub-command {sub!r}")
             continue
-        known = group_options | _options(command)
+        known = group_options | _options(command) | (_plugin_train_options() if sub == "train" else set())
         unknown = [w for w in words if w.startswith("--") and w.split("=")[0] not in known]
         if unknown:
             problems.append(f"{doc}: `swiftcore {sub}` has no option {', '.join(unknown)}")

@@ -9,7 +9,7 @@ from swiftcore_heads.data import Example, GroupCollator, parse_rows
 
 from swiftcore.data.errors import DataError
 from swiftcore.errors import SwiftcoreError
-from swiftcore.train.config import TrainConfig
+from swiftcore_heads.options import HeadTrainConfig as TrainConfig
 
 
 def _cfg(**kw):
@@ -72,7 +72,6 @@ def test_collator_puts_queries_first_for_embedding():
         ({"task": "embedding", "mrl_dims": ("8,16",), "mrl_weights": ("1",)}, "--mrl-weights"),
         ({"task": "reranker", "mrl_dims": ("8",)}, "--mrl-dims"),
         ({"task": "embedding", "pooling": "max"}, "--pooling"),
-        ({"task": "ranking"}, "--task"),
     ],
 )
 def test_bad_options_are_refused(options, flag):

@@ -33,3 +33,27 @@ def test_static_index_names_every_head():
 
     names = {ep.name for ep in entry_points(group="swiftcore.heads") if ep.value == "swiftcore_heads.plugin"}
     assert names == set(HEAD_TASKS)
+
+
+def test_the_head_options_belong_to_the_head_recipes(tmp_path) -> None:
+    """``--num-labels`` and friends come from this plugin (``swiftcore_addoption``), not from the core: listed
+    under the head recipes, refused with ``--recipe sft`` before anything is written."""
+    import json
+
+    from click.testing import CliRunner
+
+    from swiftcore.cli.main import cli
+
+    env = {"SWIFTCORE_PLUGINS": "heads", "SWIFTCORE_PLUGINS_STRICT": None}
+    listed = CliRunner().invoke(cli, ["recipes", "--json"], env=env)
+    assert listed.exit_code == 0, listed.output
+    rows = {row["name"]: row for row in json.loads(listed.output)}
+    flags = [o["flags"][0] for o in rows["embedding"]["options"]]
+    assert "--mrl-dims" in flags and "--num-labels" in flags and rows["sft"]["options"] == []
+    out = tmp_path / "out"
+    refused = CliRunner().invoke(
+        cli, ["train", "--model", "m", "--dataset", "d.jsonl", "--mrl-dims", "16", "--output-dir", str(out)], env=env
+    )
+    assert refused.exit_code == 2
+    assert "--mrl-dims belongs to recipe 'classification' or 'embedding'" in refused.output
+    assert not out.exists()

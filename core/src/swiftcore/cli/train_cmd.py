@@ -18,8 +18,6 @@ import click
 from swiftcore.cli.main import CliState, pass_state, plugin_option
 from swiftcore.train.config import (
     LOSS_POLICIES,
-    POOLING,
-    TASKS,
     TRUNCATION,
     TUNERS,
     TrainConfig,
@@ -72,31 +70,15 @@ _HELP: dict[str, str] = {
     "overwrite_output_dir": "Reuse a non-empty --output-dir: remove what an earlier swiftcore run wrote there "
     "(its checkpoints, logs, plot), never anything else and never an input of this run.",
     "plot": "Write loss.png at the end.",
-    "task": "causal_lm (SFT), or an lm_head: classification, embedding, reranker, generative_reranker.",
+    "task": "What the model is trained for: causal_lm (SFT), or the name of a task recipe (`swiftcore recipes`: the "
+    "heads plugin's classification, embedding, reranker, generative_reranker).",
     "recipe": "Training recipe (see `swiftcore recipes`): sft by default; --task NAME alone picks the recipe NAME.",
-    "num_labels": "Classification: number of classes (1 = regression).",
-    "problem_type": "Classification: single_label_classification, multi_label_classification or regression "
-    "(default: from --num-labels).",
-    "pooling": "Heads: which hidden state represents a text: last (last real token) or mean.",
-    "normalize": "Embedding: L2-normalise the vectors (saved as a sentence-transformers Normalize module).",
-    "loss": "Head loss (default per task): embedding infonce|cosine_similarity|contrastive; reranker "
-    "listwise|pointwise; classification follows --problem-type.",
-    "temperature": "Softmax temperature of infonce (default 0.05) or the listwise reranker loss (default 1.0).",
-    "in_batch_negatives": "Embedding infonce: use the other queries' documents as extra negatives.",
-    "mrl_dims": "Embedding: Matryoshka dims, e.g. 64,128,256 (each prefix is trained as an embedding).",
-    "mrl_weights": "Embedding: one loss weight per --mrl-dims value (default 1 each).",
-    "positive_token": "Generative reranker: the answer token whose logit means relevant.",
-    "negative_token": "Generative reranker: the answer token whose logit means not relevant.",
-    "reranker_instruction": "Generative reranker: the <Instruct> line of the prompt "
-    "(default: a retrieval instruction).",
 }
 _CHOICES = {
     "tuner": TUNERS,
     "loss_policy": LOSS_POLICIES,
     "truncation": TRUNCATION,
     "dtype": ("float32", "bfloat16", "float16"),
-    "task": TASKS,
-    "pooling": POOLING,
 }
 
 
@@ -134,8 +116,6 @@ def _options(func: Any) -> Any:
             kwargs["type"] = int
         elif f.name in ("eval_steps", "save_total_limit"):
             kwargs["type"] = int
-        elif f.name == "temperature":
-            kwargs["type"] = float
         func = click.option(flag, f.name, default=default, **kwargs)(func)
     return func
 

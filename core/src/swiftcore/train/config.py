@@ -19,39 +19,11 @@ __all__ = [
     "TUNERS",
     "LOSS_POLICIES",
     "TRUNCATION",
-    "TASKS",
-    "PROBLEM_TYPES",
-    "POOLING",
 ]
 
 TUNERS = ("lora", "full")
 LOSS_POLICIES = ("all_assistant", "last_round", "all")
 TRUNCATION = ("error", "truncate_left", "drop")
-#: causal_lm is the SFT recipe; the others are lm_heads provided by plugins (swiftcore-heads).
-TASKS = ("causal_lm", "classification", "embedding", "reranker", "generative_reranker")
-PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
-POOLING = ("last", "mean")
-
-
-def _ints(values: Any) -> tuple[int, ...]:
-    """``("64,128", 256)`` -> ``(64, 128, 256)``: flags may repeat or carry comma-separated lists."""
-    if isinstance(values, str | int):
-        values = (values,)
-    out: list[int] = []
-    for value in values or ():
-        parts = str(value).split(",") if isinstance(value, str) else [value]
-        out.extend(int(p) for p in parts if str(p).strip())
-    return tuple(out)
-
-
-def _floats(values: Any) -> tuple[float, ...]:
-    if isinstance(values, str | int | float):
-        values = (values,)
-    out: list[float] = []
-    for value in values or ():
-        parts = str(value).split(",") if isinstance(value, str) else [value]
-        out.extend(float(p) for p in parts if str(p).strip())
-    return tuple(out)
 
 
 @dataclass
@@ -117,18 +89,6 @@ class TrainConfig:
     plot: bool = True
     task: str = "causal_lm"
     recipe: str = "sft"
-    num_labels: int = 2
-    problem_type: str | None = None
-    pooling: str = "last"
-    normalize: bool = True
-    loss: str | None = None
-    temperature: float | None = None
-    in_batch_negatives: bool = True
-    mrl_dims: tuple[int, ...] = ()
-    mrl_weights: tuple[float, ...] = ()
-    positive_token: str = "yes"
-    negative_token: str = "no"
-    reranker_instruction: str | None = None
     recipe_options: dict[str, Any] = field(default_factory=dict)
     plugins: tuple[str, ...] = field(default=(), repr=False)
     config_file: str | None = field(default=None, repr=False)
@@ -171,7 +131,6 @@ class TrainConfig:
             )
         if self.packing and self.padding_free:
             problems.append("--packing and --padding-free: pick one (packing already implies padding-free batches)")
-        problems.extend(self._head_problems())
         if problems:
             raise SwiftcoreError("invalid training arguments:\n  " + "\n  ".join(problems))
 
@@ -202,39 +161,6 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 problems.append(f"--{name.replace('_', '-')}: must be at least 1 when given")
-        if self.temperature is not None and not math.isfinite(self.temperature):
-            problems.append(f"--temperature: {self.temperature!r} is not a finite number")
-        return problems
-
-    def _head_problems(self) -> list[str]:
-        """Check the lm_head options (``--task`` other than causal_lm); the head plugin checks the rest."""
-        problems = []
-        if self.task not in TASKS:
-            return [f"--task: {self.task!r} is not one of {', '.join(TASKS)}"]
-        try:
-            self.mrl_dims = _ints(self.mrl_dims)
-            self.mrl_weights = _floats(self.mrl_weights)
-        except ValueError as exc:
-            return [f"--mrl-dims / --mrl-weights: not a comma-separated list of numbers ({exc})"]
-        if self.num_labels < 1:
-            problems.append("--num-labels: must be at least 1")
-        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            problems.append(f"--problem-type: {self.problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}")
-        if self.pooling not in POOLING:
-            problems.append(f"--pooling: {self.pooling!r} is not one of {', '.join(POOLING)}")
-        if self.temperature is not None and self.temperature <= 0:
-            problems.append("--temperature: must be positive")
-        if self.mrl_dims and self.task != "embedding":
-            problems.append("--mrl-dims: Matryoshka dims apply to --task embedding only")
-        if any(d < 1 for d in self.mrl_dims):
-            problems.append(f"--mrl-dims: {list(self.mrl_dims)} must all be positive")
-        if self.mrl_weights and len(self.mrl_weights) != len(self.mrl_dims):
-            problems.append(
-                f"--mrl-weights: {len(self.mrl_weights)} weight(s) for {len(self.mrl_dims)} --mrl-dims; "
-                "give one per dim"
-            )
-        if self.task != "causal_lm" and self.resume_from_checkpoint:
-            problems.append(f"--resume-from-checkpoint: not supported for --task {self.task} yet")
         return problems
 
     def to_dict(self) -> dict[str, Any]:

@@ -68,6 +68,20 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
         "generative_reranker": "train a generative (yes/no logit) reranker",
     }
     return [
-        RecipeSpec(name=task, run=f"{_PKG}.recipe:run_recipe", tasks=(task,), description=description)
+        RecipeSpec(
+            name=task,
+            run=f"{_PKG}.recipe:run_recipe",
+            config=f"{_PKG}.options:HeadOptions",
+            tasks=(task,),
+            description=description,
+        )
         for task, description in tasks.items()
     ]
+
+
+@hookimpl
+def swiftcore_addoption(parser) -> None:  # type: ignore[no-untyped-def]
+    """The head recipes' options (``--num-labels``, ``--pooling``, ``--mrl-dims``, ...), for those recipes only."""
+    from swiftcore_heads.options import add_head_options
+
+    add_head_options(parser)

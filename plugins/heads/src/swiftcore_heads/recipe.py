@@ -132,10 +132,15 @@ def _trainer_class() -> Any:
 def run_recipe(cfg: Any, plugins: Any, options: Any = None) -> Any:
     """The recipe contract (:class:`swiftcore.api.RecipeSpec`): train the head the recipe is named after.
 
-    The head options (``--num-labels``, ``--pooling``, ``--mrl-dims``, ...) are still common training options
-    of the core (``cfg``), so ``options`` is empty.
+    Args:
+        cfg: the core's training options, or a :class:`~swiftcore_heads.options.HeadTrainConfig` from Python.
+        plugins: the loaded plugins.
+        options: the head options from the command line (:class:`~swiftcore_heads.options.HeadOptions`).
     """
+    from swiftcore_heads.options import head_train_config
+
     head_spec = plugins.registry.get("head", cfg.recipe)
+    cfg = head_train_config(cfg, options)
     cfg.task = head_spec.task
     return run_head_training(cfg, plugins, head_spec)
 
