@@ -14,9 +14,9 @@ import time
 import pytest
 import torch
 from swiftcore_heads.api import embed, forward_texts, load_head_model, score
+from swiftcore_heads.options import HeadTrainConfig as TrainConfig
 from swiftcore_heads.retrieval import make_retrieval_task, mean_reciprocal_rank, recall_at_1
 
-from swiftcore_heads.options import HeadTrainConfig as TrainConfig
 from swiftcore.train.run import run_training
 
 ROWS = {

@@ -6,10 +6,10 @@ import json
 
 import pytest
 from swiftcore_heads.data import Example, GroupCollator, parse_rows
+from swiftcore_heads.options import HeadTrainConfig as TrainConfig
 
 from swiftcore.data.errors import DataError
 from swiftcore.errors import SwiftcoreError
-from swiftcore_heads.options import HeadTrainConfig as TrainConfig
 
 
 def _cfg(**kw):
