@@ -16,6 +16,7 @@ BROKEN = {
     "imports_torch.py": ("test_import_is_light", "import-is-light"),
     "wrong_api.py": ("test_api_compatible", "api-compatible"),
     "bad_reference.py": ("test_references_resolve", "references-resolve"),
+    "bad_protocol.py": ("test_references_conform", "references-conform"),
     "template_mismatch.py": ("test_template_official[contract_mismatch]", "template-official"),
     "slow_import.py": ("test_import_time_budget", "import-time-budget"),
     "core_clash.py": ("test_no_core_clash", "no-core-clash"),

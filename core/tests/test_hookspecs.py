@@ -14,12 +14,14 @@ from swiftcore import (
     HeadSpec,
     ModelSpec,
     PluginError,
+    SwiftcoreError,
     TemplateSpec,
     UnknownNameError,
     hookimpl,
     hookspecs,
 )
 from swiftcore.registry import HOOK_FOR_KIND
+from swiftcore.specs import RecipeSpec
 
 HOOK_NAMES = sorted(n for n in dir(hookspecs) if n.startswith("swiftcore_"))
 
@@ -53,6 +55,7 @@ COLLECTED = [
     ("bridge", BridgeSpec(name="b", model_types=("m",), factory="a.b:C")),
     ("backend", BackendSpec(name="be", factory="a.b:c", capabilities=("generate", "stream"))),
     ("command", CommandSpec(name="hello", target="a.b:c")),
+    ("recipe", RecipeSpec(name="toy", run="a.b:run", config="a.b:Config")),
 ]
 
 
@@ -217,3 +220,38 @@ def test_docs_hook_reference_is_in_sync_with_hookspecs() -> None:
     assert docs.read_text() == render_hook_reference(), "regenerate: python -m swiftcore._hookdocs > docs/hooks.md"
     for name in HOOK_NAMES:
         assert f"## `{name}`" in docs.read_text()
+
+
+def test_addoption_adds_options_per_plugin_and_refuses_clashes(swiftcore_plugins, register_plugin) -> None:
+    """Every ``swiftcore_addoption`` implementation is called with the parser; its options carry the plugin's
+    name and the recipes they belong to; a flag a core option (or another plugin) has is refused, naming both."""
+    from swiftcore.options import collect_options
+
+    class Adds:
+        SWIFTCORE_API = "1.1"
+
+        @staticmethod
+        @hookimpl
+        def swiftcore_addoption(parser) -> None:
+            parser.getgroup("toy", recipe="toy").addoption("--toy-scale", type=float, default=1.0)
+            parser.addoption("--verbose-toy", is_flag=True)
+
+    register_plugin(Adds, "adds")
+    options = collect_options(swiftcore_plugins, "train", {"--max-steps": "swiftcore train itself"})
+    assert [(o.flags, o.dest, o.recipes, o.plugin) for o in options] == [
+        (("--toy-scale",), "toy_scale", ("toy",), "adds"),
+        (("--verbose-toy",), "verbose_toy", (), "adds"),
+    ]
+    assert options[0].applies_to("toy") and not options[0].applies_to("sft") and options[1].applies_to("sft")
+
+    class Clashes:
+        SWIFTCORE_API = "1.1"
+
+        @staticmethod
+        @hookimpl
+        def swiftcore_addoption(parser) -> None:
+            parser.addoption("--toy-scale", type=int)
+
+    register_plugin(Clashes, "clashes")
+    with pytest.raises(SwiftcoreError, match="plugin 'clashes' adds option '--toy-scale'.*plugin 'adds' already has"):
+        collect_options(swiftcore_plugins, "train", {})

@@ -12,6 +12,8 @@ Everything here is stable within a plugin API major version (:data:`API_VERSION_
 - ``swiftcore.api.train``: the training config, trainer and run helpers recipes are written with.
 - ``swiftcore.api.infer``: the engine base class backends subclass, request types and errors.
 - ``swiftcore.api.megatron``: the bridge base class, weight-mapping rules and errors.
+- ``swiftcore.api.protocols``: the interfaces the core calls, as ``typing.Protocol`` classes, and the check the
+  contract kit runs against every lazy reference.
 
 Importing any of them never imports torch, transformers or megatron.
 """

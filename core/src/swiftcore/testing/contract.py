@@ -225,6 +225,10 @@ class PluginContract:
         """Every ``"module:attr"`` of the plugin's specs imports."""
         _check("references-resolve", rules.reference_problems(self._own(contract_plugin_set)))
 
+    def test_references_conform(self, contract_plugin_set: Any) -> None:
+        """Every reference is what its field promises (a template has ``encode``, a recipe takes three arguments)."""
+        _check("references-conform", rules.conformance_problems(self._own(contract_plugin_set)))
+
     def test_static_index_matches(self, contract_probe: dict[str, Any]) -> None:
         """The ``swiftcore.<kind>s`` entry-point tables list what the hooks return."""
         _check("static-index-matches", [p for p in contract_probe.get("problems", []) if "capability index" in p])

@@ -25,6 +25,7 @@ __all__ = [
     "entry_point_module",
     "import_probe",
     "load_twice_problems",
+    "conformance_problems",
     "reference_problems",
     "spec_problems",
     "violation",
@@ -38,6 +39,7 @@ RULES: dict[str, str] = {
     "api-compatible": "SWIFTCORE_API is a 'MAJOR.MINOR' this core supports",
     "specs-validate": "every hook returns valid spec dataclasses",
     "references-resolve": "every lazy 'module:attr' reference imports",
+    "references-conform": "every lazy reference is what its field promises (swiftcore.api.protocols)",
     "static-index-matches": "the pyproject capability index lists exactly what the hooks return",
     "no-core-clash": "no spec or command reuses a name swiftcore itself provides",
     "load-twice-harmless": "loading the plugin twice registers the same specs once",
@@ -183,6 +185,36 @@ def reference_problems(specs: dict[str, list[Any]]) -> list[str]:
     from swiftcore._lazy import unresolved_references
 
     return unresolved_references(specs)
+
+
+def conformance_problems(specs: dict[str, list[Any]]) -> list[str]:
+    """Every lazy reference that imports but is not what its field promises: a template factory without
+    ``encode``, a recipe ``run`` that cannot take ``(cfg, plugins, options)``, ... (see
+    :data:`swiftcore.api.protocols.REFERENCE_PROTOCOLS`). References that do not import are
+    ``references-resolve``'s to report."""
+    from swiftcore._lazy import resolve
+    from swiftcore.api.protocols import REFERENCE_PROTOCOLS
+    from swiftcore.api.protocols import conformance_problems as check
+
+    problems = []
+    for kind, items in specs.items():
+        for spec in items:
+            for ref_field in type(spec)._references:
+                reference = getattr(spec, ref_field)
+                expected = REFERENCE_PROTOCOLS.get((kind, ref_field))
+                if reference is None or expected is None:
+                    continue
+                try:
+                    obj = resolve(reference, what=reference)
+                except SwiftcoreError:
+                    continue
+                try:
+                    problems += check(obj, expected, f"{kind} {spec.name!r} {ref_field} {reference!r}")
+                except Exception as exc:  # a zero-argument factory may raise anything
+                    problems.append(
+                        f"{kind} {spec.name!r} {ref_field} {reference!r}: raised {type(exc).__name__}: {exc}"
+                    )
+    return problems
 
 
 def core_clash_problems(specs: dict[str, list[Any]], plugins: Any, names: set[str]) -> list[str]:
