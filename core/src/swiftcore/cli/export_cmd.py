@@ -114,6 +114,10 @@ def export(
         click.echo(f"merged LoRA adapter into its base: {out}")
         return
     if to_mcore:
+        from swiftcore.models.manifest import read_manifest, warn_mismatches
+
+        # A swiftcore checkpoint's manifest: warn when it was trained with other plugin versions.
+        warn_mismatches(read_manifest(model), state.plugins(plugin_specs))
         _to_mcore(state, plugin_specs, Path(model), Path(to_mcore), tp, ep, bridge_name, check_parity)
     else:
         if tp != 1 or ep != 1:

@@ -30,6 +30,7 @@ from swiftcore.infer.errors import InvalidRequestError, UnsupportedError
 from swiftcore.infer.prepare import prepare_ahead
 from swiftcore.infer.types import Generation, Request, SamplingParams, StreamDelta
 from swiftcore.models.adapters import resolve_checkpoint
+from swiftcore.models.manifest import warn_mismatches
 
 __all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine"]
 
@@ -49,13 +50,17 @@ class Engine:
         plugins: the loaded plugin set (for the model spec and the template).
         adapter: a peft adapter directory, loaded as :data:`DEFAULT_ADAPTER` and used by requests
             that name no adapter.
-        template: the template name (default: the model spec's ``default_template``).
+        template: the template name (default: the one the checkpoint's manifest records, an adapter's before
+            its base's; else the model spec's ``default_template``). One that differs from the manifest's, or a
+            plugin version other than the one the checkpoint was trained with, is logged as a warning.
         model_type: force the model spec (``--model-type``).
 
     Attributes:
         backend: the backend's name.
         capabilities: what it can do (a subset of :data:`swiftcore.specs.BACKEND_CAPABILITIES`).
         spec: the resolved :class:`~swiftcore.specs.ModelSpec`.
+        manifest: the :class:`~swiftcore.models.manifest.CheckpointManifest` of the adapter (else of the base),
+            None for a checkpoint not trained by swiftcore.
         template: the :class:`~swiftcore.template.Template`.
         tokenizer: the Hugging Face tokenizer.
         base_dir: the base model directory.
@@ -84,10 +89,9 @@ class Engine:
         base, adapter_dir = resolve_checkpoint(model_dir, adapter)
         self.base_dir = base
         self.spec = resolve_model_spec(str(base), plugins, model_type)
-        name = template or self.spec.default_template
-        if not name:
-            raise InvalidRequestError(f"model {self.spec.name!r} names no default template; pass --template")
-        self.template = get_template(name, plugins)
+        self.manifest = _manifest(adapter_dir, base)
+        self.template = get_template(self._template_name(template, plugins), plugins)
+        warn_mismatches(self.manifest, plugins, spec=self.spec, template=template)
         # A trained adapter may ship its own tokenizer (added tokens); prefer it when present.
         tokenizer_dir = adapter_dir if adapter_dir and (adapter_dir / "tokenizer_config.json").exists() else base
         self.tokenizer = load_tokenizer(str(tokenizer_dir))
@@ -106,6 +110,15 @@ class Engine:
         self._initial_adapter = adapter_dir
         self._media: Any = None
         self._media_lock = threading.Lock()
+
+    def _template_name(self, template: str | None, plugins: Any) -> str:
+        """``--template``, else the manifest's template, else the model spec's default."""
+        from swiftcore.models.manifest import manifest_template
+
+        name = template or manifest_template(self.manifest, plugins) or self.spec.default_template
+        if not name:
+            raise InvalidRequestError(f"model {self.spec.name!r} names no default template; pass --template")
+        return name
 
     # ------------------------------------------------------------------ set-up helpers for subclasses
 
@@ -513,9 +526,30 @@ class Engine:
             raise InvalidRequestError(f"adapter name {name!r} is {'reserved' if name == BASE_MODEL else 'taken'}")
         if not (path / "adapter_config.json").is_file():
             raise InvalidRequestError(f"{path}: no adapter_config.json; is it a peft LoRA adapter directory?")
+        self._warn_other_template(name, path)
         self._load_adapter(name, path)
         self.adapters[name] = path
         self._chat_defaults[name] = _chat_defaults(path)
+
+    def _warn_other_template(self, name: str, path: Path) -> None:
+        """Warn when an adapter loaded next to the engine's was trained with another template: every request
+        is encoded with the engine's one."""
+        from swiftcore.models.manifest import read_manifest
+
+        if path == self._adapter_dir:  # the constructor's: the engine's template is already its (or --template)
+            return
+        manifest = read_manifest(path)
+        trained = manifest.template.name if manifest is not None and manifest.template is not None else None
+        if trained and trained != self.template.name:
+            logger.warning(
+                "checkpoint manifest: adapter %r (%s) was trained with template %r, but this engine encodes every "
+                "request with %r; serve it on its own (--model %s) to use its template",
+                name,
+                path,
+                trained,
+                self.template.name,
+                path,
+            )
 
     def update_weights(self, weights: str | Path | Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
         """Replace base-model weights in place (RL-style weight sync) and return how many tensors changed.
@@ -645,6 +679,13 @@ class _StreamState:
             opens_thinking=self.engine.prompt_opens_thinking(self.prompt),
         )
         return StreamDelta(text=self.text[self.sent :], final=final)
+
+
+def _manifest(adapter_dir: Path | None, base: Path) -> Any:
+    """The manifest that describes the served weights: the adapter's, else the base checkpoint's."""
+    from swiftcore.models.manifest import read_manifest
+
+    return (read_manifest(adapter_dir) if adapter_dir is not None else None) or read_manifest(base)
 
 
 def _chat_defaults(*dirs: Path | None) -> dict[str, Any]:

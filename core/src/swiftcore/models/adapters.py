@@ -138,6 +138,10 @@ def merge_lora(
     base, adapter_dir = resolve_checkpoint(model_dir, adapter)
     if adapter_dir is None:
         raise SwiftcoreError(f"{model_dir}: no LoRA adapter to merge (pass an adapter directory, or --adapter)")
+    from swiftcore.models.manifest import read_manifest, warn_mismatches
+
+    # The adapter's manifest travels to the merged model (below); say now if it was trained with other plugins.
+    warn_mismatches(read_manifest(adapter_dir), plugins)
     model, spec_name = _load_base(base, plugins, dtype)
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     with atomic_output_dir(out_dir) as tmp:
@@ -149,8 +153,9 @@ def merge_lora(
             AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(tmp)
         from swiftcore.models.resolve import ARGS_FILE
 
-        # The adapter's training record (template, generation defaults) describes the merged model too;
-        # it must resolve to the same spec as its base.
+        # The adapter's training record (its manifest: template, generation defaults ...) describes the merged
+        # model too, so infer and deploy serve it with the adapter's template; it must resolve to the same spec
+        # as its base.
         record = _read_json(adapter_dir / ARGS_FILE)
         if spec_name:
             record["model_type"] = spec_name

@@ -257,7 +257,10 @@ def start_run(
     **extra: Any,
 ) -> dict:
     """Prepare ``output_dir`` (:mod:`swiftcore.train.output_dir`) and write ``args.json`` (config, model spec,
-    plugins, versions, ``extra``).
+    ``extra``, the checkpoint manifest of :func:`swiftcore.models.manifest.build_manifest`, versions).
+
+    ``extra`` may name the run's ``template`` and ``head``: a spec, or ``{"name", "provider"}``; the manifest
+    records them with their plugin and version.
 
     A fresh run needs an empty directory, or ``--overwrite-output-dir`` on one an earlier run wrote (only
     its outputs go, never an input). A resumed run keeps everything, except the log records of the steps
@@ -279,12 +282,15 @@ def start_run(
             log.info(
                 "resuming at step %d: %d later log record(s) of the interrupted run dropped", resumed_step, dropped
             )
+    from swiftcore.models.manifest import build_manifest
+
     record = {
         "swiftcore_args": cfg.to_dict(),
         "model_type": spec.name if not spec.provider else f"{spec.name}@{spec.provider.plugin}",
         "model_spec": {"name": spec.name, "provider": str(spec.provider)},
         **extra,
-        "plugins": [{"name": i.name, "distribution": i.distribution, "version": i.version} for i in plugins.loaded()],
+        # The checkpoint manifest (swiftcore.models.manifest): family, template, head, tuner, recipe, plugins.
+        **build_manifest(cfg, spec, plugins, template=extra.get("template"), head=extra.get("head")),
         "versions": _versions(),
     }
     if main:
@@ -464,7 +470,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         plugins,
         fresh=resume is None,
         resumed_step=_global_step(resume),
-        template={"name": template_spec.name, "provider": str(template_spec.provider)},
+        template=template_spec,  # recorded by the manifest as {name, provider, plugin, version}
         generation_defaults=generation_defaults(list(train_records), template, cfg),
     )
     from swiftcore.train.media import processor_files
