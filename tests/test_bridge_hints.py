@@ -1,29 +1,34 @@
-"""The "install this bridge" hints in core name distributions that really convert those model types."""
+"""The "no bridge converts this" hint comes from what is installed, not from a table of families in core.
+
+The core used to map model types to the distribution to ``pip install``; that table named families (a
+family fact the bridges own) and turned a typed model type into a package name to install (typosquatting
+bait). The hint now names the installed bridges and points at ``swiftcore plugins``.
+"""
 
 from __future__ import annotations
 
-import re
+import pytest
 
 import swiftcore
-from swiftcore.megatron.resolve import BRIDGE_DISTRIBUTIONS
+from swiftcore.megatron import BridgeNotFoundError
+from swiftcore.megatron.resolve import find_bridge_spec
 
 
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def test_every_hint_points_at_the_distribution_whose_bridge_claims_the_model_type() -> None:
+def test_every_installed_bridge_is_found_by_each_model_type_it_claims() -> None:
     plugins = swiftcore.load_plugins()
-    claimed = {
-        (model_type, _normalise(spec.provider.distribution or ""))
-        for spec in plugins.registry.all("bridge")
-        for model_type in spec.model_types
-    }
-    wrong = {
-        model_type: dist
-        for model_type, dist in BRIDGE_DISTRIBUTIONS.items()
-        if (model_type, _normalise(dist)) not in claimed
-    }
-    assert not wrong, f"BRIDGE_DISTRIBUTIONS hints no installed bridge backs: {wrong}"
-    # And every model type an installed first-party bridge converts has a hint.
-    assert {model_type for model_type, _ in claimed} <= set(BRIDGE_DISTRIBUTIONS)
+    for spec in plugins.registry.all("bridge"):
+        for model_type in spec.model_types:
+            found = find_bridge_spec(model_type, plugins)
+            assert model_type in found.model_types
+
+
+def test_an_unclaimed_model_type_names_the_installed_bridges_and_suggests_no_package() -> None:
+    plugins = swiftcore.load_plugins()
+    with pytest.raises(BridgeNotFoundError) as info:
+        find_bridge_spec("no_such_family_xyz", plugins)
+    message = str(info.value)
+    assert "model_type 'no_such_family_xyz'" in message
+    assert "swiftcore plugins" in message
+    assert "pip install" not in message  # never a package name guessed from what the user typed
+    for spec in plugins.registry.all("bridge"):
+        assert f"{spec.name} (" in message

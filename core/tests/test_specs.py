@@ -39,6 +39,8 @@ def test_model_spec_is_frozen_and_keeps_defaults() -> None:
         ({"name": "x", "model_types": ("x",), "model_class": "a:b", "requires": ("torch>>2",)}, "requires"),
         ({"name": "x", "model_types": ("x",), "model_class": "a:b", "tasks": ("dance",)}, "tasks"),
         ({"name": "x", "model_types": ("x",), "model_class": "a:b", "parts": {"vision_tower": ()}}, "parts"),
+        ({"name": "x", "model_types": ("x",), "model_class": "a:b", "demo": True}, "demo"),  # not makeable tiny
+        ({"name": "x", "model_types": ("x",), "model_class": "a:b", "demo": "yes"}, "demo"),
     ],
 )
 def test_model_spec_validation_names_the_field(kwargs: dict, field: str) -> None:

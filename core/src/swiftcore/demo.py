@@ -1,6 +1,8 @@
 """``make demo`` / ``python -m swiftcore.demo``: the main job end to end on a built-in default.
 
-1. ``make-tiny``: a random tiny Qwen3.5 with its real special tokens and official chat template.
+1. ``make-tiny``: a random tiny model with its real special tokens and official chat template: the model
+   spec an installed plugin offers as the demo's (``ModelSpec(demo=True)``; Qwen3.5's plugin does), or
+   ``--model NAME``.
 2. A small synthetic task (is a number even or odd?) bundled as generated data, with held-out numbers.
 3. Ask the untrained model the held-out questions; train with ``swiftcore train``'s recipe; ask again.
 4. Show accuracy before vs after and where the checkpoint, log and loss plot are.
@@ -17,9 +19,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DemoResult", "main", "parity_records", "run_demo"]
+__all__ = ["DemoResult", "demo_model", "main", "parity_records", "run_demo"]
 
-DEFAULT_MODEL = "qwen3_5"
+
+def demo_model(plugins: Any) -> Any:
+    """The model spec the installed plugins offer for the demo (``ModelSpec.demo``).
+
+    The core names no model family: the demo's default is whatever an installed model plugin declares.
+    When several do, the first by name is taken (so the choice is stable); ``--model`` picks another.
+
+    Raises:
+        SwiftcoreError: no installed plugin offers a demo model.
+    """
+    from swiftcore.errors import SwiftcoreError
+
+    offered = sorted((s for s in plugins.registry.all("model") if s.demo), key=lambda s: (s.name, str(s.provider)))
+    if not offered:
+        names = ", ".join(sorted(s.name for s in plugins.registry.all("model") if s.tiny_config)) or "none"
+        raise SwiftcoreError(
+            "no installed model plugin offers a demo model (ModelSpec(demo=True)); install a model plugin "
+            f"(`swiftcore plugins` lists what is installed) or pass --model NAME (models that make tiny: {names})"
+        )
+    return offered[0]
 
 
 def parity_records(numbers: list[int]) -> list[dict]:
@@ -60,13 +81,18 @@ class DemoResult:
 
 
 def run_demo(
-    out: str | Path = "demo-out", model: str = DEFAULT_MODEL, steps: int = 160, tuner: str = "full", echo: Any = print
+    out: str | Path = "demo-out",
+    model: str | None = None,
+    steps: int = 160,
+    tuner: str = "full",
+    echo: Any = print,
 ) -> DemoResult:
     """Make a tiny model, ask it the held-out questions, train it, ask again (see the module docstring).
 
     Args:
         out: the output folder (replaced).
-        model: the model family to make tiny.
+        model: the model spec to make tiny (default: the one an installed plugin offers, see
+            :func:`demo_model`).
         steps: training steps.
         tuner: ``full`` or ``lora``.
         echo: where progress lines go (``print``; a no-op to run quietly).
@@ -85,7 +111,7 @@ def run_demo(
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     plugins = load_plugins(export_env=True)
-    spec = plugins.registry.get("model", model)
+    spec = plugins.registry.get("model", model) if model else demo_model(plugins)
 
     echo(f"[1/4] making a tiny random {spec.name} checkpoint ({spec.provider})")
     model_dir = make_tiny(spec, out / "tiny-model", seed=0)
@@ -139,11 +165,16 @@ def main(argv: list[str] | None = None) -> None:
     """Run the demo (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="demo-out", help="output folder (replaced)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="model family to make tiny")
+    parser.add_argument("--model", default=None, help="model spec to make tiny (default: the one a plugin offers)")
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--tuner", default="full", choices=("full", "lora"))
     args = parser.parse_args(argv)
-    run_demo(args.out, args.model, args.steps, args.tuner)
+    from swiftcore.errors import SwiftcoreError
+
+    try:
+        run_demo(args.out, args.model, args.steps, args.tuner)
+    except SwiftcoreError as exc:
+        raise SystemExit(f"swiftcore demo: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ class _Spec:
     def _check_common(self) -> None:
         name = getattr(self, "name", None)
         if not isinstance(name, str) or not _NAME.match(name):
-            self._fail("name", f"{name!r} must be a lower-case identifier like 'qwen3_5' (no '@' or spaces)")
+            self._fail("name", f"{name!r} must be a lower-case identifier like 'my_model' (no '@' or spaces)")
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
             if f.name in self._references:
@@ -139,6 +139,8 @@ class ModelSpec(_Spec):
         tasks: what it can be trained for (``causal_lm``, ``asr``, head tasks).
         modalities: input modalities (``text``, ``image``, ``audio``, ``video``).
         description: one line for ``swiftcore plugins``.
+        demo: offer this spec as ``make demo``'s default model (it needs ``tiny_config`` and
+            ``tiny_tokenizer``); the core names no family, so the demo runs what an installed plugin offers.
         provider: stamped by the registry.
     """
 
@@ -160,6 +162,7 @@ class ModelSpec(_Spec):
     tasks: tuple[str, ...] = ("causal_lm",)
     modalities: tuple[str, ...] = ("text",)
     description: str = ""
+    demo: bool = False
     provider: Provider | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -178,6 +181,10 @@ class ModelSpec(_Spec):
         self._check_strings("modalities", MODALITIES)
         if not isinstance(self.parts, ModelParts):
             self._fail("parts", f"expected a ModelParts, got {type(self.parts).__name__}")
+        if not isinstance(self.demo, bool):
+            self._fail("demo", f"expected True or False, got {self.demo!r}")
+        if self.demo and not (self.tiny_config and self.tiny_tokenizer):
+            self._fail("demo", "a demo model must be makeable tiny: give tiny_config and tiny_tokenizer")
 
 
 @dataclass(frozen=True)

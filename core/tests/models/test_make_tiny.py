@@ -17,6 +17,8 @@ HERE = __name__
 
 
 def tiny_tokenizer(out_dir: Path) -> None:
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
     from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
 
     build_tiny_tokenizer(
@@ -25,7 +27,9 @@ def tiny_tokenizer(out_dir: Path) -> None:
         eos="<|im_end|>",
         pad="<|endoftext|>",
         chat_template=TEMPLATE,
-        style="qwen2",
+        style="split_bytelevel",
+        split_regex=PRETOKENIZE_REGEX,
+        tokenizer_class="Qwen2Tokenizer",
         vocab_size=320,
     )
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# The family's pieces, as its plugin's tiny.py passes them: the core knows layouts, not families.
+from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX as QWEN3_5_REGEX
+
 from swiftcore.errors import SwiftcoreError
 from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
 
@@ -27,7 +30,9 @@ def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         non_special=("<think>", "</think>"),
         named_tokens={"image_token": "<|image_pad|>"},
         chat_template=TEMPLATE,
-        style="qwen",
+        style="split_bytelevel",
+        split_regex=QWEN3_5_REGEX,
+        tokenizer_class="Qwen3_5Tokenizer",
         vocab_size=400,
     )
     return out
@@ -43,7 +48,8 @@ def gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pad="<pad>",
         bos="<bos>",
         unk="<unk>",
-        style="gemma",
+        style="byte_fallback",
+        tokenizer_class="GemmaTokenizer",
         vocab_size=450,
         add_bos_token=True,
     )
@@ -110,7 +116,8 @@ def test_training_is_reproducible(tmp_path: Path, gemma_dir: Path) -> None:
         pad="<pad>",
         bos="<bos>",
         unk="<unk>",
-        style="gemma",
+        style="byte_fallback",
+        tokenizer_class="GemmaTokenizer",
         vocab_size=450,
         add_bos_token=True,
     )
@@ -125,6 +132,18 @@ def test_named_token_must_be_a_special_token(tmp_path: Path) -> None:
 def test_vocabulary_must_hold_the_byte_alphabet(tmp_path: Path) -> None:
     with pytest.raises(SwiftcoreError, match="too small"):
         build_tiny_tokenizer(tmp_path, special_tokens=("<eos>",), eos="<eos>", vocab_size=256)
+
+
+def test_split_regex_goes_with_the_split_style_only(tmp_path: Path) -> None:
+    with pytest.raises(SwiftcoreError, match="split_regex is required by style 'split_bytelevel'"):
+        build_tiny_tokenizer(tmp_path, special_tokens=("<eos>",), eos="<eos>", style="split_bytelevel")
+    with pytest.raises(SwiftcoreError, match="split_regex is required by style 'split_bytelevel' and only by it"):
+        build_tiny_tokenizer(tmp_path, special_tokens=("<eos>",), eos="<eos>", split_regex=r"\s+")
+
+
+def test_byte_fallback_needs_an_unk_token(tmp_path: Path) -> None:
+    with pytest.raises(SwiftcoreError, match="style 'byte_fallback' needs an unk token"):
+        build_tiny_tokenizer(tmp_path, special_tokens=("<eos>",), eos="<eos>", style="byte_fallback", vocab_size=450)
 
 
 def test_unknown_style(tmp_path: Path) -> None:

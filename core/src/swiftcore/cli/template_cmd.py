@@ -51,7 +51,7 @@ def list_templates(state: CliState, plugin_specs: tuple[str, ...]) -> None:
     registry = state.plugins(plugin_specs).registry
     specs = registry.all("template")
     if not specs:
-        click.echo("no templates (install a template plugin, e.g. pip install swiftcore-template-qwen)")
+        click.echo("no templates (install a template plugin; `swiftcore plugins` lists what is installed)")
         return
     width = max(len(s.name) for s in specs)
     for spec in specs:

@@ -87,6 +87,7 @@ def make_tiny_qwen3(
 
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     from swiftcore.models import ARGS_FILE
     from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
@@ -100,7 +101,9 @@ def make_tiny_qwen3(
         pad="<|endoftext|>",
         non_special=_NON_SPECIAL,
         chat_template=template,
-        style="qwen2",
+        style="split_bytelevel",
+        split_regex=PRETOKENIZE_REGEX,
+        tokenizer_class="Qwen2Tokenizer",
         vocab_size=512,
     )
     vocab = len(tokenizer)

@@ -11,23 +11,7 @@ from typing import Any
 
 from swiftcore.megatron.errors import BridgeError, BridgeNotFoundError, CheckpointError
 
-__all__ = ["BRIDGE_DISTRIBUTIONS", "find_bridge_spec", "make_bridge", "read_hf_config", "resolve_bridge"]
-
-#: HF model_type -> the distribution whose bridge converts it (for the "install this" hint).
-BRIDGE_DISTRIBUTIONS = {
-    "llama": "swiftcore-bridge-gpt",
-    "qwen3": "swiftcore-bridge-gpt",
-    "qwen3_moe": "swiftcore-bridge-gpt",
-    "deepseek_v3": "swiftcore-bridge-gpt",
-    "qwen3_asr": "swiftcore-bridge-qwen3-asr",
-    "qwen3_5": "swiftcore-bridge-qwen3-5",
-    "qwen3_5_moe": "swiftcore-bridge-qwen3-5",
-    "qwen3_5_text": "swiftcore-bridge-qwen3-5",
-    "qwen3_5_moe_text": "swiftcore-bridge-qwen3-5",
-    "gemma4": "swiftcore-bridge-gemma4",
-    "gemma4_text": "swiftcore-bridge-gemma4",
-    "deepseek_v4": "swiftcore-bridge-deepseek-v4",
-}
+__all__ = ["find_bridge_spec", "make_bridge", "read_hf_config", "resolve_bridge"]
 
 
 def read_hf_config(model_dir: str | Path) -> dict[str, Any]:
@@ -57,8 +41,9 @@ def find_bridge_spec(model_type: str, plugins: Any, name: str | None = None) -> 
         name: a bridge name (``NAME`` or ``NAME@plugin``) that overrides the look-up.
 
     Raises:
-        BridgeNotFoundError: no installed bridge claims ``model_type`` (names the installed bridges
-            and the distribution to install).
+        BridgeNotFoundError: no installed bridge claims ``model_type`` (names the installed bridges and
+            says to install a bridge plugin for it; the core keeps no table of which distribution that is,
+            and guessing a name to ``pip install`` from a typed model type would invite typosquatting).
         BridgeError: several bridges claim it and none was picked.
     """
     registry = plugins.registry
@@ -68,10 +53,9 @@ def find_bridge_spec(model_type: str, plugins: Any, name: str | None = None) -> 
     matching = [s for s in specs if model_type in s.model_types]
     if not matching:
         installed = ", ".join(f"{s.name} ({', '.join(s.model_types)}; {s.provider})" for s in specs) or "none"
-        dist = BRIDGE_DISTRIBUTIONS.get(model_type, f"swiftcore-bridge-{model_type.replace('_', '-')}")
         raise BridgeNotFoundError(
             f"no installed Megatron bridge converts model_type {model_type!r}. Installed bridges: {installed}. "
-            f"Install one: pip install {dist}"
+            f"Install a bridge plugin that converts {model_type!r} (`swiftcore plugins` lists what is installed)"
         )
     if len(matching) > 1:
         which = ", ".join(f"{s.name}@{s.provider.plugin}" for s in matching)

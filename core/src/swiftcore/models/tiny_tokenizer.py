@@ -6,12 +6,17 @@ exactly like its family's real tokenizer, so that the class ``AutoTokenizer`` pi
 and ``GemmaTokenizer`` do) gives the same ids as the raw ``tokenizers.Tokenizer``. The family's
 special tokens come first, in the order given, so their ids are small and stable.
 
+The core knows layouts, not families: the family's plugin (its ``tiny.py``) picks the layout and passes
+what is its own -- the tokenizer class its checkpoints name and, for a split layout, the split regex
+(best taken from transformers' module for that class, so the layout cannot drift from what it rebuilds).
+
 Styles:
 
-* ``"qwen"``: Qwen3.5 layout (NFC, Qwen's split regex, byte-level without regex, no unk).
-* ``"qwen2"``: Qwen2/Qwen3 layout (same, with the Qwen2 split regex; ``Qwen2Tokenizer``).
-* ``"gemma"``: Gemma layout (spaces become ``▁``, split after spaces, byte fallback to ``<0xNN>``).
-* ``"bytelevel"``: a plain GPT-2 style byte-level BPE (loaded as-is by ``TokenizersBackend``).
+* ``"bytelevel"``: a plain GPT-2 style byte-level BPE (ByteLevel's own regex).
+* ``"split_bytelevel"``: NFC, then the caller's ``split_regex`` (isolated), then byte-level without
+  regex, no unk -- the layout of the Qwen2/Qwen3/Qwen3.5 tokenizers, for one.
+* ``"byte_fallback"``: spaces become ``▁``, split after spaces, BPE with byte fallback to ``<0xNN>``
+  (ids: specials, the 256 bytes, pieces) -- Gemma's layout, for one; needs an unk token.
 """
 
 from __future__ import annotations
@@ -24,20 +29,15 @@ from typing import Any
 
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["STYLES", "build_tiny_tokenizer"]
+__all__ = ["DEFAULT_TOKENIZER_CLASS", "STYLES", "build_tiny_tokenizer"]
 
-STYLES = ("qwen", "qwen2", "gemma", "bytelevel")
+STYLES = ("bytelevel", "split_bytelevel", "byte_fallback")
 
-# Characters the gemma style learns as pieces; rarer ones are spelled with byte-fallback tokens.
-_GEMMA_ALPHABET = 96
+# Characters the byte_fallback style learns as pieces; rarer ones are spelled with byte-fallback tokens.
+_FALLBACK_ALPHABET = 96
 
-# The tokenizer class each style is saved as: the one whose rebuild rules it was trained to match.
-_TOKENIZER_CLASS = {
-    "qwen": "Qwen3_5Tokenizer",
-    "qwen2": "Qwen2Tokenizer",
-    "gemma": "GemmaTokenizer",
-    "bytelevel": "TokenizersBackend",
-}
+#: The tokenizer class saved when the caller names none: loads the saved layout as-is.
+DEFAULT_TOKENIZER_CLASS = "TokenizersBackend"
 
 
 def build_tiny_tokenizer(
@@ -51,7 +51,9 @@ def build_tiny_tokenizer(
     non_special: Iterable[str] = (),
     named_tokens: Mapping[str, str] | None = None,
     chat_template: str | None = None,
-    style: str = "qwen",
+    style: str = "bytelevel",
+    split_regex: str | None = None,
+    tokenizer_class: str = DEFAULT_TOKENIZER_CLASS,
     vocab_size: int = 512,
     add_bos_token: bool = False,
     model_max_length: int = 4096,
@@ -66,15 +68,18 @@ def build_tiny_tokenizer(
         eos: the end-of-sequence token (must be in ``special_tokens``).
         pad: the padding token (default: ``eos``).
         bos: the beginning-of-sequence token, if the family has one.
-        unk: the unknown token (``gemma`` style needs one; byte-level styles have none).
+        unk: the unknown token (``byte_fallback`` style needs one; byte-level styles have none).
         non_special: tokens of ``special_tokens`` that decoding keeps (e.g. ``<think>``), as in the
             family's real tokenizer.
         named_tokens: attribute name -> token, saved as ``extra_special_tokens`` so that processors
             find them (e.g. ``{"image_token": "<|image_pad|>"}``).
         chat_template: the official Jinja chat template, saved with the tokenizer.
         style: one of :data:`STYLES` (see the module docstring).
+        split_regex: the pre-tokenizer split regex (``split_bytelevel`` only, and required there).
+        tokenizer_class: the transformers tokenizer class saved in ``tokenizer_config.json``, the one
+            ``AutoTokenizer`` builds and whose rebuild rules ``style`` must match.
         vocab_size: the total vocabulary size to aim for; the real size is ``len(tokenizer)``.
-        add_bos_token: whether encoding prepends ``bos`` (Gemma does).
+        add_bos_token: whether encoding prepends ``bos``.
         model_max_length: saved as the tokenizer's maximum length.
         corpus: training text (default: the built-in tiny corpus).
 
@@ -82,13 +87,15 @@ def build_tiny_tokenizer(
         The saved tokenizer, reloaded with ``transformers.AutoTokenizer`` from ``out_dir``.
 
     Raises:
-        SwiftcoreError: an unknown style, a named token missing from ``special_tokens``, or a
-            vocabulary too small for the byte alphabet.
+        SwiftcoreError: an unknown style, a missing or stray ``split_regex``, a named token missing from
+            ``special_tokens``, or a vocabulary too small for the byte alphabet.
     """
     from tokenizers import Tokenizer
 
     if style not in STYLES:
         raise SwiftcoreError(f"tiny tokenizer: unknown style {style!r}; use one of {', '.join(STYLES)}")
+    if (style == "split_bytelevel") != (split_regex is not None):
+        raise SwiftcoreError("tiny tokenizer: split_regex is required by style 'split_bytelevel' and only by it")
     specials = list(dict.fromkeys(special_tokens))
     pad = pad or eos
     named = dict(named_tokens or {})
@@ -96,8 +103,8 @@ def build_tiny_tokenizer(
     missing = sorted(f"{k}={v!r}" for k, v in wanted.items() if v is not None and v not in specials)
     if missing:
         raise SwiftcoreError(f"tiny tokenizer: {', '.join(missing)} not in special_tokens; add them to the list")
-    # Room for the specials, the 256 bytes (and, for gemma, its learned alphabet) plus some merges.
-    floor = len(specials) + 256 + (_GEMMA_ALPHABET if style == "gemma" else 0) + 32
+    # Room for the specials, the 256 bytes (and, for byte_fallback, its learned alphabet) plus some merges.
+    floor = len(specials) + 256 + (_FALLBACK_ALPHABET if style == "byte_fallback" else 0) + 32
     if vocab_size < floor:
         raise SwiftcoreError(
             f"tiny tokenizer: vocab_size {vocab_size} is too small for {len(specials)} special tokens and "
@@ -107,10 +114,10 @@ def build_tiny_tokenizer(
     from swiftcore.models._tiny_corpus import TINY_CORPUS
 
     text = list(corpus) if corpus is not None else list(TINY_CORPUS)
-    if style == "gemma":
-        tokenizer = _train_gemma(text, specials, vocab_size, unk)
+    if style == "byte_fallback":
+        tokenizer = _train_byte_fallback(text, specials, vocab_size, unk)
     else:
-        tokenizer = _train_bytelevel(text, specials, vocab_size, style)
+        tokenizer = _train_bytelevel(text, specials, vocab_size, split_regex)
 
     # The trainer adds every special token as "special"; mark the ones decoding keeps as not special.
     keep = set(non_special)
@@ -133,7 +140,7 @@ def build_tiny_tokenizer(
     _save(
         tokenizer,
         out,
-        style,
+        tokenizer_class,
         eos=eos,
         pad=pad,
         bos=bos,
@@ -149,26 +156,22 @@ def build_tiny_tokenizer(
     return AutoTokenizer.from_pretrained(str(out))
 
 
-def _train_bytelevel(text: list[str], specials: list[str], vocab_size: int, style: str) -> Any:
-    """Byte-level BPE laid out like the family tokenizer that transformers rebuilds on load."""
+def _train_bytelevel(text: list[str], specials: list[str], vocab_size: int, split_regex: str | None) -> Any:
+    """Byte-level BPE: ByteLevel's own regex, or NFC + ``split_regex`` then byte-level without regex."""
     from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import BPE
     from tokenizers.trainers import BpeTrainer
 
     tokenizer = Tokenizer(BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    if style == "bytelevel":
+    if split_regex is None:
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
-        # Take the split regex from transformers itself so the layout cannot drift from the class
-        # that AutoTokenizer rebuilds (the Qwen3_5Tokenizer trap in notes/tiny_models.md).
-        if style == "qwen":
-            from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
-        else:
-            from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+        # The caller takes the split regex from transformers' module for its tokenizer class, so the
+        # layout cannot drift from the class that AutoTokenizer rebuilds (notes/tiny_models.md).
         tokenizer.normalizer = normalizers.NFC()
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
             [
-                pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+                pre_tokenizers.Split(Regex(split_regex), behavior="isolated", invert=False),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
@@ -183,14 +186,14 @@ def _train_bytelevel(text: list[str], specials: list[str], vocab_size: int, styl
     return tokenizer
 
 
-def _train_gemma(text: list[str], specials: list[str], vocab_size: int, unk: str | None) -> Any:
-    """BPE with byte fallback laid out like ``transformers.GemmaTokenizer`` (ids: specials, bytes, pieces)."""
+def _train_byte_fallback(text: list[str], specials: list[str], vocab_size: int, unk: str | None) -> Any:
+    """BPE with byte fallback, ``▁`` for spaces (ids: specials, bytes, pieces), e.g. ``GemmaTokenizer``'s."""
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import BPE
     from tokenizers.trainers import BpeTrainer
 
     if unk is None:
-        raise SwiftcoreError("tiny tokenizer: style 'gemma' needs an unk token (Gemma uses '<unk>')")
+        raise SwiftcoreError("tiny tokenizer: style 'byte_fallback' needs an unk token (e.g. '<unk>')")
 
     def layout(model: BPE) -> Tokenizer:
         tok = Tokenizer(model)
@@ -200,12 +203,12 @@ def _train_gemma(text: list[str], specials: list[str], vocab_size: int, unk: str
         return tok
 
     byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
-    # Train the pieces on their own, then lay the vocabulary out as Gemma does: specials, the 256
+    # Train the pieces on their own, then lay the vocabulary out: specials, the 256
     # byte-fallback tokens, then the learned pieces; merges refer to pieces by string, so stay valid.
     # Keep the most frequent characters (ties broken by code point, so training is reproducible:
     # the trainer's own limit_alphabet breaks ties in hash order); the rest fall back to bytes.
     counts = Counter(ch for line in text for ch in line.replace(" ", "▁"))
-    alphabet = [ch for ch, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:_GEMMA_ALPHABET]]
+    alphabet = [ch for ch, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:_FALLBACK_ALPHABET]]
     trainer = BpeTrainer(
         vocab_size=vocab_size - 256,
         special_tokens=specials,
@@ -229,7 +232,7 @@ def _train_gemma(text: list[str], specials: list[str], vocab_size: int, unk: str
 def _save(
     tokenizer: Any,
     out: Path,
-    style: str,
+    tokenizer_class: str,
     *,
     eos: str,
     pad: str,
@@ -258,6 +261,6 @@ def _save(
     # checkpoints do; save_pretrained writes the generic class.
     config_path = out / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    config["tokenizer_class"] = _TOKENIZER_CLASS[style]
+    config["tokenizer_class"] = tokenizer_class
     config["add_bos_token"] = add_bos_token
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

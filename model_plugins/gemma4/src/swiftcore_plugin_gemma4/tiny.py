@@ -78,7 +78,9 @@ def tiny_gemma4_tokenizer(out_dir: str | Path) -> None:
         unk="<unk>",
         named_tokens=_NAMED,
         chat_template=_chat_template(),
-        style="gemma",
+        # Gemma's layout: spaces become "▁", byte fallback to <0xNN>.
+        style="byte_fallback",
+        tokenizer_class="GemmaTokenizer",
         vocab_size=VOCAB_SIZE,
         add_bos_token=True,
     )

@@ -41,6 +41,8 @@ def swiftcore_register_models() -> list[ModelSpec]:
             tasks=("causal_lm",),
             modalities=("text", "image", "video"),
             description="Qwen3.5 dense (hybrid linear/full attention), text and vision",
+            # make demo's default model: the core names no family, it runs the one a plugin offers.
+            demo=True,
         ),
         ModelSpec(
             name="qwen3_5_moe",

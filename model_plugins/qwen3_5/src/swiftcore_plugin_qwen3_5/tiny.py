@@ -85,6 +85,7 @@ def tiny_qwen3_5_tokenizer(out_dir: str | Path) -> None:
         out_dir: the checkpoint directory being written.
     """
     from transformers import Qwen2VLImageProcessorPil
+    from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
 
     from swiftcore.api.models import build_tiny_tokenizer, save_processor_config
 
@@ -96,7 +97,11 @@ def tiny_qwen3_5_tokenizer(out_dir: str | Path) -> None:
         non_special=_NON_SPECIAL,
         named_tokens=_NAMED,
         chat_template=_chat_template(),
-        style="qwen",
+        # Qwen3.5's layout: NFC, its split regex (transformers' own, so the layout cannot drift from
+        # the Qwen3_5Tokenizer that AutoTokenizer rebuilds), byte-level without regex.
+        style="split_bytelevel",
+        split_regex=PRETOKENIZE_REGEX,
+        tokenizer_class="Qwen3_5Tokenizer",
         vocab_size=VOCAB_SIZE,
     )
     # The PIL image processor (no torchvision needed) with Qwen3.5's released settings; the video

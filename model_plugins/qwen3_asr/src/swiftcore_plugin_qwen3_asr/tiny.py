@@ -51,6 +51,7 @@ def tiny_qwen3_asr_tokenizer(out_dir: str | Path) -> None:
         out_dir: the checkpoint directory being written.
     """
     from transformers import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     from swiftcore.api.models import build_tiny_tokenizer
 
@@ -62,7 +63,10 @@ def tiny_qwen3_asr_tokenizer(out_dir: str | Path) -> None:
         non_special=_NON_SPECIAL,
         named_tokens=_NAMED,
         chat_template=_chat_template(),
-        style="qwen2",
+        # The Qwen2/Qwen3 layout: NFC, the Qwen2 split regex, byte-level without regex.
+        style="split_bytelevel",
+        split_regex=PRETOKENIZE_REGEX,
+        tokenizer_class="Qwen2Tokenizer",
         vocab_size=VOCAB_SIZE,
     )
     # Qwen3ASRProcessor needs no video processor, so the real processor is saved as is.

@@ -16,7 +16,7 @@ __all__ = ["StreamParser", "markers_for"]
 
 
 def markers_for(template: Any) -> tuple[str, str, str]:
-    """``(think_start, think_end, tool_call_start)`` of a template (Qwen-style defaults).
+    """``(think_start, think_end, tool_call_start)`` of a template (defaults: the common ``<think>`` markers).
 
     A template may declare ``reasoning_markers = (start, end)`` and ``tool_call_start`` to override them.
     """
