@@ -22,8 +22,16 @@ def _tokens(bridge, seq: int):  # type: ignore[no-untyped-def]
     return sample_tokens(int(bridge.get("vocab_size")), seq=seq)
 
 
-def _assert_parity(report, positions: int) -> None:  # type: ignore[no-untyped-def]
-    assert report.max_abs <= DEFAULT_TOLERANCE, report
+#: The closed 128-token HCA window sums the most terms of any path here. With MKL's AVX-512 kernels (measured
+#: on a Sapphire Rapids Xeon, torch 2.13) its largest logit difference is 1.34e-5 for logits up to 5.4 (2.5e-6
+#: relative, ~28 float32 ulps); with AVX2 kernels (MKL_ENABLE_INSTRUCTIONS=AVX2, or the CPUs earlier runs had)
+#: it is within 1e-5. Summation order, not a mapping error: the negative controls below differ by 2.3 and 4.4,
+#: five orders of magnitude above, and every argmax must still agree.
+CLOSED_WINDOW_TOLERANCE = 2e-5
+
+
+def _assert_parity(report, positions: int, tolerance: float = DEFAULT_TOLERANCE) -> None:  # type: ignore[no-untyped-def]
+    assert report.max_abs <= tolerance, report
     assert report.argmax_agreement == 1.0, report
     assert report.positions == positions, report
 
@@ -35,7 +43,7 @@ def test_logit_parity_with_the_indexer_selecting(ds4_tiny: Path, bridge, state) 
 
 def test_logit_parity_with_a_closed_heavily_compressed_window(ds4_tiny: Path, bridge, state,  # type: ignore[no-untyped-def]
                                                               mcore_parity) -> None:
-    _assert_parity(mcore_parity(ds4_tiny, bridge, state, _tokens(bridge, 136)), 272)
+    _assert_parity(mcore_parity(ds4_tiny, bridge, state, _tokens(bridge, 136)), 272, CLOSED_WINDOW_TOLERANCE)
 
 
 def test_logit_parity_of_every_attention_type_and_sigmoid_routing(ds4_variant: Path, bridge_for, mcore_parity,  # type: ignore[no-untyped-def]
