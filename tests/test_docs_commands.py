@@ -378,6 +378,57 @@ def test_listed_make_targets_and_local_pip_installs_exist() -> None:
     assert not problems, "\n".join(problems)
 
 
+def _declared_extras(requirement: str) -> set[str] | None:
+    """The extras of the distribution a documented ``pip install`` word names: a path or a distribution of
+    this repository, or what ``swiftcore new-plugin`` writes for a hypothetical one (``swiftcore-plugin-acme``).
+    None when it names none of these."""
+    import tomllib
+
+    name = _normalize_dist(requirement)
+    for top in PACKAGE_ROOTS:
+        for pyproject in (ROOT / top).glob("**/pyproject.toml"):
+            if {"src", "tests"} & set(pyproject.relative_to(ROOT).parts):  # not the test fixtures' distributions
+                continue
+            project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+            if _normalize_dist(project["name"]) == name:
+                return set(project.get("optional-dependencies", {}))
+    scaffolded = re.fullmatch(r"swiftcore-(plugin|template|backend|bridge)-([a-z][a-z0-9-]*)", name)
+    if scaffolded:
+        from swiftcore.scaffold import plugin_files
+
+        kind = {"plugin": "model"}.get(scaffolded[1], scaffolded[1])
+        project = tomllib.loads(plugin_files(scaffolded[2].replace("-", "_"), kind)["pyproject.toml"])["project"]
+        return set(project.get("optional-dependencies", {}))
+    return None
+
+
+def _normalize_dist(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_documented_pip_install_extra_is_declared() -> None:
+    """`pip install NAME[EXTRA]` anywhere in the docs (fenced or inline): NAME declares EXTRA."""
+    problems = []
+    for path in doc_files():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for rest in re.findall(r"pip install ([^`#\n]+)", line):
+                for word in shlex.split(rest.replace("...", ""), posix=True):
+                    if "[" not in word or word.startswith("-"):
+                        continue
+                    target, _, extra = word.partition("[")
+                    wanted = set(extra.rstrip("]").split(","))
+                    if target.startswith("./"):
+                        declared = _extras(ROOT / target) if (ROOT / target / "pyproject.toml").is_file() else None
+                    else:
+                        declared = _declared_extras(target)
+                    if declared is None:
+                        problems.append(f"{_rel(path)}: `pip install {word}`: {target} is no distribution here")
+                    elif not wanted <= declared:
+                        problems.append(f"{_rel(path)}: `pip install {word}`: {target} declares no extra "
+                                        f"{', '.join(sorted(wanted - declared))} (it has {sorted(declared)})")
+    assert not problems, "\n".join(problems)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Links stay inside the repository
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from swiftcore.scaffold import KINDS, ScaffoldError, plugin_files, render_plugin
+from swiftcore.scaffold import KINDS, ScaffoldError, distribution_name, plugin_files, render_plugin
 
 BIN = Path(sys.executable).parent
 SWIFTCORE = str(BIN / "swiftcore")
@@ -47,11 +47,85 @@ def test_generated_files_name_the_plugin_and_a_compatible_swiftcore() -> None:
     assert all("${" not in text for text in files.values())
 
 
+#: What docs/writing-a-plugin.md ("Publishing") and the registry's install hints name each kind's distribution.
+_DOCUMENTED_NAMES = {
+    "model": ("swiftcore-plugin-acme-lm", "swiftcore_plugin_acme_lm"),
+    "head": ("swiftcore-plugin-acme-lm", "swiftcore_plugin_acme_lm"),
+    "template": ("swiftcore-template-acme-lm", "swiftcore_template_acme_lm"),
+    "backend": ("swiftcore-backend-acme-lm", "swiftcore_backend_acme_lm"),
+    "bridge": ("swiftcore-bridge-acme-lm", "swiftcore_bridge_acme_lm"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_is_named_as_the_guide_says(kind: str, tmp_path: Path) -> None:
+    from swiftcore.registry import _INSTALL_HINT
+
+    dist, package = _DOCUMENTED_NAMES[kind]
+    files = plugin_files("acme_lm", kind)
+    pyproject = files["pyproject.toml"]
+    assert f'name = "{dist}"' in pyproject
+    assert f'acme_lm = "{package}.plugin"' in pyproject
+    assert all(path.startswith((f"src/{package}/", "tests/")) or "/" not in path for path in files), sorted(files)
+    assert f"src/{package}/plugin.py" in files and files["README.md"].startswith(f"# {dist}\n")
+    assert distribution_name("acme_lm", kind) == dist
+    assert render_plugin("acme_lm", tmp_path, kind) == tmp_path / dist
+    # `pip install` of what "not installed" hints suggest is this distribution (heads: the one swiftcore-heads).
+    if kind != "head":
+        assert _INSTALL_HINT[kind].format(name="acme-lm") == f"pip install {dist}"
+    guide = (Path(__file__).parents[1] / "docs" / "writing-a-plugin.md").read_text(encoding="utf-8")
+    assert dist.replace("acme-lm", "<name>") in guide, f"docs/writing-a-plugin.md does not name {kind} distributions"
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_kind_renders_valid_python(kind: str) -> None:
     for path, text in plugin_files("demo", kind).items():
         if path.endswith(".py"):
             compile(text, path, "exec")
+
+
+_REGISTER_CHECK = """
+import importlib.util, sys
+from transformers import AutoConfig, PretrainedConfig
+
+def modeling(name, path):
+    spec = importlib.util.spec_from_file_location(f"swiftcore_plugin_{name}.modeling", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+def outcome(register):
+    try:
+        register()
+    except ValueError as exc:
+        return f"ValueError: {exc}"
+    return "ok"
+
+paths = dict(arg.split("=", 1) for arg in sys.argv[1:])
+fresh = modeling("scaffold_fresh", paths["scaffold_fresh"])
+print("fresh", outcome(fresh.register), outcome(fresh.register))  # registering the same classes twice is fine
+print("builtin", outcome(modeling("qwen3", paths["qwen3"]).register))  # a transformers model type
+
+class Other(PretrainedConfig):
+    model_type = "scaffold_taken"
+
+AutoConfig.register("scaffold_taken", Other)
+print("taken", outcome(modeling("scaffold_taken", paths["scaffold_taken"]).register))  # another class holds it
+"""
+
+
+def test_model_scaffold_registration_tolerates_only_its_own_classes(tmp_path: Path) -> None:
+    paths = []
+    for name in ("scaffold_fresh", "qwen3", "scaffold_taken"):
+        path = tmp_path / f"{name}_modeling.py"
+        path.write_text(plugin_files(name, "model")[f"src/swiftcore_plugin_{name}/modeling.py"], encoding="utf-8")
+        paths.append(f"{name}={path}")
+    done = _run(sys.executable, "-c", _REGISTER_CHECK, *paths)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["fresh"] == "ok ok"
+    assert lines["builtin"].startswith("ValueError: ") and "qwen3" in lines["builtin"]
+    assert lines["taken"].startswith("ValueError: model_type 'scaffold_taken' is already registered with")
 
 
 def test_bad_name_kind_and_existing_target_are_refused(tmp_path: Path) -> None:
@@ -147,7 +221,7 @@ def test_cli_reports_a_bad_name_without_a_traceback(tmp_path: Path) -> None:
 def test_cli_writes_the_files_it_lists(tmp_path: Path) -> None:
     done = _run(SWIFTCORE, "new-plugin", "acme", "--dir", str(tmp_path), "--kind", "template")
     assert done.returncode == 0, done.stderr
-    dist = tmp_path / "swiftcore-plugin-acme"
+    dist = tmp_path / "swiftcore-template-acme"
     written = sorted(str(p.relative_to(dist)) for p in dist.rglob("*") if p.is_file())
     assert written == sorted(plugin_files("acme", "template"))
     assert all(f"  {path}" in done.stdout for path in written)

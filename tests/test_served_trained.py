@@ -215,12 +215,15 @@ def _train_qwen3(setup: Any, out: Path, data: Path, tuner: str, learning_rate: f
 
 @pytest.fixture(scope="module")
 def vllm_clients(vllm_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """swiftcore's server on vLLM: a fully fine-tuned tiny Qwen3 (its own engine), and a LoRA adapter of it
-    served by name on the shared engine of its base; ``openai`` clients for both."""
-    from swiftcore_backend_vllm.engine import VllmEngine
+    """swiftcore's server on vLLM: a fully fine-tuned tiny Qwen3 served by ``swiftcore deploy --backend vllm`` (a
+    process of its own, as a user starts it), and a LoRA adapter of it served by name on the in-process engine
+    shared with the other vLLM tests; ``openai`` clients for both.
 
+    The full fine-tune gets its own process, not a second in-process engine: closing a vLLM engine tears down
+    the process's model-parallel groups, which the shared engine still needs (its later tests would fail).
+    """
     from swiftcore.infer.server import ServerConfig, build_app
-    from swiftcore.infer.testing import ServerThread
+    from swiftcore.testing.engines import ServerThread
 
     work = tmp_path_factory.mktemp("served-vllm")
     data = _write_records(work / "train.jsonl")
@@ -228,12 +231,16 @@ def vllm_clients(vllm_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     # The tiny Qwen3's large init (initializer_range 0.5) starts LoRA at loss ~14: 1e-3 is too slow there.
     lora = _train_qwen3(vllm_setup, work / "lora", data, "lora", 5e-3, LORA_STEPS)
 
-    engine = VllmEngine(full, vllm_setup.plugins, dtype="float32", max_model_len=256, enable_lora=False)
+    # The tiny Qwen3's model spec comes from the test kit's plugin module, its template from template_qwen.
+    env = user_env(SWIFTCORE_API_KEY="k", SWIFTCORE_PLUGINS="swiftcore.infer.testing,template_qwen,backend_vllm")
+    deploy_args = (
+        "--model", str(full), "--backend", "vllm", "--dtype", "float32",
+        "--engine-option", "max_model_len=256", "--engine-option", "enable_lora=false",
+    )
     with ExitStack() as stack:
-        stack.callback(engine.close)
+        full_url, _ = stack.enter_context(deploy_process(*deploy_args, served_model_name=SERVED, env=env, timeout=600))
         shared = vllm_setup.engine
         name = f"served-trained-{len(shared.adapters)}"  # a fresh name on the engine shared with other modules
-        full_url = stack.enter_context(ServerThread(build_app(engine, ServerConfig(model_name=SERVED, api_key="k"))))
         config = ServerConfig(model_name="qwen3-base", adapters={name: str(lora)}, api_key="k")
         lora_url = stack.enter_context(ServerThread(build_app(shared, config)))
         clients = {

@@ -64,6 +64,45 @@ def test_plugins_check_passes_on_a_clean_set(run_cli) -> None:
     assert "check acme: ok" in proc.stdout
 
 
+def test_plugins_check_name_checks_only_that_plugin(run_cli) -> None:
+    # `--check NAME` is `--plugin NAME --check`: acme alone is clean (its duplicate is not checked).
+    proc = run_cli("plugins", "--check", "acme", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [r["plugin"] for r in json.loads(proc.stdout)["check"]] == ["acme"]
+    proc = run_cli("plugins", "--check", "acme_broken")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checked = [line for line in proc.stdout.splitlines() if line.startswith("check ")]
+    assert checked == ["check acme_broken: FAILED"], proc.stdout
+    # A bare `--check` before another option still checks every plugin.
+    proc = run_cli("plugins", "--check", "--json")
+    assert {"acme", "acme_broken", "acme_future"} <= {r["plugin"] for r in json.loads(proc.stdout)["check"]}
+
+
+def test_plugins_check_rechecks_in_a_fresh_process_after_a_heavy_import(tmp_path) -> None:
+    # The plugins share one checking process; one that imports a heavy module (a stand-in `megatron`
+    # here) is reported, and the plugins after it are checked again in a process of their own.
+    from swiftcore.cli.plugins_cmd import _check_all
+
+    heavy = tmp_path / "heavy_plugin.py"
+    heavy.write_text('import sys, types\nsys.modules["megatron"] = types.ModuleType("megatron")\nSWIFTCORE_API = "1.0"')
+    lights = [tmp_path / f"light_{i}.py" for i in (1, 2)]
+    for light in lights:
+        light.write_text(
+            "from swiftcore.api import TemplateSpec, hookimpl\nSWIFTCORE_API = '1.0'\n\n@hookimpl\n"
+            "def swiftcore_register_templates():\n"
+            f"    return [TemplateSpec(name='{light.stem}', factory='swiftcore.api:hookimpl')]\n"
+        )
+    rows = [{"name": str(p), "source": "file", "status": "available"} for p in (heavy, *lights)]
+    reports = _check_all(rows)
+    assert [r["plugin"] for r in reports] == [str(heavy), *map(str, lights)]
+    assert reports[0]["heavy_imports"] == ["megatron"] and not reports[0]["ok"]
+    assert all(r["ok"] and r["heavy_imports"] == [] and "deferred" not in r for r in reports[1:]), reports
+    # A reference that does not import is still found in the shared process.
+    lights[0].write_text(lights[0].read_text().replace("factory='swiftcore.api:", "factory='light_gone:"))
+    (bad,) = _check_all(rows[1:2])
+    assert not bad["ok"] and "light_gone" in bad["problems"][0]
+
+
 def test_plugin_command_runs_and_children_get_the_plugin_set(run_cli) -> None:
     proc = run_cli("--plugin", "acme", "acme-hello", "there")
     assert proc.returncode == 0, proc.stderr

@@ -1,9 +1,16 @@
-"""Check one plugin in isolation (run in a subprocess by ``swiftcore plugins --check``).
+"""Check plugins in a fresh process (run in a subprocess by ``swiftcore plugins --check``).
 
-``python -m swiftcore._check SPEC`` loads only that plugin (and the built-ins) into a fresh
-process and prints one JSON object: import time, whether torch/transformers/megatron got imported
-by the plugin module, its API version, the specs it provides, specs that do not validate, lazy
-references that do not resolve, and whether the static capability index matches the hooks.
+``python -m swiftcore._check SPEC [SPEC ...]`` checks each plugin and prints one JSON object per line
+and plugin: import time, whether torch/transformers/megatron got imported by the plugin module, its
+API version, the specs it provides, specs that do not validate, lazy references that do not resolve,
+and whether the static capability index matches the hooks.
+
+Each plugin is loaded alone (with the built-ins). All of them are loaded first, each while none of the
+heavy modules is imported yet, so that the light-import check means what it would in a process of its
+own; only then are the lazy references imported, so each heavy module (transformers, ...) is imported
+once for all plugins rather than once per plugin. When a plugin does import a heavy module, the
+plugins after it cannot be checked for that in this process: they are reported as ``deferred`` and
+the caller checks them in another fresh process.
 """
 
 from __future__ import annotations
@@ -23,7 +30,37 @@ def heavy_modules_loaded() -> list[str]:
 
 def check(spec: str) -> dict[str, Any]:
     """Load plugin ``spec`` alone and report on it (see the module docstring)."""
+    return check_many([spec])[0]
+
+
+def check_many(specs: list[str]) -> list[dict[str, Any]]:
+    """Check each plugin of ``specs`` (see the module docstring); one report per spec, in order.
+
+    A report with ``"deferred": True`` was not checked: an earlier plugin imported a heavy module, so
+    check it in a fresh process. The first spec is always checked.
+    """
+    baseline = heavy_modules_loaded()
+    reports: list[dict[str, Any]] = []
+    pending: list[tuple[dict[str, Any], Any, dict[str, list[Any]]]] = []
+    for spec in specs:
+        if heavy_modules_loaded() != baseline:
+            reports.append({"plugin": spec, "ok": False, "problems": [], "deferred": True})
+            continue
+        report, plugins, own_specs = _load_and_inspect(spec)
+        reports.append(report)
+        if plugins is not None:
+            pending.append((report, plugins, own_specs))
+    # Now the heavy part: import what the lazy references name (each module once, for every plugin).
     from swiftcore._lazy import unresolved_references
+
+    for report, plugins, own_specs in pending:
+        report["problems"].extend(unresolved_references(own_specs))
+        _finish(report, plugins)
+    return reports
+
+
+def _load_and_inspect(spec: str) -> tuple[dict[str, Any], Any, dict[str, list[Any]]]:
+    """Load ``spec`` alone: the import time and heavy imports, API, specs. Nothing heavy is resolved."""
     from swiftcore._plugins import _resolve_spec, discover, load_plugins
     from swiftcore.errors import SwiftcoreError
     from swiftcore.specs import SPEC_KINDS
@@ -35,7 +72,7 @@ def check(spec: str) -> dict[str, Any]:
         plugins = load_plugins([spec], env={})
     except SwiftcoreError as exc:
         report["problems"].append(str(exc))
-        return report
+        return report, None, {}
     report["import_seconds"] = round(time.perf_counter() - start, 4)
     heavy = [m for m in heavy_modules_loaded() if m not in before]
     report["heavy_imports"] = heavy
@@ -43,21 +80,30 @@ def check(spec: str) -> dict[str, Any]:
         report["problems"].append(f"importing the plugin imported {', '.join(heavy)}; import them lazily")
     # The plugin(s) SPEC names; plugins loaded because its distribution requires them are checked separately.
     names = sorted({i.name for i in _resolve_spec(spec, discover())})
+    report["names"] = names
     report["api"] = {n: plugins.infos[n].api for n in names}
     provides: dict[str, list[str]] = {}
-    registry = plugins.registry
+    own_specs: dict[str, list[Any]] = {}
     for kind in SPEC_KINDS:
         try:
-            specs = [s for s in registry.all(kind) if s.provider.plugin in names]
+            specs = [s for s in plugins.registry.all(kind) if s.provider.plugin in names]
         except SwiftcoreError as exc:
             report["problems"].append(str(exc))
             continue
         if specs:
             provides[kind] = sorted(s.name for s in specs)
-        report["problems"].extend(unresolved_references({kind: specs}))
+        own_specs[kind] = specs
     report["provides"] = provides
+    return report, plugins, own_specs
+
+
+def _finish(report: dict[str, Any], plugins: Any) -> None:
+    """The registry's problems and the static capability index of a loaded plugin; sets ``ok``."""
+    from swiftcore.specs import SPEC_KINDS
+
+    registry = plugins.registry
     report["problems"].extend(registry.problems)
-    for name in names:
+    for name in report.pop("names"):
         info = plugins.infos[name]
         if info.source != "entry-point":
             continue
@@ -71,8 +117,8 @@ def check(spec: str) -> dict[str, Any]:
                 '[project.entry-points."swiftcore.<kind>s"] tables'
             )
     report["ok"] = not report["problems"]
-    return report
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through subprocesses
-    print(json.dumps(check(sys.argv[1])))
+    for line in check_many(sys.argv[1:]):
+        print(json.dumps(line), flush=True)

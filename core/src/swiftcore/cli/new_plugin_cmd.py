@@ -19,13 +19,15 @@ _KINDS = ("model", "template", "head", "backend", "bridge")
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("."),
     show_default=True,
-    help="Where to create the swiftcore-plugin-NAME folder.",
+    help="Where to create the distribution's folder (swiftcore-plugin-NAME; templates swiftcore-template-NAME, "
+    "backends swiftcore-backend-NAME, bridges swiftcore-bridge-NAME).",
 )
 @click.option("--kind", type=click.Choice(_KINDS), default="model", show_default=True, help="What the plugin provides.")
 @click.option("--force", is_flag=True, help="Overwrite files in an existing, non-empty folder.")
 def new_plugin(name: str, directory: Path, kind: str, force: bool) -> None:
-    """Write a complete plugin distribution swiftcore-plugin-NAME: pyproject with entry points, plugin
-    module, tiny config factory, README and a contract test.
+    """Write a complete plugin distribution: pyproject with entry points, plugin module, tiny config
+    factory, README and a contract test. It is named swiftcore-plugin-NAME (model, head),
+    swiftcore-template-NAME, swiftcore-backend-NAME or swiftcore-bridge-NAME, after its kind.
 
     \b
     Example:

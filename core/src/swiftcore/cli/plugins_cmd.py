@@ -14,6 +14,9 @@ from swiftcore.cli.main import CliState, pass_state, plugin_option
 
 __all__ = ["plugins"]
 
+# `--check` given without a plugin name: check every listed plugin.
+_ALL = ":all:"
+
 
 def _rows(state: CliState, plugin_specs: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     from swiftcore._plugins import BUILTIN_PLUGIN, _resolve_spec, discover, requested_from_env, required_plugins
@@ -63,23 +66,21 @@ def _builtin_provides() -> dict[str, list[str]]:
 
 
 def _check_all(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    env = dict(os.environ)
-    env.pop("SWIFTCORE_PLUGINS", None)
-    reports = []
-    for row in rows:
-        if row["source"] == "builtin" or row["status"] == "blocked":
-            continue
-        proc = subprocess.run(
-            [sys.executable, "-m", "swiftcore._check", row["name"]],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        try:
-            report = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            report = {"plugin": row["name"], "ok": False, "problems": [f"check crashed: {proc.stderr.strip()[-2000:]}"]}
-        reports.append(report)
+    names = [row["name"] for row in rows if row["source"] != "builtin" and row["status"] != "blocked"]
+    done: dict[str, dict[str, Any]] = {}
+    remaining = names
+    # One fresh process checks them all (swiftcore._check defers those it cannot check cleanly there, and
+    # each further process checks at least its first plugin); a crash leaves one process per plugin.
+    while remaining:
+        found = _run_check(remaining)
+        checked = [n for n in remaining if n in found and not found[n].get("deferred")]
+        if not checked:
+            for name in remaining:
+                done[name] = _run_check([name]).get(name) or _crashed(name, "")
+            break
+        done.update({n: found[n] for n in checked})
+        remaining = [n for n in remaining if n not in done]
+    reports = [done[n] for n in names]
     # Conflicts: the same (kind, name) provided by two plugins.
     owners: dict[tuple[str, str], list[str]] = {}
     for report in reports:
@@ -99,27 +100,56 @@ def _check_all(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return reports
 
 
+def _run_check(names: list[str]) -> dict[str, dict[str, Any]]:
+    """Run ``python -m swiftcore._check NAMES`` in a fresh process: plugin -> report (those it printed)."""
+    env = dict(os.environ)
+    env.pop("SWIFTCORE_PLUGINS", None)
+    proc = subprocess.run([sys.executable, "-m", "swiftcore._check", *names], capture_output=True, text=True, env=env)
+    found: dict[str, dict[str, Any]] = {}
+    for line in proc.stdout.splitlines():
+        try:
+            report = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(report, dict) and report.get("plugin") in names:
+            found[report["plugin"]] = report
+    if len(names) == 1 and names[0] not in found:
+        found[names[0]] = _crashed(names[0], proc.stderr)
+    return found
+
+
+def _crashed(name: str, stderr: str) -> dict[str, Any]:
+    return {"plugin": name, "ok": False, "problems": [f"check crashed: {stderr.strip()[-2000:]}"]}
+
+
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option(
     "--check",
-    is_flag=True,
-    help="Import each plugin in a subprocess and validate it (API version, specs, lazy references, "
-    "no torch/transformers/megatron at import, conflicts). Exits 1 when any check fails.",
+    "check",
+    is_flag=False,
+    flag_value=_ALL,
+    default=None,
+    metavar="[NAME]",
+    help="Import the plugins in a fresh process and validate them (API version, specs, lazy references, "
+    "no torch/transformers/megatron at import, conflicts); '--check NAME' checks only that plugin, like "
+    "'--plugin NAME --check'. Exits 1 when any check fails.",
 )
 @plugin_option
 @pass_state
-def plugins(state: CliState, as_json: bool, check: bool, plugin_specs: tuple[str, ...]) -> None:
+def plugins(state: CliState, as_json: bool, check: str | None, plugin_specs: tuple[str, ...]) -> None:
     """List installed plugins: name, distribution, version, what each provides, status.
 
-    Reads installed metadata only: no plugin code runs unless --check is given. With --plugin, only the
-    named plugins (and those their distributions require) are listed and checked.
+    Reads installed metadata only: no plugin code runs unless --check is given. With --plugin (or
+    --check NAME), only the named plugins (and those their distributions require) are listed and checked.
     """
+    if check is not None and check != _ALL:
+        plugin_specs = (*plugin_specs, check)
     rows = _rows(state, plugin_specs)
-    reports = _check_all(rows) if check else []
+    reports = _check_all(rows) if check is not None else []
     if as_json:
         out: dict[str, Any] = {"plugins": rows}
-        if check:
+        if check is not None:
             out["check"] = reports
         click.echo(json.dumps(out, indent=2))
     else:
@@ -130,7 +160,7 @@ def plugins(state: CliState, as_json: bool, check: bool, plugin_specs: tuple[str
             click.echo(f"check {report['plugin']}: {mark}{extra}")
             for problem in report["problems"]:
                 click.echo(f"  - {problem}")
-    if check and not all(r["ok"] for r in reports):
+    if check is not None and not all(r["ok"] for r in reports):
         raise click.exceptions.Exit(1)
 
 

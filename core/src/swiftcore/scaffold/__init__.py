@@ -14,13 +14,13 @@ from pathlib import Path
 
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["KINDS", "ScaffoldError", "plugin_files", "render_plugin"]
+__all__ = ["DIST_PREFIXES", "KINDS", "ScaffoldError", "distribution_name", "plugin_files", "render_plugin"]
 
-#: kind -> (spec index group, extra dependencies, [(template, path in the distribution)]).
-KINDS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = {
+#: kind -> (spec index group, [(template, path in the distribution)]). A kind's extra dependencies (the
+#: plugins its example builds on) are data: ``<kind>/requires.txt``, one requirement a line.
+KINDS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "model": (
         "swiftcore.models",
-        ("swiftcore-template-qwen>=0.1,<0.2",),
         (
             ("model/plugin.py", "src/{package}/plugin.py"),
             ("model/modeling.py", "src/{package}/modeling.py"),
@@ -29,7 +29,6 @@ KINDS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = {
     ),
     "template": (
         "swiftcore.templates",
-        (),
         (
             ("template/plugin.py", "src/{package}/plugin.py"),
             ("template/template.py", "src/{package}/template.py"),
@@ -38,13 +37,11 @@ KINDS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = {
     ),
     "backend": (
         "swiftcore.backends",
-        (),
         (("backend/plugin.py", "src/{package}/plugin.py"), ("backend/engine.py", "src/{package}/engine.py")),
     ),
-    # A head is built on a backbone from a model plugin; the contract uses qwen3_5's tiny model.
+    # A head is built on a backbone from a model plugin (head/requires.txt names the one its contract uses).
     "head": (
         "swiftcore.heads",
-        ("swiftcore-plugin-qwen3_5>=0.1,<0.2",),
         (
             ("head/plugin.py", "src/{package}/plugin.py"),
             ("head/head.py", "src/{package}/head.py"),
@@ -54,7 +51,6 @@ KINDS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = {
     # A bridge starts from the dense GPT bridge (and its megatron-core pin).
     "bridge": (
         "swiftcore.bridges",
-        ("swiftcore-bridge-gpt>=0.1,<0.2",),
         (
             ("bridge/plugin.py", "src/{package}/plugin.py"),
             ("bridge/bridge.py", "src/{package}/bridge.py"),
@@ -88,6 +84,9 @@ _LAYOUT = {
     "bridge": "- `src/{package}/bridge.py`: the MegatronBridge subclass; `tiny.py`: the tiny checkpoint its "
     "contract converts.\n",
 }
+#: kind -> the word after ``swiftcore-`` in the distribution name (and ``swiftcore_`` in the package), as
+#: docs/writing-a-plugin.md ("Publishing") and the registry's "not installed" hints name them.
+DIST_PREFIXES = {"model": "plugin", "template": "template", "backend": "backend", "head": "plugin", "bridge": "bridge"}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -102,15 +101,23 @@ class _Names:
 
     @property
     def dist(self) -> str:
-        return f"swiftcore-plugin-{self.name.replace('_', '-')}"
+        return f"swiftcore-{DIST_PREFIXES[self.kind]}-{self.name.replace('_', '-')}"
 
     @property
     def package(self) -> str:
-        return f"swiftcore_plugin_{self.name}"
+        return f"swiftcore_{DIST_PREFIXES[self.kind]}_{self.name}"
 
     @property
     def cls(self) -> str:
         return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+def _names(name: str, kind: str) -> _Names:
+    if not _NAME.match(name):
+        raise ScaffoldError(f"plugin name {name!r}: use lower-case letters, digits and '_', starting with a letter")
+    if kind not in KINDS:
+        raise ScaffoldError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
+    return _Names(name, kind)
 
 
 def plugin_files(name: str, kind: str = "model") -> dict[str, str]:
@@ -125,12 +132,9 @@ def plugin_files(name: str, kind: str = "model") -> dict[str, str]:
     """
     from swiftcore.plugin_api import API_VERSION, API_VERSION_STRING
 
-    if not _NAME.match(name):
-        raise ScaffoldError(f"plugin name {name!r}: use lower-case letters, digits and '_', starting with a letter")
-    if kind not in KINDS:
-        raise ScaffoldError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
-    names = _Names(name, kind)
-    group, extra, files = KINDS[kind]
+    names = _names(name, kind)
+    group, files = KINDS[kind]
+    extra = _extra_dependencies(kind)
     # The swiftcore minor series this core belongs to: the API's compatibility promise.
     requirement = _swiftcore_requirement()
     values = {
@@ -164,8 +168,18 @@ def _swiftcore_requirement() -> str:
     return f"swiftcore>={version.major}.{version.minor},<{version.major}.{version.minor + 1}"
 
 
+def distribution_name(name: str, kind: str = "model") -> str:
+    """The distribution ``new-plugin NAME --kind KIND`` writes: ``swiftcore-plugin-NAME`` for a model or
+    head, ``swiftcore-template-NAME``, ``swiftcore-backend-NAME``, ``swiftcore-bridge-NAME`` (``_`` become ``-``).
+
+    Raises:
+        ScaffoldError: a bad name or kind.
+    """
+    return _names(name, kind).dist
+
+
 def render_plugin(name: str, directory: str | Path = ".", kind: str = "model", *, force: bool = False) -> Path:
-    """Write the distribution ``swiftcore-plugin-NAME`` into ``directory``.
+    """Write the distribution :func:`distribution_name` names into ``directory``.
 
     Args:
         name: the plugin name.
@@ -174,13 +188,13 @@ def render_plugin(name: str, directory: str | Path = ".", kind: str = "model", *
         force: overwrite files of an existing folder.
 
     Returns:
-        The distribution folder (``directory/swiftcore-plugin-NAME``).
+        The distribution folder (``directory/DISTRIBUTION``, e.g. ``directory/swiftcore-plugin-NAME``).
 
     Raises:
         ScaffoldError: a bad name or kind, or the folder exists and is not empty (without ``force``).
     """
     files = plugin_files(name, kind)
-    target = Path(directory) / _Names(name, kind).dist
+    target = Path(directory) / _names(name, kind).dist
     if target.exists() and any(target.iterdir()) and not force:
         raise ScaffoldError(f"{target} exists and is not empty; choose another --dir or pass --force")
     for relative, text in files.items():
@@ -188,3 +202,12 @@ def render_plugin(name: str, directory: str | Path = ".", kind: str = "model", *
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     return target
+
+
+def _extra_dependencies(kind: str) -> tuple[str, ...]:
+    """The requirements of ``<kind>/requires.txt`` (the plugins the kind's example builds on), if any."""
+    path = resources.files("swiftcore.scaffold") / kind / "requires.txt"
+    if not path.is_file():
+        return ()
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return tuple(line for line in lines if line and not line.startswith("#"))
