@@ -24,6 +24,9 @@ def test_list_names_the_templates() -> None:
     assert proc.returncode == 0, proc.stderr
     names = [line.split()[0] for line in proc.stdout.splitlines()]
     assert names == ["jinja", "qwen3", "qwen3_5", "qwen3_asr"]
+    # What each template supports (TemplateSpec.supports) is shown, so a user can pick one for tools or images.
+    qwen3_5 = next(line for line in proc.stdout.splitlines() if line.startswith("qwen3_5 "))
+    assert qwen3_5.endswith("(supports: system, thinking, tools, image, video)")
 
 
 def test_render_writes_one_line_per_record(plugins: Any, records: list[dict]) -> None:

@@ -56,7 +56,8 @@ def list_templates(state: CliState, plugin_specs: tuple[str, ...]) -> None:
     width = max(len(s.name) for s in specs)
     for spec in specs:
         official = " [official]" if spec.official else ""
-        click.echo(f"{spec.name:<{width}}  {spec.provider.plugin:<18} {spec.description}{official}")
+        supports = f" (supports: {', '.join(spec.supports)})" if spec.supports else ""
+        click.echo(f"{spec.name:<{width}}  {spec.provider.plugin:<18} {spec.description}{official}{supports}")
 
 
 @template.command("render")
