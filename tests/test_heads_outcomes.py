@@ -19,11 +19,7 @@ margins are at most about half the gains measured on three runs (numbers in each
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +33,7 @@ from swiftcore_heads.retrieval import make_retrieval_task, mean_reciprocal_rank,
 from swiftcore_heads.testing import make_head_checkpoint
 
 from swiftcore.testing.cli import run_cli
+from swiftcore.testing.processes import deploy_process, user_env
 
 COLOURS = ("red", "blue", "green")
 FILLER = ("fox", "owl", "cat", "elk", "bee", "ant", "cow", "pig", "hen", "yak", "tiny", "vast", "calm", "cold")
@@ -152,43 +149,13 @@ def _candidates(task: Any) -> list[tuple[str, list[str], int]]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served_reranker(reranker) -> Iterator[str]:
     """``swiftcore deploy`` of the trained reranker's output directory, started as a user starts it."""
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("SWIFTCORE_PLUGINS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "swiftcore.cli.main", "deploy", "--model", str(reranker["trained"].parent),
-         "--port", str(port), "--served-model-name", "rr", "--no-api-key", "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "swiftcore deploy did not come up in 180 s"
-            time.sleep(0.5)
+    env = user_env(OMP_NUM_THREADS="1")
+    args = ("--model", str(reranker["trained"].parent), "--no-api-key")
+    with deploy_process(*args, served_model_name="rr", env=env, timeout=180) as (base, _):
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_served_trained_reranker_puts_the_positive_first(reranker, served_reranker):
