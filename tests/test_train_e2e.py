@@ -216,7 +216,8 @@ def test_unclaimed_model_type_suggests_the_plugin(tmp_path, dataset) -> None:
     (model / "config.json").write_text(json.dumps({"model_type": "falcon9", "architectures": ["Falcon9ForCausalLM"]}))
     proc = train_cli("--model", str(model), "--dataset", str(dataset), check=False)
     assert proc.returncode == 2
-    assert "falcon9" in proc.stderr and "pip install swiftcore-plugin-falcon9" in proc.stderr
+    assert "falcon9" in proc.stderr and "swiftcore-plugin-<family>" in proc.stderr
+    assert "pip install" not in proc.stderr  # never an install command for a name that may be mistyped
 
 
 def test_template_that_does_not_fit_the_tokenizer_is_refused(tiny_model_dir, dataset, tmp_path) -> None:

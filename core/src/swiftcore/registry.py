@@ -44,14 +44,16 @@ CORE_COMMANDS = (
     "recipes",
 )
 
+#: kind -> how the distributions providing it are named. An unknown name is told the pattern, never
+#: ``pip install <the name typed>``: a typo would be an install command for whatever package has that name.
 _INSTALL_HINT = {
-    "model": "pip install swiftcore-plugin-{name}",
-    "template": "pip install swiftcore-template-{name}",
-    "head": "pip install swiftcore-heads",
-    "bridge": "pip install swiftcore-bridge-{name}",
-    "backend": "pip install swiftcore-backend-{name}",
-    "command": "pip install swiftcore-plugin-{name}",
-    "recipe": "pip install swiftcore-recipe-{name}",
+    "model": "swiftcore-plugin-<name>",
+    "template": "swiftcore-template-<name>",
+    "head": "swiftcore-heads",
+    "bridge": "swiftcore-bridge-<name>",
+    "backend": "swiftcore-backend-<name>",
+    "command": "swiftcore-plugin-<name>",
+    "recipe": "swiftcore-recipe-<name>",
 }
 
 
@@ -182,7 +184,10 @@ class Registry:
         if index_owner:
             msg += f" Plugin {index_owner!r} declares it but is not loaded; add --plugin {index_owner}."
         else:
-            msg += " To install one: " + _INSTALL_HINT[kind].format(name=name.replace("_", "-"))
+            msg += (
+                f" A {kind} comes from a plugin distribution named like {_INSTALL_HINT[kind]}; check the name "
+                "and its publisher before installing one (`swiftcore plugins` lists what is installed)."
+            )
         return msg
 
     def _index_owner(self, kind: str, name: str) -> str | None:

@@ -210,14 +210,13 @@ def _ambiguous(subject: str, candidates: list[Any]) -> str:
 
 def _unknown(subject: str, value: str, specs: list[Any]) -> str:
     import difflib
-    import re
 
     known = sorted({t for s in specs for t in (s.name, *s.model_types)})
     close = difflib.get_close_matches(value, known, n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    dist = "swiftcore-plugin-" + re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")
     installed = f" Installed models: {', '.join(sorted({s.name for s in specs}))}." if specs else ""
     return (
         f"{subject} is not claimed by any installed plugin.{hint}{installed} "
-        f"Install the plugin for it: pip install {dist}"
+        "Install the plugin of its family (a distribution named like swiftcore-plugin-<family>; check the name "
+        "and its publisher first), or pass --model-type NAME; `swiftcore plugins` lists what is installed."
     )
