@@ -1,4 +1,8 @@
-"""Repository-wide pytest set-up: swiftcore's test-kit fixtures, and tiny checkpoints built once per session."""
+"""Repository-wide pytest set-up: tiny checkpoints built once per session.
+
+The test-kit's fixtures (``swiftcore_plugins``, ``register_plugin``) come from the installed ``swiftcore-testing``
+distribution, a pytest plugin (entry point ``pytest11``).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-pytest_plugins = ["swiftcore.testing"]
 
 # Nothing in the test suite may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

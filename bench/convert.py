@@ -44,8 +44,7 @@ def qwen3_config(size_gb: float) -> dict:
 def generate(out: Path, config: dict, shard_mb: int) -> int:
     """Write random bf16 weights for ``config`` into safetensors shards; return the bytes written."""
     import torch
-
-    from swiftcore.megatron.checkpoint import HFWriter
+    from swiftcore_megatron.checkpoint import HFWriter
 
     with torch.device("meta"):
         import transformers
@@ -64,8 +63,8 @@ def generate(out: Path, config: dict, shard_mb: int) -> int:
 
 _CHILD = """
 import json, sys, time
-from swiftcore.megatron.convert import hf_to_mcore, mcore_to_hf
-from swiftcore.megatron.resolve import read_hf_config
+from swiftcore_megatron.convert import hf_to_mcore, mcore_to_hf
+from swiftcore_megatron.resolve import read_hf_config
 from swiftcore_bridge_gpt.gpt import GPTBridge
 direction, src, dst, tp, cfg_dir = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 bridge = GPTBridge(read_hf_config(cfg_dir))

@@ -50,9 +50,8 @@ def deploy_streams(engine: Any, clients: int, rounds: int, max_new_tokens: int) 
     """Concurrent streaming clients against an in-process ``swiftcore deploy`` app."""
     import openai
     import psutil
-
-    from swiftcore.infer.server import ServerConfig, build_app
-    from swiftcore.infer.testing import ServerThread
+    from swiftcore_serve import ServerConfig, build_app
+    from swiftcore_testing.engines import ServerThread
 
     me = psutil.Process()
 
@@ -92,8 +91,8 @@ def main() -> None:
     parser.add_argument("--skip-vllm", action="store_true")
     args = parser.parse_args()
 
-    from swiftcore.infer.testing import make_tiny_qwen3, plugins_with_tiny_qwen3
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
 
     plugins = plugins_with_tiny_qwen3()
     tmp = tempfile.TemporaryDirectory(prefix="swiftcore-bench-")

@@ -67,8 +67,9 @@ def infer_figure(peer: Any, model: Path, peer_model: Path, n: int, max_new_token
     Also counts the prompts where the two generated texts differ (same weights + greedy should agree
     unless the prompts are encoded differently).
     """
+    from swiftcore_infer.transformers_engine import TransformersEngine
+
     import swiftcore
-    from swiftcore.infer.transformers_engine import TransformersEngine
 
     records = prompt_corpus(n, seed=2)
     data = write_jsonl(records, work / f"prompts{n}.jsonl")

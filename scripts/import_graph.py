@@ -18,7 +18,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "architecture-imports"
-PUBLIC = ("swiftcore.api", "swiftcore.testing")
+PUBLIC = ("swiftcore.api",)
 
 
 def _node(module: str) -> str:

@@ -8,10 +8,10 @@ bait). The hint now names the installed bridges and points at ``swiftcore plugin
 from __future__ import annotations
 
 import pytest
+from swiftcore_megatron import BridgeNotFoundError
+from swiftcore_megatron.resolve import find_bridge_spec
 
 import swiftcore
-from swiftcore.megatron import BridgeNotFoundError
-from swiftcore.megatron.resolve import find_bridge_spec
 
 
 def test_every_installed_bridge_is_found_by_each_model_type_it_claims() -> None:

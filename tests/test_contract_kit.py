@@ -34,7 +34,7 @@ def contract_results(tmp_path_factory: pytest.TempPathFactory) -> Results:
     for fixture in BROKEN:
         stem = Path(fixture).stem
         (work / f"test_{stem}.py").write_text(
-            "from swiftcore.testing import PluginContract\n\n\n"
+            "from swiftcore_testing import PluginContract\n\n\n"
             f"class TestBroken(PluginContract):\n    plugin = {str(FIXTURES / fixture)!r}\n",
             encoding="utf-8",
         )
@@ -107,8 +107,9 @@ def test_guide_documents_every_rule_hook_and_spec_field() -> None:
     """docs/writing-a-plugin.md names every contract rule, hook and spec field (so none is added undocumented)."""
     from dataclasses import fields
 
+    from swiftcore_testing.rules import RULES
+
     from swiftcore.specs import SPEC_KINDS, ModelParts
-    from swiftcore.testing.rules import RULES
 
     guide = (Path(__file__).parents[1] / "docs" / "writing-a-plugin.md").read_text(encoding="utf-8")
     missing = [f"rule {r}" for r in RULES if f"| `{r}` |" not in guide]

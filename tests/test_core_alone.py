@@ -1,9 +1,9 @@
-"""``pip install ./core`` alone, in a fresh venv, gives a working CLI; a template plugin installed next to it adds
-its templates.
+"""``pip install ./core`` alone, in a fresh venv, gives a working CLI; plugins installed next to it add theirs.
 
 The core alone has no torch and no transformers: ``swiftcore plugins``, ``template list`` and ``recipes`` work,
-and a command that needs the training or serving stack says what to install instead of a traceback. The venv
-is new (no system site packages), so nothing of the repository's ``.venv`` leaks in.
+and a command that needs a plugin or the training stack says what to install instead of a traceback.
+Installing the inference and server plugins adds ``infer`` and ``deploy``; a template plugin adds its
+templates. The venv is new (no system site packages), so nothing of the repository's ``.venv`` leaks in.
 """
 
 from __future__ import annotations
@@ -46,25 +46,68 @@ def test_core_alone_lists_its_builtins_without_torch(fresh: Path, tmp_path: Path
     assert listed.returncode == 0, listed.stderr
     plugins = json.loads(listed.stdout)["plugins"]
     assert [p["name"] for p in plugins] == ["swiftcore"]
-    assert plugins[0]["provides"] == {"template": ["jinja"], "backend": ["transformers"], "recipe": ["sft"]}
+    assert plugins[0]["provides"] == {
+        "template": ["jinja"],
+        "recipe": ["sft"],
+        "reward": ["accuracy", "format", "length"],
+    }
     templates = _run(str(fresh / "swiftcore"), "template", "list", cwd=tmp_path)
     assert templates.returncode == 0 and templates.stdout.split()[0] == "jinja", templates.stderr
     recipes = _run(str(fresh / "swiftcore"), "recipes", cwd=tmp_path)
     assert recipes.returncode == 0 and recipes.stdout.startswith("sft "), recipes.stderr
+    rewards = _run(str(fresh / "swiftcore"), "rewards", cwd=tmp_path)  # the built-in rewards need no torch
+    assert rewards.returncode == 0 and rewards.stdout.startswith("accuracy "), rewards.stderr
 
 
-def test_core_alone_names_what_to_install_for_the_heavy_commands(fresh: Path, tmp_path: Path) -> None:
+def test_core_alone_names_what_to_install_for_the_plugin_commands(fresh: Path, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3"}')
+    (tmp_path / "q.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    for command, dist in (("infer", "swiftcore-infer"), ("deploy", "swiftcore-serve")):
+        proc = _run(str(fresh / "swiftcore"), command, "--model", str(model), cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert f"'swiftcore {command}' is the {dist} plugin's command" in proc.stderr
+        assert f"pip install {dist}" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _run(str(fresh / "swiftcore"), "export", "--model", str(model), "--to-mcore", "mcore", cwd=tmp_path)
+    assert proc.returncode == 2 and "swiftcore-megatron" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "mcore").exists()
+
+
+def test_the_inference_and_server_plugins_add_infer_and_deploy(fresh: Path, tmp_path: Path) -> None:
+    for name in ("infer", "serve"):
+        source = tmp_path / name
+        shutil.copytree(ROOT / "plugins" / name, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "tests"))
+        # --no-deps: the core's [train]/[serve] extras (torch, fastapi, ...) stay out; the commands still load.
+        proc = _run(str(fresh / "pip"), "install", "-q", "--no-deps", str(source))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    listed = _run(str(fresh / "swiftcore"), "--help", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    plugin_commands = listed.stdout.partition("Plugin commands:")[2].split()
+    assert "infer" in plugin_commands and "deploy" in plugin_commands, listed.stdout
+    helped = _run(str(fresh / "swiftcore"), "deploy", "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "--model" in helped.stdout, helped.stderr
+    # The inference plugin runs and names the missing stack: its backend's probe, not a traceback.
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "qwen3"}')
     (tmp_path / "q.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
     proc = _run(
-        str(fresh / "swiftcore"), "infer", "--model", str(model), "--input", "q.jsonl", "--output", "a.jsonl",
+        str(fresh / "swiftcore"),
+        "infer",
+        "--model",
+        str(model),
+        "--input",
+        "q.jsonl",
+        "--output",
+        "a.jsonl",
         cwd=tmp_path,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 2, proc.stderr
     assert "torch and transformers not installed: pip install 'swiftcore[train]'" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "a.jsonl").exists()
+    for name in ("swiftcore-infer", "swiftcore-serve"):
+        assert _run(str(fresh / "pip"), "uninstall", "-q", "-y", name).returncode == 0
 
 
 def test_a_template_plugin_installed_next_to_the_core_adds_its_templates(fresh: Path, tmp_path: Path) -> None:

@@ -10,9 +10,8 @@ Prose is not scanned: comments and docstrings (any bare string statement) may ci
 command's docstring is prose too; a string passed as ``help=`` or ``epilog=`` is a literal and scanned, so
 examples there use placeholders (``FAMILY``, ``./tiny``).
 
-The one exemption, ``_EXEMPT_NAMES``, is the public test-kit names of ``swiftcore.infer.testing`` /
-``swiftcore.testing.engines`` (``make_tiny_qwen3``, ``TINY_QWEN3``, ...): many tests import them by name, and
-they name the kit, not a fact the core decides -- the family data they build from comes from the plugins.
+There is no exemption: the tiny-Qwen3 inference kit that used to be the last family-naming code in the core
+is the test-kit's now (``swiftcore_testing.engines``, its own distribution).
 """
 
 from __future__ import annotations
@@ -48,36 +47,8 @@ FAMILIES = (
 )
 FAMILY_RE = re.compile("|".join(FAMILIES), re.IGNORECASE)
 
-#: Identifiers allowed to contain a family name, with why. Test-kit names only (see the module docstring).
-_EXEMPT_NAMES = {
-    "make_tiny_qwen3": "public test-kit helper name, imported by many tests",
-    "plugins_with_tiny_qwen3": "public test-kit helper name, imported by many tests",
-    "TINY_QWEN3": "public test-kit constant name, imported by many tests",
-}
-
-#: Why the inference test kit is left: ``swiftcore.infer.testing`` builds a tiny plain Qwen3 (the one model
-#: every backend, vLLM's CPU build included, runs in float32) with the Qwen template plugin's official
-#: ``qwen3.jinja``, the Qwen2 split regex and ``Qwen3ForCausalLM``, and registers its ``tiny_qwen3`` spec.
-#: Its tokenizer now takes the layout pieces as arguments like every family's ``tiny.py`` does, but the
-#: data itself still lives in core: moving it into a plugin needs a way for the core's test kit to find a
-#: plugin-provided kit without naming the plugin (e.g. an entry point or a spec field), left for a follow-up.
-_KIT = "tiny-Qwen3 test kit data (model type, classes, template file, split regex); see the comment above"
-
-#: What is left to move, as ``"relative/path.py:line"`` -> why. Empty means the core is clean.
-_LEFT = {
-    "swiftcore/infer/testing.py:38": _KIT,
-    "swiftcore/infer/testing.py:63": _KIT,
-    "swiftcore/infer/testing.py:64": _KIT,
-    "swiftcore/infer/testing.py:65": _KIT,
-    "swiftcore/infer/testing.py:66": _KIT,
-    "swiftcore/infer/testing.py:67": _KIT,
-    "swiftcore/infer/testing.py:89": _KIT,
-    "swiftcore/infer/testing.py:90": _KIT,
-    "swiftcore/infer/testing.py:96": _KIT,
-    "swiftcore/infer/testing.py:106": _KIT,
-    "swiftcore/infer/testing.py:110": _KIT,
-    "swiftcore/infer/testing.py:128": _KIT,
-}
+#: What is left to move, as ``"relative/path.py:line"`` -> why. Empty: the core is clean.
+_LEFT: dict[str, str] = {}
 
 
 def _docstring_ids(tree: ast.AST) -> set[int]:
@@ -117,14 +88,14 @@ def family_names_in(path: Path) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if id(node) in prose or node.value in _EXEMPT_NAMES:  # prose, or an exempt name in __all__
+            if id(node) in prose:
                 continue
             segment = ast.get_source_segment(source, node) or node.value
             for match in FAMILY_RE.finditer(segment):
                 line = node.lineno + segment[: match.start()].count("\n")
                 found.append((line, f"string {node.value!r}"[:120]))
         for name in _identifiers(node):
-            if FAMILY_RE.search(name) and name not in _EXEMPT_NAMES:
+            if FAMILY_RE.search(name):
                 found.append((getattr(node, "lineno", 0), f"identifier {name!r}"))
     return sorted(set(found))
 
@@ -160,7 +131,7 @@ def test_the_allowlist_of_what_is_left_is_not_stale() -> None:
         ('x = f"{a}-deepseek"\n', 1),  # an f-string part
         ('"""Llama is prose."""\n# so is a Mistral comment\n', 0),  # docstring and comment
         ("def f():\n    '''GLM here is prose.'''\n    return 1\n", 0),
-        ("from swiftcore.infer.testing import make_tiny_qwen3\n", 0),  # an exempt test-kit name
+        ("from swiftcore_testing.engines import make_tiny_qwen3\n", 1),  # no name is exempt
         ("generic = 'bytelevel'\n", 0),
     ],
 )

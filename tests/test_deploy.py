@@ -35,8 +35,8 @@ TOOLS = [
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from swiftcore.infer.testing import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
 
     plugins = plugins_with_tiny_qwen3()
     work = tmp_path_factory.mktemp("deploy")
@@ -47,8 +47,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="module")
 def server(setup: Any) -> Iterator[str]:
-    from swiftcore.infer.server import ServerConfig, build_app
-    from swiftcore.infer.testing import ServerThread
+    from swiftcore_serve import ServerConfig, build_app
+    from swiftcore_testing.engines import ServerThread
 
     engine, lora = setup
     app = build_app(engine, ServerConfig(model_name=MODEL, adapters={"parity": str(lora)}, api_key=API_KEY))
@@ -261,8 +261,8 @@ def test_invalid_requests_are_400_with_a_message(client: Any, kwargs: dict, need
 
 
 def test_full_queue_is_429(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from swiftcore.infer.server import ServerConfig, build_app
-    from swiftcore.infer.testing import ServerThread
+    from swiftcore_serve import ServerConfig, build_app
+    from swiftcore_testing.engines import ServerThread
 
     engine = setup[0]
     entered, release = threading.Event(), threading.Event()

@@ -41,9 +41,9 @@ def servers(checkpoints) -> Iterator[dict[str, str]]:
     """task -> base URL of a server for that head (served as model ``task``)."""
     from contextlib import ExitStack
 
-    from swiftcore.infer.heads import load_head_engine
-    from swiftcore.infer.server import ServerConfig, build_app
-    from swiftcore.infer.testing import ServerThread
+    from swiftcore_infer.heads import load_head_engine
+    from swiftcore_serve import ServerConfig, build_app
+    from swiftcore_testing.engines import ServerThread
 
     with ExitStack() as stack:
         urls = {}
@@ -158,9 +158,9 @@ def test_deploy_command_serves_a_training_output_dir_as_its_head(checkpoints, tm
     """`swiftcore deploy --model OUTPUT_DIR` finds the last checkpoint-N head and hands a head engine to serve."""
     import shutil
 
+    import swiftcore_serve as server
     from click.testing import CliRunner
 
-    import swiftcore.infer.server as server
     from swiftcore.cli.main import cli
     from swiftcore.errors import SwiftcoreError
 

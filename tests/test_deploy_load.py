@@ -51,14 +51,14 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from swiftcore.infer.testing import make_tiny_qwen3
+    from swiftcore_testing.engines import make_tiny_qwen3
 
     model_dir = make_tiny_qwen3(tmp_path_factory.mktemp("load") / "tiny")
     port = _free_port()
     swiftcore = str(Path(sys.executable).parent / "swiftcore")
     # One OpenMP thread: on a 2-core machine the server's spinning OpenMP workers and the 20 client threads
     # would fight for the cores (13 s per round instead of 2 s).
-    env = {**os.environ, "SWIFTCORE_PLUGINS": "swiftcore.infer.testing,template_qwen", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "SWIFTCORE_PLUGINS": "swiftcore_testing.engines,template_qwen", "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
         [swiftcore, "deploy", "--model", str(model_dir), "--port", str(port), "--served-model-name", "tiny",
          "--log-level", "warning", "--max-queue", str(MAX_QUEUE), "--no-api-key"],

@@ -36,7 +36,7 @@ def setup() -> Any:
 
 @pytest.fixture(scope="module")
 def reference(setup: Any) -> Any:
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore_infer.transformers_engine import TransformersEngine
 
     engine = TransformersEngine(setup.model_dir, setup.plugins)
     engine.load_adapter("parity", setup.lora_dir)
@@ -45,8 +45,8 @@ def reference(setup: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def client(setup: Any) -> Iterator[Any]:
-    from swiftcore.infer.server import ServerConfig, build_app
-    from swiftcore.infer.testing import ServerThread
+    from swiftcore_serve import ServerConfig, build_app
+    from swiftcore_testing.engines import ServerThread
 
     adapters = {} if "parity" in setup.engine.adapters else {"parity": str(setup.lora_dir)}
     app = build_app(setup.engine, ServerConfig(model_name=MODEL, adapters=adapters, api_key="k"))

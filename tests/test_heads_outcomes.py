@@ -31,9 +31,8 @@ import torch
 from swiftcore_heads.api import classify, embed, load_head_model, score
 from swiftcore_heads.retrieval import make_retrieval_task, mean_reciprocal_rank, recall_at_1
 from swiftcore_heads.testing import make_head_checkpoint
-
-from swiftcore.testing.cli import run_cli
-from swiftcore.testing.processes import deploy_process, user_env
+from swiftcore_testing.cli import run_cli
+from swiftcore_testing.processes import deploy_process, user_env
 
 COLOURS = ("red", "blue", "green")
 FILLER = ("fox", "owl", "cat", "elk", "bee", "ant", "cow", "pig", "hen", "yak", "tiny", "vast", "calm", "cold")

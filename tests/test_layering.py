@@ -1,12 +1,12 @@
 """The layering is enforced, not reviewed: import-linter's contracts (root ``pyproject.toml``) hold.
 
 - the core never imports a plugin;
-- plugins import only ``swiftcore.api`` (and ``swiftcore.testing``);
+- plugins (the test-kit ``swiftcore_testing`` among them) import only ``swiftcore.api``;
 - the core's sub-packages import each other without cycles.
 
 The "plugins import only the API" contract lists the core's modules one by one (import-linter cannot say
-"all but"), so a test also checks that the list names every top-level module of the core except the two
-public ones: a new core module cannot slip out of the contract.
+"all but"), so a test also checks that the list names every top-level module of the core except the public
+one: a new core module cannot slip out of the contract.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tomllib
 import swiftcore
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC = {"swiftcore.api", "swiftcore.testing"}
+PUBLIC = {"swiftcore.api"}
 
 
 def _contracts() -> dict[str, dict]:
@@ -42,7 +42,7 @@ def test_the_api_contract_forbids_every_core_module_but_the_public_ones() -> Non
         for p in package.iterdir()
         if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())
     }
-    contract = _contracts()["Plugins import only swiftcore.api (and swiftcore.testing)"]
+    contract = _contracts()["Plugins import only the public API (swiftcore.api)"]
     assert set(contract["forbidden_modules"]) == modules - PUBLIC
 
 
@@ -54,5 +54,5 @@ def test_every_plugin_package_of_the_repository_is_held_to_the_contracts() -> No
         if (p / "__init__.py").exists()
     }
     contracts = _contracts()
-    assert set(contracts["Plugins import only swiftcore.api (and swiftcore.testing)"]["source_modules"]) == packages
+    assert set(contracts["Plugins import only the public API (swiftcore.api)"]["source_modules"]) == packages
     assert set(contracts["The core never imports a plugin"]["forbidden_modules"]) == packages

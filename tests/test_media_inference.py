@@ -75,7 +75,7 @@ _ENGINES: dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def engine_for(plugins: Any, tiny_model_dir: Any) -> Any:
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore_infer.transformers_engine import TransformersEngine
 
     def get(family: str) -> Any:
         if family not in _ENGINES:
@@ -88,8 +88,7 @@ def engine_for(plugins: Any, tiny_model_dir: Any) -> Any:
 
 def _client(engine: Any) -> Any:
     from fastapi.testclient import TestClient
-
-    from swiftcore.infer.server import ServerConfig, build_app
+    from swiftcore_serve import ServerConfig, build_app
 
     return TestClient(build_app(engine, ServerConfig(model_name="m")))
 

@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from swiftcore.testing.cli import run_cli
+from swiftcore_testing.cli import run_cli
 
 torch = pytest.importorskip("torch")
 

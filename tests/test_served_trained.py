@@ -15,7 +15,7 @@ each path must return exactly those answers, in ``content``, with no reasoning:
   (whose own answers are not the trained ones). vLLM's CPU build runs none of the project families here
   (Qwen3.5 and Gemma 4 load through model files that import torchvision, which no CPU wheel provides;
   DeepSeek-V4 needs a GPU: ``notes/vllm_cpu.md``), so this part uses the generic tiny Qwen3 of
-  ``swiftcore.infer.testing``, as the other vLLM tests do.
+  ``swiftcore_testing.engines``, as the other vLLM tests do.
 
 Each model is trained, and each server started, once per module.
 """
@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from swiftcore.testing.processes import deploy_process, user_env
+from swiftcore_testing.processes import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 
@@ -222,8 +221,8 @@ def vllm_clients(vllm_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     The full fine-tune gets its own process, not a second in-process engine: closing a vLLM engine tears down
     the process's model-parallel groups, which the shared engine still needs (its later tests would fail).
     """
-    from swiftcore.infer.server import ServerConfig, build_app
-    from swiftcore.testing.engines import ServerThread
+    from swiftcore_serve import ServerConfig, build_app
+    from swiftcore_testing.engines import ServerThread
 
     work = tmp_path_factory.mktemp("served-vllm")
     data = _write_records(work / "train.jsonl")
@@ -232,7 +231,7 @@ def vllm_clients(vllm_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     lora = _train_qwen3(vllm_setup, work / "lora", data, "lora", 5e-3, LORA_STEPS)
 
     # The tiny Qwen3's model spec comes from the test kit's plugin module, its template from template_qwen.
-    env = user_env(SWIFTCORE_API_KEY="k", SWIFTCORE_PLUGINS="swiftcore.infer.testing,template_qwen,backend_vllm")
+    env = user_env(SWIFTCORE_API_KEY="k", SWIFTCORE_PLUGINS="swiftcore_testing.engines,template_qwen,backend_vllm")
     deploy_args = (
         "--model", str(full), "--backend", "vllm", "--dtype", "float32",
         "--engine-option", "max_model_len=256", "--engine-option", "enable_lora=false",

@@ -35,16 +35,16 @@ MIB = 2**20
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from swiftcore.infer.testing import make_tiny_qwen3, plugins_with_tiny_qwen3
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
 
     model_dir = make_tiny_qwen3(tmp_path_factory.mktemp("hardening") / "tiny")
     return TransformersEngine(model_dir, plugins_with_tiny_qwen3())
 
 
 def _serve(engine: Any, **config: Any) -> Any:
-    from swiftcore.infer.server import ServerConfig, build_app
-    from swiftcore.infer.testing import ServerThread
+    from swiftcore_serve import ServerConfig, build_app
+    from swiftcore_testing.engines import ServerThread
 
     return ServerThread(build_app(engine, ServerConfig(model_name=MODEL, **config)))
 
@@ -528,7 +528,7 @@ def test_health_reveals_nothing_without_the_key(server: str) -> None:
 
 
 def test_an_empty_api_key_is_refused_by_build_app(engine: Any) -> None:
-    from swiftcore.infer.server import ServerConfig, build_app
+    from swiftcore_serve import ServerConfig, build_app
 
     with pytest.raises(ValueError, match="empty"):
         build_app(engine, ServerConfig(model_name=MODEL, api_key=""))
@@ -547,8 +547,9 @@ class _FakeEngine:
 @pytest.fixture
 def deploy_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     """Run ``swiftcore deploy`` with a fake engine and a ``serve`` that records its config instead of serving."""
-    import swiftcore.cli.deploy_cmd as deploy_cmd
-    import swiftcore.infer.server as server_module
+    import swiftcore_serve as server_module
+    import swiftcore_serve.command as deploy_cmd
+
     from swiftcore.cli.main import main
 
     served: dict[str, Any] = {}

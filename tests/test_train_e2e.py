@@ -72,9 +72,9 @@ def test_lora_adapter_loads_with_plain_peft_and_matches(family, tiny_model_dir, 
     import torch
     import transformers
     from peft import PeftModel
+    from swiftcore_infer.transformers_engine import TransformersEngine
 
     from swiftcore import load_plugins
-    from swiftcore.infer.transformers_engine import TransformersEngine
 
     model_dir = tiny_model_dir(family)
     out = tmp_path / "run"

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from swiftcore.testing.processes import deploy_process, user_env
+from swiftcore_testing.processes import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 

@@ -12,7 +12,7 @@ from swiftcore import __version__
 def test_version(run_cli) -> None:
     proc = run_cli("--version", with_plugins=False)
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"swiftcore {__version__} (plugin API 1.1)"
+    assert proc.stdout.strip() == f"swiftcore {__version__} (plugin API 1.2)"
 
 
 def test_help_lists_core_and_plugin_commands(run_cli) -> None:
@@ -20,7 +20,9 @@ def test_help_lists_core_and_plugin_commands(run_cli) -> None:
     assert proc.returncode == 0, proc.stderr
     for command in ("plugins", "train", "infer", "deploy", "export", "template", "make-tiny", "new-plugin"):
         assert f"  {command} " in proc.stdout
-    assert "acme-hello" in proc.stdout and "[plugin acme]" in proc.stdout
+    # A plugin command's row carries its CommandSpec.short_help and the plugin it comes from.
+    assert "acme-hello  Say hello. [plugin acme]" in proc.stdout
+    assert "Serve a model behind an OpenAI-compatible API. [plugin serve]" in proc.stdout
 
 
 def test_plugins_json_lists_every_installed_plugin(run_cli) -> None:

@@ -21,13 +21,13 @@ from swiftcore import (
     hookspecs,
 )
 from swiftcore.registry import HOOK_FOR_KIND
-from swiftcore.specs import RecipeSpec
+from swiftcore.specs import RecipeSpec, RewardSpec
 
 HOOK_NAMES = sorted(n for n in dir(hookspecs) if n.startswith("swiftcore_"))
 
 
 def test_every_hook_is_documented_with_a_version() -> None:
-    assert len(HOOK_NAMES) == 10
+    assert len(HOOK_NAMES) == 12
     for name in HOOK_NAMES:
         doc = inspect.getdoc(getattr(hookspecs, name)) or ""
         assert "versionadded" in doc, name
@@ -56,6 +56,7 @@ COLLECTED = [
     ("backend", BackendSpec(name="be", factory="a.b:c", capabilities=("generate", "stream"))),
     ("command", CommandSpec(name="hello", target="a.b:c")),
     ("recipe", RecipeSpec(name="toy", run="a.b:run", config="a.b:Config")),
+    ("reward", RewardSpec(name="shout", function="a.b:shout", columns=("answer",), options=("level",))),
 ]
 
 
@@ -255,3 +256,61 @@ def test_addoption_adds_options_per_plugin_and_refuses_clashes(swiftcore_plugins
     register_plugin(Clashes, "clashes")
     with pytest.raises(SwiftcoreError, match="plugin 'clashes' adds option '--toy-scale'.*plugin 'adds' already has"):
         collect_options(swiftcore_plugins, "train", {})
+
+
+_TOY_EXPORTER = """
+import json
+from pathlib import Path
+
+from swiftcore.api import hookimpl
+
+SWIFTCORE_API = "1.2"
+
+
+@hookimpl(tryfirst=True)
+def swiftcore_export_checkpoint(target, model, out, options, plugins):
+    if target != "mcore":
+        return None
+    Path(out).mkdir()
+    kept = {k: v for k, v in options.items() if k != "echo"}
+    (Path(out) / "call.json").write_text(json.dumps({"target": target, "model": model, **kept}))
+    options["echo"]("toy exporter wrote it")
+    return True
+"""
+
+
+def test_export_checkpoint_hook_gets_the_command_s_conversion(tmp_path) -> None:
+    """``swiftcore export --to-mcore`` hands the conversion to the first plugin that takes the target."""
+    import json
+
+    from click.testing import CliRunner
+
+    from swiftcore.cli.main import cli
+
+    plugin = tmp_path / "toy_exporter.py"
+    plugin.write_text(_TOY_EXPORTER)
+    model = tmp_path / "model"
+    model.mkdir()
+    out = tmp_path / "out"
+    runner = CliRunner()
+    env = {"SWIFTCORE_PLUGINS": "", "SWIFTCORE_PLUGINS_STRICT": None}
+    args = ["export", "--plugin", str(plugin), "--model", str(model), "--to-mcore", str(out), "--tp", "2"]
+    result = runner.invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "toy exporter wrote it" in result.output
+    call = json.loads((out / "call.json").read_text())
+    assert call == {
+        "target": "mcore",
+        "model": str(model),
+        "tp": 2,
+        "ep": 1,
+        "bridge": None,
+        "check_parity": False,
+        "max_shard_bytes": 5 * 1024**3,
+    }
+    # --to-hf is not the toy's: with no plugin taking it, the error says what to install.
+    result = runner.invoke(
+        cli, ["export", "--plugin", str(plugin), "--model", str(model), "--to-hf", str(tmp_path / "hf")], env=env
+    )
+    assert result.exit_code != 0 and "swiftcore-megatron" in str(result.exception or result.output)
+    assert not (tmp_path / "hf").exists()

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from swiftcore_infer import Engine
+from swiftcore_megatron import MegatronBridge
 
-from swiftcore.api.infer import Engine
-from swiftcore.api.megatron import MegatronBridge
 from swiftcore.api.protocols import (
     REFERENCE_PROTOCOLS,
     BridgeProtocol,

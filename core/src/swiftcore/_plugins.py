@@ -71,6 +71,7 @@ INDEX_GROUPS = {
     "backend": "swiftcore.backends",
     "command": "swiftcore.commands",
     "recipe": "swiftcore.recipes",
+    "reward": "swiftcore.rewards",
 }
 ENV_PLUGINS = "SWIFTCORE_PLUGINS"
 ENV_STRICT = "SWIFTCORE_PLUGINS_STRICT"

@@ -27,23 +27,6 @@ def swiftcore_register_templates() -> list:
 
 
 @hookimpl
-def swiftcore_register_backends() -> list:
-    """``transformers``: the default inference backend, always there with ``swiftcore[train]``."""
-    from swiftcore.specs import BackendSpec
-
-    return [
-        BackendSpec(
-            name="transformers",
-            factory="swiftcore.infer.transformers_engine:create_engine",
-            probe="swiftcore.infer.transformers_engine:probe",
-            capabilities=("generate", "stream", "embed", "lora", "update_weights"),
-            requires=("torch>=2.4", "transformers>=5.0"),
-            description="transformers generate(): left-padded batches, KV cache, several LoRA adapters",
-        )
-    ]
-
-
-@hookimpl
 def swiftcore_register_recipes() -> list:
     """``sft``: supervised fine-tuning, full or LoRA, on transformers' Trainer."""
     from swiftcore.specs import RecipeSpec
@@ -55,4 +38,32 @@ def swiftcore_register_recipes() -> list:
             tasks=("causal_lm", "asr"),
             description="supervised fine-tuning (full or LoRA) on transformers' Trainer; packing, resume, torchrun",
         )
+    ]
+
+
+@hookimpl
+def swiftcore_register_rewards() -> list:
+    """``accuracy``, ``format`` and ``length``: the rewards every RL recipe has (pure Python, torch-free)."""
+    from swiftcore.specs import RewardSpec
+
+    module = "swiftcore.train.rewards"
+    return [
+        RewardSpec(
+            name="accuracy",
+            function=f"{module}:accuracy",
+            columns=("answer",),
+            description="1 when the final answer (last \\boxed{}, else last number) equals the row's 'answer'",
+        ),
+        RewardSpec(
+            name="format",
+            function=f"{module}:format_match",
+            options=("pattern",),
+            description="1 when the completion matches a regex (option pattern; default <think>..</think><answer>..)",
+        ),
+        RewardSpec(
+            name="length",
+            function=f"{module}:length_penalty",
+            options=("max", "buffer"),
+            description="DAPO soft overlong penalty: 0 up to max-buffer tokens, linear to -1 at max",
+        ),
     ]

@@ -101,7 +101,7 @@ def run_demo(
 
     logging.basicConfig(level=logging.WARNING)
     from swiftcore import load_plugins
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore.infer.backends import create_engine
     from swiftcore.models import make_tiny
     from swiftcore.train.config import TrainConfig
     from swiftcore.train.run import run_training
@@ -124,7 +124,7 @@ def run_demo(
     test_records = parity_records(held_out)
     echo(f"[2/4] task: 'Is N even or odd?' — {len(train_numbers)} training numbers, {len(held_out)} held out ({data})")
 
-    before, _ = _accuracy(TransformersEngine(model_dir, plugins), test_records)
+    before, _ = _accuracy(create_engine("transformers", model_dir, plugins), test_records)
     echo(f"      before training: {before:.0%} of held-out questions answered correctly")
 
     echo(f"[3/4] training ({tuner}, {steps} steps on CPU)")
@@ -150,7 +150,7 @@ def run_demo(
 
     # The checkpoint records how it was trained to be prompted (thinking off: the replies carry no
     # reasoning), and the engine prompts it that way: the same prompt as in training.
-    after, rows = _accuracy(TransformersEngine(result.last_checkpoint, plugins), test_records)
+    after, rows = _accuracy(create_engine("transformers", result.last_checkpoint, plugins), test_records)
     echo(f"[4/4] after training: {after:.0%} of held-out questions answered correctly (before: {before:.0%})")
     for question, expected, answer in rows[:6]:
         mark = "ok " if answer == expected else "MISS"

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         HeadSpec,
         ModelSpec,
         RecipeSpec,
+        RewardSpec,
         TemplateSpec,
     )
 
@@ -111,6 +112,17 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
     """
 
 
+@hookspec
+def swiftcore_register_rewards() -> list[RewardSpec]:
+    """Return the reward functions (``swiftcore train --recipe grpo --reward NAME``) this plugin provides.
+
+    Called once per process by the registry, each implementation on its own (not firstresult). The functions
+    are named lazily (``RewardSpec.function``) and imported only by a run that uses them.
+
+    .. versionadded:: 1.2
+    """
+
+
 # --------------------------------------------------------------------------- command-line options
 
 
@@ -167,4 +179,29 @@ def swiftcore_post_model_load(model: Any, spec: ModelSpec, model_dir: str) -> No
     :param model_dir: the checkpoint directory.
 
     .. versionadded:: 1.0
+    """
+
+
+# --------------------------------------------------------------------------- checkpoint conversion
+
+
+@hookspec(firstresult=True)
+def swiftcore_export_checkpoint(
+    target: str, model: str, out: str, options: dict[str, Any], plugins: Any
+) -> bool | None:
+    """Convert a checkpoint into another format, for ``swiftcore export --to-mcore`` / ``--to-hf``.
+
+    Called by ``swiftcore export`` for ``--to-mcore`` (``target="mcore"``) and ``--to-hf`` (``"hf"``); stops at
+    the first non-None result. The Megatron-core conversion (``swiftcore-megatron``) is such a plugin; the core
+    converts nothing itself. Write ``out`` atomically: a failed conversion leaves no directory.
+
+    :param target: the format to write, e.g. ``"mcore"``, ``"hf"``.
+    :param model: the input checkpoint directory.
+    :param out: the output directory (does not exist yet, or is empty).
+    :param options: what the command parsed: ``tp``, ``ep``, ``bridge``, ``check_parity``,
+        ``max_shard_bytes``, and ``echo`` (print a line of progress to the user).
+    :param plugins: the loaded plugin set (to look bridges up in its registry).
+    :return: True when converted, None when the target is not this plugin's.
+
+    .. versionadded:: 1.2
     """

@@ -29,19 +29,19 @@ HOOK_FOR_KIND = {
     "backend": "swiftcore_register_backends",
     "command": "swiftcore_register_commands",
     "recipe": "swiftcore_register_recipes",
+    "reward": "swiftcore_register_rewards",
 }
 
 #: Sub-commands of the core CLI; a plugin may not register a command with one of these names.
 CORE_COMMANDS = (
     "plugins",
     "train",
-    "infer",
-    "deploy",
     "export",
     "template",
     "make-tiny",
     "new-plugin",
     "recipes",
+    "rewards",
 )
 
 #: kind -> how the distributions providing it are named. An unknown name is told the pattern, never
@@ -54,6 +54,7 @@ _INSTALL_HINT = {
     "backend": "swiftcore-backend-<name>",
     "command": "swiftcore-plugin-<name>",
     "recipe": "swiftcore-recipe-<name>",
+    "reward": "swiftcore-reward-<name>",
 }
 
 
@@ -74,7 +75,7 @@ class Registry:
 
     def all(self, kind: str) -> list[Any]:
         """Every spec of ``kind`` (``model``, ``template``, ``head``, ``bridge``, ``backend``,
-        ``command``), duplicates included, ordered by name then plugin."""
+        ``command``, ``recipe``, ``reward``), duplicates included, ordered by name then plugin."""
         if kind not in SPEC_KINDS:
             raise ValueError(f"unknown spec kind {kind!r}; one of {', '.join(SPEC_KINDS)}")
         if kind not in self._specs:

@@ -30,6 +30,7 @@ __all__ = [
     "ModelSpec",
     "Provider",
     "RecipeSpec",
+    "RewardSpec",
     "TemplateSpec",
 ]
 
@@ -414,6 +415,52 @@ class RecipeSpec(_Spec):
         self._check_strings("tasks")
 
 
+@dataclass(frozen=True)
+class RewardSpec(_Spec):
+    """A reward function for online RL recipes (``swiftcore train --recipe grpo --reward NAME``).
+
+    ``function(completions, **kwargs) -> list[float]`` scores one batch: ``completions`` the generated
+    replies (text), and by keyword ``prompts`` (the rendered prompts), ``options`` (a ``dict`` of this
+    reward's ``--reward-option NAME.KEY=VALUE`` values, as strings), every column named in ``columns`` (one
+    value per completion, from the completion's dataset row) and possibly more keywords in later versions,
+    so it must take ``**kwargs``. It returns one float per completion. A reward that raises, returns the
+    wrong number of scores or a NaN, or outlasts the run's reward timeout, costs the samples concerned the
+    run's fallback reward and a logged error; it never stops the run.
+
+    Attributes:
+        name: the name users pass to ``--reward``, e.g. ``"accuracy"``.
+        function: ``"module:attr"`` of the reward function (see above); it must not need torch at import.
+        columns: dataset columns it reads (e.g. ``("answer",)``); a dataset without one is refused before
+            training starts.
+        options: the option keys it takes (``--reward-option format.pattern=...``); another key is refused.
+        description: one line for ``swiftcore plugins`` and ``swiftcore rewards``.
+        provider: stamped by the registry.
+    """
+
+    kind: ClassVar[str] = "reward"
+    _references: ClassVar[tuple[str, ...]] = ("function",)
+
+    name: str
+    function: str = ""
+    columns: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    description: str = ""
+    provider: Provider | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        if not self.function:
+            self._fail("function", "name the reward function as 'module:attr'")
+        self._check_strings("columns")
+        self._check_strings("options")
+        for key in self.options:
+            if not _NAME.match(key) or "." in key:
+                self._fail("options", f"{key!r} must be a lower-case identifier like 'pattern' (no dots or spaces)")
+        for column in ("prompts", "completions", "options"):
+            if column in self.columns:
+                self._fail("columns", f"{column!r} is passed to every reward already; it is not a dataset column")
+
+
 SPEC_KINDS: dict[str, type] = {
     "model": ModelSpec,
     "template": TemplateSpec,
@@ -422,6 +469,7 @@ SPEC_KINDS: dict[str, type] = {
     "backend": BackendSpec,
     "command": CommandSpec,
     "recipe": RecipeSpec,
+    "reward": RewardSpec,
 }
 
 

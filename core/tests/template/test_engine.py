@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from swiftcore_testing.templates import build_test_tokenizer, loss_runs
 
 import swiftcore
 from swiftcore.errors import UnknownNameError
@@ -18,7 +19,6 @@ from swiftcore.template import (
     normalize_record,
 )
 from swiftcore.template.pieces import media, prompt, strip_pieces
-from swiftcore.template.testing import build_test_tokenizer, loss_runs
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"

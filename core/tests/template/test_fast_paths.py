@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_testing.templates import OffsetsOnlyTokenizer, build_test_tokenizer, compare_fast_and_slow
 
 from swiftcore.template import JinjaTemplate, Segment
 from swiftcore.template import base as template_base
 from swiftcore.template.encoding import encoding_locator, starts_locator, tokenize
 from swiftcore.template.pieces import media, prompt, strip_pieces, text_of
 from swiftcore.template.segments import prompt_overlap
-from swiftcore.template.testing import OffsetsOnlyTokenizer, build_test_tokenizer, compare_fast_and_slow
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "conversations.jsonl"
 SPECIAL = ("<|im_start|>", "<|im_end|>", "<img>")

@@ -1,6 +1,6 @@
-"""Contract tests: this plugin passes swiftcore's plugin contract (swiftcore.testing.PluginContract)."""
+"""Contract tests: this plugin passes swiftcore's plugin contract (swiftcore_testing.PluginContract)."""
 
-from swiftcore.testing import PluginContract
+from swiftcore_testing import PluginContract
 
 
 class TestBridgeDeepseekV4Contract(PluginContract):

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-
-from swiftcore.megatron.checkpoint import rank_file
-from swiftcore.megatron.convert import hf_to_mcore
-from swiftcore.megatron.parity import DEFAULT_TOLERANCE, check_parity_tp
+from swiftcore_megatron.checkpoint import rank_file
+from swiftcore_megatron.convert import hf_to_mcore
+from swiftcore_megatron.parity import DEFAULT_TOLERANCE, check_parity_tp
 
 
 def _hf_tensors(hf_dir: Path) -> dict[str, torch.Tensor]:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from swiftcore_megatron import CheckpointError, ParallelismError
+from swiftcore_megatron.checkpoint import rank_file, read_metadata
+from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
 
 from swiftcore.errors import OutputExistsError
-from swiftcore.megatron import CheckpointError, ParallelismError
-from swiftcore.megatron.checkpoint import rank_file, read_metadata
-from swiftcore.megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
 
 
 def _hf_tensors(hf_dir: Path) -> dict[str, torch.Tensor]:

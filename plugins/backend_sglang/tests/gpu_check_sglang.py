@@ -18,9 +18,10 @@ pytestmark = pytest.mark.gpu
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import types
 
+    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
+
     from swiftcore.infer.backends import create_engine
-    from swiftcore.infer.testing import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
-    from swiftcore.infer.transformers_engine import TransformersEngine
 
     plugins = plugins_with_tiny_qwen3()
     root = tmp_path_factory.mktemp("sglang-gpu")
@@ -78,9 +79,8 @@ def test_streaming(setup: Any) -> None:
 
 def test_update_weights_parity(setup: Any) -> None:
     from safetensors.torch import load_file
-
-    from swiftcore.infer.testing import make_tiny_qwen3
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_testing.engines import make_tiny_qwen3
 
     other = make_tiny_qwen3(setup.root / "other", seed=1)
     records = _records(4)

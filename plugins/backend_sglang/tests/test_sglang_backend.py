@@ -107,9 +107,8 @@ class FakeSglangEngine:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A tiny Qwen3 checkpoint (only its config and tokenizer matter: SGLang's stand-in never loads it)."""
+    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
     from transformers import AutoTokenizer
-
-    from swiftcore.infer.testing import make_tiny_qwen3, plugins_with_tiny_qwen3
 
     root = tmp_path_factory.mktemp("sglang")
     model_dir = make_tiny_qwen3(root / "tiny")

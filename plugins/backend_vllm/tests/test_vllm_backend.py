@@ -29,7 +29,7 @@ def setup() -> Any:
 @pytest.fixture(scope="module")
 def reference(setup: Any) -> Any:
     """The transformers engine on the same checkpoint, with the same adapter loaded."""
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore_infer.transformers_engine import TransformersEngine
 
     engine = TransformersEngine(setup.model_dir, setup.plugins)
     engine.load_adapter("parity", setup.lora_dir)
@@ -111,9 +111,8 @@ def test_32_requests_with_3_invalid(vllm: Any) -> None:
 
 def test_update_weights_parity_after_reload(vllm: Any, setup: Any, tmp_path: Any) -> None:
     from safetensors.torch import load_file
-
-    from swiftcore.infer.testing import make_tiny_qwen3
-    from swiftcore.infer.transformers_engine import TransformersEngine
+    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_testing.engines import make_tiny_qwen3
 
     other = make_tiny_qwen3(tmp_path / "other", seed=1)
     records = _records(4)

@@ -1,6 +1,6 @@
 """Contract tests: swiftcore-heads passes swiftcore's plugin contract, every head built on tiny qwen3_5."""
 
-from swiftcore.testing import PluginContract
+from swiftcore_testing import PluginContract
 
 
 class TestHeadsContract(PluginContract):

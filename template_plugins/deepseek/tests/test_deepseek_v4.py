@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_testing.templates import build_test_tokenizer, check_labels, generation_record, load_records, loss_runs
 
 import swiftcore
 from swiftcore.template import TemplateError, get_template
-from swiftcore.template.testing import build_test_tokenizer, check_labels, generation_record, load_records, loss_runs
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = [(1, "thinking"), (2, "thinking"), (3, "thinking"), (4, "chat")]  # modes as in ENCODING.md

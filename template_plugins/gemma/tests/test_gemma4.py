@@ -6,16 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import swiftcore
-from swiftcore.template import JinjaTemplate, get_template, official_chat_template
-from swiftcore.template.testing import (
+from swiftcore_testing.templates import (
     build_test_tokenizer,
     check_labels,
     compare_with_official,
     load_records,
     loss_runs,
 )
+
+import swiftcore
+from swiftcore.template import JinjaTemplate, get_template, official_chat_template
 
 DATA = Path(__file__).parent / "data"
 

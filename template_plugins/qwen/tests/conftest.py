@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_testing.templates import build_test_tokenizer, load_records
 
 import swiftcore
 from swiftcore.template import get_template, official_chat_template
-from swiftcore.template.testing import build_test_tokenizer, load_records
 
 DATA = Path(__file__).parent / "data"
 

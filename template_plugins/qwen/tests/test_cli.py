@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from swiftcore_testing.templates import generation_record
+
 from swiftcore.template import get_template
-from swiftcore.template.testing import generation_record
 
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 DATA = Path(__file__).parent / "data"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from swiftcore_testing.templates import compare_fast_and_slow
 
 from swiftcore.template import get_template
-from swiftcore.template.testing import compare_fast_and_slow
 
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen3_5", "qwen3_asr"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from swiftcore_testing.templates import check_labels, compare_with_official, loss_runs
 
 from swiftcore.template import JinjaTemplate, TemplateError, get_template, official_chat_template
-from swiftcore.template.testing import check_labels, compare_with_official, loss_runs
 
 NAMES = ("qwen3", "qwen3_5", "qwen3_asr")
 

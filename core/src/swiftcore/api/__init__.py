@@ -1,4 +1,4 @@
-"""The public plugin API: the only part of swiftcore a plugin imports (tests may also use ``swiftcore.testing``).
+"""The public plugin API: the only part of swiftcore a plugin imports (its tests add the test-kit).
 
 Everything here is stable within a plugin API major version (:data:`API_VERSION_STRING`); everything else in
 ``swiftcore`` is the core's own and may change in any release. The import-linter contracts in the root
@@ -11,11 +11,13 @@ Everything here is stable within a plugin API major version (:data:`API_VERSION_
 - ``swiftcore.api.data``: dataset rows, collators, data errors.
 - ``swiftcore.api.train``: the training config, trainer and run helpers recipes are written with.
 - ``swiftcore.api.infer``: the engine base class backends subclass, request types and errors.
-- ``swiftcore.api.megatron``: the bridge base class, weight-mapping rules and errors.
+- ``swiftcore.api.plugins``: the plugin manager seen from outside (load, discover, check plugins), for tools.
+- ``swiftcore.api.cli``: the CLI frame, for plugins contributing a command and tests running the CLI.
 - ``swiftcore.api.protocols``: the interfaces the core calls, as ``typing.Protocol`` classes, and the check the
   contract kit runs against every lazy reference.
 
-Importing any of them never imports torch, transformers or megatron.
+Importing any of them never imports torch, transformers or megatron. (The Megatron bridge base class and
+mapping rules are the ``swiftcore-megatron`` distribution's: ``swiftcore_megatron``.)
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from swiftcore.specs import (
     ModelSpec,
     Provider,
     RecipeSpec,
+    RewardSpec,
     TemplateSpec,
 )
 
@@ -58,6 +61,7 @@ __all__ = [
     "PluginError",
     "Provider",
     "RecipeSpec",
+    "RewardSpec",
     "SpecError",
     "SwiftcoreError",
     "TemplateSpec",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from swiftcore.data import PaddingCollator, PaddingFreeCollator
 from swiftcore.data.errors import DataError
+from swiftcore.data.normalize import normalize_record
 from swiftcore.data.readers import iter_rows
 from swiftcore.data.sources import parse_dataset_arg
 
-__all__ = ["DataError", "PaddingCollator", "PaddingFreeCollator", "iter_rows", "parse_dataset_arg"]
+__all__ = ["DataError", "PaddingCollator", "PaddingFreeCollator", "iter_rows", "normalize_record", "parse_dataset_arg"]

@@ -1,21 +1,11 @@
-"""What a Megatron-core bridge is written with: the bridge base class, weight-mapping rules and errors."""
+"""Moved: what a Megatron-core bridge is written with is the ``swiftcore-megatron`` distribution now.
 
-from __future__ import annotations
+Import it from there (``from swiftcore_megatron import MegatronBridge, Rule, COLUMN, ROW, QKV, ...``) and add
+``swiftcore-megatron`` to the bridge's dependencies. This module stays for one minor version so that an old
+import fails with that instruction rather than with a bare ``ModuleNotFoundError``.
+"""
 
-from swiftcore.megatron.bridge import MegatronBridge
-from swiftcore.megatron.errors import BridgeError, MappingError, ParallelismError
-from swiftcore.megatron.mapping import COLUMN, QKV, ROW, Concat, Fuse, Rule, Shard
-
-__all__ = [
-    "COLUMN",
-    "QKV",
-    "ROW",
-    "BridgeError",
-    "Concat",
-    "Fuse",
-    "MappingError",
-    "MegatronBridge",
-    "ParallelismError",
-    "Rule",
-    "Shard",
-]
+raise ImportError(
+    "swiftcore.api.megatron moved to the swiftcore-megatron distribution (plugin API 1.2): "
+    "use `from swiftcore_megatron import MegatronBridge, ...` and depend on swiftcore-megatron"
+)

@@ -1,7 +1,7 @@
 """The interfaces plugins implement, as :class:`typing.Protocol` classes (vLLM's style): what the core calls.
 
 A plugin's objects need not inherit from the core's base classes (:class:`~swiftcore.api.template.Template`,
-:class:`~swiftcore.api.infer.Engine`, :class:`~swiftcore.api.megatron.MegatronBridge`) — though that is the
+:class:`~swiftcore.api.infer.Engine`, :class:`~swiftcore_megatron.MegatronBridge`) — though that is the
 easy way — only provide these members. The contract kit's ``references-conform`` rule checks every lazy
 reference of a plugin's specs against the protocol its field names (:data:`REFERENCE_PROTOCOLS`), so a template
 factory that returns something without ``encode`` fails in the plugin's own tests, not in a user's run.
@@ -18,6 +18,7 @@ __all__ = [
     "BridgeProtocol",
     "EngineProtocol",
     "RecipeRun",
+    "RewardProtocol",
     "TemplateProtocol",
     "conformance_problems",
     "protocol_members",
@@ -91,6 +92,19 @@ class RecipeRun(Protocol):
         """Train, and say where the outputs are."""
 
 
+class RewardProtocol(Protocol):
+    """A reward function (``RewardSpec.function``): ``reward(completions, **kwargs) -> list[float]``.
+
+    ``kwargs`` hold ``prompts``, ``options`` (the reward's ``--reward-option`` values) and the dataset columns the
+    spec names, each a list aligned with ``completions``; more keywords may come in later versions, so the
+    function must take ``**kwargs``. It returns one float per completion (NaN or an exception: the run's
+    fallback reward for those samples).
+    """
+
+    def __call__(self, completions: list[str], **kwargs: Any) -> list[float]:
+        """One score per completion."""
+
+
 #: (spec kind, field) -> what the reference must be: a protocol the object (or the class) provides, or
 #: ``"callable:N"`` for a function taking N positional arguments (``"class"`` for a class).
 REFERENCE_PROTOCOLS: dict[tuple[str, str], Any] = {
@@ -100,6 +114,7 @@ REFERENCE_PROTOCOLS: dict[tuple[str, str], Any] = {
     ("backend", "probe"): "callable:0",
     ("recipe", "run"): "callable:3",
     ("recipe", "config"): "class",
+    ("reward", "function"): RewardProtocol,
     ("model", "model_class"): "class",  # e.g. "transformers:Qwen3ForCausalLM"
     ("model", "loader"): "callable:1",  # loader(model_dir, *, spec, torch_dtype, **kwargs)
     ("model", "tiny_config"): "callable:0",
@@ -151,6 +166,8 @@ def conformance_problems(obj: Any, expected: Any, what: str) -> list[str]:
         if not _accepts(obj, n):
             return [f"{what}: {getattr(obj, '__name__', obj)}{_signature(obj)} cannot be called with {n} argument(s)"]
         return []
+    if "__call__" in vars(expected):  # a callable protocol: the signature is the contract
+        return _call_problems(obj, expected, what)
     target = obj
     if inspect.isfunction(obj) and _accepts(obj, 0) and not _accepts(obj, 1):
         target = obj()  # a zero-argument factory returning the object
@@ -158,6 +175,27 @@ def conformance_problems(obj: Any, expected: Any, what: str) -> list[str]:
     missing = [m for m in members if not callable(getattr(target, m, None))]
     if missing:
         return [f"{what}: {expected.__name__} needs {', '.join(missing)}; {target!r} has none"]
+    return []
+
+
+def _call_problems(obj: Any, protocol: type, what: str) -> list[str]:
+    """What keeps ``obj`` from being called as ``protocol.__call__`` says: its positional arity, and ``**kwargs``
+    when the protocol passes open-ended keywords."""
+    if not callable(obj):
+        return [f"{what}: expected a callable ({protocol.__name__}), got {type(obj).__name__}"]
+    wanted = inspect.signature(protocol.__call__)
+    params = list(wanted.parameters.values())[1:]  # without self
+    n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    name = getattr(obj, "__name__", type(obj).__name__)
+    if not _accepts(obj, n):
+        return [f"{what}: {name}{_signature(obj)} cannot be called with {n} argument(s) ({protocol.__name__})"]
+    try:
+        got = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return []
+    open_keywords = any(p.kind is p.VAR_KEYWORD for p in params)
+    if open_keywords and not any(p.kind is p.VAR_KEYWORD for p in got.parameters.values()):
+        return [f"{what}: {name}{got} must take **kwargs ({protocol.__name__} passes more keywords than it names)"]
     return []
 
 

@@ -5,8 +5,17 @@ See ``docs/writing-a-plugin.md`` ("A new template") for how they fit together.
 
 from __future__ import annotations
 
-from swiftcore.template import JinjaTemplate, Segment, Template, TemplateError, read_resource
-from swiftcore.template.conversation import Conversation, media_type, tojson
+from swiftcore.template import (
+    JinjaTemplate,
+    Segment,
+    Template,
+    TemplateError,
+    get_template,
+    official_chat_template,
+    read_resource,
+    render_official,
+)
+from swiftcore.template.conversation import Conversation, generation_record, media_type, normalize_record, tojson
 from swiftcore.template.parsing import json_or_text, split_reasoning, tool_call
 from swiftcore.template.pieces import media, prompt, strip_pieces, text_of
 
@@ -16,11 +25,16 @@ __all__ = [
     "Segment",
     "Template",
     "TemplateError",
+    "generation_record",
+    "get_template",
     "json_or_text",
     "media",
     "media_type",
+    "normalize_record",
+    "official_chat_template",
     "prompt",
     "read_resource",
+    "render_official",
     "split_reasoning",
     "strip_pieces",
     "text_of",

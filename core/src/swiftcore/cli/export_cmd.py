@@ -1,13 +1,11 @@
-"""``swiftcore export``: convert checkpoints (HF <-> Megatron-core through a bridge plugin, merge LoRA).
+"""``swiftcore export``: convert checkpoints (HF <-> Megatron-core through plugins, merge LoRA).
 
-The bridge is chosen by the checkpoint's ``config.json`` ``model_type`` among the installed bridge
-plugins (``--bridge NAME`` overrides). torch and megatron are imported only once a conversion runs.
+``--merge-lora`` is the core's own. ``--to-mcore`` / ``--to-hf`` are done by a plugin implementing the
+``swiftcore_export_checkpoint`` hook — ``swiftcore-megatron``, which every Megatron bridge plugin requires — so
+the core holds no conversion driver. torch and megatron are imported only once a conversion runs.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
 
 import click
 
@@ -25,14 +23,6 @@ def _size(value: str) -> int:
         if text.endswith(unit):
             return int(float(text[: -len(unit)]) * factor)
     return int(text)
-
-
-def _bridge(state: CliState, plugin_specs: tuple[str, ...], hf_config: dict[str, Any], name: str | None) -> Any:
-    from swiftcore.megatron.resolve import resolve_bridge
-
-    spec, bridge = resolve_bridge(hf_config, state.plugins(plugin_specs), name)
-    click.echo(f"bridge: {spec.name} ({spec.provider})")
-    return spec, bridge
 
 
 @click.command("export")
@@ -113,88 +103,29 @@ def export(
         out = do_merge(model, merge_lora, state.plugins(plugin_specs), adapter=adapter)
         click.echo(f"merged LoRA adapter into its base: {out}")
         return
+    if not to_mcore and (tp != 1 or ep != 1):
+        raise click.UsageError("--tp/--ep apply to --to-mcore; --to-hf reads the layout from the checkpoint")
+    plugins = state.plugins(plugin_specs)
     if to_mcore:
         from swiftcore.models.manifest import read_manifest, warn_mismatches
 
         # A swiftcore checkpoint's manifest: warn when it was trained with other plugin versions.
-        warn_mismatches(read_manifest(model), state.plugins(plugin_specs))
-        _to_mcore(state, plugin_specs, Path(model), Path(to_mcore), tp, ep, bridge_name, check_parity)
-    else:
-        if tp != 1 or ep != 1:
-            raise click.UsageError("--tp/--ep apply to --to-mcore; --to-hf reads the layout from the checkpoint")
-        _to_hf(state, plugin_specs, Path(model), Path(to_hf or ""), bridge_name, check_parity, _size(max_shard_size))
-
-
-def _to_mcore(
-    state: CliState,
-    plugin_specs: tuple[str, ...],
-    model: Path,
-    out: Path,
-    tp: int,
-    ep: int,
-    bridge_name: str | None,
-    check_parity: bool,
-) -> None:
-    from swiftcore.megatron.convert import hf_to_mcore
-    from swiftcore.megatron.resolve import read_hf_config
-
-    spec, bridge = _bridge(state, plugin_specs, read_hf_config(model), bridge_name)
-    if ep > 1 and "ep" not in spec.parallelism:
-        raise SwiftcoreError(f"bridge {spec.name!r} does not support expert parallelism (--ep); use --ep 1")
-    result = hf_to_mcore(model, out, bridge, tp=tp, ep=ep, bridge_name=spec.name)
-    _report(result)
-    if check_parity and tp > 1 and ep == 1:
-        from swiftcore.megatron.parity import check_parity_tp
-
-        _verdict(check_parity_tp(model, out, bridge, tp))
-    elif check_parity:
-        from swiftcore.megatron.convert import load_mcore_state
-
-        _parity(model, bridge, load_mcore_state(out, bridge))
-
-
-def _to_hf(
-    state: CliState,
-    plugin_specs: tuple[str, ...],
-    mcore: Path,
-    out: Path,
-    bridge_name: str | None,
-    check_parity: bool,
-    max_shard_bytes: int,
-) -> None:
-    from swiftcore.megatron.checkpoint import HF_SUBDIR, read_metadata
-    from swiftcore.megatron.convert import mcore_to_hf
-    from swiftcore.megatron.resolve import read_hf_config
-
-    meta = read_metadata(mcore)
-    _, bridge = _bridge(state, plugin_specs, read_hf_config(mcore / HF_SUBDIR), bridge_name or None)
-    result = mcore_to_hf(mcore, out, bridge, max_shard_bytes=max_shard_bytes)
-    _report(result)
-    click.echo(f"(from tp={meta['tp']}, ep={meta['ep']})")
-    if check_parity:
-        from swiftcore.megatron.convert import load_mcore_state
-
-        _parity(out, bridge, load_mcore_state(mcore, bridge))
-
-
-def _report(result: Any) -> None:
-    mb = result.bytes / 1024**2
-    click.echo(
-        f"wrote {result.out_dir}: {result.tensors} tensors, {mb:.1f} MB in {result.seconds:.2f} s "
-        f"({', '.join(result.files[:4])}{' ...' if len(result.files) > 4 else ''})"
+        warn_mismatches(read_manifest(model), plugins)
+    target, out = ("mcore", to_mcore) if to_mcore else ("hf", to_hf or "")
+    options = {
+        "tp": tp,
+        "ep": ep,
+        "bridge": bridge_name,
+        "check_parity": check_parity,
+        "max_shard_bytes": _size(max_shard_size),
+        "echo": click.echo,
+    }
+    done = plugins.pm.hook.swiftcore_export_checkpoint(
+        target=target, model=model, out=out, options=options, plugins=plugins
     )
-
-
-def _parity(hf_dir: Path, bridge: Any, mcore_state: dict[str, Any]) -> None:
-    from swiftcore.megatron.parity import check_parity
-
-    _verdict(check_parity(hf_dir, bridge, mcore_state))
-
-
-def _verdict(report: Any) -> None:
-    click.echo(str(report))
-    if not report.ok:
+    if not done:
         raise SwiftcoreError(
-            f"{report}. The converted checkpoint was written but does not reproduce the HF model; "
-            "report this with the bridge name and config.json"
+            f"no installed plugin converts checkpoints for --to-{target}: the Megatron-core conversion is the "
+            "swiftcore-megatron plugin (every Megatron bridge plugin requires it); `swiftcore plugins` lists "
+            "what is installed"
         )

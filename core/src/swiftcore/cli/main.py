@@ -18,21 +18,23 @@ from swiftcore.errors import SwiftcoreError
 from swiftcore.plugin_api import API_VERSION_STRING
 from swiftcore.registry import CORE_COMMANDS
 
-__all__ = ["CliState", "cli", "main", "pass_state", "plugin_option"]
+__all__ = ["CliState", "cli", "main", "pass_state", "plugin_args", "plugin_option"]
 
 #: core command -> ("module:attr", short help). Keys must equal registry.CORE_COMMANDS.
 _CORE: dict[str, tuple[str, str]] = {
     "plugins": ("swiftcore.cli.plugins_cmd:plugins", "List installed plugins and what they provide."),
     "train": ("swiftcore.cli.train_cmd:train", "Train a model with a recipe (default sft: full or LoRA)."),
-    "infer": ("swiftcore.cli.infer_cmd:infer", "Run a model on a JSONL file of conversations."),
-    "deploy": ("swiftcore.cli.deploy_cmd:deploy", "Serve a model behind an OpenAI-compatible API."),
     "export": ("swiftcore.cli.export_cmd:export", "Convert checkpoints (HF <-> Megatron-core, merge LoRA)."),
     "template": ("swiftcore.cli.template_cmd:template", "List, render and check chat templates."),
     "make-tiny": ("swiftcore.cli.make_tiny_cmd:make_tiny", "Write a tiny random checkpoint of a model family."),
     "new-plugin": ("swiftcore.cli.new_plugin_cmd:new_plugin", "Scaffold a new plugin distribution."),
     "recipes": ("swiftcore.cli.recipes_cmd:recipes", "List training recipes and the options they add."),
+    "rewards": ("swiftcore.cli.rewards_cmd:rewards", "List reward functions for RL recipes (--reward NAME)."),
 }
 assert tuple(_CORE) == CORE_COMMANDS
+
+#: Commands of swiftcore's own plugin distributions, to say what to install when one is asked for and missing.
+_PLUGIN_COMMAND_DISTRIBUTIONS = {"infer": "swiftcore-infer", "deploy": "swiftcore-serve"}
 
 
 @dataclass
@@ -74,6 +76,20 @@ def plugin_option(func: Any) -> Any:
     )(func)
 
 
+def plugin_args(args: list[str]) -> list[str]:
+    """The ``--plugin`` values in ``args`` (``--plugin X`` and ``--plugin=X``), read before parsing (as pytest
+    reads ``-p``), so that the plugin set a command parses its options with is the one it runs with."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--plugin" and i + 1 < len(args):
+            found.append(args[i + 1])
+        elif arg.startswith("--plugin="):
+            found.append(arg.partition("=")[2])
+    return found
+
+
 class LazyGroup(click.Group):
     """A group that imports a sub-command's module only when that sub-command runs."""
 
@@ -87,18 +103,33 @@ class LazyGroup(click.Group):
             return resolve(_CORE[name][0], what=f"command {name!r}")
         if name in _plugin_command_index():
             return _PluginCommand(name)
+        if name in _PLUGIN_COMMAND_DISTRIBUTIONS:
+            dist = _PLUGIN_COMMAND_DISTRIBUTIONS[name]
+            raise click.UsageError(
+                f"'swiftcore {name}' is the {dist} plugin's command, which is not installed: pip install {dist}"
+            )
         return None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, help_) for name, (_, help_) in _CORE.items()]
-        plugin_rows = [
-            (name, f"[plugin {owner}]") for name, owner in sorted(_plugin_command_index().items()) if name not in _CORE
-        ]
+        index = {name: owner for name, owner in sorted(_plugin_command_index().items()) if name not in _CORE}
+        helps = _short_helps(ctx) if index else {}
+        plugin_rows = [(name, f"{helps.get(name) or ''} [plugin {owner}]".strip()) for name, owner in index.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
         if plugin_rows:
             with formatter.section("Plugin commands"):
                 formatter.write_dl(plugin_rows)
+
+
+def _short_helps(ctx: click.Context) -> dict[str, str]:
+    """Each plugin command's ``CommandSpec.short_help``: the plugins' modules are light (plain data), so loading
+    them for ``--help`` costs a fraction of a second; a set that cannot load leaves the rows without help."""
+    state = ctx.find_object(CliState) or CliState()
+    try:
+        return {spec.name: spec.short_help for spec in state.plugins().registry.all("command")}
+    except SwiftcoreError:
+        return {}
 
 
 def _plugin_command_index() -> dict[str, str]:
@@ -115,15 +146,27 @@ class _PluginCommand(click.Command):
             name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
         )
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def resolve_target(self, plugins: Any) -> click.Command:
+        """The plugin's own ``click.Command`` for this name, from the loaded ``plugins``."""
         from swiftcore._lazy import resolve
 
-        state = ctx.find_object(CliState) or CliState()
-        spec = state.plugins().registry.get("command", self.name)
+        spec = plugins.registry.get("command", self.name)
         command = resolve(spec.target, what=f"command {self.name!r} of {spec.provider}")
         if not isinstance(command, click.Command):
             raise SwiftcoreError(f"command {self.name!r} of {spec.provider}: {spec.target!r} is not a click command")
-        return command.main(ctx.args, prog_name=f"swiftcore {self.name}", standalone_mode=False)
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from swiftcore._plugins import requested_from_env
+
+        state = ctx.find_object(CliState) or CliState()
+        requested = [*state.plugin_specs, *plugin_args(ctx.args)]
+        if any(not s.startswith("no:") for s in requested) or requested_from_env() is not None:
+            # A chosen plugin set (--plugin, SWIFTCORE_PLUGINS) still holds the plugin whose command this is.
+            requested.append(_plugin_command_index()[self.name])
+        command = self.resolve_target(state.plugins([s for s in requested if s not in state.plugin_specs]))
+        # obj=state: the command sees the same loaded plugin set (pass_state) rather than loading its own.
+        return command.main(ctx.args, prog_name=f"swiftcore {self.name}", standalone_mode=False, obj=state)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

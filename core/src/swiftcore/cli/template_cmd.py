@@ -38,7 +38,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
 
 
 def _prompt_only(record: dict) -> dict:
-    from swiftcore.template.testing import generation_record
+    from swiftcore.template.conversation import generation_record
 
     return generation_record(record)
 

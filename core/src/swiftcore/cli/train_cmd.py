@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from swiftcore.cli.main import CliState, pass_state, plugin_option
+from swiftcore.cli.main import CliState, pass_state, plugin_args, plugin_option
 from swiftcore.train.config import (
     LOSS_POLICIES,
     TRUNCATION,
@@ -135,7 +135,7 @@ class TrainCommand(click.Command):
         from swiftcore.options import collect_options
 
         state = ctx.ensure_object(CliState)
-        plugins = state.plugins(_plugin_args(args))
+        plugins = state.plugins(plugin_args(args))
         reserved = {name: "swiftcore train itself" for param in super().get_params(ctx) for name in _names(param)}
         ctx.meta[_PLUGIN_OPTIONS] = collect_options(plugins, "train", reserved)
         return super().parse_args(ctx, args)
@@ -144,19 +144,6 @@ class TrainCommand(click.Command):
         params = super().get_params(ctx)
         extra = [option.click_option() for option in ctx.meta.get(_PLUGIN_OPTIONS, ())]
         return params[:-1] + extra + params[-1:] if extra else params  # --help stays last
-
-
-def _plugin_args(args: list[str]) -> list[str]:
-    """The ``--plugin`` values in ``args`` (``--plugin X`` and ``--plugin=X``), read before parsing."""
-    found = []
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        if arg == "--plugin" and i + 1 < len(args):
-            found.append(args[i + 1])
-        elif arg.startswith("--plugin="):
-            found.append(arg.partition("=")[2])
-    return found
 
 
 def _names(param: click.Parameter) -> list[str]:

@@ -77,7 +77,7 @@ class Request:
         adapter: the name of a loaded LoRA adapter, or None for the base model.
         request_id: an id for logs and errors.
         encoded: the prompt ids the engine last encoded this request into (set by ``Engine.encode``; a
-            multimodal prompt is a :class:`~swiftcore.infer.media.Prompt` carrying its media tensors), so
+            multimodal prompt is a :class:`~swiftcore_infer.media.Prompt` carrying its media tensors), so
             that code outside the engine thread never decodes the request's media again.
     """
 

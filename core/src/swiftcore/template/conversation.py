@@ -15,7 +15,7 @@ from typing import Any
 
 from swiftcore.template.errors import TemplateError
 
-__all__ = ["MEDIA_TYPES", "Conversation", "media_type", "normalize_record", "tojson"]
+__all__ = ["MEDIA_TYPES", "Conversation", "generation_record", "media_type", "normalize_record", "tojson"]
 
 MEDIA_TYPES = ("image", "video", "audio")
 
@@ -143,3 +143,13 @@ def _normalize_tool_call(call: Any, conv: Conversation, index: int) -> Any:
     if isinstance(function, Mapping):
         call["function"] = target
     return call
+
+
+def generation_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record with its trailing assistant turns dropped (the prompt for ``add_generation_prompt``)."""
+    out = dict(record)
+    messages = list(record["messages"])
+    while messages and messages[-1].get("role") == "assistant":
+        messages.pop()
+    out["messages"] = messages
+    return out

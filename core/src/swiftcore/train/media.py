@@ -45,6 +45,7 @@ __all__ = [
     "load_image",
     "load_media_processor",
     "load_processor_without_video",
+    "media_modalities",
     "media_tags_to_parts",
     "media_value",
     "prepare_media",
@@ -87,8 +88,8 @@ def prepare_media(spec: Any, model_dir: str | Path, tokenizer: Any) -> MediaPrep
     Raises:
         MediaError: the checkpoint has processor files but the processor cannot be built.
     """
-    modalities = tuple(m for m in getattr(spec, "modalities", ()) if m in _TRAINABLE)
-    if not modalities or not _has_processor_files(Path(model_dir)):
+    modalities = media_modalities(spec, model_dir)
+    if not modalities:
         return None
     processor = load_media_processor(spec, model_dir, tokenizer)
     return MediaPreparer(processor, tokenizer, modalities=modalities, where=str(model_dir))
@@ -100,6 +101,16 @@ PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 def _has_processor_files(model_dir: Path) -> bool:
     return any((model_dir / name).is_file() for name in PROCESSOR_FILES)
+
+
+def media_modalities(spec: Any, model_dir: str | Path) -> tuple[str, ...]:
+    """The media a checkpoint's samples may carry: the spec's trainable modalities (``image``, ``audio``) when
+    the checkpoint has its processor files, else none (a text-only export of a multimodal family).
+
+    Training (:func:`prepare_media`) and inference decide it alike, so a prompt takes the media training took.
+    """
+    modalities = tuple(m for m in getattr(spec, "modalities", ()) if m in _TRAINABLE)
+    return modalities if modalities and _has_processor_files(Path(model_dir)) else ()
 
 
 def processor_files(model_dir: str | Path) -> dict[str, str]:

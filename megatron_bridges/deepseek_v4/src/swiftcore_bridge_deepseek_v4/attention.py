@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer.module import MegatronModule
+from swiftcore_megatron import BridgeError
 
-from swiftcore.api.megatron import BridgeError
 from swiftcore_bridge_deepseek_v4.config import CSA, HCA, SLIDING
 from swiftcore_bridge_deepseek_v4.inputs import UsesForwardInputs
 from swiftcore_bridge_deepseek_v4.norms import RMSNorm, unweighted_rms_norm

@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-
-from swiftcore.api.megatron import BridgeError
+from swiftcore_megatron import BridgeError
 
 __all__ = ["ForwardInputs", "UsesForwardInputs"]
 

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from megatron.core.transformer.moe.router import TopKRouter
+from swiftcore_megatron import BridgeError
 
-from swiftcore.api.megatron import BridgeError
 from swiftcore_bridge_deepseek_v4.inputs import UsesForwardInputs
 
 __all__ = ["DeepseekV4HashRouter", "DeepseekV4Router"]

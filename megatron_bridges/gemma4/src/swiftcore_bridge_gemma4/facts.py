@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from swiftcore.api.megatron import BridgeError
+from swiftcore_megatron import BridgeError
 
 __all__ = ["FULL", "SLIDING", "LayerFacts", "RopeFacts", "layer_facts", "layer_types", "rope_facts"]
 

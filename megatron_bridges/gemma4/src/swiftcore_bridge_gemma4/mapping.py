@@ -3,7 +3,7 @@
 - ``attention_k_eq_v`` layers have ``q_proj`` and ``k_proj`` but no ``v_proj`` (values are the key
   projection). Their ``linear_qkv`` holds, per query group, the group's query heads then its key
   head (:class:`QK`), so that contiguous row blocks still give whole groups to each TP rank, like
-  megatron-core's own per-group q/k/v interleave (:class:`~swiftcore.megatron.mapping.QKV`).
+  megatron-core's own per-group q/k/v interleave (:class:`~swiftcore_megatron.mapping.QKV`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from swiftcore.api.megatron import Fuse, MappingError
+from swiftcore_megatron import Fuse, MappingError
 
 if TYPE_CHECKING:
     import torch

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.api.megatron import COLUMN, ROW, BridgeError, Concat, ParallelismError, Rule
+from swiftcore_megatron import COLUMN, ROW, BridgeError, Concat, ParallelismError, Rule
+
 from swiftcore_bridge_gpt.gpt import GATE_UP, GPTMoEBridge
 
 __all__ = ["DeepSeekV3Bridge", "sdpa_core_attention"]

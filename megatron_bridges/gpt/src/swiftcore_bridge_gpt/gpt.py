@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.api.megatron import COLUMN, QKV, ROW, BridgeError, Concat, MegatronBridge, ParallelismError, Rule, Shard
+from swiftcore_megatron import COLUMN, QKV, ROW, BridgeError, Concat, MegatronBridge, ParallelismError, Rule, Shard
 
 __all__ = ["GATE_UP", "GPTBridge", "GPTMoEBridge"]
 

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from swiftcore_bridge_gpt.gpt import GATE_UP, GPTBridge, GPTMoEBridge
+from swiftcore_megatron import COLUMN, ROW, BridgeError, Concat, ParallelismError, Rule
 
-from swiftcore.api.megatron import COLUMN, ROW, BridgeError, Concat, ParallelismError, Rule
 from swiftcore_bridge_qwen3_5.mapping import GatedQKV, Sections, SectionShard
 
 __all__ = ["Qwen3_5Bridge", "Qwen3_5MoeBridge"]

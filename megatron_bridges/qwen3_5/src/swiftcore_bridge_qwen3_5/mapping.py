@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from swiftcore.api.megatron import Fuse, MappingError, ParallelismError, Shard
+from swiftcore_megatron import Fuse, MappingError, ParallelismError, Shard
 
 if TYPE_CHECKING:  # torch is imported by the methods: rules can be built without it
     import torch
@@ -80,7 +80,7 @@ class GatedQKV(Fuse):
 
 @dataclass(frozen=True)
 class Sections(Fuse):
-    """HF tensors of the given row counts concatenated on dim 0 (unequal :class:`~swiftcore.megatron.mapping.Concat`).
+    """HF tensors of the given row counts concatenated on dim 0 (unequal :class:`~swiftcore_megatron.mapping.Concat`).
 
     Attributes:
         sizes: each HF tensor's dim-0 size, in the rule's order.

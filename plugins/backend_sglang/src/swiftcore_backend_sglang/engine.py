@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from swiftcore.api.infer import Engine, InferError, InvalidRequestError, SamplingParams, UnsupportedError
+from swiftcore_infer import Engine
+
+from swiftcore.api.infer import InferError, InvalidRequestError, SamplingParams, UnsupportedError
 
 __all__ = ["SglangEngine", "new_token_ids", "to_sglang_sampling"]
 

@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from swiftcore.api.infer import Engine, InvalidRequestError, SamplingParams, UnsupportedError
+from swiftcore_infer import Engine
+
+from swiftcore.api.infer import InvalidRequestError, SamplingParams, UnsupportedError
 from swiftcore.api.models import merge_lora as merge_lora_into
 from swiftcore_backend_vllm.probe import installed_vllm
 

@@ -1,0 +1,11 @@
+"""The CLI frame, for plugins that contribute a command (``CommandSpec``) and for tests that run the CLI.
+
+A plugin command is a ``click.Command``; decorating it with :func:`plugin_option` and :data:`pass_state` gives
+it the same ``--plugin`` option and the same loaded plugin set (``state.plugins()``) as the core's commands.
+"""
+
+from __future__ import annotations
+
+from swiftcore.cli.main import CliState, cli, main, pass_state, plugin_option
+
+__all__ = ["CliState", "cli", "main", "pass_state", "plugin_option"]

@@ -1,0 +1,718 @@
+"""The engine contract every backend implements, and the code they all share.
+
+:class:`Engine` owns everything that is not the forward pass, so that the transformers, vLLM and
+SGLang backends cannot drift apart:
+
+- prompts are encoded by the same swiftcore template as in training (``add_generation_prompt=True``),
+  and a record's images and audio by the same sample path as training (:mod:`swiftcore_infer.media`):
+  the prompt a backend gets is then a :class:`~swiftcore_infer.media.Prompt` carrying the media tensors,
+  and a backend that cannot feed them (``accepts_media`` false) refuses the request;
+- encoding runs ahead of the engine (:func:`~swiftcore_infer.prepare.prepare_ahead`), and a request
+  that cannot be encoded, or that makes its batch fail, fails alone with its own error;
+- generated ids are cut at the template's end-of-turn tokens and at the request's stop strings,
+  decoded, and parsed back into ``content``, ``reasoning_content`` and ``tool_calls`` by the template;
+- LoRA adapters are named, and each request picks one (or the base model).
+
+A backend subclasses :class:`Engine` and implements the ``_``-prefixed primitives, which only ever see
+token ids: :meth:`Engine._generate_ids`, and optionally :meth:`Engine._stream_ids`,
+:meth:`Engine._embed_ids`, :meth:`Engine._load_adapter` and :meth:`Engine._update_weights`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from swiftcore.api.infer import Generation, InvalidRequestError, Request, SamplingParams, StreamDelta, UnsupportedError
+from swiftcore.api.models import resolve_checkpoint, warn_mismatches
+from swiftcore_infer.prepare import prepare_ahead
+
+__all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine"]
+
+logger = logging.getLogger("swiftcore.infer")
+
+#: The adapter name that selects the base model even when a default adapter is loaded.
+BASE_MODEL = "base"
+#: The name given to the adapter passed to the engine's constructor.
+DEFAULT_ADAPTER = "default"
+
+
+class Engine:
+    """Base class of inference engines (see the module docstring).
+
+    Args:
+        model_dir: a checkpoint directory, or a LoRA adapter directory (its base model is found from it).
+        plugins: the loaded plugin set (for the model spec and the template).
+        adapter: a peft adapter directory, loaded as :data:`DEFAULT_ADAPTER` and used by requests
+            that name no adapter.
+        template: the template name (default: the one the checkpoint's manifest records, an adapter's before
+            its base's; else the model spec's ``default_template``). One that differs from the manifest's, or a
+            plugin version other than the one the checkpoint was trained with, is logged as a warning.
+        model_type: force the model spec (``--model-type``).
+
+    Attributes:
+        backend: the backend's name.
+        capabilities: what it can do (a subset of :data:`swiftcore.api.BACKEND_CAPABILITIES`).
+        spec: the resolved :class:`~swiftcore.api.ModelSpec`.
+        manifest: the :class:`~swiftcore.api.models.CheckpointManifest` of the adapter (else of the base),
+            None for a checkpoint not trained by swiftcore.
+        template: the :class:`~swiftcore.api.template.Template`.
+        tokenizer: the Hugging Face tokenizer.
+        base_dir: the base model directory.
+        adapters: adapter name -> directory.
+        default_adapter: the adapter used when a request names none (None = base model).
+        max_model_len: the longest prompt plus completion the engine accepts.
+    """
+
+    backend: ClassVar[str] = "?"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"generate"})
+    #: Whether the backend feeds a :class:`~swiftcore_infer.media.Prompt`'s media tensors to the model.
+    accepts_media: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        plugins: Any,
+        *,
+        adapter: str | Path | None = None,
+        template: str | None = None,
+        model_type: str | None = None,
+    ) -> None:
+        from swiftcore.api.models import load_tokenizer, read_hf_config, resolve_model_spec
+        from swiftcore.api.template import get_template
+
+        base, adapter_dir = resolve_checkpoint(model_dir, adapter)
+        self.base_dir = base
+        self.spec = resolve_model_spec(str(base), plugins, model_type)
+        self.manifest = _manifest(adapter_dir, base)
+        self.template = get_template(self._template_name(template, plugins), plugins)
+        warn_mismatches(self.manifest, plugins, spec=self.spec, template=template)
+        # A trained adapter may ship its own tokenizer (added tokens); prefer it when present.
+        tokenizer_dir = adapter_dir if adapter_dir and (adapter_dir / "tokenizer_config.json").exists() else base
+        self.tokenizer = load_tokenizer(str(tokenizer_dir))
+        self.stop_token_ids = self._stop_token_ids()
+        self.hidden_token_ids = self._hidden_token_ids()
+        # How each set of weights was trained to be prompted (e.g. thinking off), by adapter name (None: the
+        # base weights); a request's own chat_template_kwargs win. A merged adapter's apply to the base.
+        self._chat_defaults: dict[str | None, dict[str, Any]] = {None: _chat_defaults(base)}
+        self._adapter_dir = adapter_dir
+        self.pad_token_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        )
+        self.max_model_len = _max_model_len(read_hf_config(base) or {}, self.tokenizer)
+        self.adapters: dict[str, Path] = {}
+        self.default_adapter: str | None = None
+        self._initial_adapter = adapter_dir
+        self._media: Any = None
+        self._media_lock = threading.Lock()
+
+    def _template_name(self, template: str | None, plugins: Any) -> str:
+        """``--template``, else the manifest's template, else the model spec's default."""
+        from swiftcore.api.models import manifest_template
+
+        name = template or manifest_template(self.manifest, plugins) or self.spec.default_template
+        if not name:
+            raise InvalidRequestError(f"model {self.spec.name!r} names no default template; pass --template")
+        return name
+
+    # ------------------------------------------------------------------ set-up helpers for subclasses
+
+    def _after_load(self) -> None:
+        """Load the constructor's adapter; subclasses call this once their model is ready."""
+        if self._initial_adapter is not None:
+            self.load_adapter(DEFAULT_ADAPTER, self._initial_adapter)
+            self.default_adapter = DEFAULT_ADAPTER
+        elif self._adapter_dir is not None:  # merged into the base weights by the subclass
+            self._chat_defaults[None] = _chat_defaults(self._adapter_dir, self.base_dir)
+
+    def chat_template_kwargs_defaults(self, adapter: str | None = None) -> dict[str, Any]:
+        """The ``chat_template_kwargs`` a request to ``adapter`` (None: the default one) gets unless it sets
+        its own: what the checkpoint was trained with (``generation_defaults`` in ``swiftcore_args.json``)."""
+        name = self.default_adapter if adapter is None else (None if adapter == BASE_MODEL else adapter)
+        return dict(self._chat_defaults.get(name) or {})
+
+    def _stop_token_ids(self) -> list[int]:
+        vocab = self.tokenizer.get_vocab()
+        ids = {vocab[w] for w in self.template.stop_words if w in vocab}
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        if not ids:
+            raise InvalidRequestError(
+                f"template {self.template.name!r} has no stop word in the tokenizer's vocabulary and the tokenizer "
+                "has no eos token: generation would never stop; fix the tokenizer or pick another --template"
+            )
+        return sorted(ids)
+
+    def _hidden_token_ids(self) -> frozenset[int]:
+        """Special tokens left out of decoded replies: all but those the template's parser reads
+        (reasoning and tool-call markers); ``<|fim_middle|>`` or ``<|vision_start|>`` are never text."""
+        markers = (*self.template.reasoning_markers, *self.template.response_markers)
+        special = set(getattr(self.tokenizer, "all_special_ids", None) or ())
+        for token_id, added in (getattr(self.tokenizer, "added_tokens_decoder", None) or {}).items():
+            if getattr(added, "special", False):
+                special.add(int(token_id))
+        keep = {t for t in special if any(self.tokenizer.convert_ids_to_tokens(t) in m for m in markers)}
+        return frozenset(special - keep)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """The text of generated ids, without the special tokens a reply never shows (see
+        :attr:`hidden_token_ids`)."""
+        hidden = self.hidden_token_ids
+        return self.tokenizer.decode([t for t in tokens if t not in hidden], skip_special_tokens=False)
+
+    # ------------------------------------------------------------------ encoding
+
+    @property
+    def media_modalities(self) -> tuple[str, ...]:
+        """The media types prompts may carry: those the model spec declares (``image``, ``audio``) when the
+        checkpoint has its processor files, as training decides (:func:`~swiftcore.api.media.prepare_media`)."""
+        from swiftcore.api.media import media_modalities
+
+        return media_modalities(self.spec, self.base_dir)
+
+    def media_preparer(self) -> Any:
+        """The :class:`~swiftcore.api.media.MediaPreparer` training uses for this model (built on first use;
+        None for a text-only model)."""
+        with self._media_lock:
+            if self._media is None and self.media_modalities:
+                from swiftcore.api.media import MediaError, prepare_media
+
+                try:
+                    self._media = prepare_media(self.spec, self.base_dir, self.tokenizer)
+                except MediaError as exc:
+                    raise InvalidRequestError(f"this model's processor cannot be built: {exc}") from exc
+            return self._media
+
+    def _with_media(self, record: Any) -> tuple[Any, Any]:
+        """``(record, preparer)``: a record with media decoded and its tags made parts as in training, or
+        ``(record, None)`` when it has no media. Refuses media the model or the backend cannot take."""
+        from swiftcore_infer.media import PLURAL, decode_media, media_kinds
+
+        if not isinstance(record, Mapping):
+            return record, None
+        kinds = media_kinds(record)
+        if not kinds:
+            return record, None
+        accepted = self.media_modalities
+        for where, kind in kinds:
+            if kind not in accepted:
+                takes = f"it takes {', '.join(accepted)} only" if accepted else "it is a text-only model"
+                raise InvalidRequestError(
+                    f"{where}: model {self.spec.name!r} does not accept {PLURAL[kind]} ({takes})", param="messages"
+                )
+        if not self.accepts_media:
+            raise InvalidRequestError(
+                f"the {self.backend} backend does not take images or audio yet; serve this model with "
+                "--backend transformers",
+                param="messages",
+            )
+        from swiftcore.api.media import media_tags_to_parts
+
+        preparer = self.media_preparer()
+        where = f"record {record['id']!r}: " if record.get("id") is not None else ""
+        return media_tags_to_parts(decode_media(record, preparer.sampling_rate, where)), preparer
+
+    def encode(self, request: Request) -> list[int]:
+        """The prompt token ids of ``request`` (template-encoded for a chat record); for a record with
+        images or audio a :class:`~swiftcore_infer.media.Prompt` (ids and media tensors), encoded by
+        training's sample path. The result is also kept in ``request.encoded``.
+
+        Raises:
+            InvalidRequestError: the record cannot be rendered, its media cannot be read or is of a type the
+                model or backend does not take, the adapter is unknown, or the prompt leaves no room for
+                ``max_new_tokens`` within :attr:`max_model_len`.
+        """
+        from swiftcore.api.template import TemplateError
+
+        self._adapter_for(request)
+        if request.record is not None:
+            record = request.record
+            defaults = self._chat_defaults.get(self._adapter_for(request))
+            if defaults and isinstance(record, Mapping):
+                asked = record.get("chat_template_kwargs")
+                kwargs = {**defaults, **(asked if isinstance(asked, Mapping) else {})}
+                record = {**record, "chat_template_kwargs": kwargs}
+            record, preparer = self._with_media(record)
+            try:
+                encoded = self.template.encode(self.tokenizer, record, add_generation_prompt=True)
+            except TemplateError as exc:
+                raise InvalidRequestError(str(exc), param="messages") from exc
+            ids = list(encoded.input_ids)
+            if preparer is not None and encoded.media:
+                ids = self._expand_media(preparer, encoded, record)
+        elif isinstance(request.prompt, str):
+            ids = list(self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
+        else:
+            ids = list(request.prompt or [])
+            vocab = len(self.tokenizer)
+            if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+                raise InvalidRequestError(f"prompt token ids must be integers in [0, {vocab})", param="prompt")
+        if not ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        room = self.max_model_len - len(ids)
+        if room < request.sampling.max_new_tokens:
+            raise InvalidRequestError(
+                f"the prompt has {len(ids)} tokens; with max_tokens={request.sampling.max_new_tokens} that exceeds "
+                f"the model's context of {self.max_model_len} tokens: shorten the conversation or lower max_tokens",
+                param="max_tokens" if room > 0 else "messages",
+            )
+        request.encoded = ids
+        return ids
+
+    @staticmethod
+    def _expand_media(preparer: Any, encoded: Any, record: Any) -> list[int]:
+        from swiftcore.api.media import MediaError
+        from swiftcore_infer.media import Prompt
+
+        try:
+            sample = preparer.expand(encoded, record)
+        except MediaError as exc:
+            raise InvalidRequestError(str(exc), param="messages") from exc
+        ids = sample.pop("input_ids")
+        sample.pop("labels", None)
+        return Prompt(ids, sample)
+
+    def _adapter_for(self, request: Request) -> str | None:
+        """The adapter a request runs with (None = base model)."""
+        name = request.adapter
+        if name is None:
+            return self.default_adapter
+        if name == BASE_MODEL:
+            return None
+        if name not in self.adapters:
+            known = ", ".join([BASE_MODEL, *self.adapters]) or BASE_MODEL
+            raise InvalidRequestError(f"unknown adapter {name!r}; loaded: {known}", param="model")
+        return name
+
+    # ------------------------------------------------------------------ public API
+
+    def generate(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        batch_size: int = 8,
+        stop: Sequence[str] = (),
+        adapter: str | None = None,
+    ) -> list[Generation]:
+        """Reply to each chat record (``{"messages": [...], ...}``) with the same sampling parameters.
+
+        A record that cannot be served comes back as a :class:`Generation` with ``error`` set; the
+        others are answered.
+        """
+        sampling = SamplingParams(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, stop=tuple(stop)
+        )
+        requests = [
+            Request(record=dict(r) if isinstance(r, Mapping) else r, sampling=sampling, adapter=adapter)
+            for r in records
+        ]
+        return self.generate_requests(requests, batch_size=batch_size)
+
+    def generate_requests(self, requests: Sequence[Request], *, batch_size: int = 8) -> list[Generation]:
+        """Serve requests with their own sampling parameters and adapters, ``batch_size`` at a time.
+
+        Returns:
+            One :class:`Generation` per request, in order; failed requests have ``error`` set.
+        """
+        if "generate" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} does not generate text (an embedding or pooling runner)")
+        results: list[Generation | None] = [None] * len(requests)
+        for batch in prepare_ahead(requests, self.encode, batch_size):
+            ready: list[tuple[int, list[int]]] = []
+            for index, encoded in batch:
+                if isinstance(encoded, Exception):
+                    results[index] = Generation.failed(encoded)
+                else:
+                    ready.append((index, encoded))
+            for index, generation in self._run_batch(requests, ready):
+                results[index] = generation
+        return [r for r in results if r is not None]
+
+    def _run_batch(
+        self, requests: Sequence[Request], ready: list[tuple[int, list[int]]]
+    ) -> list[tuple[int, Generation]]:
+        if not ready:
+            return []
+        prompts = [ids for _, ids in ready]
+        params = [requests[i].sampling for i, _ in ready]
+        adapters = [self._adapter_for(requests[i]) for i, _ in ready]
+        try:
+            raw = self._generate_ids(prompts, params, adapters)
+        except Exception as exc:
+            if len(ready) == 1:
+                logger.warning("request %s failed: %s", requests[ready[0][0]].request_id or ready[0][0], exc)
+                return [(ready[0][0], Generation.failed(exc, len(ready[0][1])))]
+            # One bad request must not fail the others: retry them one by one.
+            logger.warning("a batch of %d failed (%s); retrying its requests one by one", len(ready), exc)
+            return [pair for item in ready for pair in self._run_batch(requests, [item])]
+        return [
+            (index, self.finish(requests[index], prompt, ids)) for (index, prompt), ids in zip(ready, raw, strict=True)
+        ]
+
+    def finish(self, request: Request, prompt: list[int], generated: Sequence[int]) -> Generation:
+        """Turn raw generated ids into a :class:`Generation` (cut at stops, decode, parse).
+
+        Args:
+            request: the request (its stop strings; chat records are parsed by the template).
+            prompt: the prompt ids.
+            generated: the ids the backend produced (may run past a stop token).
+        """
+        generated = list(generated)
+        stop_at = next((i for i, t in enumerate(generated) if t in self.stop_token_ids), None)
+        tokens = generated if stop_at is None else generated[:stop_at]
+        finish_reason = "length" if stop_at is None else "stop"
+        text = self.decode(tokens)
+        cut = _cut_at_stop(text, request.sampling.stop)
+        if cut is not None:
+            text, finish_reason = cut, "stop"
+        return self._parsed(
+            request,
+            text,
+            tokens,
+            len(prompt),
+            len(tokens) + (stop_at is not None),
+            finish_reason,
+            opens_thinking=self.prompt_opens_thinking(prompt),
+        )
+
+    def prompt_opens_thinking(self, prompt: Sequence[int]) -> bool:
+        """Whether ``prompt`` (ids) ends inside an open thinking block, so the reply starts with reasoning.
+
+        A generation prompt with thinking on may open the block (``<think>``): a reply cut before its
+        closing marker (max tokens) is all reasoning; one that ended normally without closing it is content.
+        """
+        start, _ = self.template.reasoning_markers
+        return self.tokenizer.decode(list(prompt[-8:]), skip_special_tokens=False).rstrip().endswith(start)
+
+    def _parsed(
+        self,
+        request: Request,
+        text: str,
+        tokens: list[int],
+        prompt_tokens: int,
+        completion_tokens: int,
+        finish_reason: str,
+        *,
+        opens_thinking: bool = False,
+    ) -> Generation:
+        if request.record is not None:
+            _, end = self.template.reasoning_markers
+            # Only a reply cut (max tokens) inside the thinking block the prompt opened is all reasoning:
+            # close the block for the parser. A reply that ended normally without closing it is content,
+            # and one that closed it has its content after the marker.
+            cut_thinking = opens_thinking and finish_reason == "length" and end not in text
+            parsed = self.template.parse_response(text + end if cut_thinking else text)
+        else:
+            parsed = {"content": text, "reasoning_content": None, "tool_calls": None}
+        return Generation(
+            text=text,
+            content=parsed.get("content") or "",
+            reasoning_content=parsed.get("reasoning_content"),
+            tool_calls=parsed.get("tool_calls"),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            finish_reason=finish_reason,
+            token_ids=tokens,
+        )
+
+    def stream(self, request: Request) -> Iterator[StreamDelta]:
+        """Generate one request piece by piece; the last :class:`StreamDelta` carries the full generation.
+
+        Raises:
+            InvalidRequestError: the request is invalid (raised before anything is yielded).
+            UnsupportedError: the backend cannot stream.
+        """
+        if "stream" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} cannot stream")
+        self.encode(request)  # raise now, before the caller starts a stream
+        return self._stream_one(request)
+
+    def _stream_one(self, request: Request) -> Iterator[StreamDelta]:
+        pieces = self.stream_many([request])
+        try:
+            for _, piece in pieces:
+                if isinstance(piece, Exception):
+                    raise piece
+                yield piece
+        finally:
+            pieces.close()  # a consumer that stops early stops the backend too
+
+    def stream_many(self, requests: Sequence[Request]) -> Iterator[tuple[int, StreamDelta | Exception]]:
+        """Stream several requests together (one batch where the backend can); yield ``(index, piece)``.
+
+        An invalid request yields its exception once, before any of its text; each valid one yields
+        :class:`StreamDelta` pieces, the last carrying its full generation. Closing the iterator stops
+        the backend's generation.
+
+        Raises:
+            UnsupportedError: the backend cannot stream.
+        """
+        if "stream" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} cannot stream")
+        states: list[_StreamState] = []
+        for index, request in enumerate(requests):
+            try:
+                prompt = self.encode(request)
+                adapter = self._adapter_for(request)
+            except Exception as exc:
+                yield index, exc
+                continue
+            states.append(_StreamState(self, index, request, prompt, adapter))
+        if not states:
+            return
+        rows = self._stream_many_ids(
+            [s.prompt for s in states], [s.request.sampling for s in states], [s.adapter for s in states]
+        )
+        try:
+            for row, tokens in rows:
+                state = states[row]
+                for delta in state.feed(tokens):
+                    yield state.index, delta
+                if all(s.done for s in states):
+                    break
+        finally:
+            close = getattr(rows, "close", None)
+            if callable(close):
+                close()
+        for state in states:
+            if not state.done:
+                yield state.index, state.finish()
+
+    def embed(self, inputs: Sequence[str | list[int]], *, normalize: bool = True) -> list[list[float]]:
+        """Embed texts (or token ids): the last token's final hidden state, L2-normalised by default.
+
+        Raises:
+            UnsupportedError: the backend cannot embed.
+            InvalidRequestError: an input is empty or too long.
+        """
+        if "embed" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} does not serve embeddings")
+        prompts = []
+        for i, item in enumerate(inputs):
+            ids = self.tokenizer(item, add_special_tokens=False)["input_ids"] if isinstance(item, str) else list(item)
+            if not ids:
+                raise InvalidRequestError(f"input {i} is empty", param="input")
+            if len(ids) > self.max_model_len:
+                raise InvalidRequestError(
+                    f"input {i} has {len(ids)} tokens, more than the model's {self.max_model_len}", param="input"
+                )
+            prompts.append(ids)
+        return self._embed_ids(prompts, normalize)
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Load a peft LoRA adapter under ``name`` so requests can select it.
+
+        Raises:
+            UnsupportedError: the backend has no LoRA support.
+            InvalidRequestError: the name is taken or reserved, or the directory is not a peft adapter.
+        """
+        if "lora" not in self.capabilities:
+            raise UnsupportedError(
+                f"backend {self.backend!r} does not support LoRA adapters; merge it first "
+                "(swiftcore infer --merge-lora)"
+            )
+        path = Path(path)
+        if name == BASE_MODEL or name in self.adapters:
+            raise InvalidRequestError(f"adapter name {name!r} is {'reserved' if name == BASE_MODEL else 'taken'}")
+        if not (path / "adapter_config.json").is_file():
+            raise InvalidRequestError(f"{path}: no adapter_config.json; is it a peft LoRA adapter directory?")
+        self._warn_other_template(name, path)
+        self._load_adapter(name, path)
+        self.adapters[name] = path
+        self._chat_defaults[name] = _chat_defaults(path)
+
+    def _warn_other_template(self, name: str, path: Path) -> None:
+        """Warn when an adapter loaded next to the engine's was trained with another template: every request
+        is encoded with the engine's one."""
+        from swiftcore.api.models import read_manifest
+
+        if path == self._adapter_dir:  # the constructor's: the engine's template is already its (or --template)
+            return
+        manifest = read_manifest(path)
+        trained = manifest.template.name if manifest is not None and manifest.template is not None else None
+        if trained and trained != self.template.name:
+            logger.warning(
+                "checkpoint manifest: adapter %r (%s) was trained with template %r, but this engine encodes every "
+                "request with %r; serve it on its own (--model %s) to use its template",
+                name,
+                path,
+                trained,
+                self.template.name,
+                path,
+            )
+
+    def update_weights(self, weights: str | Path | Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
+        """Replace base-model weights in place (RL-style weight sync) and return how many tensors changed.
+
+        Args:
+            weights: a directory of ``*.safetensors`` files, or Hugging Face names -> tensors
+                (a mapping or ``(name, tensor)`` pairs).
+
+        Raises:
+            UnsupportedError: the backend cannot update weights.
+        """
+        if "update_weights" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} cannot update weights")
+        if isinstance(weights, (str, Path)):
+            named = list(_read_safetensors_dir(Path(weights)))
+        elif isinstance(weights, Mapping):
+            named = list(weights.items())
+        else:
+            named = list(weights)
+        if not named:
+            raise InvalidRequestError("update_weights got no tensors")
+        self._update_weights(named)
+        return len(named)
+
+    def close(self) -> None:
+        """Free the engine's resources (default: nothing)."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ backend primitives
+
+    def _generate_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> list[list[int]]:
+        """Generate for a batch of prompts; return each one's new token ids (may include a stop token)."""
+        raise NotImplementedError
+
+    def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
+        """Yield new token ids of one prompt as they are generated (default: all at once at the end)."""
+        yield from self._generate_ids([prompt], [params], [adapter])
+
+    def _stream_many_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> Iterator[tuple[int, list[int]]]:
+        """Yield ``(row, new token ids)`` for several prompts as they are generated.
+
+        The default streams them one after the other with :meth:`_stream_ids`; backends that batch
+        (transformers, vLLM) interleave the rows. Rows may run past their stop token or their
+        ``max_new_tokens``; the caller ignores what follows.
+        """
+        for row, (prompt, param, adapter) in enumerate(zip(prompts, params, adapters, strict=True)):
+            for tokens in self._stream_ids(prompt, param, adapter):
+                yield row, tokens
+
+    def _embed_ids(self, prompts: list[list[int]], normalize: bool) -> list[list[float]]:
+        raise UnsupportedError(f"backend {self.backend!r} does not serve embeddings")
+
+    def _load_adapter(self, name: str, path: Path) -> None:
+        raise UnsupportedError(f"backend {self.backend!r} does not support LoRA adapters")
+
+    def _update_weights(self, named: list[tuple[str, Any]]) -> None:
+        raise UnsupportedError(f"backend {self.backend!r} cannot update weights")
+
+
+class _StreamState:
+    """One streamed request: its tokens so far, the text already sent, and whether it has finished."""
+
+    def __init__(self, engine: Engine, index: int, request: Request, prompt: list[int], adapter: str | None) -> None:
+        self.engine, self.index, self.request, self.prompt, self.adapter = engine, index, request, prompt, adapter
+        stops = request.sampling.stop
+        # Hold back text that could be the start of a stop string, so it is never sent and then retracted.
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.tokens: list[int] = []
+        self.text = ""
+        self.sent = 0
+        self.finish_reason = "length"
+        self.stop_token_hit = False
+        self.done = False
+
+    def feed(self, chunk: Sequence[int]) -> list[StreamDelta]:
+        """Take new token ids; return the pieces to send (the final one when this request ends)."""
+        if self.done:
+            return []
+        engine, sampling = self.engine, self.request.sampling
+        new = []
+        stopped = False
+        for token in chunk:
+            if token in engine.stop_token_ids:
+                self.finish_reason, stopped, self.stop_token_hit = "stop", True, True
+                break
+            if len(self.tokens) + len(new) >= sampling.max_new_tokens:
+                stopped = True
+                break
+            new.append(token)
+        self.tokens.extend(new)
+        self.text = engine.decode(self.tokens)
+        cut = _cut_at_stop(self.text, sampling.stop)
+        if cut is not None:
+            self.text, self.finish_reason = cut, "stop"
+            return [self.finish()]
+        if stopped or len(self.tokens) >= sampling.max_new_tokens:
+            return [self.finish()]
+        # A token that ends inside a multi-byte character decodes to U+FFFD: wait for the rest.
+        text = self.text
+        safe = len(text) - self.hold if not text.endswith("\ufffd") else text.rfind("\ufffd") - self.hold
+        if safe > self.sent:
+            piece = StreamDelta(text=text[self.sent : safe], token_ids=new)
+            self.sent = safe
+            return [piece]
+        return []
+
+    def finish(self) -> StreamDelta:
+        """The last piece: the unsent text and the full :class:`Generation`."""
+        self.done = True
+        completion = len(self.tokens) + self.stop_token_hit  # the stop token counts, as in generate()
+        final = self.engine._parsed(
+            self.request,
+            self.text,
+            self.tokens,
+            len(self.prompt),
+            completion,
+            self.finish_reason,
+            opens_thinking=self.engine.prompt_opens_thinking(self.prompt),
+        )
+        return StreamDelta(text=self.text[self.sent :], final=final)
+
+
+def _manifest(adapter_dir: Path | None, base: Path) -> Any:
+    """The manifest that describes the served weights: the adapter's, else the base checkpoint's."""
+    from swiftcore.api.models import read_manifest
+
+    return (read_manifest(adapter_dir) if adapter_dir is not None else None) or read_manifest(base)
+
+
+def _chat_defaults(*dirs: Path | None) -> dict[str, Any]:
+    """The ``chat_template_kwargs`` of the first checkpoint in ``dirs`` that records generation defaults."""
+    from swiftcore.api.models import read_generation_defaults
+
+    kwargs = read_generation_defaults(*dirs).get("chat_template_kwargs")
+    return dict(kwargs) if isinstance(kwargs, Mapping) else {}
+
+
+def _cut_at_stop(text: str, stops: Sequence[str]) -> str | None:
+    """``text`` up to its first stop string, or None when none occurs."""
+    hits = [text.find(s) for s in stops if s in text]
+    return text[: min(hits)] if hits else None
+
+
+def _max_model_len(hf_config: Mapping[str, Any], tokenizer: Any) -> int:
+    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+    value = text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
+    if not value:
+        value = getattr(tokenizer, "model_max_length", None)
+        value = value if isinstance(value, int) and value < 10**7 else 4096
+    return int(value)
+
+
+def _read_safetensors_dir(directory: Path) -> Iterator[tuple[str, Any]]:
+    from safetensors.torch import load_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise InvalidRequestError(f"{directory}: no *.safetensors files to load weights from")
+    for file in files:
+        yield from load_file(str(file)).items()

@@ -1,0 +1,250 @@
+"""Images and audio at inference: the training sample path, run up to the generation prompt.
+
+A chat record with media is encoded exactly as training encodes it (:func:`swiftcore.api.train.encode_records`):
+``<image>`` / ``<audio>`` tags become content parts when the record has ``images`` / ``audios`` columns
+(:func:`~swiftcore.api.media.media_tags_to_parts`), the template renders one placeholder per part, and the
+family's processor expands each placeholder and makes the towers' tensors
+(:meth:`~swiftcore.api.media.MediaPreparer.expand`). The engine then hands the backend a :class:`Prompt`:
+the token ids (a plain list, so everything that reads prompt ids keeps working) and the media tensors.
+
+Each media value is decoded first, on the thread that encodes prompts (never the server's event loop), by
+:func:`decode_media`, so that a bad item fails with a message naming its part (``messages[0].content[1]
+(input_audio): ...``), and the decoded value is what the preparer gets (the same pixels and waveform).
+
+:func:`openai_media_parts` is the server's side: OpenAI content parts (``image_url`` with a data URL,
+``input_audio``) become the canonical parts templates read, and remote URLs and local paths are refused.
+
+Importing this module does not import torch, transformers, PIL or numpy.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from swiftcore.api.infer import InvalidRequestError
+
+__all__ = [
+    "AUDIO_FORMATS",
+    "PLURAL",
+    "Prompt",
+    "decode_media",
+    "media_kinds",
+    "openai_media_parts",
+    "strip_media_values",
+]
+
+#: The ``input_audio.format`` values the server takes (WAV is read by the standard library; MP3 and FLAC
+#: by ``soundfile``).
+AUDIO_FORMATS = ("wav", "mp3", "flac")
+#: The record columns holding media items for parts (or tags) that carry no value of their own.
+_COLUMNS = {"images": "image", "audios": "audio", "videos": "video"}
+
+
+class Prompt(list):
+    """Prompt token ids (a ``list[int]``) plus the media tensors the model reads with them.
+
+    Attributes:
+        media: the processor's tensors (``pixel_values``, ``image_grid_thw``, ``input_features`` ...) and
+            ``mm_token_type_ids`` (a list, one per prompt token) when the processor makes them; exactly
+            what training's :meth:`~swiftcore.api.media.MediaPreparer.collate` puts next to ``input_ids``.
+    """
+
+    def __init__(self, ids: Any = (), media: Mapping[str, Any] | None = None) -> None:
+        super().__init__(ids)
+        self.media: dict[str, Any] = dict(media or {})
+
+
+def _parts(record: Mapping[str, Any]) -> list[tuple[int, int, Mapping[str, Any], str]]:
+    """``(message, part, part dict, media type)`` for every media content part of ``record``."""
+    from swiftcore.api.template import media_type
+
+    out: list[tuple[int, int, Mapping[str, Any], str]] = []
+    messages = record.get("messages")
+    if not isinstance(messages, list):
+        return out  # the template says what is wrong with it
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, Mapping) and part.get("type") != "text":
+                kind = media_type(part)
+                if kind is not None:
+                    out.append((i, j, part, kind))
+    return out
+
+
+def _copied_messages(record: Mapping[str, Any]) -> Any:
+    messages = record.get("messages")
+    return [dict(m) if isinstance(m, Mapping) else m for m in messages] if isinstance(messages, list) else messages
+
+
+def media_kinds(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(where, media type)`` for each media item of ``record``: its content parts and column items."""
+    found = [(f"messages[{i}].content[{j}]", kind) for i, j, _, kind in _parts(record)]
+    for column, kind in _COLUMNS.items():
+        items = record.get(column)
+        if isinstance(items, list):
+            found += [(f"{column}[{k}]", kind) for k in range(len(items))]
+    return found
+
+
+def _b64(data: Any, what: str) -> bytes:
+    if not isinstance(data, str):
+        raise InvalidRequestError(f"{what}: the media data must be a base64 string, got {type(data).__name__}")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidRequestError(f"{what}: the media data is not valid base64 ({exc})") from None
+
+
+def _inline(value: Any, what: str) -> Any:
+    """A ``data:`` URL or ``{"data": base64}`` -> its bytes (checked base64); anything else unchanged."""
+    if isinstance(value, str) and value.startswith("data:"):
+        header, comma, data = value.partition(",")
+        if not comma or not header.endswith(";base64"):
+            raise InvalidRequestError(f"{what}: a data URL must be data:<type>;base64,<data>")
+        return _b64(data, what)
+    if isinstance(value, Mapping) and "data" in value and "array" not in value:
+        return _b64(value["data"], what)
+    return value
+
+
+def decode_media(record: Mapping[str, Any], sampling_rate: int, where: str = "") -> dict[str, Any]:
+    """``record`` with each media value decoded (PIL images, ``{"array", "sampling_rate"}`` waveforms).
+
+    The decoded values are what :meth:`~swiftcore.api.media.MediaPreparer.expand` would have loaded
+    itself (:func:`~swiftcore.api.media.load_image`, :func:`~swiftcore.api.media.load_audio`; loading a
+    loaded value again changes nothing), so the tensors are the training path's; decoding them here first
+    names the part that cannot be read.
+
+    Args:
+        record: a chat record (content parts, and ``images`` / ``audios`` columns).
+        sampling_rate: the audio feature extractor's rate.
+        where: prefixes the part in messages (``record 'q1': ``).
+
+    Raises:
+        InvalidRequestError: an item is not an image / audio clip, is truncated, or not valid base64.
+    """
+    from swiftcore.api.media import MediaError, load_audio, load_image, media_value
+
+    def load(value: Any, kind: str, what: str) -> Any:
+        try:
+            value = _inline(value, what)
+            if kind == "image":
+                return load_image(value, what)
+            if kind == "audio":
+                return {"array": load_audio(value, sampling_rate, what), "sampling_rate": sampling_rate}
+        except InvalidRequestError:
+            raise
+        except MediaError as exc:
+            raise InvalidRequestError(str(exc), param="messages") from None
+        except Exception as exc:  # a decoder's own error on bad bytes: still the request's fault
+            raise InvalidRequestError(
+                f"{what}: cannot decode it as {'an image' if kind == 'image' else 'audio'} ({type(exc).__name__}: "
+                f"{exc})",
+                param="messages",
+            ) from None
+        return value
+
+    messages = _copied_messages(record)
+    for i, j, part, kind in _parts(record):
+        value = media_value(part, kind)
+        if value is None:
+            continue
+        what = f"{where}messages[{i}].content[{j}] ({part.get('_from') or part.get('type') or kind})"
+        content = list(messages[i]["content"])
+        content[j] = {"type": kind, kind: load(value, kind, what)}
+        messages[i]["content"] = content
+    out = {**record, "messages": messages}
+    for column, kind in _COLUMNS.items():
+        items = record.get(column)
+        if isinstance(items, list) and kind != "video":
+            out[column] = [load(item, kind, f"{where}{column}[{k}]") for k, item in enumerate(items)]
+    return out
+
+
+def strip_media_values(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` without its media values (for counting the characters of its text only)."""
+    messages = _copied_messages(record)
+    for i, j, _part, kind in _parts(record):
+        content = list(messages[i]["content"])
+        content[j] = {"type": kind}
+        messages[i]["content"] = content
+    return {k: v for k, v in record.items() if k not in _COLUMNS} | {"messages": messages}
+
+
+_ARTICLE = {"image": "an image", "audio": "audio", "video": "a video"}
+#: How messages name a media type in the plural ("does not accept images").
+PLURAL = {"image": "images", "audio": "audio", "video": "videos"}
+
+
+def openai_media_parts(record: Mapping[str, Any], accepted: tuple[str, ...], model: str) -> dict[str, Any]:
+    """The server's translation of OpenAI content parts into the parts templates read, with its policy.
+
+    - ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`` ->
+      ``{"type": "image", "image": url}``;
+    - ``{"type": "input_audio", "input_audio": {"data": base64, "format": "wav" | "mp3" | "flac"}}`` ->
+      ``{"type": "audio", "audio": {"data": ..., "format": ...}}``;
+    - swiftcore's own ``{"type": "image" | "audio", ...}`` parts pass when their value is inline.
+
+    Only cheap checks run here (on the event loop); the data is decoded later by :func:`decode_media`.
+
+    Args:
+        record: the chat record built from the request body.
+        accepted: the media types the served model takes (``Engine.media_modalities``).
+        model: the served model's name, for messages.
+
+    Raises:
+        InvalidRequestError: an http(s) URL (remote media is off), a local path or ``file://`` URL, a media
+            type the model does not take, or a malformed part; the message names the part.
+    """
+    messages = _copied_messages(record)
+    for i, j, part, kind in _parts(record):
+        where = f"messages[{i}].content[{j}]"
+        shape = part.get("type") or kind
+        param = f"messages.{i}.content.{j}"
+        if kind not in accepted:
+            takes = f"it takes {', '.join(accepted)} only" if accepted else "it is a text-only model"
+            raise InvalidRequestError(
+                f"{where} ({shape}): model {model!r} does not accept {PLURAL[kind]} ({takes}); remove the {shape} part",
+                param=param,
+            )
+        if shape == "input_audio":
+            audio = part.get("input_audio")
+            if not isinstance(audio, Mapping) or not isinstance(audio.get("data"), str):
+                raise InvalidRequestError(
+                    f"{where} (input_audio): expected {{'input_audio': {{'data': <base64>, 'format': 'wav'}}}}",
+                    param=param,
+                )
+            fmt = audio.get("format")
+            if fmt not in AUDIO_FORMATS:
+                raise InvalidRequestError(
+                    f"{where} (input_audio): format {fmt!r} is not one of {', '.join(AUDIO_FORMATS)}", param=param
+                )
+            value: Any = {"data": audio["data"], "format": fmt}
+        else:
+            from swiftcore.api.media import media_value
+
+            value = media_value(part, kind)
+            if isinstance(value, str) and value.startswith(("http://", "https://")):
+                raise InvalidRequestError(
+                    f"{where} ({shape}): remote media is off on this server (it fetches no URLs); send "
+                    f"{_ARTICLE[kind]} inline as a base64 data: URL",
+                    param=param,
+                )
+            if not (isinstance(value, str) and value.startswith("data:")):
+                got = "a local file path" if isinstance(value, str) else f"a {type(value).__name__}"
+                raise InvalidRequestError(
+                    f"{where} ({shape}): got {got}; the API takes no local files or URLs other than data: URLs: "
+                    f"send {_ARTICLE[kind]} inline as a base64 data: URL",
+                    param=param,
+                )
+        content = list(messages[i]["content"])
+        # "_from" keeps the client's part type for error messages (decode_media drops it).
+        content[j] = {"type": kind, kind: value, **({"_from": shape} if shape != kind else {})}
+        messages[i]["content"] = content
+    return {**record, "messages": messages}

@@ -1,0 +1,340 @@
+"""The default backend: transformers ``generate`` with left-padded batches, a KV cache and LoRA adapters.
+
+Prompts are encoded by the same swiftcore template as in training (see :class:`~swiftcore_infer.engine.Engine`),
+so the text a model was trained on and the text it is asked with cannot drift apart. Several peft LoRA
+adapters can be loaded; one batch may mix them (peft's ``adapter_names``), the base model included.
+A prompt with images or audio (a :class:`~swiftcore_infer.media.Prompt`) runs in a batch of its own, its
+media tensors passed to ``generate`` as training passes them to the forward pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from swiftcore.api.infer import Generation, InvalidRequestError, SamplingParams
+from swiftcore.api.models import resolve_checkpoint
+from swiftcore_infer.engine import Engine
+
+__all__ = ["Generation", "TransformersEngine", "create_engine", "probe", "resolve_checkpoint"]
+
+logger = logging.getLogger("swiftcore.infer")
+
+#: peft's name for "no adapter" in a mixed-adapter batch.
+_PEFT_BASE = "__base__"
+
+
+class TransformersEngine(Engine):
+    """Batched generation with a transformers model.
+
+    Args:
+        model_dir: a checkpoint directory, or a LoRA adapter directory (its base model is found from it).
+        plugins: the loaded plugin set (for the model spec and template).
+        adapter: a peft adapter directory to apply on top of ``model_dir`` (the default adapter).
+        template: template name (default: the model spec's).
+        dtype: ``float32``, ``bfloat16`` or ``float16``.
+        model_type: force the model spec.
+        merge_lora: merge the constructor's adapter into the weights (faster; no per-request adapters).
+        device: a torch device (default: CUDA when available, else CPU).
+    """
+
+    backend = "transformers"
+    capabilities = frozenset({"generate", "stream", "embed", "lora", "update_weights"})
+    accepts_media = True
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        plugins: Any,
+        *,
+        adapter: str | Path | None = None,
+        template: str | None = None,
+        dtype: str = "float32",
+        model_type: str | None = None,
+        merge_lora: bool = False,
+        device: str | None = None,
+    ) -> None:
+        import torch
+
+        from swiftcore.api.models import load_model
+
+        super().__init__(model_dir, plugins, adapter=adapter, template=template, model_type=model_type)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        model = load_model(self.spec, str(self.base_dir), plugins, torch_dtype=dtype)
+        if merge_lora and self._initial_adapter is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(self._initial_adapter)).merge_and_unload()
+            self._initial_adapter = None
+        self.model = model.to(self.device).eval()
+        self._after_load()
+
+    # ------------------------------------------------------------------ adapters and weights
+
+    @property
+    def _is_peft(self) -> bool:
+        return hasattr(self.model, "peft_config")
+
+    def _load_adapter(self, name: str, path: Path) -> None:
+        from peft import PeftModel
+
+        if self._is_peft:
+            self.model.load_adapter(str(path), adapter_name=name)
+        else:
+            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name).eval()
+
+    def _update_weights(self, named: list[tuple[str, Any]]) -> None:
+        import torch
+
+        base = self.model.get_base_model() if self._is_peft else self.model
+        params = dict(base.named_parameters())
+        params.update(dict(base.named_buffers()))
+        unknown = []
+        with torch.no_grad():
+            for name, tensor in named:
+                target = params.get(name)
+                if target is None:
+                    target = params.get(_base_layer_name(name))
+                if target is None:
+                    unknown.append(name)
+                    continue
+                if tuple(target.shape) != tuple(tensor.shape):
+                    raise InvalidRequestError(
+                        f"update_weights: {name} has shape {tuple(tensor.shape)}, the model's is {tuple(target.shape)}"
+                    )
+                target.copy_(tensor.to(target.dtype))
+        if unknown:
+            raise InvalidRequestError(
+                f"update_weights: the model has no parameter {', '.join(unknown[:5])}"
+                f"{' ...' if len(unknown) > 5 else ''} (names must be the model's own)"
+            )
+
+    # ------------------------------------------------------------------ generation
+
+    def _adapter_kwargs(self, adapters: list[str | None]) -> dict[str, Any]:
+        if not self._is_peft:
+            return {}
+        return {"adapter_names": [a or _PEFT_BASE for a in adapters]}
+
+    def _media_kwargs(self, prompts: list[list[int]]) -> dict[str, Any]:
+        """The media tensors of a batch's prompt (a prompt with media is always batched alone), on the model's
+        device, floating ones in its dtype."""
+        import torch
+
+        media = getattr(prompts[0], "media", None) if len(prompts) == 1 else None
+        if not media:
+            if any(getattr(p, "media", None) for p in prompts):
+                raise RuntimeError("a prompt with media must be generated in a batch of its own")
+            return {}
+        dtype = getattr(self.model, "dtype", None)
+        out: dict[str, Any] = {}
+        for key, value in media.items():
+            tensor = torch.as_tensor(value)
+            if key == "mm_token_type_ids" and tensor.dim() == 1:
+                tensor = tensor.unsqueeze(0)
+            if tensor.is_floating_point() and dtype is not None:
+                tensor = tensor.to(dtype)
+            out[key] = tensor.to(self.device)
+        return out
+
+    @staticmethod
+    def _groups(prompts: list[list[int]], params: list[SamplingParams]) -> list[list[int]]:
+        """Rows that can share one ``generate`` call: same sampling settings; a prompt with media alone."""
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(params):
+            alone = i if getattr(prompts[i], "media", None) else None
+            groups.setdefault((p.temperature, p.top_p, p.top_k, p.seed, p.repetition_penalty, alone), []).append(i)
+        return list(groups.values())
+
+    def _batch_tensors(self, prompts: list[list[int]]) -> tuple[Any, Any]:
+        import torch
+
+        width = max(len(p) for p in prompts)
+        # Left padding: every row's last prompt token sits in the last column, where generation continues.
+        input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + list(p) for p in prompts])
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        return input_ids.to(self.device), attention_mask.to(self.device)
+
+    def _generate_kwargs(self, params: SamplingParams, max_new_tokens: int) -> dict[str, Any]:
+        """``generate``'s ``generation_config``: the checkpoint's generation defaults overridden by ``params``.
+
+        A ready GenerationConfig (rather than loose kwargs) also spares ``generate`` from re-building the
+        model's default config on every call to check for legacy generation fields (about 15 ms a call
+        for Qwen3.5, 10% of a short batch on a CPU).
+        """
+        from transformers import GenerationConfig
+
+        # Callers run generate under torch.inference_mode (not no_grad): no version counters or view
+        # tracking, about 8% faster on a CPU for small batches, and nothing generated is trained on.
+        sample = not params.greedy
+        # When sampling, switched-off settings get their neutral values, not None: ``generate`` fills None
+        # fields from the checkpoint's generation_config (a top_k=20 there would quietly undo --top-k 0).
+        # Greedy decoding ignores them, so they stay unset there (no "flag ignored" warnings).
+        overrides = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": sample,
+            "temperature": params.temperature if sample else None,
+            "top_p": params.top_p if sample else None,
+            "top_k": params.top_k if sample else None,
+            "repetition_penalty": params.repetition_penalty,
+            "eos_token_id": self.stop_token_ids,
+            "pad_token_id": self.pad_token_id,
+        }
+        base = getattr(self.model, "generation_config", None)
+        config = GenerationConfig(**(base.to_dict() if base is not None else {}))
+        config.update(**overrides)
+        return {"generation_config": config}
+
+    def _generate_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> list[list[int]]:
+        import torch
+
+        # Rows are batched when they sample alike; each row is cut to its own max_new_tokens afterwards.
+        out: list[list[int]] = [[] for _ in prompts]
+        for rows in self._groups(prompts, params):
+            first = params[rows[0]]
+            if first.seed is not None:
+                torch.manual_seed(first.seed)
+            input_ids, attention_mask = self._batch_tensors([prompts[i] for i in rows])
+            media = self._media_kwargs([prompts[i] for i in rows])
+            with torch.inference_mode():
+                generated = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    **media,
+                    **self._generate_kwargs(first, max(params[i].max_new_tokens for i in rows)),
+                    **self._adapter_kwargs([adapters[i] for i in rows]),
+                )
+            for i, row in zip(rows, generated[:, input_ids.shape[1] :].tolist(), strict=True):
+                out[i] = row[: params[i].max_new_tokens]
+        return out
+
+    def _stream_many_ids(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> Iterator[tuple[int, list[int]]]:
+        # Rows that sample alike stream together as one left-padded batch (one token per row per step).
+        for rows in self._groups(prompts, params):
+            steps = self._stream_batch(
+                [prompts[i] for i in rows],
+                params[rows[0]],
+                max(params[i].max_new_tokens for i in rows),
+                [adapters[i] for i in rows],
+            )
+            try:
+                for step in steps:
+                    for row, token in zip(rows, step, strict=True):
+                        yield row, [token]
+            finally:
+                steps.close()
+
+    def _stream_batch(
+        self, prompts: list[list[int]], params: SamplingParams, max_new_tokens: int, adapters: list[str | None]
+    ) -> Iterator[list[int]]:
+        """Run ``generate`` on a thread and yield each step's new token per row."""
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers.generation.streamers import BaseStreamer
+
+        steps: queue.Queue[list[int] | BaseException | None] = queue.Queue()
+        cancelled = threading.Event()
+
+        class _Streamer(BaseStreamer):
+            """Receives each step's new tokens from ``generate`` (the first call carries the prompt)."""
+
+            def __init__(self) -> None:
+                self.seen_prompt = False
+
+            def put(self, value: Any) -> None:
+                if not self.seen_prompt:
+                    self.seen_prompt = True
+                    return
+                steps.put(value.reshape(-1).tolist())
+
+            def end(self) -> None:
+                steps.put(None)
+
+        class _Cancel(StoppingCriteria):
+            """Stops generation when the consumer went away (every client disconnected)."""
+
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                return torch.full((input_ids.shape[0],), cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
+
+        def run() -> None:
+            try:
+                if params.seed is not None:
+                    torch.manual_seed(params.seed)
+                input_ids, attention_mask = self._batch_tensors(prompts)
+                media = self._media_kwargs(prompts)
+                with torch.inference_mode():
+                    self.model.generate(
+                        input_ids=input_ids,
+                        attention_mask=attention_mask,
+                        **media,
+                        streamer=_Streamer(),
+                        stopping_criteria=StoppingCriteriaList([_Cancel()]),
+                        **self._generate_kwargs(params, max_new_tokens),
+                        **self._adapter_kwargs(adapters),
+                    )
+            except BaseException as exc:  # handed to the consumer, which re-raises it
+                steps.put(exc)
+                steps.put(None)
+
+        thread = threading.Thread(target=run, name="swiftcore-stream", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = steps.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancelled.set()
+            thread.join()
+
+    def _embed_ids(self, prompts: list[list[int]], normalize: bool) -> list[list[float]]:
+        import torch
+
+        input_ids, attention_mask = self._batch_tensors(prompts)
+        with torch.inference_mode():
+            # Embeddings come from the default model (not whichever adapter peft left active).
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                output_hidden_states=True,
+                **self._adapter_kwargs([self.default_adapter] * len(prompts)),
+            )
+        # Left padding puts every row's last token in the last column.
+        vectors = out.hidden_states[-1][:, -1, :].float()
+        if normalize:
+            vectors = torch.nn.functional.normalize(vectors, dim=-1)
+        return vectors.cpu().tolist()
+
+    def close(self) -> None:
+        """Drop the model so its memory can be freed."""
+        self.model = None
+
+
+def _base_layer_name(name: str) -> str:
+    """The parameter's name once peft wrapped its layer (``q_proj.weight`` -> ``q_proj.base_layer.weight``)."""
+    module, _, leaf = name.rpartition(".")
+    return f"{module}.base_layer.{leaf}"
+
+
+def create_engine(model_dir: str | Path, plugins: Any, **options: Any) -> TransformersEngine:
+    """The ``transformers`` BackendSpec factory: ``TransformersEngine(model_dir, plugins, **options)``."""
+    return TransformersEngine(model_dir, plugins, **options)
+
+
+def probe() -> str | None:
+    """None when torch and transformers can be imported (without importing them), else why not."""
+    from importlib.util import find_spec
+
+    missing = [name for name in ("torch", "transformers") if find_spec(name) is None]
+    return f"{' and '.join(missing)} not installed: pip install 'swiftcore[train]'" if missing else None

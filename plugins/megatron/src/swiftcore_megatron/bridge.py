@@ -1,0 +1,131 @@
+"""The bridge contract: what a Hugging Face <-> Megatron-core bridge provides.
+
+A bridge is a class named by a :class:`~swiftcore.specs.BridgeSpec` (``factory="pkg.mod:Class"``)
+and constructed from a checkpoint's ``config.json`` (a plain dict: conversion never needs
+transformers). It answers three questions:
+
+1. :meth:`MegatronBridge.transformer_config` and :meth:`MegatronBridge.layer_spec`: which
+   megatron-core model the checkpoint becomes (built by :meth:`MegatronBridge.build_model`).
+2. :meth:`MegatronBridge.rules`: which mcore tensor is made of which HF tensors, and how each is
+   sharded (see :mod:`swiftcore_megatron.mapping`). The converter uses the same rules both ways.
+3. :meth:`MegatronBridge.validate_parallelism`: whether a TP/EP layout fits the model.
+
+megatron-core and torch are imported inside the methods that need them, so a bridge class can be
+inspected (rules, validation) without importing megatron.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from swiftcore_megatron.errors import BridgeError, ParallelismError
+from swiftcore_megatron.mapping import Rule
+
+__all__ = ["MegatronBridge"]
+
+_MISSING = object()
+
+
+class MegatronBridge:
+    """Base class of bridges. Subclasses implement :meth:`rules`, :meth:`transformer_config`, :meth:`layer_spec`.
+
+    Attributes:
+        model_types: the HF ``model_type`` values the bridge converts (mirrors its BridgeSpec).
+        passthrough_prefixes: HF tensor-name prefixes carried through unchanged (towers of a
+            multimodal model that stay Hugging Face modules); stored beside the Megatron weights.
+        hf_config: the checkpoint's parsed ``config.json``.
+        config: the part of it describing the Megatron model (:meth:`select_config`).
+    """
+
+    model_types: ClassVar[tuple[str, ...]] = ()
+    passthrough_prefixes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, hf_config: Mapping[str, Any]) -> None:
+        self.hf_config = dict(hf_config)
+        self.config = self.select_config(self.hf_config)
+
+    def select_config(self, hf_config: dict[str, Any]) -> dict[str, Any]:
+        """The config the Megatron model is built from; multimodal bridges return the text config."""
+        return hf_config
+
+    def is_passthrough(self, hf_key: str) -> bool:
+        """Whether ``hf_key`` is carried through unchanged rather than converted."""
+        return hf_key.startswith(self.passthrough_prefixes) if self.passthrough_prefixes else False
+
+    # ------------------------------------------------------------------ what a subclass provides
+
+    def rules(self) -> list[Rule]:
+        """Every mcore tensor of the model as a :class:`~swiftcore_megatron.mapping.Rule`, in a stable order."""
+        raise NotImplementedError
+
+    def transformer_config(self, *, tp: int = 1, ep: int = 1, params_dtype: Any = None) -> Any:
+        """The megatron-core ``TransformerConfig`` matching the HF config exactly (for logit parity)."""
+        raise NotImplementedError
+
+    def layer_spec(self, config: Any) -> Any:
+        """The megatron-core layer (or decoder block) spec of the model, built from local modules."""
+        raise NotImplementedError
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """Extra keyword arguments of the mcore model class (vocab size, rotary settings, tying)."""
+        return {}
+
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer (0 for a dense model)."""
+        return 0
+
+    def validate_parallelism(self, tp: int, ep: int) -> None:
+        """Refuse a TP/EP layout that does not divide the model.
+
+        Raises:
+            ParallelismError: naming the dimension and the sizes that would work.
+        """
+        if tp < 1 or ep < 1:
+            raise ParallelismError(f"--tp and --ep must be >= 1, got tp={tp}, ep={ep}")
+        experts = self.num_experts()
+        if ep > 1 and not experts:
+            raise ParallelismError(f"--ep {ep}: this {self.config.get('model_type')} model has no experts; use --ep 1")
+        if experts and experts % ep:
+            raise ParallelismError(f"--ep {ep} does not divide the {experts} experts; use one of {_divisors(experts)}")
+
+    # ------------------------------------------------------------------ shared machinery
+
+    def get(self, *names: str, default: Any = _MISSING) -> Any:
+        """The first of ``names`` present in config.json (HF renames fields across versions).
+
+        Raises:
+            BridgeError: when none is present and no default was given.
+        """
+        for name in names:
+            if name in self.config and self.config[name] is not None:
+                return self.config[name]
+        if default is _MISSING:
+            raise BridgeError(
+                f"config.json (model_type {self.config.get('model_type')!r}) has no field "
+                f"{' / '.join(names)}; the bridge needs it to build the Megatron-core model"
+            )
+        return default
+
+    def build_model(self, *, tp: int = 1, ep: int = 1, params_dtype: Any = None) -> Any:
+        """Build the megatron-core GPTModel on CPU (model parallel state must already be initialised).
+
+        Args:
+            tp: tensor-parallel size the process group was initialised with.
+            ep: expert-parallel size.
+            params_dtype: parameter dtype (default float32).
+        """
+        from megatron.core.models.gpt import GPTModel
+
+        config = self.transformer_config(tp=tp, ep=ep, params_dtype=params_dtype)
+        return GPTModel(
+            config=config,
+            transformer_layer_spec=self.layer_spec(config),
+            pre_process=True,
+            post_process=True,
+            **self.model_kwargs(),
+        )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

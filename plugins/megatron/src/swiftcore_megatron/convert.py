@@ -1,0 +1,287 @@
+"""The conversion driver: HF safetensors <-> Megatron-core per-rank checkpoints, through a bridge's rules.
+
+Both directions walk the bridge's :class:`~swiftcore_megatron.mapping.Rule` list, so a mapping is
+written once. Tensors are read and written one at a time (``safe_open`` on the HF side,
+:mod:`swiftcore_megatron.torch_zip` on the Megatron side), so peak memory stays near one HF shard
+plus the largest tensor; the output is written into a temporary directory renamed at the end (see
+:mod:`swiftcore._atomic`). The checkpoint layout and why it was chosen are described in
+:mod:`swiftcore_megatron.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swiftcore.api.models import atomic_output_dir, check_output_dir
+from swiftcore_megatron.bridge import MegatronBridge
+from swiftcore_megatron.checkpoint import (
+    HF_SUBDIR,
+    PASSTHROUGH_SUBDIR,
+    HFReader,
+    HFWriter,
+    copy_hf_side_files,
+    rank_file,
+    read_metadata,
+    write_metadata,
+)
+from swiftcore_megatron.errors import CheckpointError
+from swiftcore_megatron.mapping import Rule
+from swiftcore_megatron.memory import pin_mmap_threshold
+from swiftcore_megatron.torch_zip import LazyTorchFile, save_streaming
+
+__all__ = ["ConversionResult", "hf_to_mcore", "load_mcore_state", "mcore_to_hf", "rank_producers"]
+
+FORMAT = "megatron-torch-legacy"
+
+
+@dataclass
+class ConversionResult:
+    """What a conversion wrote.
+
+    Attributes:
+        out_dir: the finished output directory.
+        tensors: tensors written (over all ranks).
+        bytes: bytes of tensor data written.
+        seconds: wall time.
+        files: the weight files written, relative to ``out_dir``.
+    """
+
+    out_dir: Path
+    tensors: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    files: list[str] = field(default_factory=list)
+
+
+def _check_coverage(bridge: MegatronBridge, rules: list[Rule], available: set[str], where: str) -> None:
+    """Every HF tensor is used by exactly one rule and every rule's tensors exist."""
+    wanted = [k for r in rules for k in r.hf]
+    seen: set[str] = set()
+    twice = sorted({k for k in wanted if k in seen or seen.add(k)})
+    if twice:
+        raise CheckpointError(
+            f"{type(bridge).__name__}: HF tensors {', '.join(twice[:8])} are used by more than one rule; "
+            "a round trip would write them twice. Fix the bridge's rules"
+        )
+    missing = sorted(set(wanted) - available)
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise CheckpointError(
+            f"{where}: the {type(bridge).__name__} mapping needs tensors the checkpoint lacks: {shown}. "
+            "Is config.json (layer count, tie_word_embeddings, experts) consistent with the weights?"
+        )
+    extra = sorted(available - set(wanted))
+    if extra:
+        shown = ", ".join(extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+        raise CheckpointError(
+            f"{where}: the {type(bridge).__name__} mapping has no rule for tensors {shown}; converting would "
+            "drop them. Use a bridge that knows this architecture"
+        )
+
+
+def _rank_tensor(rule: Rule, reader: HFReader, tp: int, tp_rank: int) -> Any:
+    full = rule.fuse.to_mcore([reader.get(k) for k in rule.hf])
+    return rule.shard.split(full, tp, what=rule.mcore)[tp_rank].contiguous().clone()
+
+
+def rank_producers(
+    bridge: MegatronBridge, reader: HFReader, *, tp: int, ep: int, tp_rank: int, ep_rank: int
+) -> dict[str, Callable[[], Any]]:
+    """``mcore key -> function producing that tensor`` for one rank; HF tensors are read when it is called.
+
+    Args:
+        bridge: the bridge whose rules are applied.
+        reader: the open HF checkpoint.
+        tp: tensor-parallel size; ``tp_rank`` the rank to produce.
+        ep: expert-parallel size; ``ep_rank`` the rank to produce.
+    """
+    experts = bridge.num_experts()
+    local = experts // ep if experts else 1
+    return {
+        rule.mcore_key(local): functools.partial(_rank_tensor, rule, reader, tp, tp_rank)
+        for rule in bridge.rules()
+        if rule.expert is None or rule.expert // local == ep_rank
+    }
+
+
+def hf_to_mcore(
+    model_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    bridge: MegatronBridge,
+    *,
+    tp: int = 1,
+    ep: int = 1,
+    bridge_name: str | None = None,
+) -> ConversionResult:
+    """Convert an HF safetensors checkpoint into a Megatron checkpoint with ``tp x ep`` rank files.
+
+    Args:
+        model_dir: a ``save_pretrained`` directory.
+        out_dir: the Megatron checkpoint to create (must not exist, or be empty).
+        bridge: the bridge built from the checkpoint's config.
+        tp: tensor-parallel size.
+        ep: expert-parallel size.
+        bridge_name: recorded in the metadata (for ``--to-hf``).
+
+    Raises:
+        ParallelismError: when ``tp``/``ep`` do not divide the model.
+        CheckpointError: missing shards or tensors, tensors no rule maps, or an existing output.
+    """
+    start = time.perf_counter()
+    pin_mmap_threshold()
+    check_output_dir(out_dir)
+    bridge.validate_parallelism(tp, ep)
+    model_dir = Path(model_dir)
+    rules = bridge.rules()
+    result = ConversionResult(Path(out_dir).expanduser().resolve())
+    with HFReader(model_dir) as reader:
+        passthrough = [k for k in reader.keys() if bridge.is_passthrough(k)]
+        _check_coverage(bridge, rules, set(reader.keys()) - set(passthrough), str(model_dir))
+        dtypes = sorted({str(reader.get(rules[0].hf[0]).dtype).removeprefix("torch.")})
+        with atomic_output_dir(out_dir) as tmp:
+            for ep_rank in range(ep):
+                for tp_rank in range(tp):
+                    state = rank_producers(bridge, reader, tp=tp, ep=ep, tp_rank=tp_rank, ep_rank=ep_rank)
+                    path = rank_file(tmp, tp_rank, ep_rank, ep)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    result.bytes += save_streaming(path, state, {"checkpoint_version": 3.0, "iteration": 0})
+                    result.tensors += len(state)
+                    result.files.append(str(path.relative_to(tmp)))
+            copy_hf_side_files(model_dir, tmp / HF_SUBDIR)
+            if passthrough:  # e.g. an audio tower that stays a Hugging Face module
+                (tmp / PASSTHROUGH_SUBDIR).mkdir()
+                writer = HFWriter(tmp / PASSTHROUGH_SUBDIR, reader.largest_file_bytes())
+                for key in passthrough:
+                    writer.add(key, reader.get(key))
+                writer.close()
+            write_metadata(
+                tmp,
+                {
+                    "format": FORMAT,
+                    "bridge": bridge_name or type(bridge).__name__,
+                    "model_type": bridge.hf_config.get("model_type"),
+                    "passthrough_tensors": len(passthrough),
+                    "tp": tp,
+                    "ep": ep,
+                    "dtype": dtypes[0],
+                    "tensors": len(rules),
+                    "hf_shard_bytes": reader.largest_file_bytes(),
+                },
+            )
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _load_ranks(mcore_dir: Path, meta: dict[str, Any]) -> dict[tuple[int, int], LazyTorchFile]:
+    """Open every rank file lazily: only the pickled structure is read, tensors on demand."""
+    return {
+        (tp_rank, ep_rank): LazyTorchFile(rank_file(mcore_dir, tp_rank, ep_rank, meta["ep"]))
+        for ep_rank in range(meta["ep"])
+        for tp_rank in range(meta["tp"])
+    }
+
+
+def _merged(rule: Rule, files: dict[tuple[int, int], LazyTorchFile], meta: dict[str, Any], local: int) -> Any:
+    """The full mcore tensor of ``rule``, merged over TP ranks (from its expert-parallel rank)."""
+    ep_rank = rule.expert // local if rule.expert is not None else 0
+    key = rule.mcore_key(local)
+    shards = []
+    for tp_rank in range(meta["tp"]):
+        file = files[(tp_rank, ep_rank)]
+        handle = _model_state(file).get(key)
+        if handle is None:
+            raise CheckpointError(f"{file.path}: tensor {key!r} is missing")
+        shards.append(file.load(handle))
+    return rule.shard.merge(shards, what=key)
+
+
+def _model_state(file: LazyTorchFile) -> dict[str, Any]:
+    if not isinstance(file.obj, dict) or not isinstance(file.obj.get("model"), dict):
+        raise CheckpointError(f"{file.path}: no 'model' state dict (not a Megatron torch checkpoint)")
+    return file.obj["model"]
+
+
+def _check_mcore_coverage(rules: list[Rule], files: dict[tuple[int, int], LazyTorchFile], local: int) -> None:
+    known = {r.mcore_key(local) for r in rules}
+    for (tp_rank, ep_rank), file in files.items():
+        extra = sorted(k for k in _model_state(file) if k not in known and not k.endswith("._extra_state"))
+        if extra:
+            raise CheckpointError(
+                f"rank tp={tp_rank} ep={ep_rank} holds tensors no rule maps back to HF: {', '.join(extra[:8])}"
+            )
+
+
+def load_mcore_state(
+    mcore_dir: str | os.PathLike[str], bridge: MegatronBridge, *, tp: int = 1, tp_rank: int = 0
+) -> dict[str, Any]:
+    """Read a Megatron checkpoint and reshard it to ``tp`` (expert parallel 1): one rank's state dict.
+
+    Used to load a checkpoint written at any TP/EP into a model built at another (parity checks).
+    """
+    root = Path(mcore_dir)
+    meta = read_metadata(root)
+    files = _load_ranks(root, meta)
+    experts = bridge.num_experts()
+    local_in = experts // meta["ep"] if experts else 1
+    local_out = experts if experts else 1
+    out = {}
+    for rule in bridge.rules():
+        full = _merged(rule, files, meta, local_in)
+        out[rule.mcore_key(local_out)] = rule.shard.split(full, tp, what=rule.mcore)[tp_rank].clone()
+    return out
+
+
+def mcore_to_hf(
+    mcore_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    bridge: MegatronBridge,
+    *,
+    max_shard_bytes: int | None = None,
+) -> ConversionResult:
+    """Convert a Megatron checkpoint written by :func:`hf_to_mcore` back to a ``save_pretrained`` directory.
+
+    The HF config, tokenizer and generation config saved beside the Megatron weights are copied, so
+    transformers loads the result directly. ``max_shard_bytes`` defaults to the largest shard of the
+    HF checkpoint the Megatron one was made from (5 GiB when unknown).
+
+    Raises:
+        CheckpointError: a missing rank file, a missing tensor, or tensors no rule maps.
+    """
+    start = time.perf_counter()
+    pin_mmap_threshold()
+    root = Path(mcore_dir)
+    check_output_dir(out_dir)
+    meta = read_metadata(root)
+    files = _load_ranks(root, meta)
+    experts = bridge.num_experts()
+    local = experts // meta["ep"] if experts else 1
+    rules = bridge.rules()
+    _check_mcore_coverage(rules, files, local)
+    if max_shard_bytes is None:
+        max_shard_bytes = int(meta.get("hf_shard_bytes") or 5 * 1024**3)
+    result = ConversionResult(Path(out_dir).expanduser().resolve())
+    with atomic_output_dir(out_dir) as tmp:
+        writer = HFWriter(tmp, max_shard_bytes)
+        for rule in rules:
+            full = _merged(rule, files, meta, local)
+            for key, tensor in zip(rule.hf, rule.fuse.to_hf(full), strict=True):
+                writer.add(key, tensor)
+                result.tensors += 1
+        if meta.get("passthrough_tensors"):
+            with HFReader(root / PASSTHROUGH_SUBDIR) as carried:
+                for key in carried.keys():
+                    writer.add(key, carried.get(key))
+                    result.tensors += 1
+        result.files = writer.close()
+        result.bytes = writer.total_bytes
+        hf_side = root / HF_SUBDIR
+        if hf_side.is_dir():
+            copy_hf_side_files(hf_side, tmp)
+    result.seconds = time.perf_counter() - start
+    return result

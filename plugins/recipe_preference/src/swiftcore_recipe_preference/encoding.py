@@ -1,0 +1,184 @@
+"""Encode preference pairs with the family's own swiftcore template (never TRL's chat-template tokenisation).
+
+Each pair is encoded twice by :meth:`Template.encode_batch` with ``loss_policy="last_round"``: once as
+prompt + chosen, once as prompt + rejected. The tokens carrying loss are exactly the reply tokens SFT would
+train (reply text and end-of-turn token), and everything before them is the prompt. So the formatting
+(thinking blocks, BOS, generation header) is the family's, token for token, as in SFT and at inference.
+
+- DPO samples: ``{"prompt_ids", "chosen_ids", "rejected_ids"}`` (TRL's pre-tokenised preference columns);
+  the template's trailing text after the end-of-turn token (a newline) carries no loss in SFT and is left
+  out here too.
+- RM samples: ``{"chosen_ids", "rejected_ids"}``, each the whole rendered conversation, as a sequence
+  classifier scores it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from swiftcore.api.data import DataError
+from swiftcore_recipe_preference.data import Pair
+
+__all__ = ["encode_dpo_pairs", "encode_kto_examples", "encode_rm_pairs", "split_reply"]
+
+log = logging.getLogger("swiftcore.preference")
+
+_MEDIA = ("images", "audios", "videos")
+
+
+def split_reply(input_ids: Sequence[int], labels: Sequence[int], where: str) -> tuple[list[int], list[int]]:
+    """``(prompt_ids, reply_ids)`` of one encoded conversation: the reply is the run of loss-carrying tokens.
+
+    Raises:
+        DataError: no token carries loss, or the loss tokens are not one contiguous run (the template
+            trains something besides the last reply).
+    """
+    positions = [i for i, label in enumerate(labels) if label != -100]
+    if not positions:
+        raise DataError(where, None, "the reply encodes to no token (is it empty after the template?)")
+    first, last = positions[0], positions[-1]
+    if last - first + 1 != len(positions):
+        raise DataError(where, None, "the template marks loss on tokens outside the last reply; cannot split it")
+    return list(input_ids[:first]), list(input_ids[first : last + 1])
+
+
+def _records(pairs: Sequence[Pair], cfg: Any) -> list[dict[str, Any]]:
+    """Chosen and rejected records, interleaved, with ``--enable-thinking`` as each record's default."""
+    out = []
+    for pair in pairs:
+        if any(pair.prompt.get(k) for k in _MEDIA):
+            raise DataError(pair.where, "images", "image / audio / video preference pairs are not supported yet")
+        for reply in (pair.chosen, pair.rejected):
+            record = pair.record(reply)
+            if cfg.enable_thinking is not None:
+                kwargs = dict(record.get("chat_template_kwargs") or {})
+                kwargs.setdefault("enable_thinking", cfg.enable_thinking)
+                record["chat_template_kwargs"] = kwargs
+            out.append(record)
+    return out
+
+
+def _encode(pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: Any) -> list[tuple[Any, Any]]:
+    """``(chosen Encoded, rejected Encoded)`` per pair; a template error names the row."""
+    from swiftcore.api import SwiftcoreError
+
+    records = _records(pairs, cfg)
+    try:
+        encoded = template.encode_batch(tokenizer, records, loss_policy="last_round")
+    except SwiftcoreError:
+        encoded = []
+        for record in records:  # again one by one, so the error names the failing row
+            try:
+                encoded.append(template.encode(tokenizer, record, loss_policy="last_round"))
+            except SwiftcoreError as exc:
+                raise SwiftcoreError(f"{record['_source']}: {exc}") from exc
+    return list(zip(encoded[0::2], encoded[1::2], strict=True))
+
+
+def _fits(n_tokens: int, pair: Any, cfg: Any) -> bool:
+    """Whether a sequence of ``n_tokens`` fits ``--max-length``; ``--truncation`` says what to do otherwise.
+
+    ``error`` raises, ``drop`` drops the pair; ``truncate_right`` / ``truncate_left`` keep it and let the
+    collator cut it (TRL's ``keep_start`` / ``keep_end``).
+    """
+    if n_tokens <= cfg.max_length:
+        return True
+    if cfg.truncation == "error":
+        raise DataError(
+            pair.where,
+            None,
+            f"{n_tokens} tokens, longer than --max-length {cfg.max_length}; raise it, or pass --truncation "
+            "drop / truncate_right",
+            reason="too long",
+        )
+    return cfg.truncation != "drop"
+
+
+def encode_dpo_pairs(pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: Any) -> list[dict[str, list[int]]]:
+    """DPO samples ``{"prompt_ids", "chosen_ids", "rejected_ids"}``, one per pair (too-long pairs per
+    ``--truncation``).
+
+    Raises:
+        DataError: the template renders the prompt differently before the two replies (the pair would not
+            compare two continuations of one prompt), or a pair is too long with ``--truncation error``.
+    """
+    samples = []
+    for pair, (chosen, rejected) in zip(pairs, _encode(pairs, template, tokenizer, cfg), strict=True):
+        prompt_c, chosen_ids = split_reply(chosen.input_ids, chosen.labels, pair.where)
+        prompt_r, rejected_ids = split_reply(rejected.input_ids, rejected.labels, pair.where)
+        if prompt_c != prompt_r:
+            raise DataError(
+                pair.where,
+                None,
+                "the template renders the prompt differently before the chosen and the rejected reply (e.g. one "
+                "reply has reasoning, the other not); give both replies the same thinking mode",
+                reason="prompt differs",
+            )
+        if _fits(len(prompt_c) + max(len(chosen_ids), len(rejected_ids)), pair, cfg):
+            samples.append({"prompt_ids": prompt_c, "chosen_ids": chosen_ids, "rejected_ids": rejected_ids})
+    _report(len(pairs), len(samples), cfg)
+    return samples
+
+
+def encode_rm_pairs(pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: Any) -> list[dict[str, list[int]]]:
+    """Reward-model samples ``{"chosen_ids", "rejected_ids"}``: each whole rendered conversation.
+
+    Too-long pairs follow ``--truncation`` (cut sequences keep their start: ``truncate_right``; the
+    score then reads the last kept token).
+    """
+    samples = []
+    for pair, (chosen, rejected) in zip(pairs, _encode(pairs, template, tokenizer, cfg), strict=True):
+        split_reply(chosen.input_ids, chosen.labels, pair.where)  # a reply must encode to tokens
+        split_reply(rejected.input_ids, rejected.labels, pair.where)
+        chosen_ids, rejected_ids = list(chosen.input_ids), list(rejected.input_ids)
+        if _fits(max(len(chosen_ids), len(rejected_ids)), pair, cfg):
+            if cfg.truncation == "truncate_left":
+                chosen_ids, rejected_ids = chosen_ids[-cfg.max_length :], rejected_ids[-cfg.max_length :]
+            else:
+                chosen_ids, rejected_ids = chosen_ids[: cfg.max_length], rejected_ids[: cfg.max_length]
+            samples.append({"chosen_ids": chosen_ids, "rejected_ids": rejected_ids})
+    _report(len(pairs), len(samples), cfg)
+    return samples
+
+
+def _report(n_pairs: int, n_kept: int, cfg: Any) -> None:
+    if n_kept < n_pairs:
+        log.warning("dropped %d pair(s) longer than --max-length %d", n_pairs - n_kept, cfg.max_length)
+    if not n_kept:
+        from swiftcore.api import SwiftcoreError
+
+        raise SwiftcoreError("no preference pair left to train on (see the warnings above)")
+
+
+def encode_kto_examples(examples: Sequence[Any], template: Any, tokenizer: Any, cfg: Any) -> list[dict[str, Any]]:
+    """KTO samples ``{"prompt_ids", "completion_ids", "label"}`` (TRL's pre-tokenised unpaired columns)."""
+    from swiftcore.api import SwiftcoreError
+
+    records = []
+    for example in examples:
+        if any(example.prompt.get(k) for k in _MEDIA):
+            raise DataError(example.where, "images", "image / audio / video examples are not supported yet")
+        record = example.record()
+        if cfg.enable_thinking is not None:
+            kwargs = dict(record.get("chat_template_kwargs") or {})
+            kwargs.setdefault("enable_thinking", cfg.enable_thinking)
+            record["chat_template_kwargs"] = kwargs
+        records.append(record)
+    try:
+        encoded = template.encode_batch(tokenizer, records, loss_policy="last_round")
+    except SwiftcoreError:
+        encoded = []
+        for record in records:
+            try:
+                encoded.append(template.encode(tokenizer, record, loss_policy="last_round"))
+            except SwiftcoreError as exc:
+                raise SwiftcoreError(f"{record['_source']}: {exc}") from exc
+    samples = []
+    for example, enc in zip(examples, encoded, strict=True):
+        prompt_ids, completion_ids = split_reply(enc.input_ids, enc.labels, example.where)
+        if _fits(len(prompt_ids) + len(completion_ids), example, cfg):
+            samples.append({"prompt_ids": prompt_ids, "completion_ids": completion_ids, "label": example.label})
+    _report(len(examples), len(samples), cfg)
+    return samples

@@ -1,0 +1,55 @@
+"""The run's rewards as TRL reward functions: decoded by the template, scored safely by the core's :class:`Reward`.
+
+TRL calls each reward function with ``prompts``, ``completions``, ``completion_ids`` and every dataset column.
+The adapter decodes the completion ids itself (:meth:`~swiftcore_recipe_rl.rollout.PromptCodec.decode`: the
+text a served reply would have) and hands the reward the columns, so a reward sees the same text in training
+as in serving. Faults are the core's to absorb (``swiftcore.api.train.Reward``): the fallback reward and a
+logged error, never a failed step; the count is logged as ``reward_faults/NAME``.
+
+The adapter is an ``async`` callable that runs the reward on a worker thread, so TRL (which gathers async reward
+functions with ``asyncio.gather``) runs the run's rewards concurrently with each other: a reward waiting on a
+remote model or a sandbox does not hold up the others. Overlapping them with the next rollout is a later step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+__all__ = ["TRLReward"]
+
+#: Keywords TRL adds for its own reward functions; swiftcore rewards do not see them.
+_TRL_ONLY = ("trainer_state", "log_extra", "log_metric", "environments")
+
+
+class TRLReward:
+    """One swiftcore reward, callable as TRL's ``reward_func(prompts, completions, completion_ids, **kwargs)``.
+
+    Args:
+        reward: the loaded reward (:func:`swiftcore.api.train.load_rewards`).
+        codec: decodes completion ids to text.
+    """
+
+    def __init__(self, reward: Any, codec: Any) -> None:
+        self.reward = reward
+        self.codec = codec
+        self.__name__ = reward.name  # TRL logs rewards/<__name__>/mean
+
+    async def __call__(
+        self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
+    ) -> list[float]:
+        """One score per completion, computed on a worker thread (never raises; faults cost the fallback)."""
+        return await asyncio.to_thread(self.score, prompts, completions, completion_ids, **kwargs)
+
+    def score(
+        self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
+    ) -> list[float]:
+        """The synchronous scoring :meth:`__call__` runs (TRL's ``completions`` are ignored: see the module)."""
+        texts = [self.codec.decode(ids) for ids in completion_ids]
+        columns = {k: v for k, v in kwargs.items() if k not in _TRL_ONLY}
+        before = self.reward.faults
+        scores = self.reward(texts, prompts=list(prompts), completion_ids=[list(i) for i in completion_ids], **columns)
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric(f"reward_faults/{self.reward.name}", float(self.reward.faults - before))
+        return scores

@@ -1,0 +1,253 @@
+"""``swiftcore deploy``: serve a model behind an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+from swiftcore_infer.command import build_engine, build_head_engine, engine_options
+
+from swiftcore.api import SwiftcoreError
+from swiftcore.api.cli import CliState, pass_state, plugin_option
+
+__all__ = ["API_KEY_ENV", "deploy"]
+
+#: The environment variable that may hold the API key (not visible in `ps`, unlike --api-key).
+API_KEY_ENV = "SWIFTCORE_API_KEY"
+
+
+def _parse_loras(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SwiftcoreError(f"--lora {item!r}: expected NAME=DIR (the name clients pass as 'model')")
+        if not Path(path).is_dir():
+            raise SwiftcoreError(f"--lora {item!r}: {path!r} is not a directory")
+        if name in out:
+            raise SwiftcoreError(f"--lora: the name {name!r} is given twice")
+        out[name] = path
+    return out
+
+
+def _resolve_api_key(key_file: str | None, key: str | None, no_key: bool, host: str) -> str | None:
+    """The API key: --api-key-file or --api-key (one of them), else $SWIFTCORE_API_KEY; None with --no-api-key.
+
+    The command line wins over the environment, as usual; two keys on the command line, or --no-api-key with
+    a key anywhere, are contradictions and refused rather than guessed at.
+
+    Raises:
+        SwiftcoreError: no key and no --no-api-key, a contradiction, an empty or unusable key, or
+            --no-api-key on an address other machines can reach.
+    """
+    from swiftcore_serve.guard import is_loopback
+
+    env = os.environ.get(API_KEY_ENV)
+    given = [name for name, value in (("--api-key-file", key_file), ("--api-key", key)) if value is not None]
+    if no_key:
+        if given or env is not None:
+            raise SwiftcoreError(f"--no-api-key contradicts {', '.join(given) or '$' + API_KEY_ENV}: drop one")
+        if not is_loopback(host):
+            raise SwiftcoreError(
+                f"--no-api-key on --host {host} would let anyone who can reach this machine use the model; "
+                "serve on 127.0.0.1, or give a key (--api-key-file)"
+            )
+        return None
+    if len(given) > 1:
+        raise SwiftcoreError("--api-key-file and --api-key both give the key: keep one")
+    if key_file is not None:
+        where, value = "--api-key-file", _read_key_file(Path(key_file))
+    elif key is not None:
+        where, value = "--api-key", key
+        click.echo(f"warning: --api-key shows the key to every user of this machine (ps); prefer --api-key-file "
+                   f"or ${API_KEY_ENV}", err=True)  # fmt: skip
+    elif env is not None:
+        where, value = f"${API_KEY_ENV}", env
+    else:
+        raise SwiftcoreError(
+            f"no API key: give one with --api-key-file FILE or ${API_KEY_ENV} (or --api-key, visible in `ps`), "
+            "or serve without one on this machine only with --no-api-key"
+        )
+    value = value.strip()
+    if not value:
+        raise SwiftcoreError(f"the API key from {where} is empty: an empty key would protect nothing")
+    if not all("!" <= c <= "~" for c in value):
+        raise SwiftcoreError(
+            f"the API key from {where} must be printable ASCII without spaces (it travels in an HTTP header)"
+        )
+    return value
+
+
+def _read_key_file(path: Path) -> str:
+    """The first line of ``path``; warns when other users may read the file."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SwiftcoreError(f"--api-key-file {path}: cannot read it ({exc})") from exc
+    if os.name == "posix" and path.stat().st_mode & 0o077:
+        click.echo(f"warning: {path} is readable by other users; chmod 600 it", err=True)
+    return lines[0] if lines else ""
+
+
+@click.command("deploy")
+@engine_options
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind. The default keeps the server on this machine; 0.0.0.0 exposes it.",
+)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--served-model-name", help="The model name clients use (default: the model directory's name).")
+@click.option(
+    "--lora",
+    "loras",
+    multiple=True,
+    metavar="NAME=DIR",
+    help="Serve a LoRA adapter under NAME (repeatable); clients select it with model=NAME.",
+)
+@click.option(
+    "--api-key-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Read the API key clients must send ('Authorization: Bearer KEY') from this file (first line).",
+)
+@click.option(
+    "--api-key",
+    help=f"The API key on the command line (other users see it in `ps`: prefer --api-key-file or {API_KEY_ENV}).",
+)
+@click.option(
+    "--no-api-key",
+    is_flag=True,
+    help=f"Serve without a key. Allowed on a loopback --host only. Without it, a key (--api-key-file, "
+    f"{API_KEY_ENV} or --api-key) is required.",
+)
+@click.option(
+    "--max-queue",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Requests that may wait for the engine; more get HTTP 429 with Retry-After.",
+)
+@click.option(
+    "--max-body-mb",
+    default=32.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Largest request body in MiB; a larger one gets HTTP 413 before it is read.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name accepted on a loopback bind besides localhost/127.0.0.1/[::1] (repeatable; e.g. the name "
+    "a reverse proxy forwards). Other names get HTTP 421 (DNS-rebinding defence).",
+)
+@click.option("--docs", is_flag=True, help="Serve /docs, /redoc and /openapi.json (they need the key too).")
+@click.option(
+    "--max-batch",
+    default=16,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Waiting requests served together in one engine call.",
+)
+@click.option(
+    "--default-max-tokens",
+    default=256,
+    show_default=True,
+    type=click.IntRange(1),
+    help="max_tokens when a request gives none.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(("critical", "error", "warning", "info", "debug")),
+)
+@click.option(
+    "--task",
+    help="Head task the checkpoint must hold (embedding, classification, reranker, generative_reranker); "
+    "default: read from its swiftcore_head.json.",
+)
+@plugin_option
+@pass_state
+def deploy(
+    state: CliState,
+    plugin_specs: tuple[str, ...],
+    host: str,
+    port: int,
+    served_model_name: str | None,
+    loras: tuple[str, ...],
+    api_key_file: str | None,
+    api_key: str | None,
+    no_api_key: bool,
+    max_queue: int,
+    max_body_mb: float,
+    allowed_hosts: tuple[str, ...],
+    docs: bool,
+    max_batch: int,
+    default_max_tokens: int,
+    log_level: str,
+    task: str | None,
+    **engine_kwargs: Any,
+) -> None:
+    """Serve a model behind an OpenAI-compatible API (FastAPI + uvicorn).
+
+    \b
+    Routes: /health, /v1/models, /v1/chat/completions (streaming, tools,
+    chat_template_kwargs such as enable_thinking), /v1/completions, /v1/embeddings.
+    A head checkpoint (`swiftcore train --task ...` output) serves its task instead:
+    embedding -> /v1/embeddings (dimensions, encoding_format), reranker and
+    generative_reranker -> /v1/rerank ({"query", "documents", "top_n", "return_documents"}),
+    classification -> /v1/classify ({"input"}); chat to it is a 400 naming its route.
+
+    \b
+    Every route but /health needs the API key; run without one only on this
+    machine, and say so with --no-api-key.
+
+    \b
+    Example:
+      swiftcore deploy --model ./out/checkpoint-100 --port 8000 --no-api-key
+      swiftcore deploy --model ./base --lora math=./math-lora --lora code=./code-lora --api-key-file key.txt
+      SWIFTCORE_API_KEY=s3cret swiftcore deploy --model ./out-embedding --served-model-name emb
+    Then: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="s3cret")
+    """
+    from swiftcore_serve import ServerConfig, serve
+    from swiftcore_serve.guard import is_loopback
+
+    logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(levelname)s %(name)s: %(message)s")
+    adapters = _parse_loras(loras)
+    # The key is settled before the model loads: a refused start should take a second, not a minute.
+    api_key = _resolve_api_key(api_key_file, api_key, no_api_key, host)
+    plugins = state.plugins(plugin_specs)
+    engine = build_head_engine(plugins, task, engine_kwargs)
+    if engine is not None and adapters:
+        raise SwiftcoreError("--lora: head checkpoints are served with their adapters merged; drop --lora")
+    if engine is None:
+        engine = build_engine(plugins, **engine_kwargs)
+    name = served_model_name or Path(engine_kwargs["adapter"] or engine_kwargs["model"]).resolve().name
+    if name in adapters:
+        raise SwiftcoreError(f"--lora {name}=...: the name is the served model's; pick another adapter name")
+    config = ServerConfig(
+        model_name=name,
+        adapters=adapters,
+        api_key=api_key,
+        max_queue=max_queue,
+        max_batch=max_batch,
+        default_max_tokens=default_max_tokens,
+        max_body_bytes=int(max_body_mb * 2**20),
+        docs=docs,
+        allowed_hosts=allowed_hosts,
+    )
+    shown = f"[{host}]" if ":" in host else host
+    guard = "API key required" if api_key else "no API key"
+    click.echo(f"serving {name!r} ({engine.backend}) on http://{shown}:{port}/v1 ({guard})", err=True)
+    if not is_loopback(host):
+        click.echo(f"note: {host} is reachable from other machines; only clients with the key get in", err=True)
+    try:
+        serve(engine, config, host=host, port=port, log_level=log_level)
+    finally:
+        engine.close()

@@ -1,0 +1,19 @@
+"""The swiftcore-serve plugin: the ``swiftcore deploy`` command (an OpenAI-compatible HTTP server)."""
+
+from __future__ import annotations
+
+from swiftcore.api import API_VERSION_STRING, CommandSpec, hookimpl
+
+SWIFTCORE_API = API_VERSION_STRING
+
+
+@hookimpl
+def swiftcore_register_commands() -> list[CommandSpec]:
+    """``swiftcore deploy``: serve a model (any installed backend) behind an OpenAI-compatible API."""
+    return [
+        CommandSpec(
+            name="deploy",
+            target="swiftcore_serve.command:deploy",
+            short_help="Serve a model behind an OpenAI-compatible API.",
+        )
+    ]

@@ -1,0 +1,398 @@
+"""The OpenAI request bodies the server accepts (pydantic), and their translation into engine requests.
+
+Unknown fields are ignored, as OpenAI-compatible servers do, so newer clients keep working; fields that
+are present are type-checked by pydantic and range-checked by :class:`~swiftcore.api.infer.SamplingParams`,
+so a bad value is a 400 naming the field, never a crash. Floats must be finite, seeds fit 64 bits and names
+and lists have sane bounds, so no value can reach the engine in a shape it would crash on.
+
+The response models at the end are for the OpenAPI schema only (the routes build plain dicts): they document
+what each route answers, and the property-based fuzz test checks every answer against them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from swiftcore.api.infer import InvalidRequestError, SamplingParams
+
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatCompletionResponse",
+    "ClassifyRequest",
+    "ClassifyResponse",
+    "CompletionRequest",
+    "CompletionResponse",
+    "EmbeddingRequest",
+    "EmbeddingResponse",
+    "ErrorResponse",
+    "HealthResponse",
+    "ModelList",
+    "RerankRequest",
+    "RerankResponse",
+    "sampling_from",
+]
+
+#: The longest model name a request may give (names are echoed in errors; a megabyte name should not be).
+MAX_MODEL_NAME = 256
+#: The most stop strings a request may give (every generated token is checked against each one).
+MAX_STOPS = 16
+_INT64 = 2**63
+#: Temperatures below this sample greedily (as vLLM does): dividing logits by 1e-300 overflows to inf and
+#: the sampler fails on NaN probabilities.
+_MIN_TEMPERATURE = 1e-5
+
+
+def _integral(value: Any) -> Any:
+    """``5.0`` -> ``5``: JSON Schema counts an integral float as an integer, so the server takes it as one."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: An integer field: strict (no "5", no true), but 5.0 is 5.
+Int = Annotated[int, BeforeValidator(_integral)]
+#: A token id (the vocabulary's size is checked by the server, which knows it).
+TokenId = Annotated[int, Field(ge=0), BeforeValidator(_integral)]
+#: A string that must not be empty (a prompt, an input, a stop string).
+Text = Annotated[str, Field(min_length=1)]
+#: Text or token ids, one or several, none of them empty: a completion prompt or an embedding input.
+TextOrIds = (
+    Text
+    | Annotated[list[Text], Field(min_length=1)]
+    | Annotated[list[TokenId], Field(min_length=1)]
+    | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)]
+)
+
+
+# Bounds sit inside each type, before the validator, so the schema states them as minimum/maximum (a Field
+# bound on ``Int | None``, or one after a validator, reaches the JSON schema as a raw, meaningless ``ge`` key).
+#: An integer >= 1 (max_tokens, dimensions, top_n).
+PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+#: An integer >= 0 (top_k).
+NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_integral)]
+#: A seed: a signed 64-bit integer (torch, vLLM and SGLang all take one).
+Seed = Annotated[int, Field(ge=-_INT64, lt=_INT64), BeforeValidator(_integral)]
+#: The ranges SamplingParams enforces, stated in the schema too so clients (and the fuzzer) see them.
+Temperature = Annotated[float, Field(ge=0, le=100)]
+TopP = Annotated[float, Field(gt=0, le=1)]
+#: Bounded: a penalty of 1e-48 divides logits into infinities, and the sampler crashes on NaN.
+Penalty = Annotated[float, Field(ge=0.01, le=100)]
+
+
+#: Every request body: unknown fields ignored; types strict, as OpenAI's own API ("5" is no integer, 1 no
+#: boolean), so what the schema calls invalid is refused; NaN and infinities refused (JSON has neither, but
+#: the float fields must not take them from a lenient parser, nor overflow to them from 1e400).
+_REQUEST_CONFIG = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class _Body(BaseModel):
+    model_config = _REQUEST_CONFIG
+
+    model: str = Field(max_length=MAX_MODEL_NAME)
+    max_tokens: PositiveInt | None = None
+    max_completion_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: NonNegativeInt | None = None
+    seed: Seed | None = None
+    stop: Text | Annotated[list[Text], Field(max_length=MAX_STOPS)] | None = None
+    # Only 1; checked in sampling_from, whose message says what to do instead.
+    n: Int = Field(default=1, json_schema_extra={"enum": [1]})
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    repetition_penalty: Penalty | None = None
+
+
+class ChatMessageIn(BaseModel):
+    """One message of a conversation: ``role`` and ``content``, plus whatever else the template reads
+    (``tool_calls``, ``tool_call_id``, ``name``, ``reasoning_content``) passed through as given.
+
+    Typed here so the schema (and the fuzz test that follows it) knows a message's shape; the template
+    still judges the conversation (a role it does not know, a user turn without content).
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(_Body):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The swiftcore chat record (what the template encodes)."""
+        if self.tool_choice not in (None, "auto", "none"):
+            raise InvalidRequestError(
+                "tool_choice supports 'auto' and 'none' only (the model decides)", param="tool_choice"
+            )
+        # Only what the client sent: a missing content stays missing (the template tells it from null).
+        record: dict[str, Any] = {"messages": [m.model_dump(exclude_unset=True) for m in self.messages]}
+        if self.tools and self.tool_choice != "none":
+            record["tools"] = self.tools
+        if self.chat_template_kwargs:
+            record["chat_template_kwargs"] = self.chat_template_kwargs
+        return record
+
+
+class CompletionRequest(_Body):
+    """``POST /v1/completions`` (raw prompts, no template)."""
+
+    prompt: TextOrIds
+    echo: bool = Field(default=False, json_schema_extra={"enum": [False]})  # refused with a message when true
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts as a list (a single prompt becomes a list of one)."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return [prompt]
+        if prompt and all(isinstance(p, int) for p in prompt):
+            return [list(prompt)]  # type: ignore[arg-type]
+        if not prompt:
+            raise InvalidRequestError("prompt is empty", param="prompt")
+        return list(prompt)  # type: ignore[arg-type]
+
+
+class EmbeddingRequest(BaseModel):
+    """``POST /v1/embeddings``."""
+
+    model_config = _REQUEST_CONFIG
+
+    model: str = Field(max_length=MAX_MODEL_NAME)
+    input: TextOrIds
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: PositiveInt | None = None
+
+    def inputs(self) -> list[str | list[int]]:
+        """The inputs as a list."""
+        value = self.input
+        if isinstance(value, str):
+            return [value]
+        if not value:
+            raise InvalidRequestError("input is empty", param="input")
+        if all(isinstance(v, int) for v in value):
+            return [list(value)]  # type: ignore[arg-type]
+        return list(value)  # type: ignore[arg-type]
+
+
+class RerankRequest(BaseModel):
+    """``POST /v1/rerank`` (the Cohere / Jina / vLLM shape).
+
+    ``documents`` are strings or ``{"text": ...}`` objects; ``top_n`` keeps the most relevant N;
+    ``return_documents`` (default true, as vLLM and Jina) echoes each document's text in its result.
+    """
+
+    model_config = _REQUEST_CONFIG
+
+    model: str = Field(max_length=MAX_MODEL_NAME)
+    query: str
+    documents: list[str | dict[str, Any]] = Field(min_length=1)
+    top_n: PositiveInt | None = None
+    return_documents: bool = True
+
+    def texts(self) -> list[str]:
+        """The documents as strings.
+
+        Raises:
+            InvalidRequestError: an object without a string ``text``.
+        """
+        out = []
+        for i, doc in enumerate(self.documents):
+            text = doc if isinstance(doc, str) else doc.get("text")
+            if not isinstance(text, str):
+                raise InvalidRequestError("a document object needs a string 'text'", param=f"documents.{i}")
+            out.append(text)
+        return out
+
+
+class ClassifyRequest(BaseModel):
+    """``POST /v1/classify``: ``input`` is a string or a list of strings."""
+
+    model_config = _REQUEST_CONFIG
+
+    model: str = Field(max_length=MAX_MODEL_NAME)
+    input: str | list[str]
+
+    def inputs(self) -> list[str]:
+        """The inputs as a non-empty list."""
+        value = [self.input] if isinstance(self.input, str) else list(self.input)
+        if not value:
+            raise InvalidRequestError("input is empty", param="input")
+        return value
+
+
+def sampling_from(body: _Body, default_max_tokens: int) -> SamplingParams:
+    """Build (and so validate) the sampling parameters of a request body.
+
+    Raises:
+        InvalidRequestError: a value is out of range, or ``n`` is not 1.
+    """
+    if body.n != 1:
+        raise InvalidRequestError(f"n={body.n} is not supported; send n=1 (or several requests)", param="n")
+    stop = body.stop
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    temperature = 1.0 if body.temperature is None else body.temperature
+    return SamplingParams(
+        max_new_tokens=default_max_tokens if max_tokens is None else max_tokens,
+        temperature=temperature if temperature >= _MIN_TEMPERATURE else 0.0,  # a vanishing one is greedy
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=body.top_k or 0,
+        seed=body.seed,
+        stop=stops,
+        repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
+    )
+
+
+# ------------------------------------------------------------------------------ responses (OpenAPI only)
+
+
+class ErrorDetail(BaseModel):
+    """OpenAI's error object."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every error, whatever its status: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    error: ErrorDetail
+
+
+class HealthResponse(BaseModel):
+    """``GET /health``: ``status`` only, unless the caller sent the API key (or the server has none)."""
+
+    status: Literal["ok"]
+    backend: str | None = None
+    model: str | None = None
+    queued: int | None = None
+
+
+class ModelCard(BaseModel):
+    """One served model: its name, never a path on the server."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    root: str
+    parent: str | None
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``."""
+
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class Usage(BaseModel):
+    """Token counts."""
+
+    prompt_tokens: int
+    completion_tokens: int = 0
+    total_tokens: int
+
+
+class ChatMessage(BaseModel):
+    """The assistant's reply."""
+
+    role: Literal["assistant"]
+    content: str | None
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatChoice(BaseModel):
+    """One reply (always one: ``n`` is 1)."""
+
+    index: int
+    message: ChatMessage
+    logprobs: None
+    finish_reason: str
+
+
+class ChatCompletionResponse(BaseModel):
+    """``POST /v1/chat/completions`` without ``stream`` (a stream is ``text/event-stream`` of chunks)."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class CompletionChoice(BaseModel):
+    """One prompt's completion."""
+
+    index: int
+    text: str
+    logprobs: None
+    finish_reason: str
+
+
+class CompletionResponse(BaseModel):
+    """``POST /v1/completions`` without ``stream``."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+class EmbeddingData(BaseModel):
+    """One input's embedding: floats, or base64 of little-endian float32."""
+
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingResponse(BaseModel):
+    """``POST /v1/embeddings``."""
+
+    object: Literal["list"]
+    model: str
+    data: list[EmbeddingData]
+    usage: Usage
+
+
+class RerankResult(BaseModel):
+    """One document's relevance."""
+
+    index: int
+    relevance_score: float
+    document: dict[str, str] | None = None
+
+
+class RerankResponse(BaseModel):
+    """``POST /v1/rerank``."""
+
+    id: str
+    model: str
+    results: list[RerankResult]
+    usage: Usage
+
+
+class ClassifyResponse(BaseModel):
+    """``POST /v1/classify``: one result per input (label and probabilities, labels, or a value)."""
+
+    id: str
+    object: Literal["list"]
+    created: int
+    model: str
+    data: list[dict[str, Any]]
+    usage: Usage

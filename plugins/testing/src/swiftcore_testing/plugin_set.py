@@ -1,0 +1,34 @@
+"""Which plugins a contract loads: the plugin under test plus the plugins its distribution depends on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["contract_plugins", "dependency_plugins", "own_names"]
+
+
+def dependency_plugins(plugin: str) -> list[str]:
+    """Entry-point names of installed plugins that ``plugin``'s distribution requires (transitively).
+
+    ``--plugin NAME`` loads these too (:func:`swiftcore.api.plugins.required_plugins`); the contract names
+    them so that its checks can tell the plugin's own specs from its dependencies'.
+    """
+    from swiftcore.api.plugins import discover, required_plugins
+
+    discovered = discover()
+    start = discovered.get(plugin)
+    return [] if start is None else [info.name for info in required_plugins(start, discovered)]
+
+
+def contract_plugins(plugin: str, also_load: tuple[str, ...] = ()) -> Any:
+    """Load ``plugin``, its dependencies' plugins and ``also_load`` (nothing else, whatever is installed)."""
+    from swiftcore.api.plugins import load_plugins
+
+    return load_plugins([plugin, *dependency_plugins(plugin), *also_load], env={})
+
+
+def own_names(plugin: str) -> set[str]:
+    """The plugin names ``plugin`` stands for (a distribution may hold several), without importing them."""
+    from swiftcore.api.plugins import discover, resolve_plugin_spec
+
+    return {info.name for info in resolve_plugin_spec(plugin, discover())}
