@@ -286,3 +286,25 @@ def test_stream_many_batches_rows_and_isolates_errors(engine: Any) -> None:
         assert mine[-1].final.completion_tokens == want.completion_tokens
     order = [i for i, p in pieces if not isinstance(p, Exception)]
     assert order != sorted(order)  # the rows were generated together, not one after the other
+
+
+def test_a_scoring_checkpoint_is_refused_not_served_as_a_causal_lm(
+    tiny_qwen3: Path, infer_plugins: Any, tmp_path: Path
+) -> None:
+    """A reward model or classifier (``*ForSequenceClassification``) would generate noise: it is refused by name."""
+    import json
+    import shutil
+
+    from swiftcore_infer import TransformersEngine
+
+    from swiftcore.api.infer import UnsupportedError
+
+    scorer = tmp_path / "reward-model"
+    shutil.copytree(tiny_qwen3, scorer)
+    config = json.loads((scorer / "config.json").read_text())
+    config["architectures"] = ["Qwen3ForSequenceClassification"]
+    (scorer / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        UnsupportedError, match=r"score text, they do not generate it .*AutoModelForSequenceClassification"
+    ):
+        TransformersEngine(scorer, infer_plugins)

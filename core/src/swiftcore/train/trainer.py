@@ -34,16 +34,22 @@ _FULL_WEIGHTS = (
 _ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
-def training_arguments(cfg: Any, output_dir: str | Path, *, evaluate: bool, **overrides: Any) -> Any:
+def training_arguments(
+    cfg: Any, output_dir: str | Path, *, evaluate: bool, args_class: type | None = None, **overrides: Any
+) -> Any:
     """transformers ``TrainingArguments`` from a :class:`~swiftcore.train.config.TrainConfig`.
 
-    One mapping for every recipe (causal LM, heads), so a flag means the same everywhere.
+    One mapping for every recipe (causal LM, heads, TRL's preference and RL trainers), so a flag means the same
+    everywhere.
 
     Args:
         cfg: the training config.
         output_dir: where the run writes.
         evaluate: whether there is validation data to evaluate every ``cfg.eval_steps``.
-        **overrides: recipe-specific arguments (e.g. ``save_only_model``, ``label_names``).
+        args_class: a ``TrainingArguments`` subclass to build instead (TRL's ``DPOConfig``, ``GRPOConfig``, ...):
+            every common flag is passed explicitly, so the subclass's own defaults (TRL's learning rate,
+            gradient checkpointing, bf16) never stand in for a swiftcore flag.
+        **overrides: recipe-specific arguments (e.g. ``save_only_model``, ``label_names``, a TRL field).
     """
     import torch
     from transformers import TrainingArguments
@@ -79,7 +85,7 @@ def training_arguments(cfg: Any, output_dir: str | Path, *, evaluate: bool, **ov
         use_cpu=not torch.cuda.is_available(),
     )
     args.update(overrides)
-    return TrainingArguments(**args)
+    return (args_class or TrainingArguments)(**args)
 
 
 class _CheckpointVersion:

@@ -85,6 +85,7 @@ class Engine:
         from swiftcore.api.template import get_template
 
         base, adapter_dir = resolve_checkpoint(model_dir, adapter)
+        _refuse_scoring_model(base, read_hf_config(base) or {})
         self.base_dir = base
         self.spec = resolve_model_spec(str(base), plugins, model_type)
         self.manifest = _manifest(adapter_dir, base)
@@ -676,6 +677,23 @@ class _StreamState:
             opens_thinking=self.engine.prompt_opens_thinking(self.prompt),
         )
         return StreamDelta(text=self.text[self.sent :], final=final)
+
+
+#: Architectures that score text rather than generate it: loaded as a causal LM, their output layer would be
+#: an untrained one and every answer noise.
+_SCORING_ARCHITECTURES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+
+
+def _refuse_scoring_model(model_dir: Path, hf_config: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint whose ``config.json`` names only scoring architectures (a reward model, a classifier)."""
+    architectures = hf_config.get("architectures") or []
+    if architectures and all(str(a).endswith(_SCORING_ARCHITECTURES) for a in architectures):
+        raise UnsupportedError(
+            f"{model_dir}: config.json's architectures {architectures} score text, they do not generate it (a reward "
+            "model or a classifier); this engine would load it as a causal LM with an untrained output layer. "
+            "Score with it through transformers' AutoModelForSequenceClassification, or serve a head checkpoint "
+            "trained with the heads plugin (`swiftcore infer`/`deploy` load those by their swiftcore_head.json)"
+        )
 
 
 def _manifest(adapter_dir: Path | None, base: Path) -> Any:

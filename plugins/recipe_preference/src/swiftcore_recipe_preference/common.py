@@ -95,21 +95,10 @@ def prepare(cfg: Any, plugins: Any, recipe: str, *, load: bool = True) -> Prepar
 
 def trl_arguments(config_cls: Any, cfg: Any, output_dir: Path, *, evaluate: bool, **trl: Any) -> Any:
     """A TRL config (``DPOConfig``, ``RewardConfig``) holding exactly what swiftcore's ``training_arguments``
-    maps every flag to, plus the recipe's own ``trl`` fields.
-
-    TRL's configs change some TrainingArguments defaults (learning rate 1e-6, gradient checkpointing on,
-    bf16 on); building from swiftcore's mapping keeps a flag meaning the same in every recipe.
-    """
-    from dataclasses import fields
-
+    maps every flag to, plus the recipe's own ``trl`` fields (TRL's own defaults never stand in for a flag)."""
     from swiftcore.api.train import training_arguments
 
-    base = training_arguments(cfg, output_dir, evaluate=evaluate, save_only_model=True)
-    names = {f.name for f in fields(config_cls) if f.init}
-    # to_dict() gives the arguments as given (enums as their values, a --warmup-ratio below 1 as a fraction).
-    values = {k: v for k, v in base.to_dict().items() if k in names}
-    values.update(trl)
-    return config_cls(**values)
+    return training_arguments(cfg, output_dir, evaluate=evaluate, args_class=config_cls, save_only_model=True, **trl)
 
 
 def swift_trl_trainer(trl_cls: Any) -> Any:

@@ -28,34 +28,19 @@ def grpo_config(cfg: Any, options: GRPOOptions, output_dir: Path, *, reward_name
     ``--batch-size`` counts prompts per device and step: each brings ``--num-generations`` completions, so
     TRL's per-device batch (which counts completions) is their product and always holds whole groups.
     """
-    import torch
     from trl import GRPOConfig
 
+    from swiftcore.api.train import training_arguments
+
     weights = options.weights()
-    return GRPOConfig(
-        output_dir=str(output_dir),
+    return training_arguments(
+        cfg,
+        output_dir,
+        evaluate=False,
+        args_class=GRPOConfig,
         per_device_train_batch_size=cfg.batch_size * options.num_generations,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=cfg.warmup_ratio,  # a float below 1 is a fraction of the steps
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        bf16=cfg.dtype == "bfloat16",
         fp16=cfg.dtype == "float16",
-        gradient_checkpointing=cfg.gradient_checkpointing,  # TRL's default is on; swiftcore's is the flag
-        report_to="none",
-        remove_unused_columns=False,  # the rewards read the other columns
-        dataloader_num_workers=0,
-        use_cpu=not torch.cuda.is_available(),
+        include_num_input_tokens_seen="no",  # a GRPO batch carries prompts and completions, not input_ids
         num_generations=options.num_generations,
         max_completion_length=options.max_completion_length,
         temperature=options.rollout_temperature,
