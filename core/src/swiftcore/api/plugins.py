@@ -6,6 +6,7 @@ public for pytest's own tooling. The names are stable within the plugin API majo
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 from swiftcore._check import check as check_plugin
@@ -61,7 +62,6 @@ def declared_api(module: ModuleType) -> object:
 
 def import_plugin_file(path) -> ModuleType:
     """Import a ``.py`` file as ``--plugin path/to/file.py`` would (cached under a ``swiftcore_local_`` name)."""
-    from pathlib import Path
 
     return _import_file(Path(path))
 

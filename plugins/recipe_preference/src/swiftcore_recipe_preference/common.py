@@ -19,6 +19,7 @@ __all__ = [
     "plot_reward_margins",
     "prepare",
     "router_aux_loss_coef",
+    "require_encoded",
     "swift_trl_trainer",
     "trl_arguments",
 ]
@@ -99,6 +100,13 @@ def trl_arguments(config_cls: Any, cfg: Any, output_dir: Path, *, evaluate: bool
     from swiftcore.api.train import training_arguments
 
     return training_arguments(cfg, output_dir, evaluate=evaluate, args_class=config_cls, save_only_model=True, **trl)
+
+
+def require_encoded(dataset: Any, columns: set[str], dataset_name: str) -> None:
+    """Refuse a dataset that lacks the columns swiftcore's encoding writes (TRL's re-tokenisation is skipped)."""
+    missing = columns - set(dataset.column_names)
+    if missing:
+        raise SwiftcoreError(f"{dataset_name} dataset lacks the encoded columns {sorted(missing)}")
 
 
 def swift_trl_trainer(trl_cls: Any) -> Any:

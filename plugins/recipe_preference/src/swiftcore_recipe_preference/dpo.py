@@ -25,7 +25,7 @@ def dpo_trainer_class() -> Any:
     """TRL's DPOTrainer taking swiftcore-encoded samples as they are, with swiftcore's checkpointing."""
     from trl import DPOTrainer
 
-    from swiftcore_recipe_preference.common import swift_trl_trainer
+    from swiftcore_recipe_preference.common import require_encoded, swift_trl_trainer
 
     class PreferenceDPOTrainer(swift_trl_trainer(DPOTrainer)):  # type: ignore[misc]
         """DPOTrainer on ``{"prompt_ids", "chosen_ids", "rejected_ids"}`` rows made by the family's template."""
@@ -34,9 +34,7 @@ def dpo_trainer_class() -> Any:
             # TRL 1.16's DPOTrainer always re-tokenises "prompt"/"chosen"/"rejected" with the tokenizer's chat
             # template; it has no pre-tokenised path. swiftcore's template already produced the exact ids
             # (train/serve rule, thinking blocks), and length limits were applied then, so the rows pass as-is.
-            missing = {"prompt_ids", "chosen_ids", "rejected_ids"} - set(dataset.column_names)
-            if missing:
-                raise SwiftcoreError(f"{dataset_name} dataset lacks the encoded columns {sorted(missing)}")
+            require_encoded(dataset, {"prompt_ids", "chosen_ids", "rejected_ids"}, dataset_name)
             return dataset
 
     return PreferenceDPOTrainer

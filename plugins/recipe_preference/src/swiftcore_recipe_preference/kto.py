@@ -27,7 +27,7 @@ def kto_trainer_class() -> Any:
     """TRL's KTOTrainer taking swiftcore-encoded ``{"prompt_ids", "completion_ids", "label"}`` rows."""
     from trl import KTOTrainer
 
-    from swiftcore_recipe_preference.common import swift_trl_trainer
+    from swiftcore_recipe_preference.common import require_encoded, swift_trl_trainer
 
     class PreferenceKTOTrainer(swift_trl_trainer(KTOTrainer)):  # type: ignore[misc]
         """KTOTrainer on rows made by the family's template (TRL's own re-tokenisation skipped)."""
@@ -36,9 +36,7 @@ def kto_trainer_class() -> Any:
             # As for DPO: TRL 1.16 re-tokenises "prompt"/"completion" with the tokenizer's chat template and has
             # no pre-tokenised path, so the encoded rows pass as they are. Its one other step is kept: each
             # example's KL completion is its batch neighbour's (a rotation within each batch; sequential order).
-            missing = {"prompt_ids", "completion_ids", "label"} - set(dataset.column_names)
-            if missing:
-                raise SwiftcoreError(f"{dataset_name} dataset lacks the encoded columns {sorted(missing)}")
+            require_encoded(dataset, {"prompt_ids", "completion_ids", "label"}, dataset_name)
             if not self.calculate_KL:
                 return dataset
 
