@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DISTS)) plugins/backend_vllm/requirements-cpu.txt
+$(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DISTS)) plugins/backend_vllm/requirements-cpu.txt plugins/eval/requirements-evalscope.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip setuptools wheel
 	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
@@ -20,6 +20,9 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 	# vLLM's CPU build, pinned, without dependencies: its metadata would pull CUDA torchvision/triton wheels
 	# that break a CPU torch (see plugins/backend_vllm/requirements-cpu.txt).
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r plugins/backend_vllm/requirements-cpu.txt
+	# EvalScope (swiftcore eval), pinned, without dependencies: its modelscope[datasets] caps datasets below our pin
+	# (see plugins/eval/requirements-evalscope.txt).
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r plugins/eval/requirements-evalscope.txt
 	touch $(STAMP)
 
 test: install

@@ -2,8 +2,9 @@
 
 The core alone has no torch and no transformers: ``swiftcore plugins``, ``template list`` and ``recipes`` work,
 and a command that needs a plugin or the training stack says what to install instead of a traceback.
-Installing the inference and server plugins adds ``infer`` and ``deploy``; a template plugin adds its
-templates. The venv is new (no system site packages), so nothing of the repository's ``.venv`` leaks in.
+Installing the inference and server plugins adds ``infer`` and ``deploy``, the training plugin the ``sft``
+recipe; a template plugin adds its templates. The venv is new (no system site packages), so nothing of the
+repository's ``.venv`` leaks in.
 """
 
 from __future__ import annotations
@@ -46,15 +47,11 @@ def test_core_alone_lists_its_builtins_without_torch(fresh: Path, tmp_path: Path
     assert listed.returncode == 0, listed.stderr
     plugins = json.loads(listed.stdout)["plugins"]
     assert [p["name"] for p in plugins] == ["swiftcore"]
-    assert plugins[0]["provides"] == {
-        "template": ["jinja"],
-        "recipe": ["sft"],
-        "reward": ["accuracy", "format", "length"],
-    }
+    assert plugins[0]["provides"] == {"template": ["jinja"], "reward": ["accuracy", "format", "length"]}
     templates = _run(str(fresh / "swiftcore"), "template", "list", cwd=tmp_path)
     assert templates.returncode == 0 and templates.stdout.split()[0] == "jinja", templates.stderr
-    recipes = _run(str(fresh / "swiftcore"), "recipes", cwd=tmp_path)
-    assert recipes.returncode == 0 and recipes.stdout.startswith("sft "), recipes.stderr
+    recipes = _run(str(fresh / "swiftcore"), "recipes", "--json", cwd=tmp_path)
+    assert recipes.returncode == 0 and json.loads(recipes.stdout) == [], recipes.stderr  # sft is swiftcore-train's
     rewards = _run(str(fresh / "swiftcore"), "rewards", cwd=tmp_path)  # the built-in rewards need no torch
     assert rewards.returncode == 0 and rewards.stdout.startswith("accuracy "), rewards.stderr
 
@@ -72,6 +69,12 @@ def test_core_alone_names_what_to_install_for_the_plugin_commands(fresh: Path, t
     proc = _run(str(fresh / "swiftcore"), "export", "--model", str(model), "--to-mcore", "mcore", cwd=tmp_path)
     assert proc.returncode == 2 and "swiftcore-megatron" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "mcore").exists()
+    proc = _run(
+        str(fresh / "swiftcore"), "train", "--model", str(model), "--dataset", "q.jsonl", "--output-dir", "run",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2 and "pip install swiftcore-train" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
 
 
 def test_the_inference_and_server_plugins_add_infer_and_deploy(fresh: Path, tmp_path: Path) -> None:
@@ -108,6 +111,19 @@ def test_the_inference_and_server_plugins_add_infer_and_deploy(fresh: Path, tmp_
     assert "Traceback" not in proc.stderr and not (tmp_path / "a.jsonl").exists()
     for name in ("swiftcore-infer", "swiftcore-serve"):
         assert _run(str(fresh / "pip"), "uninstall", "-q", "-y", name).returncode == 0
+
+
+def test_the_training_plugin_adds_the_sft_recipe(fresh: Path, tmp_path: Path) -> None:
+    source = tmp_path / "train"
+    shutil.copytree(ROOT / "plugins" / "train", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "tests"))
+    proc = _run(str(fresh / "pip"), "install", "-q", "--no-deps", str(source))  # torch etc. stay out
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recipes = _run(str(fresh / "swiftcore"), "recipes", "--json", cwd=tmp_path)
+    assert recipes.returncode == 0, recipes.stderr
+    assert [(r["name"], r["provider"].split(" ")[0]) for r in json.loads(recipes.stdout)] == [("sft", "train")]
+    helped = _run(str(fresh / "swiftcore"), "train", "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "--tuner" in helped.stdout, helped.stderr
+    assert _run(str(fresh / "pip"), "uninstall", "-q", "-y", "swiftcore-train").returncode == 0
 
 
 def test_a_template_plugin_installed_next_to_the_core_adds_its_templates(fresh: Path, tmp_path: Path) -> None:

@@ -65,10 +65,15 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "pip install ./core": "installs into the environment these tests run in (make install already holds every "
         "distribution, editable); the path and extras are checked instead",
         "pip install ./template_plugins/qwen": "installs into the test environment; the path is checked instead",
-        "pip install ./core[train] ./model_plugins/qwen3_5": "installs into the test environment; the paths and the "
+        "pip install ./plugins/train ./model_plugins/qwen3_5": "installs into the test environment; the paths and the "
         "extra are checked instead",
         "pip install ./plugins/infer ./plugins/serve": "installs into the test environment; the paths are checked "
         "instead, and tests/test_core_alone.py installs both next to the core alone in a fresh venv",
+    },
+    "docs/eval.md": {
+        "swiftcore eval --api-url http://127.0.0.1:8000/v1 --dataset parity": "needs the server of the deploy "
+        "command before it, which this file stops once checked; plugins/eval/tests/test_eval_e2e.py runs swiftcore "
+        "eval --api-url against real swiftcore deploy servers",
     },
     "docs/writing-a-plugin.md": {
         "pip install -e ./plugins/swiftcore-plugin-acme": "installs the scaffold into the shared environment; "

@@ -2,8 +2,8 @@
 
 Per media family (Qwen3.5 image, Gemma 4 image, audio and both, Qwen3-ASR audio), one chat request with
 OpenAI content parts (``image_url`` data URL, ``input_audio``) goes through the real HTTP app over the
-transformers engine (fp32). Asserted against training's own sample path (``swiftcore.train.run.encode_records``
-with the family's :class:`~swiftcore.train.media.MediaPreparer`, then ``collate``) for the same record:
+transformers engine (fp32). Asserted against training's own sample path (``swiftcore_train.run.encode_records``
+with the family's :class:`~swiftcore_media.MediaPreparer`, then ``collate``) for the same record:
 
 - the prompt ids the engine encoded equal the training sample's ids up to its first trained token;
 - each media tensor equals the training batch's (exactly);
@@ -105,7 +105,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_served_prompt_is_the_training_sample(case: str, engine_for: Any, tmp_path: Any) -> None:
-    from swiftcore.train.run import encode_records
+    from swiftcore_train.run import encode_records
 
     family, kinds = CASES[case]
     engine = engine_for(family)

@@ -134,7 +134,7 @@ def trained(work: Path) -> Path:
     ]
     assert not missing, (
         f"{checkpoint} lacks the base model's {missing}: without them no audio can be served from the trained "
-        "checkpoint (swiftcore train must write swiftcore.train.media.processor_files(model) into each checkpoint)"
+        "checkpoint (swiftcore train must write swiftcore_media.processor_files(model) into each checkpoint)"
     )
     return checkpoint
 

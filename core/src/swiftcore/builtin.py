@@ -27,21 +27,6 @@ def swiftcore_register_templates() -> list:
 
 
 @hookimpl
-def swiftcore_register_recipes() -> list:
-    """``sft``: supervised fine-tuning, full or LoRA, on transformers' Trainer."""
-    from swiftcore.specs import RecipeSpec
-
-    return [
-        RecipeSpec(
-            name="sft",
-            run="swiftcore.train.run:run_sft",
-            tasks=("causal_lm", "asr"),
-            description="supervised fine-tuning (full or LoRA) on transformers' Trainer; packing, resume, torchrun",
-        )
-    ]
-
-
-@hookimpl
 def swiftcore_register_rewards() -> list:
     """``accuracy``, ``format`` and ``length``: the rewards every RL recipe has (pure Python, torch-free)."""
     from swiftcore.specs import RewardSpec

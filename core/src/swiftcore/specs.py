@@ -139,6 +139,9 @@ class ModelSpec(_Spec):
             family's special tokens and official chat template.
         tasks: what it can be trained for (``causal_lm``, ``asr``, head tasks).
         modalities: input modalities (``text``, ``image``, ``audio``, ``video``).
+        processor: optional ``"module:fn"`` ``fn(model_dir, tokenizer) -> processor`` building the processor that
+            expands the family's image and audio placeholders, for a family whose transformers processor class
+            cannot be used as is (None: the class ``processor_config.json`` names; see swiftcore-media).
         description: one line for ``swiftcore plugins``.
         demo: offer this spec as ``make demo``'s default model (it needs ``tiny_config`` and
             ``tiny_tokenizer``); the core names no family, so the demo runs what an installed plugin offers.
@@ -146,7 +149,7 @@ class ModelSpec(_Spec):
     """
 
     kind: ClassVar[str] = "model"
-    _references: ClassVar[tuple[str, ...]] = ("model_class", "loader", "tiny_config", "tiny_tokenizer")
+    _references: ClassVar[tuple[str, ...]] = ("model_class", "loader", "tiny_config", "tiny_tokenizer", "processor")
 
     name: str
     model_types: tuple[str, ...] = ()
@@ -162,6 +165,7 @@ class ModelSpec(_Spec):
     tiny_tokenizer: str | None = None
     tasks: tuple[str, ...] = ("causal_lm",)
     modalities: tuple[str, ...] = ("text",)
+    processor: str | None = None
     description: str = ""
     demo: bool = False
     provider: Provider | None = field(default=None, compare=False)

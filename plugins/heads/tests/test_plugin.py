@@ -44,7 +44,7 @@ def test_the_head_options_belong_to_the_head_recipes(tmp_path) -> None:
 
     from swiftcore.cli.main import cli
 
-    env = {"SWIFTCORE_PLUGINS": "heads", "SWIFTCORE_PLUGINS_STRICT": None}
+    env = {"SWIFTCORE_PLUGINS": "heads,train", "SWIFTCORE_PLUGINS_STRICT": None}  # train: the sft recipe's plugin
     listed = CliRunner().invoke(cli, ["recipes", "--json"], env=env)
     assert listed.exit_code == 0, listed.output
     rows = {row["name"]: row for row in json.loads(listed.output)}

@@ -1,36 +1,20 @@
-"""Media in samples: decoding images and audio, and the processor step training and inference share.
+"""Moved: media processing is the ``swiftcore-media`` distribution now (package ``swiftcore_media``).
 
-An engine or recipe that takes images or audio uses these so that a served prompt's media are prepared exactly
-as in training (the model plugin's spec declares the modalities; its processor files decide whether a
-checkpoint takes them).
+Importing a name from here fails with that instruction, so a plugin written against plugin API 1.2 learns
+where it went instead of getting an attribute error.
 """
 
 from __future__ import annotations
 
-from swiftcore.train.media import (
-    MediaError,
-    MediaPreparer,
-    has_media,
-    load_audio,
-    load_image,
-    load_processor_without_video,
-    media_modalities,
-    media_tags_to_parts,
-    media_value,
-    prepare_media,
-    processor_files,
-)
+from typing import Any
 
-__all__ = [
-    "MediaError",
-    "MediaPreparer",
-    "has_media",
-    "load_audio",
-    "load_image",
-    "load_processor_without_video",
-    "media_modalities",
-    "media_tags_to_parts",
-    "media_value",
-    "prepare_media",
-    "processor_files",
-]
+__all__: list[str] = []
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise ImportError(
+        f"swiftcore.api.media.{name} moved to swiftcore_media.{name}: media processing is the swiftcore-media "
+        "distribution now; depend on swiftcore-media and import it from there"
+    )

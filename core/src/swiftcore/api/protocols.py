@@ -119,6 +119,7 @@ REFERENCE_PROTOCOLS: dict[tuple[str, str], Any] = {
     ("model", "loader"): "callable:1",  # loader(model_dir, *, spec, torch_dtype, **kwargs)
     ("model", "tiny_config"): "callable:0",
     ("model", "tiny_tokenizer"): "callable:1",
+    ("model", "processor"): "callable:2",  # processor(model_dir, tokenizer) -> a transformers-style processor
     ("head", "factory"): "callable:1",  # factory(backbone, *, spec, **options)
     ("head", "recipe"): "callable:3",
     ("head", "predictor"): "callable:1",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from swiftcore.template import (
     JinjaTemplate,
+    SampleTooLongError,
     Segment,
     Template,
     TemplateError,
@@ -18,17 +19,23 @@ from swiftcore.template import (
 from swiftcore.template.conversation import Conversation, generation_record, media_type, normalize_record, tojson
 from swiftcore.template.parsing import json_or_text, split_reasoning, tool_call
 from swiftcore.template.pieces import media, prompt, strip_pieces, text_of
+from swiftcore.template.sample import ENCODE_CHUNK, MediaExpander, SampleEncoder, media_tags_to_parts
 
 __all__ = [
+    "ENCODE_CHUNK",
     "Conversation",
     "JinjaTemplate",
+    "MediaExpander",
     "Segment",
+    "SampleEncoder",
+    "SampleTooLongError",
     "Template",
     "TemplateError",
     "generation_record",
     "get_template",
     "json_or_text",
     "media",
+    "media_tags_to_parts",
     "media_type",
     "normalize_record",
     "official_chat_template",

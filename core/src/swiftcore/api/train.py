@@ -1,58 +1,41 @@
-"""What a training recipe is written with: the common config, the trainer, and the run helpers.
+"""What the core gives a training recipe: the common config, the result type, the dispatch, the rewards.
 
-A recipe (:class:`swiftcore.api.RecipeSpec`) is ``run(cfg, plugins, options) -> TrainResult``; the SFT
-recipe (``swiftcore.train.run.run_sft``) reads top to bottom as the example.
+A recipe (:class:`swiftcore.api.RecipeSpec`) is ``run(cfg, plugins, options) -> TrainResult``. The runtime
+recipes share — the trainer with atomic checkpoints, the tuners, the run start and report — is the
+``swiftcore-train`` distribution's (package ``swiftcore_train``), whose ``sft`` recipe
+(``swiftcore_train.sft.run_sft``) reads top to bottom as the example; a recipe plugin depends on it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from swiftcore.train.config import TrainConfig
-from swiftcore.train.run import (
-    TrainResult,
-    check_template_fits_tokenizer,
-    encode_records,
-    generation_defaults,
-    run_training,
-    start_run,
-    train_and_report,
-)
-from swiftcore.train.tuners import apply_tuner, lora_config, trainable_summary
-
-if TYPE_CHECKING:  # at run time they come from __getattr__ below, on first use
-    from swiftcore.train.trainer import JsonlLogCallback, SwiftTrainer, training_arguments
-
-__all__ = [
-    "JsonlLogCallback",
-    "SwiftTrainer",
-    "TrainConfig",
-    "TrainResult",
-    "apply_tuner",
-    "check_template_fits_tokenizer",
-    "encode_records",
-    "generation_defaults",
-    "lora_config",
-    "run_training",
-    "start_run",
-    "trainable_summary",
-    "train_and_report",
-    "training_arguments",
-]
-
-# Rewards for online RL recipes (issue 19): load ``--reward`` names, call them without ever failing a run.
 from swiftcore.train.rewards import Reward, load_rewards, parse_reward_options
+from swiftcore.train.run import TrainResult, run_training
 
-__all__ += ["Reward", "load_rewards", "parse_reward_options"]
+__all__ = ["Reward", "TrainConfig", "TrainResult", "load_rewards", "parse_reward_options", "run_training"]
 
-#: Names of ``swiftcore.train.trainer``, which subclasses transformers' ``Trainer`` and so imports torch and
-#: transformers: resolved on first use (PEP 562), so importing this module stays light like the rest of the API.
-_TRAINER_NAMES = ("JsonlLogCallback", "SwiftTrainer", "training_arguments")
+#: Names this module had before the training runtime became the swiftcore-train plugin: name -> new module.
+_MOVED = {
+    "JsonlLogCallback": "swiftcore_train.trainer",
+    "SwiftTrainer": "swiftcore_train.trainer",
+    "training_arguments": "swiftcore_train.trainer",
+    "apply_tuner": "swiftcore_train.tuners",
+    "lora_config": "swiftcore_train.tuners",
+    "trainable_summary": "swiftcore_train.tuners",
+    "check_template_fits_tokenizer": "swiftcore_train.run",
+    "encode_records": "swiftcore_train.run",
+    "generation_defaults": "swiftcore_train.run",
+    "start_run": "swiftcore_train.run",
+    "train_and_report": "swiftcore_train.run",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _TRAINER_NAMES:
-        from swiftcore.train import trainer
-
-        return getattr(trainer, name)
+    if name in _MOVED:
+        raise ImportError(
+            f"swiftcore.api.train.{name} moved to {_MOVED[name]}.{name}: the training runtime is the swiftcore-train "
+            "plugin now; depend on swiftcore-train and import it from there"
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

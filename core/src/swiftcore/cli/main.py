@@ -18,7 +18,7 @@ from swiftcore.errors import SwiftcoreError
 from swiftcore.plugin_api import API_VERSION_STRING
 from swiftcore.registry import CORE_COMMANDS
 
-__all__ = ["CliState", "cli", "main", "pass_state", "plugin_args", "plugin_option"]
+__all__ = ["CliState", "cli", "main", "pass_state", "plugin_args", "plugin_option", "with_provider"]
 
 #: core command -> ("module:attr", short help). Keys must equal registry.CORE_COMMANDS.
 _CORE: dict[str, tuple[str, str]] = {
@@ -34,7 +34,7 @@ _CORE: dict[str, tuple[str, str]] = {
 assert tuple(_CORE) == CORE_COMMANDS
 
 #: Commands of swiftcore's own plugin distributions, to say what to install when one is asked for and missing.
-_PLUGIN_COMMAND_DISTRIBUTIONS = {"infer": "swiftcore-infer", "deploy": "swiftcore-serve"}
+_PLUGIN_COMMAND_DISTRIBUTIONS = {"infer": "swiftcore-infer", "deploy": "swiftcore-serve", "eval": "swiftcore-eval"}
 
 
 @dataclass
@@ -88,6 +88,19 @@ def plugin_args(args: list[str]) -> list[str]:
         elif arg.startswith("--plugin="):
             found.append(arg.partition("=")[2])
     return found
+
+
+def with_provider(state: CliState, extra: list[str], kind: str, name: str) -> list[str]:
+    """``extra`` (a sub-command's ``--plugin`` values) plus, when a plugin set is chosen (``--plugin``,
+    ``SWIFTCORE_PLUGINS``), the installed plugin that declares the ``kind`` called ``name``: ``swiftcore deploy
+    --plugin qwen3_5`` still loads the server plugin, ``swiftcore train --plugin qwen3_5`` the ``sft`` recipe's."""
+    from swiftcore._plugins import discover, requested_from_env
+
+    requested = [*state.plugin_specs, *extra]
+    if not any(not s.startswith("no:") for s in requested) and requested_from_env() is None:
+        return list(extra)  # every installed plugin loads anyway
+    owner = next((i.name for i in discover().values() if name in i.capabilities.get(kind, ())), None)
+    return [*extra, owner] if owner and owner not in requested else list(extra)
 
 
 class LazyGroup(click.Group):
@@ -157,14 +170,9 @@ class _PluginCommand(click.Command):
         return command
 
     def invoke(self, ctx: click.Context) -> Any:
-        from swiftcore._plugins import requested_from_env
-
         state = ctx.find_object(CliState) or CliState()
-        requested = [*state.plugin_specs, *plugin_args(ctx.args)]
-        if any(not s.startswith("no:") for s in requested) or requested_from_env() is not None:
-            # A chosen plugin set (--plugin, SWIFTCORE_PLUGINS) still holds the plugin whose command this is.
-            requested.append(_plugin_command_index()[self.name])
-        command = self.resolve_target(state.plugins([s for s in requested if s not in state.plugin_specs]))
+        extra = with_provider(state, plugin_args(ctx.args), "command", self.name)
+        command = self.resolve_target(state.plugins(extra))
         # obj=state: the command sees the same loaded plugin set (pass_state) rather than loading its own.
         return command.main(ctx.args, prog_name=f"swiftcore {self.name}", standalone_mode=False, obj=state)
 

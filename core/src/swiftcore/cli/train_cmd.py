@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from swiftcore.cli.main import CliState, pass_state, plugin_args, plugin_option
+from swiftcore.cli.main import CliState, pass_state, plugin_args, plugin_option, with_provider
 from swiftcore.train.config import (
     LOSS_POLICIES,
     TRUNCATION,
@@ -135,7 +135,7 @@ class TrainCommand(click.Command):
         from swiftcore.options import collect_options
 
         state = ctx.ensure_object(CliState)
-        plugins = state.plugins(plugin_args(args))
+        plugins = state.plugins(with_provider(state, plugin_args(args), "recipe", _recipe_arg(args)))
         reserved = {name: "swiftcore train itself" for param in super().get_params(ctx) for name in _names(param)}
         ctx.meta[_PLUGIN_OPTIONS] = collect_options(plugins, "train", reserved)
         return super().parse_args(ctx, args)
@@ -144,6 +144,20 @@ class TrainCommand(click.Command):
         params = super().get_params(ctx)
         extra = [option.click_option() for option in ctx.meta.get(_PLUGIN_OPTIONS, ())]
         return params[:-1] + extra + params[-1:] if extra else params  # --help stays last
+
+
+def _recipe_arg(args: list[str]) -> str:
+    """The recipe ``args`` ask for (``--recipe``, else ``--task``, else ``sft``), read before parsing so the
+    plugin providing it loads with the chosen plugin set (a ``--config`` file's recipe is seen after loading)."""
+    values = {"--recipe": "sft", "--task": "causal_lm"}
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in values:
+            if eq:
+                values[flag] = value
+            elif i + 1 < len(args):
+                values[flag] = args[i + 1]
+    return recipe_for(values["--task"], values["--recipe"])
 
 
 def _names(param: click.Parameter) -> list[str]:

@@ -147,7 +147,7 @@ class CheckpointManifest:
 
 
 def build_manifest(cfg: Any, spec: Any, plugins: Any, *, template: Any = None, head: Any = None) -> dict[str, Any]:
-    """The manifest fields of a training run's record (``swiftcore.train.run.start_run`` merges them in).
+    """The manifest fields of a training run's record (``swiftcore_train.run.start_run`` merges them in).
 
     Args:
         cfg: the run's :class:`~swiftcore.train.config.TrainConfig` (``task``, ``tuner``, ``recipe``).

@@ -1,6 +1,7 @@
-"""Supervised fine-tuning on transformers' Trainer: config, tuners, atomic checkpoints, the recipe.
+"""The training contract: the common config, the rewards, and running the recipe a plugin registers.
 
-``swiftcore.train.config`` is import-light; the rest imports torch and transformers.
+The trainer, tuners and the ``sft`` recipe are the swiftcore-train plugin's (``swiftcore_train``). Everything
+here is import-light: no torch, no transformers.
 """
 
 from swiftcore.train.config import TrainConfig, load_config_file

@@ -1,4 +1,4 @@
-"""Gemma 4's processor for training samples, found by ``swiftcore.train.media`` by convention.
+"""Gemma 4's processor for image and audio samples (``ModelSpec.processor`` of the gemma4 spec).
 
 transformers' ``Gemma4Processor`` lives in a module that imports its torchvision image processor, so it
 cannot even be imported where torchvision is absent (every CPU-only environment, see
@@ -28,8 +28,7 @@ def load_processor(model_dir: str | Path, tokenizer: Any) -> Any:
         tokenizer: the tokenizer (a copy the processor may modify).
     """
     import transformers
-
-    from swiftcore.api.models import load_processor_without_video
+    from swiftcore_media import load_processor_without_video
 
     try:
         transformers.Gemma4Processor  # noqa: B018 - only checks that the module imports (it needs torchvision)

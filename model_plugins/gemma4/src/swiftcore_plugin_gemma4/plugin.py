@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swiftcore.api import ModelParts, ModelSpec, hookimpl
 
-SWIFTCORE_API = "1.0"
+SWIFTCORE_API = "1.3"  # ModelSpec.processor came in plugin API 1.3
 
 _TINY = "swiftcore_plugin_gemma4.tiny"
 
@@ -40,6 +40,7 @@ def swiftcore_register_models() -> list[ModelSpec]:
             tiny_tokenizer=f"{_TINY}:tiny_gemma4_tokenizer",
             tasks=("causal_lm",),
             modalities=("text", "image", "audio"),
+            processor="swiftcore_plugin_gemma4.media:load_processor",
             description="Gemma 4: text, image and audio",
         ),
     ]

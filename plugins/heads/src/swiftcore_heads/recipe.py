@@ -1,7 +1,7 @@
 """``run_head_training``: the training recipe of every head task, on core components.
 
 Read top to bottom it is the recipe: check options and data, load the backbone's decoder, add the
-head, tune (LoRA or full), train with :class:`swiftcore.train.trainer.SwiftTrainer`, save each
+head, tune (LoRA or full), train with :class:`swiftcore_train.trainer.SwiftTrainer`, save each
 checkpoint in its ecosystem format (:mod:`swiftcore_heads.save`).
 """
 
@@ -102,7 +102,8 @@ def build_head_model(cfg: Any, spec: Any, plugins: Any, tokenizer: Any, yes_no: 
 
 
 def _trainer_class() -> Any:
-    from swiftcore.api.train import SwiftTrainer
+    from swiftcore_train.trainer import SwiftTrainer
+
     from swiftcore_heads.objectives import batch_loss
     from swiftcore_heads.save import save_head_model
 
@@ -157,11 +158,12 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         head_spec: the :class:`~swiftcore.specs.HeadSpec` of ``cfg.task``.
 
     Returns:
-        :class:`swiftcore.train.run.TrainResult`; each ``checkpoint-N`` is loadable by
+        :class:`swiftcore.api.train.TrainResult`; each ``checkpoint-N`` is loadable by
         :func:`swiftcore_heads.save.load_head_model` and by its ecosystem (sentence-transformers, transformers).
     """
+    from swiftcore_train.run import start_run, train_and_report
+
     from swiftcore.api.models import check_requirements, load_tokenizer, resolve_model_spec
-    from swiftcore.api.train import start_run, train_and_report
     from swiftcore_heads.data import GroupCollator, encode_examples, load_examples
     from swiftcore_heads.objectives import check_mrl_dims, resolve_head_options
 
@@ -195,8 +197,8 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     )
 
     import torch
-
-    from swiftcore.api.train import JsonlLogCallback, trainable_summary, training_arguments
+    from swiftcore_train.trainer import JsonlLogCallback, training_arguments
+    from swiftcore_train.tuners import trainable_summary
 
     torch.manual_seed(cfg.seed)
     model = build_head_model(cfg, spec, plugins, tokenizer, yes_no)

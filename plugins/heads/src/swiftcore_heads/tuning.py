@@ -1,8 +1,8 @@
 """LoRA / full tuning of a head model's decoder, with the model spec's targets and exclusions.
 
-Why not :func:`swiftcore.train.tuners.apply_tuner` as is: it wraps the model in peft's causal-LM
+Why not :func:`swiftcore_train.tuners.apply_tuner` as is: it wraps the model in peft's causal-LM
 wrapper, which needs ``prepare_inputs_for_generation``; a bare decoder (``*TextModel``) has none. The
-LoRA config is the same (:func:`swiftcore.train.tuners.lora_config`), with peft's generic wrapper.
+LoRA config is the same (:func:`swiftcore_train.tuners.lora_config`), with peft's generic wrapper.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ def apply_head_tuner(decoder: Any, spec: Any, cfg: Any) -> tuple[Any, Any]:
     if cfg.tuner == "full":
         return decoder, None
     from peft import get_peft_model
-
-    from swiftcore.api.train import lora_config
+    from swiftcore_train.tuners import lora_config
 
     peft_model = get_peft_model(decoder, lora_config(spec, cfg, task_type=None))
     return peft_model.get_base_model(), peft_model

@@ -169,17 +169,17 @@ class Engine:
     @property
     def media_modalities(self) -> tuple[str, ...]:
         """The media types prompts may carry: those the model spec declares (``image``, ``audio``) when the
-        checkpoint has its processor files, as training decides (:func:`~swiftcore.api.media.prepare_media`)."""
-        from swiftcore.api.media import media_modalities
+        checkpoint has its processor files, as training decides (:func:`~swiftcore_media.prepare_media`)."""
+        from swiftcore_media import media_modalities
 
         return media_modalities(self.spec, self.base_dir)
 
     def media_preparer(self) -> Any:
-        """The :class:`~swiftcore.api.media.MediaPreparer` training uses for this model (built on first use;
+        """The :class:`~swiftcore_media.MediaPreparer` training uses for this model (built on first use;
         None for a text-only model)."""
         with self._media_lock:
             if self._media is None and self.media_modalities:
-                from swiftcore.api.media import MediaError, prepare_media
+                from swiftcore_media import MediaError, prepare_media
 
                 try:
                     self._media = prepare_media(self.spec, self.base_dir, self.tokenizer)
@@ -188,8 +188,9 @@ class Engine:
             return self._media
 
     def _with_media(self, record: Any) -> tuple[Any, Any]:
-        """``(record, preparer)``: a record with media decoded and its tags made parts as in training, or
-        ``(record, None)`` when it has no media. Refuses media the model or the backend cannot take."""
+        """``(record, preparer)``: a record with its media decoded and the preparer that expands them (its tags
+        become parts in :meth:`SampleEncoder.prepare`, as in training), or ``(record, None)`` when it has no
+        media. Refuses media the model or the backend cannot take."""
         from swiftcore_infer.media import PLURAL, decode_media, media_kinds
 
         if not isinstance(record, Mapping):
@@ -210,11 +211,9 @@ class Engine:
                 "--backend transformers",
                 param="messages",
             )
-        from swiftcore.api.media import media_tags_to_parts
-
         preparer = self.media_preparer()
         where = f"record {record['id']!r}: " if record.get("id") is not None else ""
-        return media_tags_to_parts(decode_media(record, preparer.sampling_rate, where)), preparer
+        return decode_media(record, preparer.sampling_rate, where), preparer
 
     def encode(self, request: Request) -> list[int]:
         """The prompt token ids of ``request`` (template-encoded for a chat record); for a record with
@@ -226,24 +225,24 @@ class Engine:
                 model or backend does not take, the adapter is unknown, or the prompt leaves no room for
                 ``max_new_tokens`` within :attr:`max_model_len`.
         """
-        from swiftcore.api.template import TemplateError
+        from swiftcore_media import MediaError
+
+        from swiftcore.api.template import SampleEncoder, TemplateError
+        from swiftcore_infer.media import Prompt
 
         self._adapter_for(request)
         if request.record is not None:
-            record = request.record
-            defaults = self._chat_defaults.get(self._adapter_for(request))
-            if defaults and isinstance(record, Mapping):
-                asked = record.get("chat_template_kwargs")
-                kwargs = {**defaults, **(asked if isinstance(asked, Mapping) else {})}
-                record = {**record, "chat_template_kwargs": kwargs}
-            record, preparer = self._with_media(record)
+            record, preparer = self._with_media(request.record)
+            # Training's sample path (SampleEncoder): the same record preparation and template, with the chat
+            # defaults the checkpoint (or the adapter) was trained with.
+            defaults = self._chat_defaults.get(self._adapter_for(request)) or {}
+            encoder = SampleEncoder(self.template, self.tokenizer, media=preparer, chat_defaults=defaults)
             try:
-                encoded = self.template.encode(self.tokenizer, record, add_generation_prompt=True)
-            except TemplateError as exc:
+                ids, media = encoder.prompt(record)
+            except (TemplateError, MediaError) as exc:
                 raise InvalidRequestError(str(exc), param="messages") from exc
-            ids = list(encoded.input_ids)
-            if preparer is not None and encoded.media:
-                ids = self._expand_media(preparer, encoded, record)
+            if media is not None:
+                ids = Prompt(ids, media)
         elif isinstance(request.prompt, str):
             ids = list(self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
         else:
@@ -262,19 +261,6 @@ class Engine:
             )
         request.encoded = ids
         return ids
-
-    @staticmethod
-    def _expand_media(preparer: Any, encoded: Any, record: Any) -> list[int]:
-        from swiftcore.api.media import MediaError
-        from swiftcore_infer.media import Prompt
-
-        try:
-            sample = preparer.expand(encoded, record)
-        except MediaError as exc:
-            raise InvalidRequestError(str(exc), param="messages") from exc
-        ids = sample.pop("input_ids")
-        sample.pop("labels", None)
-        return Prompt(ids, sample)
 
     def _adapter_for(self, request: Request) -> str | None:
         """The adapter a request runs with (None = base model)."""

@@ -1,10 +1,10 @@
 """Images and audio at inference: the training sample path, run up to the generation prompt.
 
-A chat record with media is encoded exactly as training encodes it (:func:`swiftcore.api.train.encode_records`):
+A chat record with media is encoded exactly as training encodes it (:func:`swiftcore_train.run.encode_records`):
 ``<image>`` / ``<audio>`` tags become content parts when the record has ``images`` / ``audios`` columns
-(:func:`~swiftcore.api.media.media_tags_to_parts`), the template renders one placeholder per part, and the
+(:func:`~swiftcore_media.media_tags_to_parts`), the template renders one placeholder per part, and the
 family's processor expands each placeholder and makes the towers' tensors
-(:meth:`~swiftcore.api.media.MediaPreparer.expand`). The engine then hands the backend a :class:`Prompt`:
+(:meth:`~swiftcore_media.MediaPreparer.expand`). The engine then hands the backend a :class:`Prompt`:
 the token ids (a plain list, so everything that reads prompt ids keeps working) and the media tensors.
 
 Each media value is decoded first, on the thread that encodes prompts (never the server's event loop), by
@@ -49,7 +49,7 @@ class Prompt(list):
     Attributes:
         media: the processor's tensors (``pixel_values``, ``image_grid_thw``, ``input_features`` ...) and
             ``mm_token_type_ids`` (a list, one per prompt token) when the processor makes them; exactly
-            what training's :meth:`~swiftcore.api.media.MediaPreparer.collate` puts next to ``input_ids``.
+            what training's :meth:`~swiftcore_media.MediaPreparer.collate` puts next to ``input_ids``.
     """
 
     def __init__(self, ids: Any = (), media: Mapping[str, Any] | None = None) -> None:
@@ -116,8 +116,8 @@ def _inline(value: Any, what: str) -> Any:
 def decode_media(record: Mapping[str, Any], sampling_rate: int, where: str = "") -> dict[str, Any]:
     """``record`` with each media value decoded (PIL images, ``{"array", "sampling_rate"}`` waveforms).
 
-    The decoded values are what :meth:`~swiftcore.api.media.MediaPreparer.expand` would have loaded
-    itself (:func:`~swiftcore.api.media.load_image`, :func:`~swiftcore.api.media.load_audio`; loading a
+    The decoded values are what :meth:`~swiftcore_media.MediaPreparer.expand` would have loaded
+    itself (:func:`~swiftcore_media.load_image`, :func:`~swiftcore_media.load_audio`; loading a
     loaded value again changes nothing), so the tensors are the training path's; decoding them here first
     names the part that cannot be read.
 
@@ -129,7 +129,7 @@ def decode_media(record: Mapping[str, Any], sampling_rate: int, where: str = "")
     Raises:
         InvalidRequestError: an item is not an image / audio clip, is truncated, or not valid base64.
     """
-    from swiftcore.api.media import MediaError, load_audio, load_image, media_value
+    from swiftcore_media import MediaError, load_audio, load_image, media_value
 
     def load(value: Any, kind: str, what: str) -> Any:
         try:
@@ -227,7 +227,7 @@ def openai_media_parts(record: Mapping[str, Any], accepted: tuple[str, ...], mod
                 )
             value: Any = {"data": audio["data"], "format": fmt}
         else:
-            from swiftcore.api.media import media_value
+            from swiftcore_media import media_value
 
             value = media_value(part, kind)
             if isinstance(value, str) and value.startswith(("http://", "https://")):

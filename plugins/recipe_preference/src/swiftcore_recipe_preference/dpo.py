@@ -57,8 +57,9 @@ def _check_ref_tokenizer(ref_dir: str, tokenizer: Any) -> None:
 def load_policy_and_reference(cfg: Any, options: Any, spec: Any, plugins: Any, tokenizer: Any) -> tuple[Any, Any]:
     """``(policy, reference)`` for DPO and KTO: the reference is None where TRL needs no separate model (LoRA, or
     ``--precompute-ref-logps`` without ``--ref-model``)."""
+    from swiftcore_train.tuners import apply_tuner
+
     from swiftcore.api.models import load_model, resolve_model_spec
-    from swiftcore.api.train import apply_tuner
 
     dtype = "float32" if cfg.dtype == "float32" else cfg.dtype
     policy = apply_tuner(load_model(spec, cfg.model, plugins, torch_dtype=dtype), spec, cfg)
@@ -87,9 +88,10 @@ def build_dpo_trainer(
     """The configured :func:`dpo_trainer_class` instance for encoded ``train`` / ``val`` samples."""
     import torch
     from datasets import Dataset
+    from swiftcore_train.trainer import JsonlLogCallback
+    from swiftcore_train.tuners import trainable_summary
     from trl import DPOConfig
 
-    from swiftcore.api.train import JsonlLogCallback, trainable_summary
     from swiftcore_recipe_preference.common import router_aux_loss_coef, trl_arguments
 
     torch.manual_seed(cfg.seed)
@@ -145,7 +147,8 @@ def run_dpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
         :class:`~swiftcore.api.train.TrainResult`; each ``checkpoint-N`` is a peft adapter (LoRA) or a full HF
         model, as SFT saves them, so ``swiftcore infer`` / ``deploy`` / ``export`` take it unchanged.
     """
-    from swiftcore.api.train import generation_defaults, start_run
+    from swiftcore_train.run import generation_defaults, start_run
+
     from swiftcore_recipe_preference.common import checkpoint_extras, finish, prepare
     from swiftcore_recipe_preference.encoding import encode_dpo_pairs
     from swiftcore_recipe_preference.options import DPOOptions

@@ -56,9 +56,10 @@ def build_kto_trainer(
     """The configured :func:`kto_trainer_class` instance for encoded ``train`` / ``val`` samples."""
     import torch
     from datasets import Dataset
+    from swiftcore_train.trainer import JsonlLogCallback
+    from swiftcore_train.tuners import trainable_summary
     from trl import KTOConfig
 
-    from swiftcore.api.train import JsonlLogCallback, trainable_summary
     from swiftcore_recipe_preference.common import router_aux_loss_coef, trl_arguments
     from swiftcore_recipe_preference.dpo import load_policy_and_reference
 
@@ -108,7 +109,8 @@ def run_kto(cfg: Any, plugins: Any, options: Any = None) -> Any:
     """
     from dataclasses import asdict
 
-    from swiftcore.api.train import generation_defaults, start_run
+    from swiftcore_train.run import generation_defaults, start_run
+
     from swiftcore_recipe_preference.common import checkpoint_extras, finish, prepare
     from swiftcore_recipe_preference.data import load_unpaired, split_pairs
     from swiftcore_recipe_preference.encoding import encode_kto_examples

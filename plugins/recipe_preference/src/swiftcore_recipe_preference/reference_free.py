@@ -119,9 +119,10 @@ def build_reference_free_trainer(
     """The configured CPO / SimPO / ORPO trainer for encoded ``train`` / ``val`` samples."""
     import torch
     from datasets import Dataset
+    from swiftcore_train.trainer import JsonlLogCallback
+    from swiftcore_train.tuners import apply_tuner, trainable_summary
 
     from swiftcore.api.models import load_model
-    from swiftcore.api.train import JsonlLogCallback, apply_tuner, trainable_summary
 
     torch.manual_seed(cfg.seed)
     dtype = "float32" if cfg.dtype == "float32" else cfg.dtype
@@ -143,7 +144,8 @@ def build_reference_free_trainer(
 def _run(method: str, options_cls: Any, cfg: Any, plugins: Any, options: Any) -> Any:
     from dataclasses import asdict
 
-    from swiftcore.api.train import generation_defaults, start_run
+    from swiftcore_train.run import generation_defaults, start_run
+
     from swiftcore_recipe_preference.common import checkpoint_extras, finish, prepare
     from swiftcore_recipe_preference.encoding import encode_dpo_pairs
 

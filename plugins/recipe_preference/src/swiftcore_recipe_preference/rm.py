@@ -82,9 +82,10 @@ def build_reward_trainer(
     """The configured :func:`reward_trainer_class` instance for encoded ``train`` / ``val`` samples."""
     import torch
     from datasets import Dataset
+    from swiftcore_train.trainer import JsonlLogCallback
+    from swiftcore_train.tuners import lora_config, trainable_summary
     from trl import RewardConfig
 
-    from swiftcore.api.train import JsonlLogCallback, lora_config, trainable_summary
     from swiftcore_recipe_preference.common import trl_arguments
 
     torch.manual_seed(cfg.seed)
@@ -128,7 +129,8 @@ def run_rm(cfg: Any, plugins: Any, options: Any = None) -> Any:
     """
     from dataclasses import asdict
 
-    from swiftcore.api.train import start_run
+    from swiftcore_train.run import start_run
+
     from swiftcore_recipe_preference.common import finish, prepare
     from swiftcore_recipe_preference.encoding import encode_rm_pairs
     from swiftcore_recipe_preference.options import RMOptions

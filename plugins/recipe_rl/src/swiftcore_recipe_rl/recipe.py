@@ -28,9 +28,8 @@ def grpo_config(cfg: Any, options: GRPOOptions, output_dir: Path, *, reward_name
     ``--batch-size`` counts prompts per device and step: each brings ``--num-generations`` completions, so
     TRL's per-device batch (which counts completions) is their product and always holds whole groups.
     """
+    from swiftcore_train.trainer import training_arguments
     from trl import GRPOConfig
-
-    from swiftcore.api.train import training_arguments
 
     weights = options.weights()
     return training_arguments(
@@ -123,9 +122,11 @@ def _resume(cfg: Any, output_dir: Path) -> Path | None:
 def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     """The ``grpo`` recipe: sample ``--num-generations`` completions per prompt, score them with the
     ``--reward`` functions, and optimise the policy with TRL's GRPO loss of ``--grpo-loss-type``."""
+    from swiftcore_train.run import start_run, train_and_report
+
     from swiftcore.api.models import check_requirements, load_model, load_tokenizer, resolve_model_spec
     from swiftcore.api.template import get_template
-    from swiftcore.api.train import load_rewards, parse_reward_options, start_run, train_and_report
+    from swiftcore.api.train import load_rewards, parse_reward_options
     from swiftcore_recipe_rl.data import load_prompt_rows
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.rollout import PromptCodec, stop_token_ids
@@ -157,7 +158,7 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     template_spec = plugins.registry.get("template", template_name)
     template = get_template(template_name, plugins)
     tokenizer = load_tokenizer(cfg.model)
-    from swiftcore.api.train import check_template_fits_tokenizer
+    from swiftcore_train.run import check_template_fits_tokenizer
 
     check_template_fits_tokenizer(template_spec, tokenizer, cfg.model)
     codec = PromptCodec(template, tokenizer)
@@ -176,8 +177,9 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
 
     import torch
     from datasets import Dataset
+    from swiftcore_train.trainer import JsonlLogCallback
+    from swiftcore_train.tuners import apply_tuner, trainable_summary
 
-    from swiftcore.api.train import JsonlLogCallback, apply_tuner, trainable_summary
     from swiftcore_recipe_rl.trainer import grpo_trainer_class
 
     torch.manual_seed(cfg.seed)

@@ -59,9 +59,12 @@ class PromptCodec:
         self._hidden = frozenset(special - keep)
 
     def encode(self, record: dict[str, Any]) -> tuple[str, list[int]]:
-        """``(text, ids)`` of a prompt record with the generation prompt appended, as inference encodes it."""
-        encoded = self.template.encode(self.tokenizer, record, add_generation_prompt=True)
-        ids = [int(t) for t in encoded.input_ids]
+        """``(text, ids)`` of a prompt record with the generation prompt appended, as inference encodes it (the
+        same :class:`~swiftcore.api.template.SampleEncoder`)."""
+        from swiftcore.api.template import SampleEncoder
+
+        prompt, _ = SampleEncoder(self.template, self.tokenizer).prompt(record)
+        ids = [int(t) for t in prompt]
         return self.tokenizer.decode(ids, skip_special_tokens=False), ids
 
     def decode(self, ids: Sequence[int]) -> str:

@@ -12,11 +12,10 @@ __all__ = ["grpo_trainer_class"]
 
 @cache
 def grpo_trainer_class() -> type:
-    """The trainer class: :class:`swiftcore.api.train.SwiftTrainer` (atomic checkpoints, resume checks) over
+    """The trainer class: :class:`swiftcore_train.trainer.SwiftTrainer` (atomic checkpoints, resume checks) over
     :class:`trl.GRPOTrainer` (rollouts, rewards, advantages, the clipped loss of every loss type)."""
+    from swiftcore_train.trainer import SwiftTrainer
     from trl import GRPOTrainer
-
-    from swiftcore.api.train import SwiftTrainer
 
     class SwiftGRPOTrainer(SwiftTrainer, GRPOTrainer):
         """GRPOTrainer whose prompts are the ids the family's swiftcore template encodes.

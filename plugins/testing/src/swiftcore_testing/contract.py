@@ -18,13 +18,14 @@ from __future__ import annotations
 import inspect
 import math
 import types
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from swiftcore.api import SwiftcoreError
-from swiftcore_testing import bridge_checks, head_checks, model_checks, rules
+from swiftcore_testing import bridge_checks, head_checks, model_checks, rules, template_checks
 from swiftcore_testing.plugin_set import contract_plugins, own_names
 from swiftcore_testing.rules import violation
 from swiftcore_testing.samples import load_samples
@@ -54,9 +55,17 @@ def _check(rule: str, problems: list[str]) -> None:
         raise violation(rule, problems)
 
 
-def _spec_names(plugin: str, also_load: tuple[str, ...]) -> dict[str, list[str]]:
+def _spec_names(
+    plugin: str, also_load: tuple[str, ...], referenced: AbstractSet[str] | None = frozenset()
+) -> dict[str, list[str]]:
     """Parameter lists per :data:`_PARAMETRIZED` group (empty when the plugin does not load: the
-    generic tests then say why)."""
+    generic tests then say why).
+
+    Args:
+        plugin: the plugin under test.
+        also_load: the extra plugins of the contract.
+        referenced: the template names the contract's reference renderings are for (None: every template).
+    """
     from swiftcore.api.template import official_chat_template
 
     try:
@@ -65,13 +74,23 @@ def _spec_names(plugin: str, also_load: tuple[str, ...]) -> dict[str, list[str]]
     except SwiftcoreError:
         return {}
     groups = {kind: [s.name for s in items] for kind, items in specs.items()}
-    # An official format that is not Jinja (e.g. DeepSeek's encoding script) is the plugin's own golden tests' job.
-    groups["template_official"] = [s.name for s in specs.get("template", []) if (s.official or "").endswith(".jinja")]
+
+    def has_reference(name: str | None) -> bool:
+        return name is not None and (referenced is None or name in referenced)
+
+    # An official format that is not Jinja (e.g. DeepSeek's encoding script) is compared through reference
+    # renderings, or by the plugin's own golden tests.
+    groups["template_official"] = [
+        s.name for s in specs.get("template", []) if (s.official or "").endswith(".jinja") or has_reference(s.name)
+    ]
     official = []
     for spec in specs.get("model", []):
         template = plugins.registry.find("template", spec.default_template) if spec.default_template else None
         try:
-            if template is not None and official_chat_template(template) is not None:
+            # The tiny tokenizer may carry the model's own chat template: whether it does shows only once made.
+            if spec.tiny_tokenizer or has_reference(spec.default_template):
+                official.append(spec.name)
+            elif template is not None and official_chat_template(template) is not None:
                 official.append(spec.name)
         except SwiftcoreError:
             official.append(spec.name)  # the test reports the unreadable template
@@ -101,6 +120,9 @@ class PluginContract:
             transformers' config class shrunk).
         bridge_config_overrides: model_type -> config values for that transformers fallback.
         head_backbone: the model spec a head is built on.
+        renderings: a JSONL file of reference renderings of the sample conversations (default:
+            ``data/conversations_expected.jsonl`` beside the test module, when it exists; the format is
+            :data:`swiftcore_testing.template_checks.REFERENCE_FILE`'s), which templates must reproduce.
     """
 
     plugin: ClassVar[str] = ""
@@ -111,12 +133,14 @@ class PluginContract:
     bridge_checkpoints: ClassVar[dict[str, str]] = {}
     bridge_config_overrides: ClassVar[dict[str, dict[str, Any]]] = {}
     head_backbone: ClassVar[str | None] = None
+    renderings: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if not cls.plugin:
             return
-        groups = _spec_names(cls.plugin, cls.also_load)
+        rows = template_checks.load_reference(cls._renderings_path())
+        groups = _spec_names(cls.plugin, cls.also_load, template_checks.reference_templates(rows) if rows else set())
         if cls.models is not None:
             for key in ("model", "model_official"):
                 groups[key] = [n for n in groups.get(key, []) if n in cls.models]
@@ -128,6 +152,15 @@ class PluginContract:
             else:
                 # Nothing of that kind: no test at all (rather than a skipped one that looks covered).
                 setattr(cls, test_name, None)
+
+    @classmethod
+    def _beside_test(cls, configured: str | None, default: str) -> str:
+        """``configured``, else ``default`` relative to the directory of the module defining the class."""
+        return configured if configured is not None else str(Path(inspect.getfile(cls)).parent / default)
+
+    @classmethod
+    def _renderings_path(cls) -> str:
+        return cls._beside_test(cls.renderings, template_checks.REFERENCE_FILE)
 
     # ------------------------------------------------------------------ fixtures
 
@@ -147,10 +180,13 @@ class PluginContract:
     @classmethod
     def contract_samples(cls) -> list[dict[str, Any]]:
         """The plugin's sample conversations plus the kit's."""
-        path = cls.conversations
-        if path is None:
-            path = str(Path(inspect.getfile(cls)).parent / "data" / "conversations.jsonl")
-        return load_samples(path)
+        return load_samples(cls._beside_test(cls.conversations, "data/conversations.jsonl"))
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def contract_renderings(cls) -> list[dict[str, Any]]:
+        """The reference renderings (see :attr:`renderings`); empty without a file."""
+        return template_checks.load_reference(cls._renderings_path())
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -174,7 +210,7 @@ class PluginContract:
 
     def _own(self, plugins: Any) -> dict[str, list[Any]]:
         """The specs of the plugin under test (not of its dependencies)."""
-        return rules.own_specs(plugins, own_names(self.plugin))
+        return rules.own_specs(plugins, own_names(self.plugin, plugins))
 
     def _spec(self, plugins: Any, kind: str, name: str) -> Any:
         return next(s for s in self._own(plugins).get(kind, []) if s.name == name)
@@ -234,8 +270,9 @@ class PluginContract:
         _check("static-index-matches", [p for p in contract_probe.get("problems", []) if "capability index" in p])
 
     def test_no_core_clash(self, contract_plugin_set: Any) -> None:
-        """No spec or command takes a name swiftcore itself provides."""
-        names = own_names(self.plugin)
+        """No spec or command takes a name swiftcore, a plugin loaded beside it or any installed plugin provides
+        (the problem names both providers)."""
+        names = own_names(self.plugin, contract_plugin_set)
         _check("no-core-clash", rules.core_clash_problems(self._own(contract_plugin_set), contract_plugin_set, names))
 
     def test_load_twice_harmless(self) -> None:
@@ -243,6 +280,19 @@ class PluginContract:
         _check("load-twice-harmless", rules.load_twice_problems(self.plugin))
 
     # ------------------------------------------------------------------ model plugins
+
+    def _model_template(self, spec: Any, plugins: Any, rule: str) -> tuple[Any, Any]:
+        """``(template, template_spec)`` of the model's default template; a template name two plugins provide
+        is reported as theirs, naming both, not as the model's."""
+        providers = plugins.registry.providers("template", spec.default_template) if spec.default_template else []
+        if len(providers) > 1:
+            raise violation(
+                rule,
+                f"model {spec.name!r}: its default template {spec.default_template!r} is provided by "
+                f"{' and by '.join(str(p.provider) for p in providers)}; one of those plugins must rename it (or the "
+                f"model can name one as default_template='{spec.default_template}@PLUGIN')",
+            )
+        return model_checks.template_for(spec, plugins)
 
     def test_model_make_tiny_loads(self, name: str, contract_plugin_set: Any, contract_tiny: Any) -> None:
         """make_tiny -> resolve -> load -> parts and special tokens agree."""
@@ -252,45 +302,76 @@ class PluginContract:
     def test_model_template_renders(
         self, name: str, contract_plugin_set: Any, contract_tiny: Any, contract_samples: list[dict[str, Any]]
     ) -> None:
-        """The default template renders and encodes the samples with the tiny tokenizer."""
+        """The default template renders and encodes the samples with the tiny tokenizer, keeping every system
+        prompt and reply."""
         from swiftcore.api.models import load_tokenizer
 
         spec = self._spec(contract_plugin_set, "model", name)
-        template, _ = model_checks.template_for(spec, contract_plugin_set)
+        template, _ = self._model_template(spec, contract_plugin_set, "model-template-renders")
         tokenizer = load_tokenizer(contract_tiny(name))
-        _check("model-template-renders", model_checks.render_problems(template, tokenizer, contract_samples))
+        problems = model_checks.render_problems(template, tokenizer, contract_samples)
+        _check("model-template-renders", problems + template_checks.kept_message_problems(template, contract_samples))
 
     def test_model_template_official(
-        self, name: str, contract_plugin_set: Any, contract_tiny: Any, contract_samples: list[dict[str, Any]]
+        self,
+        name: str,
+        contract_plugin_set: Any,
+        contract_tiny: Any,
+        contract_samples: list[dict[str, Any]],
+        contract_renderings: list[dict[str, Any]],
     ) -> None:
-        """The default template equals its official Jinja on every sample, byte for byte."""
+        """The default template renders every sample, byte for byte, as renderings made without it do: the
+        tiny tokenizer's own chat template (through transformers' ``apply_chat_template``), the template's
+        official Jinja and the reference renderings, each where there is one."""
         from swiftcore.api.models import load_tokenizer
+        from swiftcore.api.template import official_chat_template
 
         spec = self._spec(contract_plugin_set, "model", name)
-        template, template_spec = model_checks.template_for(spec, contract_plugin_set)
+        template, template_spec = self._model_template(spec, contract_plugin_set, "model-template-official")
         tokenizer = load_tokenizer(contract_tiny(name))
-        _check(
-            "model-template-official",
-            model_checks.official_problems(template, template_spec, contract_samples, tokenizer),
-        )
+        compared, problems = [], []
+        if isinstance(getattr(tokenizer, "chat_template", None), str):
+            compared.append("the tokenizer's chat template")
+            problems += template_checks.tokenizer_template_problems(template, tokenizer, contract_samples)
+        try:
+            has_official = official_chat_template(template_spec) is not None
+        except SwiftcoreError as exc:
+            has_official, problems = False, [*problems, str(exc)]
+        if has_official:
+            compared.append(f"the official {template_spec.official}")
+            problems += model_checks.official_problems(template, template_spec, contract_samples, tokenizer)
+        rows = [r for r in contract_renderings if r.get("template", template_spec.name) == template_spec.name]
+        if rows:
+            compared.append(f"{len(rows)} reference renderings")
+            problems += template_checks.reference_problems(template, template_spec.name, rows, contract_samples)
+        if not compared and not problems:
+            pytest.skip(
+                f"model {name!r}: nothing to compare its template with (its tiny tokenizer has no chat_template, its "
+                f"template no official Jinja); add reference renderings ({template_checks.REFERENCE_FILE})"
+            )
+        _check("model-template-official", problems)
 
     def test_model_template_train_serve(
         self, name: str, contract_plugin_set: Any, contract_tiny: Any, contract_samples: list[dict[str, Any]]
     ) -> None:
-        """Each sample's reply is trained after exactly the ids inference prompts with, in every thinking mode."""
+        """Each sample's reply is trained after exactly the ids inference prompts with, in every thinking mode,
+        and up to a token the checkpoint's generation config stops at."""
         from swiftcore.api.models import load_tokenizer
 
         spec = self._spec(contract_plugin_set, "model", name)
-        template, _ = model_checks.template_for(spec, contract_plugin_set)
-        tokenizer = load_tokenizer(contract_tiny(name))
-        _check("model-template-train-serve", model_checks.train_serve_problems(template, tokenizer, contract_samples))
+        template, _ = self._model_template(spec, contract_plugin_set, "model-template-train-serve")
+        model_dir = contract_tiny(name)
+        tokenizer = load_tokenizer(model_dir)
+        problems = model_checks.train_serve_problems(template, tokenizer, contract_samples)
+        problems += template_checks.stop_token_problems(template, tokenizer, model_dir, contract_samples)
+        _check("model-template-train-serve", problems)
 
     def test_model_lora_trains(
         self, name: str, contract_plugin_set: Any, contract_tiny: Any, contract_samples: list[dict[str, Any]]
     ) -> None:
         """Two LoRA steps on one batch: finite, decreasing loss."""
         spec = self._spec(contract_plugin_set, "model", name)
-        template, _ = model_checks.template_for(spec, contract_plugin_set)
+        template, _ = self._model_template(spec, contract_plugin_set, "model-lora-trains")
         losses = model_checks.lora_losses(spec, contract_tiny(name), contract_plugin_set, template, contract_samples)
         if not all(math.isfinite(x) for x in losses):
             raise violation("model-lora-trains", f"losses {losses} are not finite")
@@ -308,47 +389,58 @@ class PluginContract:
 
     # ------------------------------------------------------------------ template plugins
 
+    def _template(self, name: str, plugins: Any) -> tuple[Any, Any]:
+        """``(template, spec)`` of the plugin's template ``name`` (its own, when another plugin has the name too)."""
+        from swiftcore.api.template import get_template
+
+        spec = self._spec(plugins, "template", name)
+        return get_template(f"{name}@{spec.provider.plugin}", plugins), spec
+
     def test_template_renders(
         self, name: str, contract_plugin_set: Any, contract_samples: list[dict[str, Any]]
     ) -> None:
-        """The template renders every plain-text sample."""
-        from swiftcore.api.template import get_template
-
-        template = get_template(
-            f"{name}@{self._spec(contract_plugin_set, 'template', name).provider.plugin}", contract_plugin_set
-        )
-        _check("template-renders", model_checks.render_problems(template, None, contract_samples))
+        """The template renders every plain-text sample, keeping every system prompt and reply."""
+        template, _ = self._template(name, contract_plugin_set)
+        problems = model_checks.render_problems(template, None, contract_samples)
+        _check("template-renders", problems + template_checks.kept_message_problems(template, contract_samples))
 
     def test_template_train_serve(
         self, name: str, contract_plugin_set: Any, contract_samples: list[dict[str, Any]]
     ) -> None:
         """Each sample's reply is trained after exactly the ids inference prompts with (a test tokenizer with
-        the template's special tokens), in every thinking mode."""
-        from swiftcore.api.template import get_template
+        the template's special tokens), in every thinking mode, and up to one of the template's stop words."""
         from swiftcore_testing.templates import build_test_tokenizer
 
-        spec = self._spec(contract_plugin_set, "template", name)
-        template = get_template(f"{name}@{spec.provider.plugin}", contract_plugin_set)
+        template, spec = self._template(name, contract_plugin_set)
         tokenizer = build_test_tokenizer(spec.special_tokens, model_checks.rendered_texts(template, contract_samples))
-        _check("template-train-serve", model_checks.train_serve_problems(template, tokenizer, contract_samples))
+        problems = model_checks.train_serve_problems(template, tokenizer, contract_samples)
+        problems += template_checks.stop_word_problems(template, tokenizer, contract_samples)
+        _check("template-train-serve", problems)
 
     def test_template_official(
-        self, name: str, contract_plugin_set: Any, contract_samples: list[dict[str, Any]]
+        self,
+        name: str,
+        contract_plugin_set: Any,
+        contract_samples: list[dict[str, Any]],
+        contract_renderings: list[dict[str, Any]],
     ) -> None:
-        """A template declaring an official chat template reproduces it byte for byte."""
-        from swiftcore.api.template import get_template
+        """The template reproduces, byte for byte, its declared official Jinja and the reference renderings."""
+        from swiftcore.api.template import official_chat_template
 
-        spec = self._spec(contract_plugin_set, "template", name)
-        template = get_template(f"{name}@{spec.provider.plugin}", contract_plugin_set)
+        template, spec = self._template(name, contract_plugin_set)
+        problems: list[str] = []
         try:
-            problems = model_checks.official_problems(template, spec, contract_samples)
+            if official_chat_template(spec) is not None:
+                problems += model_checks.official_problems(template, spec, contract_samples)
         except SwiftcoreError as exc:
-            problems = [str(exc)]
+            problems.append(str(exc))
+        problems += template_checks.reference_problems(template, name, contract_renderings, contract_samples)
         _check("template-official", problems)
 
     # ------------------------------------------------------------------ bridge plugins
 
     def _bridge_checkpoint(self, name: str, plugins: Any, work: Path) -> tuple[Any, Path]:
+        """The bridge spec and the tiny HF checkpoint it converts (as written: the checks perturb a copy)."""
         spec = self._spec(plugins, "bridge", name)
         model_type = spec.model_types[0]
         if model_type in self.bridge_checkpoints:
@@ -357,10 +449,11 @@ class PluginContract:
             writer = resolve(self.bridge_checkpoints[model_type], what=f"bridge_checkpoints[{model_type!r}]")
             return spec, Path(writer(work / "hf"))
         overrides = self.bridge_config_overrides.get(model_type)
-        # Any installed model plugin may make the tiny checkpoint: bridges do not depend on model plugins.
+        # The contract's plugins first, then any installed model plugin: bridges do not depend on model plugins.
         from swiftcore.api.plugins import load_plugins
 
-        return spec, bridge_checks.tiny_hf_checkpoint(model_type, work / "hf", load_plugins(env={}), overrides)
+        sets = [plugins, load_plugins(env={})]
+        return spec, bridge_checks.tiny_hf_checkpoint(model_type, work / "hf", sets, overrides)
 
     def test_bridge_round_trip(self, name: str, contract_plugin_set: Any, tmp_path: Path) -> None:
         """HF -> Megatron-core -> HF is bit-exact (first model_type of each bridge)."""

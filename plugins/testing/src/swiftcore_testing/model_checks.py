@@ -188,7 +188,14 @@ def lora_losses(
     import torch
 
     from swiftcore.api.models import load_model, load_tokenizer
-    from swiftcore.api.train import TrainConfig, apply_tuner
+    from swiftcore.api.train import TrainConfig
+
+    try:
+        from swiftcore_train.tuners import apply_tuner
+    except ImportError as exc:  # the kit itself needs no training stack; this rule does
+        raise SwiftcoreError(
+            "the LoRA rule trains through swiftcore-train's tuners: pip install 'swiftcore-testing[train]'"
+        ) from exc
 
     tokenizer = load_tokenizer(model_dir)
     batch = _batch(template, tokenizer, records)

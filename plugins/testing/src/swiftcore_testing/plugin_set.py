@@ -27,8 +27,18 @@ def contract_plugins(plugin: str, also_load: tuple[str, ...] = ()) -> Any:
     return load_plugins([plugin, *dependency_plugins(plugin), *also_load], env={})
 
 
-def own_names(plugin: str) -> set[str]:
-    """The plugin names ``plugin`` stands for (a distribution may hold several), without importing them."""
+def own_names(plugin: str, plugins: Any = None) -> set[str]:
+    """The plugin names ``plugin`` stands for (a distribution may hold several), without importing them.
+
+    Args:
+        plugin: the plugin under test.
+        plugins: the plugin set of the contract: a plugin object added to it in memory
+            (:meth:`~swiftcore.api.plugins.Plugins.add`) under the name ``plugin`` stands for itself, so
+            the kit's own tests run the contract on plugins they build on the spot.
+    """
     from swiftcore.api.plugins import discover, resolve_plugin_spec
 
+    info = None if plugins is None else plugins.infos.get(plugin)
+    if info is not None and info.source == "module":  # a module plugin's name is the plugin (as --plugin resolves it)
+        return {plugin}
     return {info.name for info in resolve_plugin_spec(plugin, discover())}

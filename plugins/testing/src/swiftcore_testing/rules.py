@@ -41,17 +41,22 @@ RULES: dict[str, str] = {
     "references-resolve": "every lazy 'module:attr' reference imports",
     "references-conform": "every lazy reference is what its field promises (swiftcore.api.protocols)",
     "static-index-matches": "the pyproject capability index lists exactly what the hooks return",
-    "no-core-clash": "no spec or command reuses a name swiftcore itself provides",
+    "no-core-clash": "no spec or command reuses a name swiftcore or another installed plugin provides",
     "load-twice-harmless": "loading the plugin twice registers the same specs once",
     "model-make-tiny-loads": "make_tiny writes a checkpoint that resolves to the spec and loads",
-    "model-template-renders": "the model's default template renders and encodes the sample conversations",
-    "model-template-official": "the model's template matches its official chat template byte for byte",
-    "model-template-train-serve": "the model's template trains each reply after exactly the prompt inference uses",
+    "model-template-renders": "the model's default template renders and encodes the sample conversations, "
+    "keeping every system prompt and reply",
+    "model-template-official": "the model's template renders as its tokenizer's own chat template, its official "
+    "chat template and its reference renderings do, byte for byte",
+    "model-template-train-serve": "the model's template trains each reply after exactly the prompt inference uses, "
+    "up to a token the generation config stops at",
     "model-lora-trains": "two LoRA steps give a finite, decreasing loss",
     "model-generates": "the tiny model generates with the transformers backend",
-    "template-renders": "the template renders the sample conversations",
-    "template-official": "the template matches its declared official chat template byte for byte",
-    "template-train-serve": "the template trains each reply after exactly the prompt inference uses",
+    "template-renders": "the template renders the sample conversations, keeping every system prompt and reply",
+    "template-official": "the template matches its declared official chat template and its reference renderings "
+    "byte for byte",
+    "template-train-serve": "the template trains each reply after exactly the prompt inference uses, up to one "
+    "of its stop words",
     "bridge-round-trip": "HF -> Megatron-core -> HF gives back the same tensors",
     "bridge-logit-parity": "the Megatron-core model's logits match transformers'",
     "head-pooled-shapes": "the head's pooled output has one row per input",
@@ -214,22 +219,36 @@ def conformance_problems(specs: dict[str, list[Any]]) -> list[str]:
     return problems
 
 
-def core_clash_problems(specs: dict[str, list[Any]], plugins: Any, names: set[str]) -> list[str]:
-    """Specs named like one swiftcore itself provides, and commands named like core commands.
+def core_clash_problems(specs: dict[str, list[Any]], plugins: Any, names: set[str], installed: Any = None) -> list[str]:
+    """Names the plugin shares with another provider: swiftcore's built-ins, the plugins loaded beside it,
+    or any installed plugin; and commands named like core commands. Each problem names both providers.
+
+    Two providers of one name are not an error until the name is used, and then the error falls on
+    whoever uses it (a model whose default template is the clashing name, a user's ``--template``); so
+    the kit reports the clash itself, on the plugin that takes the name.
 
     Args:
         specs: the plugin's specs by kind (see :func:`own_specs`).
-        plugins: the plugin set they were loaded in (built-ins included).
+        plugins: the plugin set they were loaded in (built-ins, dependencies and ``also_load`` included).
         names: the plugin names under test.
+        installed: every installed plugin, loaded (default: loaded here as swiftcore loads them when
+            no ``--plugin`` is given; a plugin that fails to load is skipped with a warning).
     """
-    from swiftcore.api.plugins import BUILTIN_PLUGIN, CORE_COMMANDS
+    from swiftcore.api.plugins import CORE_COMMANDS, load_plugins
 
-    problems = []
+    if installed is None:
+        installed = load_plugins(env={})
+    problems: list[str] = []
+    seen: set[tuple[str, str, frozenset[str]]] = set()
     for kind, items in specs.items():
-        core = {s.name for s in plugins.registry.all(kind) if s.provider.plugin == BUILTIN_PLUGIN}
-        problems.extend(
-            f"{kind} {s.name!r} has the name of swiftcore's built-in {kind}; rename it" for s in items if s.name in core
-        )
+        providers = _providers(kind, (plugins, installed))
+        for spec in items:
+            for other in providers.get(spec.name, {}).values():
+                pair = (kind, spec.name, frozenset((spec.provider.plugin, other.plugin)))
+                if other.plugin == spec.provider.plugin or pair in seen:
+                    continue
+                seen.add(pair)
+                problems.append(_clash_message(kind, spec, other))
     # The registry refuses core command names before they become specs, so ask the hooks directly.
     for impl in plugins.pm.hook.swiftcore_register_commands.get_hookimpls():
         if impl.plugin_name not in names:
@@ -238,6 +257,28 @@ def core_clash_problems(specs: dict[str, list[Any]], plugins: Any, names: set[st
             if getattr(spec, "name", None) in CORE_COMMANDS:
                 problems.append(f"command {spec.name!r} is a core command and is refused; rename it")
     return problems
+
+
+def _providers(kind: str, plugin_sets: tuple[Any, ...]) -> dict[str, dict[str, Any]]:
+    """spec name -> plugin name -> :class:`~swiftcore.api.Provider`, over every given plugin set."""
+    out: dict[str, dict[str, Any]] = {}
+    for plugin_set in plugin_sets:
+        for spec in plugin_set.registry.all(kind):
+            out.setdefault(spec.name, {}).setdefault(spec.provider.plugin, spec.provider)
+    return out
+
+
+def _clash_message(kind: str, spec: Any, other: Any) -> str:
+    """What a plugin author reads about ``spec`` sharing its name with ``other``'s (both named)."""
+    from swiftcore.api.plugins import BUILTIN_PLUGIN
+
+    if other.plugin == BUILTIN_PLUGIN:
+        return f"{kind} {spec.name!r} of plugin {spec.provider} has the name of swiftcore's built-in {kind}; rename it"
+    return (
+        f"{kind} {spec.name!r} is provided by plugin {spec.provider} and by plugin {other}: with both installed, "
+        f"the name is ambiguous until users write '{spec.name}@{spec.provider.plugin}' or "
+        f"'{spec.name}@{other.plugin}'; rename one of them (a plugin-specific prefix avoids this)"
+    )
 
 
 def load_twice_problems(plugin: str) -> list[str]:

@@ -8,9 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from swiftcore.errors import SwiftcoreError
-from swiftcore.specs import ModelSpec
-from swiftcore.train.config import TrainConfig
+from swiftcore.api import ModelSpec, SwiftcoreError
+from swiftcore.api.train import TrainConfig
 
 __all__ = ["apply_tuner", "check_target_modules", "freeze_parts", "lora_config", "trainable_summary"]
 

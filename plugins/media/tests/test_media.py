@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from swiftcore_media import MediaError, load_audio, load_image, media_tags_to_parts, prepare_media
 
 import swiftcore
 from swiftcore.template import IGNORE_INDEX, get_template
-from swiftcore.train.media import MediaError, load_audio, load_image, media_tags_to_parts, prepare_media
 
 RATE = 16_000
 
@@ -97,8 +97,11 @@ def model_of(plugins, family):
 
 def _record(parts: list[dict], answer: str = "a striped square", **extra) -> dict:
     content = [*parts, {"type": "text", "text": "What is this?"}]
-    return {"messages": [{"role": "user", "content": content}, {"role": "assistant", "content": answer}],
-            "_source": "media.jsonl:1", **extra}
+    return {
+        "messages": [{"role": "user", "content": content}, {"role": "assistant", "content": answer}],
+        "_source": "media.jsonl:1",
+        **extra,
+    }
 
 
 def _image_rows(model, batch) -> int:
@@ -140,10 +143,10 @@ def test_image_placeholders_expand_to_the_vision_towers_count(name, family, mode
     # Text around the placeholder is untouched; every inserted token is -100.
     (media,) = encoded.media
     inserted = len(sample["input_ids"]) - len(encoded.input_ids) + (media.end - media.start)
-    assert sample["input_ids"][:media.start] == encoded.input_ids[:media.start]
-    assert sample["input_ids"][media.start + inserted:] == encoded.input_ids[media.end:]
-    assert sample["labels"][media.start + inserted:] == encoded.labels[media.end:]
-    assert set(sample["labels"][media.start:media.start + inserted]) == {IGNORE_INDEX}
+    assert sample["input_ids"][: media.start] == encoded.input_ids[: media.start]
+    assert sample["input_ids"][media.start + inserted :] == encoded.input_ids[media.end :]
+    assert sample["labels"][media.start + inserted :] == encoded.labels[media.end :]
+    assert set(sample["labels"][media.start : media.start + inserted]) == {IGNORE_INDEX}
 
 
 @pytest.mark.parametrize("name", AUDIO_FAMILIES)
@@ -157,8 +160,11 @@ def test_audio_placeholders_expand_to_the_audio_towers_count(name, family, model
         sample = preparer.expand(template.encode(tokenizer, record), record)
         count = sample["input_ids"].count(audio_id)
         assert count == _audio_rows(model, preparer.collate([sample]))
-        assert all(label == IGNORE_INDEX for tok, label in zip(sample["input_ids"], sample["labels"], strict=True)
-                   if tok == audio_id)
+        assert all(
+            label == IGNORE_INDEX
+            for tok, label in zip(sample["input_ids"], sample["labels"], strict=True)
+            if tok == audio_id
+        )
         counts.append(count)
     assert counts[0] > counts[1] > 1  # the count follows the clip's length
 
@@ -198,9 +204,15 @@ def test_a_mixed_multimodal_batch_trains(name, family, model_of, media_files) ->
 
 def test_lazy_samples_keep_items_and_collate_to_the_same_batch(family, media_files) -> None:
     _, _, tokenizer, template, preparer = family("gemma4")
-    records = [_record([{"type": "image", "image": str(media_files["wide.png"])},
-                        {"type": "audio", "audio": str(media_files["long.wav"])}]),
-               _record([{"type": "audio", "audio": str(media_files["short.wav"])}])]
+    records = [
+        _record(
+            [
+                {"type": "image", "image": str(media_files["wide.png"])},
+                {"type": "audio", "audio": str(media_files["long.wav"])},
+            ]
+        ),
+        _record([{"type": "audio", "audio": str(media_files["short.wav"])}]),
+    ]
     encoded = [template.encode(tokenizer, r) for r in records]
     eager = [preparer.expand(e, r) for e, r in zip(encoded, records, strict=True)]
     lazy = [preparer.expand(e, r, lazy=True) for e, r in zip(encoded, records, strict=True)]
@@ -213,11 +225,16 @@ def test_lazy_samples_keep_items_and_collate_to_the_same_batch(family, media_fil
 
 def test_value_less_parts_take_the_records_column_in_order(family, media_files) -> None:
     _, _, tokenizer, template, preparer = family("qwen3_5")
-    record = _record([{"type": "image"}, {"type": "image"}],
-                     images=[str(media_files["small.jpg"]), str(media_files["wide.png"])])
+    record = _record(
+        [{"type": "image"}, {"type": "image"}], images=[str(media_files["small.jpg"]), str(media_files["wide.png"])]
+    )
     by_column = preparer.expand(template.encode(tokenizer, record), record)
-    inline = _record([{"type": "image", "image": str(media_files["small.jpg"])},
-                      {"type": "image", "image": str(media_files["wide.png"])}])
+    inline = _record(
+        [
+            {"type": "image", "image": str(media_files["small.jpg"])},
+            {"type": "image", "image": str(media_files["wide.png"])},
+        ]
+    )
     by_part = preparer.expand(template.encode(tokenizer, inline), inline)
     assert by_column["input_ids"] == by_part["input_ids"]
     assert torch.equal(by_column["image_grid_thw"], by_part["image_grid_thw"])
@@ -226,15 +243,24 @@ def test_value_less_parts_take_the_records_column_in_order(family, media_files) 
 
 def test_ms_swift_tags_become_parts_and_unplaced_column_items_are_refused(family, media_files) -> None:
     _, _, tokenizer, template, preparer = family("gemma4")
-    tagged = {"messages": [{"role": "user", "content": "<audio>Transcribe <image> and this."},
-                           {"role": "assistant", "content": "ok"}],
-              "images": [str(media_files["small.jpg"])], "audios": [str(media_files["short.wav"])]}
+    tagged = {
+        "messages": [
+            {"role": "user", "content": "<audio>Transcribe <image> and this."},
+            {"role": "assistant", "content": "ok"},
+        ],
+        "images": [str(media_files["small.jpg"])],
+        "audios": [str(media_files["short.wav"])],
+    }
     converted = media_tags_to_parts(tagged)
     assert tagged["messages"][0]["content"].startswith("<audio>")  # the input is not modified
     assert [p["type"] for p in converted["messages"][0]["content"]] == ["audio", "text", "image", "text"]
     by_tags = preparer.expand(template.encode(tokenizer, converted), converted)
-    content = [{"type": "audio", "audio": str(media_files["short.wav"])}, {"type": "text", "text": "Transcribe "},
-               {"type": "image", "image": str(media_files["small.jpg"])}, {"type": "text", "text": " and this."}]
+    content = [
+        {"type": "audio", "audio": str(media_files["short.wav"])},
+        {"type": "text", "text": "Transcribe "},
+        {"type": "image", "image": str(media_files["small.jpg"])},
+        {"type": "text", "text": " and this."},
+    ]
     parts = {"messages": [{"role": "user", "content": content}, {"role": "assistant", "content": "ok"}]}
     assert by_tags["input_ids"] == preparer.expand(template.encode(tokenizer, parts), parts)["input_ids"]
     # Left as tags, the images would silently not be trained on: refused instead.
@@ -297,8 +323,14 @@ def test_load_image_accepts_paths_urls_arrays_and_dataset_dicts(media_files) -> 
     path = media_files["wide.png"]
     reference = np.asarray(load_image(str(path)))
     data_url = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
-    for value in (path, f"file://{path}", data_url, {"bytes": path.read_bytes(), "path": None}, reference,
-                  Image.open(path)):
+    for value in (
+        path,
+        f"file://{path}",
+        data_url,
+        {"bytes": path.read_bytes(), "path": None},
+        reference,
+        Image.open(path),
+    ):
         assert np.array_equal(np.asarray(load_image(value)), reference)
     with pytest.raises(MediaError, match="is a URL; download it"):
         load_image("https://example.com/cat.png")
@@ -308,7 +340,7 @@ def test_load_image_accepts_paths_urls_arrays_and_dataset_dicts(media_files) -> 
 
 def test_importing_the_media_modules_stays_light() -> None:
     code = (
-        "import sys, swiftcore.train.media, swiftcore_plugin_gemma4.media; "
+        "import sys, swiftcore_media, swiftcore_plugin_gemma4.media; "
         "heavy = [m for m in ('torch', 'transformers', 'PIL', 'numpy') if m in sys.modules]; "
         "assert not heavy, heavy"
     )

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from swiftcore_train.run import ENCODE_CHUNK, encode_records
 
 import swiftcore
 from swiftcore.errors import SwiftcoreError
 from swiftcore.train.config import TrainConfig
-from swiftcore.train.run import ENCODE_CHUNK, encode_records
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +22,13 @@ def qwen(tiny_model_dir):
 
 def _records(n: int) -> list[dict]:
     return [
-        {"messages": [{"role": "user", "content": f"question {i} " * (1 + i % 7)},
-                      {"role": "assistant", "content": f"answer {i}"}],
-         "_source": f"train.jsonl:{i + 1}"}
+        {
+            "messages": [
+                {"role": "user", "content": f"question {i} " * (1 + i % 7)},
+                {"role": "assistant", "content": f"answer {i}"},
+            ],
+            "_source": f"train.jsonl:{i + 1}",
+        }
         for i in range(n)
     ]
 
@@ -45,7 +49,9 @@ def test_a_bad_record_in_a_later_chunk_is_named_by_file_and_line(qwen) -> None:
     cfg = TrainConfig(model=str(model_dir), dataset=("unused.jsonl",), max_length=64, truncation="error")
     records = _records(ENCODE_CHUNK + 10)
     short = [r for r in records if len(template.encode(tokenizer, r).input_ids) <= 64]
-    bad = {"messages": [{"role": "user", "content": "long " * 200}, {"role": "assistant", "content": "x"}],
-           "_source": "train.jsonl:999"}
+    bad = {
+        "messages": [{"role": "user", "content": "long " * 200}, {"role": "assistant", "content": "x"}],
+        "_source": "train.jsonl:999",
+    }
     with pytest.raises(SwiftcoreError, match=r"^train\.jsonl:999: .*64"):
         encode_records([*short[:ENCODE_CHUNK], bad, *short[ENCODE_CHUNK:]], template, tokenizer, cfg)

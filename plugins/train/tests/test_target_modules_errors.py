@@ -76,7 +76,7 @@ def _cfg(*targets: str):
 
 
 def test_a_typo_among_good_targets_names_both(model_and_spec) -> None:
-    from swiftcore.train.tuners import check_target_modules
+    from swiftcore_train.tuners import check_target_modules
 
     model, spec = model_and_spec
     with pytest.raises(SwiftcoreError) as info:
@@ -88,7 +88,7 @@ def test_a_typo_among_good_targets_names_both(model_and_spec) -> None:
 
 
 def test_a_target_the_spec_keeps_out_says_so(model_and_spec) -> None:
-    from swiftcore.train.tuners import check_target_modules
+    from swiftcore_train.tuners import check_target_modules
 
     model, spec = model_and_spec
     with pytest.raises(SwiftcoreError, match=r"'o_a_proj'.*lora_exclude_modules"):
@@ -96,7 +96,7 @@ def test_a_target_the_spec_keeps_out_says_so(model_and_spec) -> None:
 
 
 def test_a_container_module_is_not_adaptable(model_and_spec) -> None:
-    from swiftcore.train.tuners import check_target_modules
+    from swiftcore_train.tuners import check_target_modules
 
     model, spec = model_and_spec
     with pytest.raises(SwiftcoreError, match=r"'self_attn'.*LoRA cannot adapt"):
@@ -104,7 +104,7 @@ def test_a_container_module_is_not_adaptable(model_and_spec) -> None:
 
 
 def test_good_targets_and_all_linear_pass(model_and_spec) -> None:
-    from swiftcore.train.tuners import apply_tuner, check_target_modules
+    from swiftcore_train.tuners import apply_tuner, check_target_modules
 
     model, spec = model_and_spec
     check_target_modules(model, spec, _cfg("all-linear"))

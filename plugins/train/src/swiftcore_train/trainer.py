@@ -19,7 +19,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from swiftcore.errors import SwiftcoreError
+from swiftcore.api import SwiftcoreError
 
 __all__ = ["SwiftTrainer", "JsonlLogCallback", "STAGING_DIR", "plot_loss_curve"]
 
@@ -37,7 +37,7 @@ _ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 def training_arguments(
     cfg: Any, output_dir: str | Path, *, evaluate: bool, args_class: type | None = None, **overrides: Any
 ) -> Any:
-    """transformers ``TrainingArguments`` from a :class:`~swiftcore.train.config.TrainConfig`.
+    """transformers ``TrainingArguments`` from a :class:`~swiftcore.api.train.TrainConfig`.
 
     One mapping for every recipe (causal LM, heads, TRL's preference and RL trainers), so a flag means the same
     everywhere.
@@ -135,7 +135,7 @@ class SwiftTrainer(Trainer):
 
     Resuming (``train(resume_from_checkpoint=...)``) is checked first: ``True`` with no checkpoint in the
     output directory, a path that is no directory, or a checkpoint of the other tuner (LoRA vs full) is a
-    :class:`~swiftcore.errors.SwiftcoreError` naming the directory and what to do.
+    :class:`~swiftcore.api.SwiftcoreError` naming the directory and what to do.
     """
 
     _staging_save = False

@@ -16,7 +16,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from swiftcore.errors import SwiftcoreError
+from swiftcore.api import SwiftcoreError
 
 __all__ = ["MANIFEST", "OUTPUT_PATTERNS", "OutputPlan", "apply_output_plan", "plan_output_dir", "trim_log"]
 

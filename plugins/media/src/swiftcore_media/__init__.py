@@ -1,0 +1,42 @@
+"""Media in samples, for training and serving alike (distribution ``swiftcore-media``).
+
+- :mod:`swiftcore_media.items`: the value a content part carries, decoding images (PIL) and audio (WAV by the
+  standard library, other formats by soundfile) from paths, URLs, bytes.
+- :mod:`swiftcore_media.processor`: whether a checkpoint takes media (the model spec's ``modalities`` and its
+  processor files) and which processor expands its placeholders (the spec's ``processor``, else the class
+  ``processor_config.json`` names, without the video part a CPU-only environment cannot load).
+- :mod:`swiftcore_media.preparer`: :class:`MediaPreparer`, which expands an encoded sample's placeholders with
+  that processor and collates multimodal batches.
+
+The training runtime (swiftcore-train) and the inference engine (swiftcore-infer) both prepare media here, so a
+served prompt's media are exactly what training saw. Importing this package imports no torch, transformers,
+PIL or numpy.
+"""
+
+from swiftcore.api.template import media_tags_to_parts  # the core's: one sample path (SampleEncoder) uses it
+from swiftcore_media.errors import MEDIA_COLUMNS, MediaError
+from swiftcore_media.items import load_audio, load_image, media_value
+from swiftcore_media.preparer import MediaPreparer, has_media
+from swiftcore_media.processor import (
+    load_media_processor,
+    load_processor_without_video,
+    media_modalities,
+    prepare_media,
+    processor_files,
+)
+
+__all__ = [
+    "MEDIA_COLUMNS",
+    "MediaError",
+    "MediaPreparer",
+    "has_media",
+    "load_audio",
+    "load_image",
+    "load_media_processor",
+    "load_processor_without_video",
+    "media_modalities",
+    "media_tags_to_parts",
+    "media_value",
+    "prepare_media",
+    "processor_files",
+]

@@ -1,0 +1,21 @@
+"""The media error, and the names of the media a sample may carry."""
+
+from __future__ import annotations
+
+from swiftcore.api import SwiftcoreError
+
+__all__ = ["IGNORE_INDEX", "MEDIA_COLUMNS", "MediaError", "TAGS", "TEXT_KEYS", "TRAINABLE"]
+
+IGNORE_INDEX = -100
+#: Media type -> the record column holding the items of parts that carry no value of their own.
+MEDIA_COLUMNS = {"image": "images", "audio": "audios", "video": "videos"}
+#: Processor outputs that are text-side (handled here) rather than tower inputs.
+TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "text_replacement_offsets")
+#: ms-swift style inline media tags in string content.
+TAGS = {"image": "<image>", "audio": "<audio>", "video": "<video>"}
+#: The media types samples can be trained on (video needs a video processor, i.e. torchvision; not yet).
+TRAINABLE = ("image", "audio")
+
+
+class MediaError(SwiftcoreError):
+    """A media item cannot be loaded, or the model's processor cannot be built or does not fit the template."""

@@ -1,0 +1,148 @@
+"""The ``sft`` recipe: resolve the model and template, load and encode data, train, save.
+
+Read top to bottom it is the recipe (torchtune style): every step is a call into a component with one job.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from swiftcore.api import SwiftcoreError
+from swiftcore.api.train import TrainConfig, TrainResult
+from swiftcore_train.run import (
+    check_template_fits_tokenizer,
+    encode_records,
+    generation_defaults,
+    is_main_process,
+    log,
+    resolve_resume,
+    run_inputs,
+    start_run,
+    train_and_report,
+)
+
+__all__ = ["run_sft"]
+
+
+def _collator(cfg: TrainConfig, pad_token_id: int) -> Any:
+    from swiftcore.api.data import PaddingCollator, PaddingFreeCollator
+
+    if cfg.packing or cfg.padding_free:
+        return PaddingFreeCollator()  # takes samples or packed bins alike
+    return PaddingCollator(pad_token_id)
+
+
+def _pack(samples: list[dict], cfg: TrainConfig) -> list[Any]:
+    if not cfg.packing:
+        return samples
+    from swiftcore.api.data import pack_samples
+
+    return pack_samples(samples, cfg.max_length, seed=cfg.seed)
+
+
+def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
+    """The ``sft`` recipe: fine-tune ``cfg.model`` on ``cfg.dataset``; see ``swiftcore train --help``.
+
+    Everything that can be checked before training (model directory, model type, template vs tokenizer,
+    every dataset row) is checked first, so a bad input fails in seconds with a message naming it.
+    """
+    from swiftcore.api.data import load_records, parse_dataset_arg, split_train_val
+    from swiftcore.api.models import check_requirements, load_model, load_tokenizer, resolve_model_spec
+    from swiftcore.api.template import get_template
+
+    cfg.validate()
+    output_dir = Path(cfg.output_dir)
+    spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
+    check_requirements(spec)
+    # Everything about the output directory and the checkpoint to resume is decided now, before the
+    # (slow) data and model loading, and before anything on disk changes.
+    from swiftcore_train.output_dir import plan_output_dir
+
+    resume = resolve_resume(cfg, output_dir, spec)
+    if is_main_process():
+        plan_output_dir(
+            output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
+        )
+    template_name = cfg.template or spec.default_template
+    if not template_name:
+        raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no default template; pass --template")
+    template_spec = plugins.registry.get("template", template_name)
+    template = get_template(template_name, plugins)
+    tokenizer = load_tokenizer(cfg.model)
+    check_template_fits_tokenizer(template_spec, tokenizer, cfg.model)
+    log.info("model %s (%s), template %s (%s)", spec.name, spec.provider, template_spec.name, template_spec.provider)
+
+    records = load_records([parse_dataset_arg(d) for d in cfg.dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows)
+    if cfg.val_dataset:
+        val_records = load_records(
+            [parse_dataset_arg(d) for d in cfg.val_dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows
+        )
+        train_records = list(records)
+    elif cfg.split_ratio > 0:
+        train_records, val_records = split_train_val(list(records), val_ratio=cfg.split_ratio, seed=cfg.seed)
+    else:
+        train_records, val_records = list(records), []
+    from swiftcore_media import has_media, prepare_media
+
+    media = prepare_media(spec, cfg.model, tokenizer)  # None for text-only models
+    train_samples = encode_records(list(train_records), template, tokenizer, cfg, desc="encoding train", media=media)
+    val_samples = (
+        encode_records(list(val_records), template, tokenizer, cfg, desc="encoding val", media=media)
+        if val_records
+        else []
+    )
+    multimodal = any(has_media(s) for s in train_samples + val_samples)
+    if multimodal and (cfg.packing or cfg.padding_free):
+        raise SwiftcoreError("--packing / --padding-free do not support image or audio samples yet; leave them off")
+
+    import torch
+
+    from swiftcore_train.trainer import JsonlLogCallback, SwiftTrainer, training_arguments
+    from swiftcore_train.tuners import apply_tuner, trainable_summary
+
+    torch.manual_seed(cfg.seed)
+    model = load_model(spec, cfg.model, plugins, torch_dtype="float32" if cfg.dtype == "float32" else cfg.dtype)
+    model = apply_tuner(model, spec, cfg)
+    log.info(trainable_summary(model))
+    if cfg.gradient_checkpointing and cfg.tuner == "lora":
+        model.enable_input_require_grads()  # checkpointed blocks need a grad-carrying input under LoRA
+
+    targs = training_arguments(cfg, output_dir, evaluate=bool(val_samples), save_only_model=False)
+    trainer = SwiftTrainer(
+        model=model,
+        args=targs,
+        train_dataset=_pack(train_samples, cfg),
+        eval_dataset=_pack(val_samples, cfg) if val_samples else None,
+        data_collator=media.collate
+        if multimodal
+        else _collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
+        processing_class=tokenizer,
+        callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
+    )
+    # Model, data and trainer are built: only now is the output directory touched.
+    args_record = start_run(
+        cfg,
+        output_dir,
+        spec,
+        plugins,
+        fresh=resume is None,
+        resumed_step=_global_step(resume),
+        template=template_spec,  # recorded by the manifest as {name, provider, plugin, version}
+        generation_defaults=generation_defaults(list(train_records), template, cfg),
+    )
+    from swiftcore_media import processor_files
+
+    # A multimodal checkpoint needs its processor files to be served with media.
+    trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2), **processor_files(cfg.model)}
+    return train_and_report(
+        trainer, cfg, output_dir, train_samples=len(train_samples), evaluate=bool(val_samples), resume=resume
+    )
+
+
+def _global_step(checkpoint: Path | None) -> int | None:
+    """The step a checkpoint was saved at (its ``trainer_state.json``), None for no checkpoint."""
+    if checkpoint is None:
+        return None
+    return int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8")).get("global_step", 0))
