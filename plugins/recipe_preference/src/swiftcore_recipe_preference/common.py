@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swiftcore_train.run import check_template_fits_tokenizer
+from swiftcore_train.run import load_template
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_recipe_preference.data import Pair, load_pairs, split_pairs
@@ -49,8 +49,7 @@ def prepare(cfg: Any, plugins: Any, recipe: str, *, load: bool = True) -> Prepar
             the tokenizer lacks.
         DataError: a bad dataset row (file, line and field).
     """
-    from swiftcore.api.models import check_requirements, load_tokenizer, resolve_model_spec
-    from swiftcore.api.template import get_template
+    from swiftcore.api.models import check_requirements, resolve_model_spec
 
     cfg.validate()
     unsupported = [
@@ -68,13 +67,7 @@ def prepare(cfg: Any, plugins: Any, recipe: str, *, load: bool = True) -> Prepar
         raise SwiftcoreError(f"--recipe {recipe}: {', '.join(unsupported)} not supported yet; leave them off")
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
-    template_name = cfg.template or spec.default_template
-    if not template_name:
-        raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no default template; pass --template")
-    template_spec = plugins.registry.get("template", template_name)
-    template = get_template(template_name, plugins)
-    tokenizer = load_tokenizer(cfg.model)
-    check_template_fits_tokenizer(template_spec, tokenizer, cfg.model)
+    template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     if not load:  # the recipe reads its own kind of rows (KTO's unpaired examples)
         return Prepared(spec, template_spec, template, tokenizer, [], [])
     pairs = load_pairs(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)

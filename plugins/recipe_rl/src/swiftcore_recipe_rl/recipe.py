@@ -124,8 +124,7 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     ``--reward`` functions, and optimise the policy with TRL's GRPO loss of ``--grpo-loss-type``."""
     from swiftcore_train.run import start_run, train_and_report
 
-    from swiftcore.api.models import check_requirements, load_model, load_tokenizer, resolve_model_spec
-    from swiftcore.api.template import get_template
+    from swiftcore.api.models import check_requirements, load_model, resolve_model_spec
     from swiftcore.api.train import load_rewards, parse_reward_options
     from swiftcore_recipe_rl.data import load_prompt_rows
     from swiftcore_recipe_rl.rewards import TRLReward
@@ -150,17 +149,9 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     rows = load_prompt_rows(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
     for reward in rewards:
         reward.check_columns(rows[0].columns, where=f"--dataset {', '.join(cfg.dataset)}")
-    template_name = cfg.template or spec.default_template
-    if not template_name:
-        from swiftcore.api import SwiftcoreError
+    from swiftcore_train.run import load_template
 
-        raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no default template; pass --template")
-    template_spec = plugins.registry.get("template", template_name)
-    template = get_template(template_name, plugins)
-    tokenizer = load_tokenizer(cfg.model)
-    from swiftcore_train.run import check_template_fits_tokenizer
-
-    check_template_fits_tokenizer(template_spec, tokenizer, cfg.model)
+    template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     codec = PromptCodec(template, tokenizer)
     dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options)
     resume = _resume(cfg, output_dir)

@@ -24,6 +24,7 @@ __all__ = [
     "encode_records",
     "generation_defaults",
     "is_main_process",
+    "load_template",
     "resolve_resume",
     "run_inputs",
     "sample_encoder",
@@ -45,6 +46,27 @@ def check_template_fits_tokenizer(template_spec: Any, tokenizer: Any, model_dir:
             f"{', '.join(map(repr, missing))} that the tokenizer in {model_dir!r} does not have. Pick the "
             "template that matches this model with --template (see `swiftcore template list`)."
         )
+
+
+def load_template(cfg: TrainConfig, spec: Any, plugins: Any) -> tuple[Any, Any, Any]:
+    """``(template spec, template, tokenizer)`` of a run: ``--template`` or the model's default, checked against
+    the tokenizer (every special token it emits must be one token).
+
+    Raises:
+        SwiftcoreError: the model names no default template and none is given, the template is unknown, or it
+            does not fit the tokenizer.
+    """
+    from swiftcore.api.models import load_tokenizer
+    from swiftcore.api.template import get_template
+
+    name = cfg.template or spec.default_template
+    if not name:
+        raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no default template; pass --template")
+    template_spec = plugins.registry.get("template", name)
+    template = get_template(name, plugins)
+    tokenizer = load_tokenizer(cfg.model)
+    check_template_fits_tokenizer(template_spec, tokenizer, cfg.model)
+    return template_spec, template, tokenizer
 
 
 def sample_encoder(template: Any, tokenizer: Any, cfg: TrainConfig, media: Any = None) -> SampleEncoder:

@@ -12,10 +12,10 @@ from typing import Any
 from swiftcore.api import SwiftcoreError
 from swiftcore.api.train import TrainConfig, TrainResult
 from swiftcore_train.run import (
-    check_template_fits_tokenizer,
     encode_records,
     generation_defaults,
     is_main_process,
+    load_template,
     log,
     resolve_resume,
     run_inputs,
@@ -49,8 +49,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     every dataset row) is checked first, so a bad input fails in seconds with a message naming it.
     """
     from swiftcore.api.data import load_records, parse_dataset_arg, split_train_val
-    from swiftcore.api.models import check_requirements, load_model, load_tokenizer, resolve_model_spec
-    from swiftcore.api.template import get_template
+    from swiftcore.api.models import check_requirements, load_model, resolve_model_spec
 
     cfg.validate()
     output_dir = Path(cfg.output_dir)
@@ -65,13 +64,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         plan_output_dir(
             output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
         )
-    template_name = cfg.template or spec.default_template
-    if not template_name:
-        raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no default template; pass --template")
-    template_spec = plugins.registry.get("template", template_name)
-    template = get_template(template_name, plugins)
-    tokenizer = load_tokenizer(cfg.model)
-    check_template_fits_tokenizer(template_spec, tokenizer, cfg.model)
+    template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     log.info("model %s (%s), template %s (%s)", spec.name, spec.provider, template_spec.name, template_spec.provider)
 
     records = load_records([parse_dataset_arg(d) for d in cfg.dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows)
