@@ -43,8 +43,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
 
     def make(name: str) -> Path:
         if name not in made:
+            from swiftcore_tiny import make_tiny
+
             from swiftcore._plugins import load_plugins
-            from swiftcore.models import make_tiny
 
             plugins = load_plugins(env={})
             spec = plugins.registry.get("model", name)

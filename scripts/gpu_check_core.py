@@ -36,9 +36,9 @@ def check_train_and_infer(work: Path) -> None:
     """Checks 1 and 2."""
     import torch
     from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_tiny import make_tiny
 
     from swiftcore import load_plugins
-    from swiftcore.models import make_tiny
     from swiftcore.train.config import TrainConfig
     from swiftcore.train.run import run_training
 

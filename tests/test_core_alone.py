@@ -61,7 +61,7 @@ def test_core_alone_names_what_to_install_for_the_plugin_commands(fresh: Path, t
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "qwen3"}')
     (tmp_path / "q.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
-    for command, dist in (("infer", "swiftcore-infer"), ("deploy", "swiftcore-serve")):
+    for command, dist in (("infer", "swiftcore-infer"), ("deploy", "swiftcore-serve"), ("make-tiny", "swiftcore-tiny")):
         proc = _run(str(fresh / "swiftcore"), command, "--model", str(model), cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert f"'swiftcore {command}' is the {dist} plugin's command" in proc.stderr

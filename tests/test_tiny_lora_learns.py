@@ -129,9 +129,9 @@ def test_tiny_head_can_peak(family: str, tiny_model_dir, plugins) -> None:
     import math
 
     import torch
+    from swiftcore_tiny import TINY_LOGIT_MARGIN
 
     from swiftcore.models import load_model, resolve_model_spec
-    from swiftcore.models.tiny import TINY_LOGIT_MARGIN
 
     model_dir = str(tiny_model_dir(family))
     model = load_model(resolve_model_spec(model_dir, plugins), model_dir, plugins, torch_dtype="float32")

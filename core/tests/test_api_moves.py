@@ -1,4 +1,4 @@
-"""What left the core in plugin API 1.2 fails with the instruction of where it went, not a bare import error."""
+"""What left the core in plugin API 1.2 and 1.3 fails with the instruction of where it went, not a bare import error."""
 
 from __future__ import annotations
 
@@ -46,3 +46,23 @@ def test_importing_the_whole_api_imports_no_heavy_module() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "new_home"),
+    [
+        ("swiftcore.api.train", "SwiftTrainer", "swiftcore_train.trainer"),
+        ("swiftcore.api.train", "start_run", "swiftcore_train.run"),
+        ("swiftcore.api.train", "apply_tuner", "swiftcore_train.tuners"),
+        ("swiftcore.api.media", "prepare_media", "swiftcore_media"),
+        ("swiftcore.api.models", "load_processor_without_video", "swiftcore_media"),
+        ("swiftcore.api.models", "make_tiny", "swiftcore_tiny"),
+        ("swiftcore.api.models", "build_tiny_tokenizer", "swiftcore_tiny"),
+    ],
+)
+def test_names_that_moved_in_api_1_3_say_where(module: str, name: str, new_home: str) -> None:
+    """The training runtime, the media processing and the tiny-checkpoint builders left the core in 1.3."""
+    api_module = importlib.import_module(module)
+    with pytest.raises(ImportError, match=rf"moved to {new_home}\.{name}"):
+        getattr(api_module, name)
+    assert getattr(importlib.import_module(new_home), name)  # and it is there

@@ -38,7 +38,6 @@ CORE_COMMANDS = (
     "train",
     "export",
     "template",
-    "make-tiny",
     "new-plugin",
     "recipes",
     "rewards",

@@ -137,7 +137,8 @@ class ModelSpec(_Spec):
         tiny_config: ``"module:fn"`` returning a tiny HF config (random-init tests and the demo).
         tiny_tokenizer: ``"module:fn"`` ``fn(out_dir) -> None`` writing a local tokenizer with the
             family's special tokens and official chat template.
-        tasks: what it can be trained for (``causal_lm``, ``asr``, head tasks).
+        tasks: what it can be trained for (``causal_lm``, ``asr``, head tasks); a recipe whose ``RecipeSpec.tasks``
+            share none of them refuses the model (head recipes put a head on any backbone).
         modalities: input modalities (``text``, ``image``, ``audio``, ``video``).
         processor: optional ``"module:fn"`` ``fn(model_dir, tokenizer) -> processor`` building the processor that
             expands the family's image and audio placeholders, for a family whose transformers processor class
@@ -255,7 +256,9 @@ class HeadSpec(_Spec):
         predictor: ``"module:attr"`` loading a trained checkpoint for inference (see above), or None.
         pooling: supported pooling methods (``last``, ``mean``, ``cls``).
         losses: supported loss names.
-        saved_as: the ecosystem format it saves to (e.g. ``"sentence-transformers"``).
+        saved_as: the ecosystem format it saves to (``"sentence-transformers"``,
+            ``"transformers-sequence-classification"``, ``"transformers-causal-lm"``); the contract kit checks a
+            saved head is in it.
         description: one line for ``swiftcore plugins``.
         provider: stamped by the registry.
     """
@@ -397,7 +400,7 @@ class RecipeSpec(_Spec):
             instance of ``config`` when given, else a ``dict`` keyed by option name).
         config: ``"module:attr"`` of a dataclass built from the recipe's options (by field name), so a
             bad value fails in its ``__post_init__`` before anything is loaded. Optional.
-        tasks: the model tasks it trains (matched against ``ModelSpec.tasks``; informational).
+        tasks: the model tasks it trains; a model whose ``ModelSpec.tasks`` share none of them is refused.
         description: one line for ``swiftcore recipes``.
         provider: stamped by the registry.
     """

@@ -33,8 +33,9 @@ def _perturb(hf_dir: Path) -> None:
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``tiny(name)``: the ``make-tiny`` checkpoint of model spec ``name`` with randomised norms, made once."""
+    from swiftcore_tiny import make_tiny
+
     from swiftcore import load_plugins
-    from swiftcore.models.tiny import make_tiny
 
     built: dict[str, Path] = {}
 

@@ -3,7 +3,7 @@
 - ``scripted_server``: a small OpenAI-compatible HTTP server (FastAPI under uvicorn, in a thread) whose replies
   a test scripts, and which records every request. It runs EvalScope's real client path in a second, so the
   runner and the CLI are tested without a model; the end-to-end tests (``test_eval_e2e.py``) serve real ones.
-- ``demo``: ``make demo``'s own run (``swiftcore.demo.run_demo``, its defaults), once per session: the tiny base
+- ``demo``: ``make demo``'s own run (``swiftcore_tiny.demo.run_demo``, its defaults), once per session: the tiny base
   model and the checkpoint trained on the demo's task.
 """
 
@@ -124,10 +124,9 @@ class Demo:
 
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
-    """``swiftcore.demo.run_demo`` with ``make demo``'s defaults, once per session (about a minute on 2 cores)."""
+    """``swiftcore_tiny.demo.run_demo`` with ``make demo``'s defaults, once per session (about a minute on 2 cores)."""
     import torch
-
-    from swiftcore.demo import run_demo
+    from swiftcore_tiny.demo import run_demo
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # these tiny models gain nothing from two threads on a shared machine

@@ -1,7 +1,7 @@
 """Issue 23's acceptance: on the demo's task, the trained tiny model's accuracy, measured through the served
 endpoint, is higher than the base model's.
 
-``make demo``'s own run (``swiftcore.demo.run_demo``, once per session: conftest.py) gives the tiny random base
+``make demo``'s own run (``swiftcore_tiny.demo.run_demo``, once per session: conftest.py) gives the tiny random base
 model and the checkpoint trained on its task. Each is served by a real ``swiftcore deploy`` process (with an API
 key), and ``swiftcore eval --api-url`` asks it the demo's held-out questions (the built-in ``parity`` dataset)
 through EvalScope's OpenAI-API model. The in-process mode (``--model``) is run on the trained checkpoint too.

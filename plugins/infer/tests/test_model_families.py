@@ -26,9 +26,9 @@ def _installed() -> list[str]:
 @pytest.fixture(scope="module", params=_installed())
 def family_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_tiny import make_tiny
 
     import swiftcore
-    from swiftcore.models import make_tiny
 
     plugins = swiftcore.load_plugins()
     model_dir: Path = make_tiny(

@@ -159,7 +159,7 @@ def plugins(swiftcore_plugins: Any, register_plugin: Callable[..., Any], memory_
 @pytest.fixture
 def tiny(plugins: Any, tmp_path: Path) -> Callable[[str], Path]:
     """``tiny(model)``: its ``make_tiny`` checkpoint, made once per test."""
-    from swiftcore.api.models import make_tiny
+    from swiftcore_tiny import make_tiny
 
     made: dict[str, Path] = {}
 

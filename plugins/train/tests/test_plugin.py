@@ -53,3 +53,40 @@ def test_importing_the_plugin_module_stays_light() -> None:
         "heavy = [m for m in ('torch', 'transformers', 'peft') if m in sys.modules]; assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+ENCODER_PLUGIN = '''
+from swiftcore.api import ModelSpec, hookimpl
+
+SWIFTCORE_API = "1.3"
+
+
+@hookimpl
+def swiftcore_register_models():
+    return [ModelSpec(name="tiny_encoder", model_types=("bert",), model_class="transformers:BertModel",
+                      tasks=("embedding",))]
+'''
+
+
+def test_a_recipe_refuses_a_model_it_does_not_train(tmp_path: Path) -> None:
+    """``ModelSpec.tasks`` is read: an encoder-only family (tasks: embedding) is refused by ``sft`` before anything
+    loads, naming both sides."""
+    from swiftcore.api.train import TrainConfig, run_training
+
+    plugin = tmp_path / "encoder_plugin.py"
+    plugin.write_text(ENCODER_PLUGIN)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert", "architectures": ["BertModel"]}')
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    plugins = load_plugins(["train", str(plugin)], env={})
+    cfg = TrainConfig(model=str(model), dataset=(str(data),), output_dir=str(tmp_path / "out"))
+    try:
+        run_training(cfg, plugins)
+    except Exception as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("sft trained an encoder-only model")
+    assert "'tiny_encoder'" in message and "embedding" in message and "recipe 'sft'" in message, message
+    assert not (tmp_path / "out").exists()

@@ -11,12 +11,12 @@ from swiftcore.models import (
     check_requirements,
     load_model,
     load_tokenizer,
-    make_tiny,
     read_hf_config,
     resolve_model_spec,
 )
 from swiftcore.models.adapters import merge_lora, resolve_checkpoint
 from swiftcore.models.checks import part_problems, special_token_problems
+from swiftcore.models.loading import model_class_for
 from swiftcore.models.manifest import (
     CheckpointManifest,
     build_manifest,
@@ -34,8 +34,6 @@ from swiftcore.models.packed_layers import (
     wrap_forward,
 )
 from swiftcore.models.resolve import read_generation_defaults
-from swiftcore.models.tiny_processor import save_processor_config
-from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
 
 __all__ = [
     "ARGS_FILE",
@@ -45,13 +43,12 @@ __all__ = [
     "PackedBatchError",
     "atomic_output_dir",
     "build_manifest",
-    "build_tiny_tokenizer",
     "check_output_dir",
     "check_requirements",
     "load_model",
     "load_tokenizer",
-    "make_tiny",
     "manifest_template",
+    "model_class_for",
     "merge_lora",
     "packed_cu_seq_lens",
     "packed_segments",
@@ -61,7 +58,6 @@ __all__ = [
     "read_manifest",
     "resolve_checkpoint",
     "resolve_model_spec",
-    "save_processor_config",
     "special_token_problems",
     "transformers_in_range",
     "warn_mismatches",
@@ -69,10 +65,20 @@ __all__ = [
 ]
 
 
+#: Names plugin API 1.2 had here: name -> (new module, its distribution).
+_MOVED = {
+    "load_processor_without_video": ("swiftcore_media", "swiftcore-media"),
+    "make_tiny": ("swiftcore_tiny", "swiftcore-tiny"),
+    "build_tiny_tokenizer": ("swiftcore_tiny", "swiftcore-tiny"),
+    "save_processor_config": ("swiftcore_tiny", "swiftcore-tiny"),
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "load_processor_without_video":  # plugin API 1.2 had it here
+    if name in _MOVED:
+        module, dist = _MOVED[name]
         raise ImportError(
-            "swiftcore.api.models.load_processor_without_video moved to swiftcore_media.load_processor_without_video: "
-            "media processing is the swiftcore-media distribution now; depend on it and import it from there"
+            f"swiftcore.api.models.{name} moved to {module}.{name}: it is the {dist} distribution's now; depend on "
+            "it and import it from there"
         )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,6 @@ _CORE: dict[str, tuple[str, str]] = {
     "train": ("swiftcore.cli.train_cmd:train", "Train a model with a recipe (default sft: full or LoRA)."),
     "export": ("swiftcore.cli.export_cmd:export", "Convert checkpoints (HF <-> Megatron-core, merge LoRA)."),
     "template": ("swiftcore.cli.template_cmd:template", "List, render and check chat templates."),
-    "make-tiny": ("swiftcore.cli.make_tiny_cmd:make_tiny", "Write a tiny random checkpoint of a model family."),
     "new-plugin": ("swiftcore.cli.new_plugin_cmd:new_plugin", "Scaffold a new plugin distribution."),
     "recipes": ("swiftcore.cli.recipes_cmd:recipes", "List training recipes and the options they add."),
     "rewards": ("swiftcore.cli.rewards_cmd:rewards", "List reward functions for RL recipes (--reward NAME)."),
@@ -34,7 +33,12 @@ _CORE: dict[str, tuple[str, str]] = {
 assert tuple(_CORE) == CORE_COMMANDS
 
 #: Commands of swiftcore's own plugin distributions, to say what to install when one is asked for and missing.
-_PLUGIN_COMMAND_DISTRIBUTIONS = {"infer": "swiftcore-infer", "deploy": "swiftcore-serve", "eval": "swiftcore-eval"}
+_PLUGIN_COMMAND_DISTRIBUTIONS = {
+    "infer": "swiftcore-infer",
+    "deploy": "swiftcore-serve",
+    "eval": "swiftcore-eval",
+    "make-tiny": "swiftcore-tiny",
+}
 
 
 @dataclass

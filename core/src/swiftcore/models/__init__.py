@@ -1,4 +1,4 @@
-"""Model resolution, loading and tiny checkpoints.
+"""Model resolution and loading.
 
 Importing this package is cheap (no torch, no transformers): they are imported by the functions
 that load or build models.
@@ -21,13 +21,11 @@ from swiftcore.models.errors import (
     MissingConfigError,
     ModelResolutionError,
     RequirementsError,
-    TinyModelError,
     UnknownModelTypeError,
 )
 from swiftcore.models.loading import load_model, load_processor, load_tokenizer, model_class_for
 from swiftcore.models.requirements import check_requirements, unmet_requirements
 from swiftcore.models.resolve import ARGS_FILE, read_args_file, read_hf_config, resolve_model_spec
-from swiftcore.models.tiny import TinyCheckpoint, describe_checkpoint, make_tiny
 
 __all__ = [
     "ARGS_FILE",
@@ -35,15 +33,11 @@ __all__ = [
     "MissingConfigError",
     "ModelResolutionError",
     "RequirementsError",
-    "TinyCheckpoint",
-    "TinyModelError",
     "UnknownModelTypeError",
     "check_requirements",
-    "describe_checkpoint",
     "load_model",
     "load_processor",
     "load_tokenizer",
-    "make_tiny",
     "model_class_for",
     "read_args_file",
     "read_hf_config",

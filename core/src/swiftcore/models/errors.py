@@ -1,4 +1,4 @@
-"""Errors of model resolution, requirement checks and tiny checkpoints."""
+"""Errors of model resolution and requirement checks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ __all__ = [
     "MissingConfigError",
     "ModelResolutionError",
     "RequirementsError",
-    "TinyModelError",
     "UnknownModelTypeError",
 ]
 
@@ -32,7 +31,3 @@ class MissingConfigError(ModelResolutionError):
 
 class RequirementsError(SwiftcoreError):
     """A model spec's ``requires`` are not met; the message gives the pip command."""
-
-
-class TinyModelError(SwiftcoreError):
-    """A tiny checkpoint could not be written (no tiny config, output directory in the way)."""

@@ -126,6 +126,30 @@ class SampleEncoder:
         sample.pop("labels", None)
         return list(sample.pop("input_ids")), sample
 
+    def encode(self, records: Sequence[Mapping[str, Any]], **options: Any) -> list[Any]:
+        """Prepare and encode ``records`` with ``Template.encode_batch`` (``options``: ``loss_policy``,
+        ``max_length``, ``truncation``); one :class:`~swiftcore.template.Encoded` (or None, dropped under
+        ``truncation="drop"``) per record, in order.
+
+        Raises:
+            SwiftcoreError: a record cannot be encoded: the batch is encoded again record by record, so the
+                error names the failing record's ``_source`` (file and line).
+        """
+        return self._encode_prepared([self.prepare(record) for record in records], **options)
+
+    def _encode_prepared(self, prepared: list[Any], **options: Any) -> list[Any]:
+        try:
+            return list(self.template.encode_batch(self.tokenizer, prepared, **options))
+        except SwiftcoreError:
+            pass
+        out = []
+        for record in prepared:
+            try:
+                out.append(self.template.encode(self.tokenizer, record, **options))
+            except SwiftcoreError as exc:
+                raise SwiftcoreError(f"{record.get('_source', '?')}: {exc}") from exc
+        return out
+
     def train_samples(
         self,
         records: Sequence[Mapping[str, Any]],
@@ -139,8 +163,7 @@ class SampleEncoder:
         lazily, of a multimodal sample); those with no token carrying loss, or too long under
         ``truncation="drop"``, are left out with a warning.
 
-        Records go through ``Template.encode_batch`` in chunks of :data:`ENCODE_CHUNK`; a chunk that fails is
-        encoded again record by record, so the error names the failing record's file and line.
+        Records go through :meth:`encode` in chunks of :data:`ENCODE_CHUNK` (a progress bar on large datasets).
 
         Raises:
             SwiftcoreError: a record cannot be encoded (naming it), or no sample is left.
@@ -148,22 +171,12 @@ class SampleEncoder:
         from tqdm.auto import tqdm
 
         options = {"loss_policy": loss_policy, "max_length": max_length, "truncation": truncation}
-
-        def encode_one(record: Mapping[str, Any]) -> Any:
-            try:
-                return self.template.encode(self.tokenizer, record, **options)
-            except SwiftcoreError as exc:
-                raise SwiftcoreError(f"{record.get('_source', '?')}: {exc}") from exc
-
         samples: list[dict[str, Any]] = []
         no_loss = dropped = 0
         with tqdm(total=len(records), desc=desc, unit="sample", mininterval=1.0, disable=len(records) < 2000) as bar:
             for start in range(0, len(records), ENCODE_CHUNK):
                 chunk = [self.prepare(record) for record in records[start : start + ENCODE_CHUNK]]
-                try:
-                    encoded = self.template.encode_batch(self.tokenizer, chunk, **options)
-                except SwiftcoreError:
-                    encoded = [encode_one(record) for record in chunk]  # raises, naming the record
+                encoded = self._encode_prepared(chunk, **options)
                 for record, enc in zip(chunk, encoded, strict=True):
                     if enc is None:  # truncation="drop"
                         dropped += 1

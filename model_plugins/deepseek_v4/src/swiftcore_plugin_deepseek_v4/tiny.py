@@ -43,7 +43,7 @@ def tiny_deepseek_v4_tokenizer(out_dir: str | Path) -> None:
     Args:
         out_dir: the checkpoint directory being written.
     """
-    from swiftcore.api.models import build_tiny_tokenizer
+    from swiftcore_tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer(
         out_dir,

@@ -65,9 +65,8 @@ def tiny_gemma4_tokenizer(out_dir: str | Path) -> None:
     Args:
         out_dir: the checkpoint directory being written.
     """
+    from swiftcore_tiny import build_tiny_tokenizer, save_processor_config
     from transformers import Gemma4AudioFeatureExtractor, Gemma4ImageProcessorPil
-
-    from swiftcore.api.models import build_tiny_tokenizer, save_processor_config
 
     build_tiny_tokenizer(
         out_dir,

@@ -84,10 +84,9 @@ def tiny_qwen3_5_tokenizer(out_dir: str | Path) -> None:
     Args:
         out_dir: the checkpoint directory being written.
     """
+    from swiftcore_tiny import build_tiny_tokenizer, save_processor_config
     from transformers import Qwen2VLImageProcessorPil
     from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
-
-    from swiftcore.api.models import build_tiny_tokenizer, save_processor_config
 
     build_tiny_tokenizer(
         out_dir,
@@ -105,7 +104,7 @@ def tiny_qwen3_5_tokenizer(out_dir: str | Path) -> None:
         vocab_size=VOCAB_SIZE,
     )
     # The PIL image processor (no torchvision needed) with Qwen3.5's released settings; the video
-    # processor needs torchvision, so it is left out (see swiftcore.models.tiny_processor).
+    # processor needs torchvision, so it is left out (see swiftcore_tiny.processor).
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3
     )

@@ -50,10 +50,9 @@ def tiny_qwen3_asr_tokenizer(out_dir: str | Path) -> None:
     Args:
         out_dir: the checkpoint directory being written.
     """
+    from swiftcore_tiny import build_tiny_tokenizer
     from transformers import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
-
-    from swiftcore.api.models import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(
         out_dir,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swiftcore_train.run import load_template
+from swiftcore_train.run import check_recipe_fits_model, load_template
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_recipe_preference.data import Pair, load_pairs, split_pairs
@@ -67,6 +67,7 @@ def prepare(cfg: Any, plugins: Any, recipe: str, *, load: bool = True) -> Prepar
         raise SwiftcoreError(f"--recipe {recipe}: {', '.join(unsupported)} not supported yet; leave them off")
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
+    check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     if not load:  # the recipe reads its own kind of rows (KTO's unpaired examples)
         return Prepared(spec, template_spec, template, tokenizer, [], [])

@@ -1,6 +1,6 @@
 """Encode preference pairs with the family's own swiftcore template (never TRL's chat-template tokenisation).
 
-Each pair is encoded twice by :meth:`Template.encode_batch` with ``loss_policy="last_round"``: once as
+Each pair is encoded twice by the run's ``SampleEncoder`` with ``loss_policy="last_round"``: once as
 prompt + chosen, once as prompt + rejected. The tokens carrying loss are exactly the reply tokens SFT would
 train (reply text and end-of-turn token), and everything before them is the prompt. So the formatting
 (thinking blocks, BOS, generation header) is the family's, token for token, as in SFT and at inference.
@@ -44,36 +44,28 @@ def split_reply(input_ids: Sequence[int], labels: Sequence[int], where: str) -> 
     return list(input_ids[:first]), list(input_ids[first : last + 1])
 
 
-def _records(pairs: Sequence[Pair], cfg: Any) -> list[dict[str, Any]]:
-    """Chosen and rejected records, interleaved, with ``--enable-thinking`` as each record's default."""
+def _records(pairs: Sequence[Pair]) -> list[dict[str, Any]]:
+    """Chosen and rejected records, interleaved."""
     out = []
     for pair in pairs:
         if any(pair.prompt.get(k) for k in _MEDIA):
             raise DataError(pair.where, "images", "image / audio / video preference pairs are not supported yet")
-        for reply in (pair.chosen, pair.rejected):
-            record = pair.record(reply)
-            if cfg.enable_thinking is not None:
-                kwargs = dict(record.get("chat_template_kwargs") or {})
-                kwargs.setdefault("enable_thinking", cfg.enable_thinking)
-                record["chat_template_kwargs"] = kwargs
-            out.append(record)
+        out += [pair.record(reply) for reply in (pair.chosen, pair.rejected)]
     return out
+
+
+def _encode_last_reply(records: Sequence[dict[str, Any]], template: Any, tokenizer: Any, cfg: Any) -> list[Any]:
+    """Each record encoded by the run's :class:`~swiftcore.api.template.SampleEncoder` (the sample path SFT and
+    inference share; ``--enable-thinking`` as each record's default), loss on its last reply; a template error
+    names the row."""
+    from swiftcore_train.run import sample_encoder
+
+    return sample_encoder(template, tokenizer, cfg).encode(records, loss_policy="last_round")
 
 
 def _encode(pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: Any) -> list[tuple[Any, Any]]:
     """``(chosen Encoded, rejected Encoded)`` per pair; a template error names the row."""
-    from swiftcore.api import SwiftcoreError
-
-    records = _records(pairs, cfg)
-    try:
-        encoded = template.encode_batch(tokenizer, records, loss_policy="last_round")
-    except SwiftcoreError:
-        encoded = []
-        for record in records:  # again one by one, so the error names the failing row
-            try:
-                encoded.append(template.encode(tokenizer, record, loss_policy="last_round"))
-            except SwiftcoreError as exc:
-                raise SwiftcoreError(f"{record['_source']}: {exc}") from exc
+    encoded = _encode_last_reply(_records(pairs), template, tokenizer, cfg)
     return list(zip(encoded[0::2], encoded[1::2], strict=True))
 
 
@@ -154,27 +146,10 @@ def _report(n_pairs: int, n_kept: int, cfg: Any) -> None:
 
 def encode_kto_examples(examples: Sequence[Any], template: Any, tokenizer: Any, cfg: Any) -> list[dict[str, Any]]:
     """KTO samples ``{"prompt_ids", "completion_ids", "label"}`` (TRL's pre-tokenised unpaired columns)."""
-    from swiftcore.api import SwiftcoreError
-
-    records = []
     for example in examples:
         if any(example.prompt.get(k) for k in _MEDIA):
             raise DataError(example.where, "images", "image / audio / video examples are not supported yet")
-        record = example.record()
-        if cfg.enable_thinking is not None:
-            kwargs = dict(record.get("chat_template_kwargs") or {})
-            kwargs.setdefault("enable_thinking", cfg.enable_thinking)
-            record["chat_template_kwargs"] = kwargs
-        records.append(record)
-    try:
-        encoded = template.encode_batch(tokenizer, records, loss_policy="last_round")
-    except SwiftcoreError:
-        encoded = []
-        for record in records:
-            try:
-                encoded.append(template.encode(tokenizer, record, loss_policy="last_round"))
-            except SwiftcoreError as exc:
-                raise SwiftcoreError(f"{record['_source']}: {exc}") from exc
+    encoded = _encode_last_reply([example.record() for example in examples], template, tokenizer, cfg)
     samples = []
     for example, enc in zip(examples, encoded, strict=True):
         prompt_ids, completion_ids = split_reply(enc.input_ids, enc.labels, example.where)

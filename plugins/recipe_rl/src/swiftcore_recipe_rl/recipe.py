@@ -149,8 +149,9 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     rows = load_prompt_rows(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
     for reward in rewards:
         reward.check_columns(rows[0].columns, where=f"--dataset {', '.join(cfg.dataset)}")
-    from swiftcore_train.run import load_template
+    from swiftcore_train.run import check_recipe_fits_model, load_template
 
+    check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     codec = PromptCodec(template, tokenizer)
     dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options)

@@ -44,7 +44,7 @@ def tiny_hf_checkpoint(model_type: str, out_dir: Path, plugins: Any, overrides: 
             with a ``tiny_config`` is used first).
         overrides: config values on top of :data:`TINY_SIZES` (only for the transformers fallback).
     """
-    from swiftcore.api.models import make_tiny
+    from swiftcore_tiny import make_tiny
 
     sets = list(plugins) if isinstance(plugins, Sequence) else [plugins]
     for plugin_set in sets:

@@ -192,7 +192,7 @@ class PluginContract:
     @classmethod
     def contract_tiny(cls, contract_plugin_set: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
         """``tiny(name) -> Path``: one tiny checkpoint per model spec, made once per class."""
-        from swiftcore.api.models import make_tiny
+        from swiftcore_tiny import make_tiny
 
         made: dict[str, Path] = {}
         root = tmp_path_factory.mktemp("contract-tiny")
@@ -491,4 +491,6 @@ class PluginContract:
     def test_head_save_load(self, name: str, contract_plugin_set: Any, contract_tiny: Any, tmp_path: Path) -> None:
         """A saved head loads back with the same outputs."""
         factory, head, (ids, mask) = self._head(name, contract_plugin_set, contract_tiny)
-        _check("head-save-load", head_checks.save_load_problems(head, factory, ids, mask, tmp_path / "head"))
+        saved_as = self._spec(contract_plugin_set, "head", name).saved_as
+        problems = head_checks.save_load_problems(head, factory, ids, mask, tmp_path / "head")
+        _check("head-save-load", problems + head_checks.saved_format_problems(tmp_path / "head", saved_as))

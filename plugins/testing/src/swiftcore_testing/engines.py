@@ -85,10 +85,11 @@ def make_tiny_qwen3(
     from importlib import resources
 
     import torch
+    from swiftcore_tiny import build_tiny_tokenizer
     from transformers import Qwen3Config, Qwen3ForCausalLM
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    from swiftcore.api.models import ARGS_FILE, build_tiny_tokenizer
+    from swiftcore.api.models import ARGS_FILE
 
     out = Path(out_dir)
     template = (resources.files("swiftcore_template_qwen") / "official" / "qwen3.jinja").read_text(encoding="utf-8")

@@ -55,3 +55,34 @@ def save_load_problems(head: Any, factory: Any, input_ids: Any, attention_mask: 
     if before.shape != after.shape or not before.allclose(after, atol=1e-5):
         return ["outputs after save_pretrained/from_pretrained differ from before"]
     return []
+
+
+#: ``HeadSpec.saved_as`` value -> what a directory in that format holds, as its ecosystem's loader reads it.
+_FORMAT_MARKS = {
+    "sentence-transformers": ("modules.json", None),
+    "transformers-sequence-classification": ("config.json", "ForSequenceClassification"),
+    "transformers-causal-lm": ("config.json", "ForCausalLM"),
+}
+
+
+def saved_format_problems(out_dir: Path, saved_as: str | None) -> list[str]:
+    """A head saved by ``save_pretrained`` is in the format its spec's ``saved_as`` promises: sentence-transformers'
+    ``modules.json``, or a ``config.json`` whose architecture is transformers' class of that kind. A format the
+    kit does not know (or None) is not checked."""
+    import json
+
+    if saved_as not in _FORMAT_MARKS:
+        return []
+    file, suffix = _FORMAT_MARKS[saved_as]
+    path = out_dir / file
+    if not path.is_file():
+        return [f"HeadSpec.saved_as is {saved_as!r}, but the saved head has no {file} (its ecosystem cannot load it)"]
+    if suffix is None:
+        return []
+    architectures = json.loads(path.read_text(encoding="utf-8")).get("architectures") or []
+    if not any(str(a).endswith(suffix) for a in architectures):
+        return [
+            f"HeadSpec.saved_as is {saved_as!r}, but the saved config.json names architectures {architectures}, "
+            f"no transformers *{suffix} class: AutoModel{suffix} would not load it"
+        ]
+    return []

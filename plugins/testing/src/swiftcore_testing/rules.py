@@ -60,7 +60,7 @@ RULES: dict[str, str] = {
     "bridge-round-trip": "HF -> Megatron-core -> HF gives back the same tensors",
     "bridge-logit-parity": "the Megatron-core model's logits match transformers'",
     "head-pooled-shapes": "the head's pooled output has one row per input",
-    "head-save-load": "a saved head loads back with the same outputs",
+    "head-save-load": "a saved head loads back with the same outputs, in the format its saved_as promises",
 }
 
 

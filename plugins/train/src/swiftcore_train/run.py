@@ -20,6 +20,7 @@ from swiftcore.api.train import TrainConfig, TrainResult
 
 __all__ = [
     "ENCODE_CHUNK",
+    "check_recipe_fits_model",
     "check_template_fits_tokenizer",
     "encode_records",
     "generation_defaults",
@@ -46,6 +47,25 @@ def check_template_fits_tokenizer(template_spec: Any, tokenizer: Any, model_dir:
             f"{', '.join(map(repr, missing))} that the tokenizer in {model_dir!r} does not have. Pick the "
             "template that matches this model with --template (see `swiftcore template list`)."
         )
+
+
+def check_recipe_fits_model(cfg: TrainConfig, spec: Any, plugins: Any) -> None:
+    """Refuse a model the run's recipe does not train: none of the recipe's ``RecipeSpec.tasks`` is among the
+    model's ``ModelSpec.tasks`` (an encoder-only family declares no ``causal_lm``, so ``sft`` cannot train it).
+
+    Head recipes do not call this: a head goes on any backbone.
+
+    Raises:
+        SwiftcoreError: naming both sides and what to do.
+    """
+    recipe = plugins.registry.find("recipe", cfg.recipe)
+    if recipe is None or not recipe.tasks or set(recipe.tasks) & set(spec.tasks):
+        return
+    raise SwiftcoreError(
+        f"model {spec.name!r} ({spec.provider}) is trained for {', '.join(spec.tasks)} (its ModelSpec.tasks), "
+        f"recipe {recipe.name!r} ({recipe.provider}) trains {', '.join(recipe.tasks)}: pick a recipe for this model "
+        "(`swiftcore recipes`), or a head with --task"
+    )
 
 
 def load_template(cfg: TrainConfig, spec: Any, plugins: Any) -> tuple[Any, Any, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 from swiftcore.api import SwiftcoreError
 from swiftcore.api.train import TrainConfig, TrainResult
 from swiftcore_train.run import (
+    check_recipe_fits_model,
     encode_records,
     generation_defaults,
     is_main_process,
@@ -55,6 +56,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     output_dir = Path(cfg.output_dir)
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
+    check_recipe_fits_model(cfg, spec, plugins)
     # Everything about the output directory and the checkpoint to resume is decided now, before the
     # (slow) data and model loading, and before anything on disk changes.
     from swiftcore_train.output_dir import plan_output_dir

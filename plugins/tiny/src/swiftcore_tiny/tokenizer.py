@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from swiftcore.errors import SwiftcoreError
+from swiftcore.api import SwiftcoreError
 
 __all__ = ["DEFAULT_TOKENIZER_CLASS", "STYLES", "build_tiny_tokenizer"]
 
@@ -111,7 +111,7 @@ def build_tiny_tokenizer(
             f"the byte alphabet; use at least {floor}"
         )
 
-    from swiftcore.models._tiny_corpus import TINY_CORPUS
+    from swiftcore_tiny._corpus import TINY_CORPUS
 
     text = list(corpus) if corpus is not None else list(TINY_CORPUS)
     if style == "byte_fallback":

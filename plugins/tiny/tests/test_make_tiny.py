@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from swiftcore_tiny import TinyModelError, describe_checkpoint, make_tiny
 
 from swiftcore import ModelSpec, hookimpl
-from swiftcore.models import TinyModelError, describe_checkpoint, make_tiny
 
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -17,9 +17,8 @@ HERE = __name__
 
 
 def tiny_tokenizer(out_dir: Path) -> None:
+    from swiftcore_tiny import build_tiny_tokenizer
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
-
-    from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
 
     build_tiny_tokenizer(
         out_dir,
@@ -190,7 +189,7 @@ def test_importing_models_package_stays_light() -> None:
     import subprocess
 
     code = (
-        "import sys, swiftcore.models, swiftcore.models.checks, swiftcore.cli.make_tiny_cmd; "
+        "import sys, swiftcore.models, swiftcore.models.checks, swiftcore_tiny.command; "
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

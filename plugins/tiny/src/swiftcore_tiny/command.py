@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from swiftcore.cli.main import CliState, pass_state, plugin_option
+from swiftcore.api.cli import CliState, pass_state, plugin_option
 
 __all__ = ["make_tiny"]
 
@@ -36,8 +36,8 @@ def make_tiny(
     Example:
       swiftcore make-tiny qwen3_5 ./tiny-qwen3_5
     """
-    from swiftcore.models import describe_checkpoint
-    from swiftcore.models import make_tiny as write_tiny
+    from swiftcore_tiny.checkpoint import describe_checkpoint
+    from swiftcore_tiny.checkpoint import make_tiny as write_tiny
 
     plugins = state.plugins(plugin_specs)
     spec = plugins.registry.get("model", model_name)

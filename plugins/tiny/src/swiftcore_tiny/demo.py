@@ -1,4 +1,4 @@
-"""``make demo`` / ``python -m swiftcore.demo``: the main job end to end on a built-in default.
+"""``make demo`` / ``python -m swiftcore_tiny.demo``: the main job end to end on a built-in default.
 
 1. ``make-tiny``: a random tiny model with its real special tokens and official chat template: the model
    spec an installed plugin offers as the demo's (``ModelSpec(demo=True)``; Qwen3.5's plugin does), or
@@ -31,7 +31,7 @@ def demo_model(plugins: Any) -> Any:
     Raises:
         SwiftcoreError: no installed plugin offers a demo model.
     """
-    from swiftcore.errors import SwiftcoreError
+    from swiftcore.api import SwiftcoreError
 
     offered = sorted((s for s in plugins.registry.all("model") if s.demo), key=lambda s: (s.name, str(s.provider)))
     if not offered:
@@ -100,11 +100,10 @@ def run_demo(
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    from swiftcore import load_plugins
-    from swiftcore.infer.backends import create_engine
-    from swiftcore.models import make_tiny
-    from swiftcore.train.config import TrainConfig
-    from swiftcore.train.run import run_training
+    from swiftcore.api import load_plugins
+    from swiftcore.api.infer import create_engine
+    from swiftcore.api.train import TrainConfig, run_training
+    from swiftcore_tiny.checkpoint import make_tiny
 
     started = time.perf_counter()
     out = Path(out).resolve()
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--tuner", default="full", choices=("full", "lora"))
     args = parser.parse_args(argv)
-    from swiftcore.errors import SwiftcoreError
+    from swiftcore.api import SwiftcoreError
 
     try:
         run_demo(args.out, args.model, args.steps, args.tuner)

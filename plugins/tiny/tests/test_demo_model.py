@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from swiftcore_tiny.demo import demo_model
 
-from swiftcore.demo import demo_model
 from swiftcore.errors import SwiftcoreError
 from swiftcore.specs import ModelSpec
 

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from swiftcore_tiny import build_tiny_tokenizer
 
 # The family's pieces, as its plugin's tiny.py passes them: the core knows layouts, not families.
 from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX as QWEN3_5_REGEX
 
 from swiftcore.errors import SwiftcoreError
-from swiftcore.models.tiny_tokenizer import build_tiny_tokenizer
 
 TEXTS = ("Hello, world! How are you today?", "Café naïve 你好 😀  two  spaces\n\nnew line", "x = 1 + 2  # 2026")
 QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|image_pad|>")

@@ -1,6 +1,6 @@
 """Write tiny random checkpoints of a model family (tests, the demo, ``swiftcore make-tiny``).
 
-A plugin's :class:`~swiftcore.specs.ModelSpec` names two factories:
+A plugin's :class:`~swiftcore.api.ModelSpec` names two factories:
 
 * ``tiny_tokenizer``: ``fn(out_dir) -> None`` writes the tokenizer (with the family's special tokens
   and official chat template) and, for multimodal families, the processor files;
@@ -40,9 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swiftcore._lazy import resolve
-from swiftcore.models.errors import TinyModelError
-from swiftcore.models.requirements import check_requirements
+from swiftcore.api import SwiftcoreError, resolve
+from swiftcore.api.models import check_requirements
+
+
+class TinyModelError(SwiftcoreError):
+    """A tiny checkpoint could not be written (no tiny config, output directory in the way)."""
+
 
 __all__ = ["TINY_LOGIT_MARGIN", "TinyCheckpoint", "describe_checkpoint", "make_tiny"]
 
@@ -90,7 +94,7 @@ def make_tiny(spec: Any, out_dir: str | Path, seed: int = 0, *, overwrite: bool 
     """Write a random tiny checkpoint of ``spec`` (weights, config, tokenizer, processor) to ``out_dir``.
 
     Args:
-        spec: the :class:`~swiftcore.specs.ModelSpec`; it must name ``tiny_config``.
+        spec: the :class:`~swiftcore.api.ModelSpec`; it must name ``tiny_config``.
         out_dir: the directory to create; its parent is created if missing.
         seed: the random seed for the weights.
         overwrite: replace an existing non-empty ``out_dir`` (otherwise that is an error).
@@ -166,7 +170,7 @@ def _write(spec: Any, work: Path, seed: int) -> None:
                 f"tiny tokenizer ({len(tokenizer)} tokens); take vocab_size from the tokenizer"
             )
 
-    from swiftcore.models.loading import model_class_for
+    from swiftcore.api.models import model_class_for
 
     cls = model_class_for(spec) if spec.model_class else _auto_class()
     # Seed inside a forked RNG: the weights are reproducible and the caller's RNG state is untouched.

@@ -1,0 +1,25 @@
+"""Tiny random checkpoints of any installed model family, and the demo on one (distribution ``swiftcore-tiny``).
+
+- :mod:`swiftcore_tiny.checkpoint`: :func:`make_tiny` writes a checkpoint from a model spec's ``tiny_config`` and
+  ``tiny_tokenizer`` (random weights, the family's real special tokens and chat template), atomically.
+- :mod:`swiftcore_tiny.tokenizer`: :func:`build_tiny_tokenizer`, which model plugins' ``tiny_tokenizer``
+  functions call to write a small BPE tokenizer with their family's special tokens.
+- :mod:`swiftcore_tiny.processor`: :func:`save_processor_config` for multimodal families' processor files.
+- :mod:`swiftcore_tiny.command`: ``swiftcore make-tiny``; :mod:`swiftcore_tiny.demo`: ``make demo``.
+
+Importing this package imports no torch or transformers; writing a checkpoint does.
+"""
+
+from swiftcore_tiny.checkpoint import TINY_LOGIT_MARGIN, TinyCheckpoint, TinyModelError, describe_checkpoint, make_tiny
+from swiftcore_tiny.processor import save_processor_config
+from swiftcore_tiny.tokenizer import build_tiny_tokenizer
+
+__all__ = [
+    "TINY_LOGIT_MARGIN",
+    "TinyCheckpoint",
+    "TinyModelError",
+    "build_tiny_tokenizer",
+    "describe_checkpoint",
+    "make_tiny",
+    "save_processor_config",
+]

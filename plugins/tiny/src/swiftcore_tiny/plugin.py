@@ -1,0 +1,19 @@
+"""Hook implementations of swiftcore-tiny: the ``make-tiny`` command, as plain data."""
+
+from __future__ import annotations
+
+from swiftcore.api import API_VERSION_STRING, CommandSpec, hookimpl
+
+SWIFTCORE_API = API_VERSION_STRING
+
+
+@hookimpl
+def swiftcore_register_commands() -> list[CommandSpec]:
+    """``swiftcore make-tiny``: a tiny random checkpoint of any installed model family."""
+    return [
+        CommandSpec(
+            name="make-tiny",
+            target="swiftcore_tiny.command:make_tiny",
+            short_help="Write a tiny random checkpoint of a model family.",
+        )
+    ]
