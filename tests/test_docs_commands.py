@@ -69,6 +69,7 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "extra are checked instead",
         "pip install ./plugins/infer ./plugins/serve": "installs into the test environment; the paths are checked "
         "instead, and tests/test_core_alone.py installs both next to the core alone in a fresh venv",
+        "pip install ./plugins/tiny": "installs into the test environment; the path is checked instead",
     },
     "docs/eval.md": {
         "swiftcore eval --api-url http://127.0.0.1:8000/v1 --dataset parity": "needs the server of the deploy "
