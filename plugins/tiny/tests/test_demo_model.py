@@ -47,3 +47,13 @@ def test_the_installed_plugins_offer_the_demo_model_make_demo_has_always_run() -
 
     # make demo's numbers (README, tests/test_demo.py) were measured on this family: keep it the default.
     assert demo_model(swiftcore.load_plugins()).name == "qwen3_5"
+
+
+def test_python_m_swiftcore_demo_runs_the_plugins_demo_command() -> None:
+    """``make demo`` runs ``python -m swiftcore.demo``: the core hands it to this plugin's ``demo`` command."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "swiftcore.demo", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: swiftcore demo") and "--steps" in done.stdout and "--tuner" in done.stdout

@@ -38,6 +38,7 @@ _PLUGIN_COMMAND_DISTRIBUTIONS = {
     "deploy": "swiftcore-serve",
     "eval": "swiftcore-eval",
     "make-tiny": "swiftcore-tiny",
+    "demo": "swiftcore-tiny",
 }
 
 

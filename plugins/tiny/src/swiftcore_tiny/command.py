@@ -8,7 +8,7 @@ import click
 
 from swiftcore.api.cli import CliState, pass_state, plugin_option
 
-__all__ = ["make_tiny"]
+__all__ = ["demo", "make_tiny"]
 
 
 @click.command("make-tiny")
@@ -46,3 +46,15 @@ def make_tiny(
     click.echo(f"Wrote tiny {spec.name!r} from {spec.provider} to {path}")
     click.echo(f"  parameters: {info.parameters:,}")
     click.echo(f"  files: {', '.join(info.files)}")
+
+
+@click.command(
+    "demo",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+)
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """``make demo``'s job: a tiny model learns a task and answers held-out questions (``--help`` for options)."""
+    from swiftcore_tiny.demo import main
+
+    main(ctx.args)  # the demo's own argparse options (--out, --model, --steps, --tuner)

@@ -162,7 +162,9 @@ def run_demo(
 
 def main(argv: list[str] | None = None) -> None:
     """Run the demo (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="swiftcore demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default="demo-out", help="output folder (replaced)")
     parser.add_argument("--model", default=None, help="model spec to make tiny (default: the one a plugin offers)")
     parser.add_argument("--steps", type=int, default=160)

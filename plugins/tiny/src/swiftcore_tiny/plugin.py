@@ -1,4 +1,4 @@
-"""Hook implementations of swiftcore-tiny: the ``make-tiny`` command, as plain data."""
+"""Hook implementations of swiftcore-tiny: the ``make-tiny`` and ``demo`` commands, as plain data."""
 
 from __future__ import annotations
 
@@ -15,5 +15,10 @@ def swiftcore_register_commands() -> list[CommandSpec]:
             name="make-tiny",
             target="swiftcore_tiny.command:make_tiny",
             short_help="Write a tiny random checkpoint of a model family.",
-        )
+        ),
+        CommandSpec(
+            name="demo",
+            target="swiftcore_tiny.command:demo",
+            short_help="make demo: a tiny model learns a task, before/after accuracy.",
+        ),
     ]
