@@ -1,6 +1,6 @@
 """Deterministic benchmark corpora generated like ``shared/reference/conversations.jsonl``.
 
-The reference corpus (a copy ships as ``core/tests/data/fixtures/conversations.jsonl``) has ~40 rows:
+The reference corpus (a copy ships as ``core/tests/fixtures/conversations.jsonl``) has ~40 rows:
 text, system prompts, multi-turn, thinking on/off, tools with (parallel) tool calls, unicode and edge
 cases, images and audio. The benchmarks need thousands of rows of the same kinds, identical for both
 systems, so this module recombines the reference's own pieces with a seeded RNG.
@@ -21,7 +21,7 @@ from typing import Any
 
 __all__ = ["REFERENCE", "chat_corpus", "mixed_length_corpus", "prompt_corpus", "write_jsonl"]
 
-REFERENCE = Path(__file__).resolve().parents[1] / "core" / "tests" / "data" / "fixtures" / "conversations.jsonl"
+REFERENCE = Path(__file__).resolve().parents[1] / "core" / "tests" / "fixtures" / "conversations.jsonl"
 
 
 def _pieces(path: Path = REFERENCE) -> dict[str, list[Any]]:

@@ -109,7 +109,7 @@ def main() -> None:
     results["deploy_streaming_transformers"] = deploy_streams(engine, args.clients, 1, min(args.max_new_tokens, 16))
 
     if not args.skip_vllm:
-        from swiftcore.infer.backends import backend_spec, probe_backend
+        from swiftcore_infer.backends import backend_spec, probe_backend
 
         try:
             reason = probe_backend(backend_spec("vllm", plugins))
@@ -118,7 +118,7 @@ def main() -> None:
         if reason:
             results["vllm"] = {"skipped": reason}
         else:
-            from swiftcore.infer.backends import create_engine
+            from swiftcore_infer.backends import create_engine
 
             start = time.perf_counter()
             vllm = create_engine("vllm", model, plugins, max_model_len=1024)

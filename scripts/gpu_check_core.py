@@ -37,10 +37,10 @@ def check_train_and_infer(work: Path) -> None:
     import torch
     from swiftcore_infer.transformers_engine import TransformersEngine
     from swiftcore_tiny import make_tiny
+    from swiftcore_train.config import TrainConfig
+    from swiftcore_train.dispatch import run_training
 
     from swiftcore import load_plugins
-    from swiftcore.train.config import TrainConfig
-    from swiftcore.train.run import run_training
 
     plugins = load_plugins(env={})
     model_dir = make_tiny(plugins.registry.get("model", "qwen3_5"), work / "tiny", seed=0)

@@ -3,8 +3,8 @@
 The core alone has no torch and no transformers: ``swiftcore plugins``, ``template list`` and ``recipes`` work,
 and a command that needs a plugin or the training stack says what to install instead of a traceback.
 Installing the inference and server plugins adds ``infer`` and ``deploy``, the training plugin the ``sft``
-recipe; a template plugin adds its templates. The venv is new (no system site packages), so nothing of the
-repository's ``.venv`` leaks in.
+recipe, the scaffold plugin ``new-plugin`` (its templates shipped in the wheel); a template plugin adds its
+templates. The venv is new (no system site packages), so nothing of the repository's ``.venv`` leaks in.
 """
 
 from __future__ import annotations
@@ -47,13 +47,13 @@ def test_core_alone_lists_its_builtins_without_torch(fresh: Path, tmp_path: Path
     assert listed.returncode == 0, listed.stderr
     plugins = json.loads(listed.stdout)["plugins"]
     assert [p["name"] for p in plugins] == ["swiftcore"]
-    assert plugins[0]["provides"] == {"template": ["jinja"], "reward": ["accuracy", "format", "length"]}
+    assert plugins[0]["provides"] == {"template": ["jinja"]}
     templates = _run(str(fresh / "swiftcore"), "template", "list", cwd=tmp_path)
     assert templates.returncode == 0 and templates.stdout.split()[0] == "jinja", templates.stderr
     recipes = _run(str(fresh / "swiftcore"), "recipes", "--json", cwd=tmp_path)
     assert recipes.returncode == 0 and json.loads(recipes.stdout) == [], recipes.stderr  # sft is swiftcore-train's
-    rewards = _run(str(fresh / "swiftcore"), "rewards", cwd=tmp_path)  # the built-in rewards need no torch
-    assert rewards.returncode == 0 and rewards.stdout.startswith("accuracy "), rewards.stderr
+    rewards = _run(str(fresh / "swiftcore"), "rewards", cwd=tmp_path)  # the built-in rewards are swiftcore-train's
+    assert rewards.returncode == 0 and rewards.stdout.startswith("no rewards:"), rewards.stderr
 
 
 def test_core_alone_names_what_to_install_for_the_plugin_commands(fresh: Path, tmp_path: Path) -> None:
@@ -66,6 +66,7 @@ def test_core_alone_names_what_to_install_for_the_plugin_commands(fresh: Path, t
         ("deploy", "swiftcore-serve"),
         ("make-tiny", "swiftcore-tiny"),
         ("demo", "swiftcore-tiny"),
+        ("new-plugin", "swiftcore-scaffold"),
     ):
         proc = _run(str(fresh / "swiftcore"), command, "--model", str(model), cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
@@ -77,6 +78,9 @@ def test_core_alone_names_what_to_install_for_the_plugin_commands(fresh: Path, t
     proc = _run(str(fresh / "swiftcore"), "export", "--model", str(model), "--to-mcore", "mcore", cwd=tmp_path)
     assert proc.returncode == 2 and "swiftcore-megatron" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "mcore").exists()
+    proc = _run(str(fresh / "swiftcore"), "export", "--model", str(model), "--merge-lora", "merged", cwd=tmp_path)
+    assert proc.returncode == 2 and "pip install swiftcore-infer" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "merged").exists()
     proc = _run(
         str(fresh / "swiftcore"), "train", "--model", str(model), "--dataset", "q.jsonl", "--output-dir", "run",
         cwd=tmp_path,
@@ -131,7 +135,28 @@ def test_the_training_plugin_adds_the_sft_recipe(fresh: Path, tmp_path: Path) ->
     assert [(r["name"], r["provider"].split(" ")[0]) for r in json.loads(recipes.stdout)] == [("sft", "train")]
     helped = _run(str(fresh / "swiftcore"), "train", "--help", cwd=tmp_path)
     assert helped.returncode == 0 and "--tuner" in helped.stdout, helped.stderr
+    rewards = _run(str(fresh / "swiftcore"), "rewards", cwd=tmp_path)  # the built-in rewards need no torch
+    assert rewards.returncode == 0 and rewards.stdout.startswith("accuracy "), rewards.stderr
     assert _run(str(fresh / "pip"), "uninstall", "-q", "-y", "swiftcore-train").returncode == 0
+
+
+def test_the_scaffold_plugin_adds_new_plugin_with_its_templates(fresh: Path, tmp_path: Path) -> None:
+    """A non-editable install (a built wheel) ships the templates: ``new-plugin`` renders every file it lists."""
+    source = tmp_path / "scaffold"
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests")
+    shutil.copytree(ROOT / "plugins" / "scaffold", source, ignore=ignore)
+    proc = _run(str(fresh / "pip"), "install", "-q", "--no-deps", str(source))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    listed = _run(str(fresh / "swiftcore"), "--help", cwd=tmp_path)
+    assert "new-plugin" in listed.stdout.partition("Plugin commands:")[2].split(), listed.stdout + listed.stderr
+    for kind in ("model", "bridge"):  # bridge: a kind with a requires.txt and its own test_contract.py
+        out = tmp_path / kind
+        proc = _run(str(fresh / "swiftcore"), "new-plugin", "acme", "--dir", str(out), "--kind", kind, cwd=tmp_path)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+        listed_files = [line.strip() for line in proc.stdout.splitlines() if line.startswith("  ")]
+        assert written and [w.split("/", 1)[1] for w in written] == sorted(listed_files), proc.stdout
+    assert _run(str(fresh / "pip"), "uninstall", "-q", "-y", "swiftcore-scaffold").returncode == 0
 
 
 def test_a_template_plugin_installed_next_to_the_core_adds_its_templates(fresh: Path, tmp_path: Path) -> None:

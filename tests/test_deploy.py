@@ -198,7 +198,7 @@ def test_embeddings(client: Any, engine: Any) -> None:
 
 
 def test_completions(client: Any, engine: Any) -> None:
-    from swiftcore.infer.types import Request, SamplingParams
+    from swiftcore_infer.types import Request, SamplingParams
 
     reply = client.completions.create(model=MODEL, prompt="The number twelve is", max_tokens=6, temperature=0)
     expected = engine.generate_requests(

@@ -26,8 +26,7 @@ TOOLS = [{"type": "function", "function": {
 @pytest.fixture(scope="module")
 def setup() -> Any:
     from swiftcore_backend_vllm.testing import shared_setup
-
-    from swiftcore.infer.backends import probe_backend
+    from swiftcore_infer.backends import probe_backend
 
     result = shared_setup()
     assert probe_backend(result.plugins.registry.get("backend", "vllm")) is None

@@ -65,11 +65,14 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "pip install ./core": "installs into the environment these tests run in (make install already holds every "
         "distribution, editable); the path and extras are checked instead",
         "pip install ./template_plugins/qwen": "installs into the test environment; the path is checked instead",
-        "pip install ./plugins/train ./model_plugins/qwen3_5": "installs into the test environment; the paths and the "
-        "extra are checked instead",
+        "pip install ./plugins/data ./plugins/media ./plugins/train ./model_plugins/qwen3_5": "installs into the test "
+        "environment; the paths and the extra are checked instead",
         "pip install ./plugins/infer ./plugins/serve": "installs into the test environment; the paths are checked "
         "instead, and tests/test_core_alone.py installs both next to the core alone in a fresh venv",
         "pip install ./plugins/tiny": "installs into the test environment; the path is checked instead",
+        "pip install ./plugins/scaffold": "installs into the test environment; the path is checked instead, and "
+        "tests/test_core_alone.py installs it next to the core alone in a fresh venv",
+        "pip install ./plugins/webui": "installs into the test environment; the path is checked instead",
     },
     "docs/eval.md": {
         "swiftcore eval --api-url http://127.0.0.1:8000/v1 --dataset parity": "needs the server of the deploy "
@@ -98,6 +101,9 @@ NOT_RUN: dict[str, dict[str, str]] = {
     },
     "model_plugins/qwen3_asr/README.md": {
         "pip install ./model_plugins/qwen3_asr": "installs into the test environment; the path is checked instead",
+    },
+    "plugins/scaffold/README.md": {
+        "pip install ./plugins/scaffold": "installs into the test environment; the path is checked instead",
     },
     "plugins/backend_sglang/README.md": {
         "pip install ./plugins/backend_sglang[gpu]": "SGLang's wheel needs a CUDA torch: GPU machines only; the path "
@@ -405,7 +411,7 @@ def _declared_extras(requirement: str) -> set[str] | None:
                 return set(project.get("optional-dependencies", {}))
     scaffolded = re.fullmatch(r"swiftcore-(plugin|template|backend|bridge)-([a-z][a-z0-9-]*)", name)
     if scaffolded:
-        from swiftcore.scaffold import plugin_files
+        from swiftcore_scaffold import plugin_files
 
         kind = {"plugin": "model"}.get(scaffolded[1], scaffolded[1])
         project = tomllib.loads(plugin_files(scaffolded[2].replace("-", "_"), kind)["pyproject.toml"])["project"]

@@ -16,8 +16,7 @@ import torch
 from swiftcore_heads.api import embed, forward_texts, load_head_model, score
 from swiftcore_heads.options import HeadTrainConfig as TrainConfig
 from swiftcore_heads.retrieval import make_retrieval_task, mean_reciprocal_rank, recall_at_1
-
-from swiftcore.train.run import run_training
+from swiftcore_train.dispatch import run_training
 
 ROWS = {
     "classification": [{"text": f"sample {i} says {'yes' if i % 2 else 'no'}", "label": i % 3} for i in range(4)],

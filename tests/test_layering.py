@@ -56,3 +56,13 @@ def test_every_plugin_package_of_the_repository_is_held_to_the_contracts() -> No
     contracts = _contracts()
     assert set(contracts["Plugins import only the public API (swiftcore.api)"]["source_modules"]) == packages
     assert set(contracts["The core never imports a plugin"]["forbidden_modules"]) == packages
+
+
+def test_the_core_stays_within_its_line_budget() -> None:
+    """``scripts/core_size.py --check``: the core's non-test Python (physical lines, docstrings included) is at most
+    the slim-core budget; a change that goes over it must move something out (docs/architecture.md)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "core_size.py"), "--check"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "within" in proc.stdout

@@ -189,7 +189,7 @@ def test_served_prompt_is_the_training_sample(case: str, engine_for: Any, tmp_pa
 
 
 def _text_only(kwargs: dict[str, Any]) -> Any:
-    from swiftcore.infer.types import Request
+    from swiftcore_infer.types import Request
 
     return Request(record={"messages": [{"role": "user", "content": "What is this?"}], **kwargs})
 
@@ -271,7 +271,7 @@ def test_bad_media_is_a_400_naming_the_part(engine_for: Any) -> None:
 def test_the_engine_refuses_media_it_cannot_take(engine_for: Any, tmp_path: Any, monkeypatch: Any) -> None:
     """Rows of ``swiftcore infer`` and Python callers get the same refusals, and a backend that cannot feed
     media tensors (vLLM, SGLang) refuses them instead of dropping them."""
-    from swiftcore.infer.types import Request
+    from swiftcore_infer.types import Request
 
     image = tmp_path / "p.png"
     image.write_bytes(_png())

@@ -75,12 +75,12 @@ swiftcore_cli = run_cli  # in-process: torch and transformers load once for the 
 
 def sample_lengths(model_dir: Path, records: list[dict[str, Any]]) -> list[int]:
     """Token lengths of ``records`` as ``swiftcore train`` encodes them."""
+    from swiftcore_train.config import TrainConfig
     from swiftcore_train.run import encode_records
 
     import swiftcore
     from swiftcore.models import load_tokenizer, resolve_model_spec
     from swiftcore.template import get_template
-    from swiftcore.train.config import TrainConfig
 
     plugins = swiftcore.load_plugins(env={})
     spec = resolve_model_spec(str(model_dir), plugins)

@@ -35,10 +35,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from swiftcore_data import PaddingFreeCollator  # noqa: E402
 from swiftcore_tiny import make_tiny  # noqa: E402
 
 import swiftcore  # noqa: E402
-from swiftcore.data import PaddingFreeCollator  # noqa: E402
 from swiftcore.models import load_model, model_class_for, read_hf_config  # noqa: E402
 
 IGNORE = -100

@@ -199,8 +199,8 @@ def vllm_setup() -> Any:
 
 def _train_qwen3(setup: Any, out: Path, data: Path, tuner: str, learning_rate: float, steps: int) -> Path:
     """``swiftcore train``'s code on the tiny Qwen3 (its spec comes from the test plugin, so not via the CLI)."""
-    from swiftcore.train.config import TrainConfig
-    from swiftcore.train.run import run_training
+    from swiftcore_train.config import TrainConfig
+    from swiftcore_train.dispatch import run_training
 
     cfg = TrainConfig(
         model=str(setup.model_dir), dataset=(str(data),), output_dir=str(out), tuner=tuner, lora_rank=8,

@@ -629,7 +629,7 @@ def test_models_show_names_never_paths(server: str, engine: Any) -> None:
 
 
 def test_errors_name_the_model_not_its_directory(server: str, engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from swiftcore.infer.errors import InvalidRequestError
+    from swiftcore_infer.errors import InvalidRequestError
 
     def refuse(request: Any) -> list[int]:
         raise InvalidRequestError(f"the model at {engine.base_dir} cannot do that")

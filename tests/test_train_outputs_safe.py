@@ -172,12 +172,12 @@ def test_a_save_that_fails_midway_leaves_earlier_checkpoints_intact(tmp_path: Pa
     the error says what happened and what to do."""
     import errno
 
+    from swiftcore_train.config import TrainConfig
+    from swiftcore_train.dispatch import run_training
     from swiftcore_train.trainer import SwiftTrainer
 
     from swiftcore import load_plugins
     from swiftcore.errors import SwiftcoreError
-    from swiftcore.train.config import TrainConfig
-    from swiftcore.train.run import run_training
 
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps(RECORD) + "\n", encoding="utf-8")
@@ -204,10 +204,9 @@ def test_a_save_that_fails_midway_leaves_earlier_checkpoints_intact(tmp_path: Pa
 
 def test_the_config_file_is_an_input_never_removed(finished_run: Path) -> None:
     """A --config file kept inside the old run's folder (named like an output) is protected by --overwrite."""
+    from swiftcore_train.config import TrainConfig
     from swiftcore_train.output_dir import plan_output_dir
     from swiftcore_train.run import run_inputs
-
-    from swiftcore.train.config import TrainConfig
 
     cfg = TrainConfig(model="m", dataset=("d.jsonl",), config_file=str(finished_run / "args.json"))
     plan = plan_output_dir(finished_run, resume=False, overwrite=True, inputs=run_inputs(cfg))

@@ -148,9 +148,9 @@ def test_incompatible_api_is_refused_with_upgrade_hint(run_cli) -> None:
 
 
 def test_core_command_cannot_be_replaced(run_cli) -> None:
-    # acme_clash registers 'train'; the core's own train runs (its plugin loading reports the refusal).
+    # acme_clash registers 'template'; the core's own template runs (its plugin loading reports the refusal).
     proc = run_cli("--plugin", "acme_clash", "--help")
-    assert proc.stdout.count("  train ") == 1
+    assert proc.stdout.count("  template ") == 1
 
 
 def test_importing_the_cli_imports_no_heavy_module() -> None:

@@ -213,12 +213,16 @@ def test_plugin_with_an_unknown_hook_is_refused(swiftcore_plugins) -> None:
 
 
 def test_docs_hook_reference_is_in_sync_with_hookspecs() -> None:
+    import importlib.util
     from pathlib import Path
 
-    from swiftcore._hookdocs import render_hook_reference
-
-    docs = Path(__file__).resolve().parents[2] / "docs" / "hooks.md"
-    assert docs.read_text() == render_hook_reference(), "regenerate: python -m swiftcore._hookdocs > docs/hooks.md"
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("hookdocs", root / "scripts" / "hookdocs.py")
+    hookdocs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hookdocs)
+    render_hook_reference = hookdocs.render_hook_reference
+    docs = root / "docs" / "hooks.md"
+    assert docs.read_text() == render_hook_reference(), "regenerate: python scripts/hookdocs.py > docs/hooks.md"
     for name in HOOK_NAMES:
         assert f"## `{name}`" in docs.read_text()
 
@@ -302,6 +306,7 @@ def test_export_checkpoint_hook_gets_the_command_s_conversion(tmp_path) -> None:
     assert call == {
         "target": "mcore",
         "model": str(model),
+        "adapter": None,
         "tp": 2,
         "ep": 1,
         "bridge": None,
@@ -314,3 +319,9 @@ def test_export_checkpoint_hook_gets_the_command_s_conversion(tmp_path) -> None:
     )
     assert result.exit_code != 0 and "swiftcore-megatron" in str(result.exception or result.output)
     assert not (tmp_path / "hf").exists()
+    # Nor is --merge-lora (the core merges nothing itself: swiftcore-infer implements the hook for it).
+    result = runner.invoke(
+        cli, ["export", "--plugin", str(plugin), "--model", str(model), "--merge-lora", str(tmp_path / "m")], env=env
+    )
+    assert result.exit_code != 0 and "pip install swiftcore-infer" in str(result.exception or result.output)
+    assert not (tmp_path / "m").exists()

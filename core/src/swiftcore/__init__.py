@@ -1,67 +1,17 @@
 """swiftcore: a slim, plugin-based core for fine-tuning, serving and converting models.
 
-Importing this package is cheap: it never imports torch, transformers or megatron. Plugin authors
-need :data:`hookimpl` and the spec dataclasses::
-
-    from swiftcore import hookimpl, ModelSpec
-
-    SWIFTCORE_API = "1.0"
-
-    @hookimpl
-    def swiftcore_register_models():
-        return [ModelSpec(name="acme", model_types=("acme",), model_class="transformers:AutoModelForCausalLM")]
+Importing this package is cheap: it never imports torch, transformers or megatron. Plugins import the public
+API, :mod:`swiftcore.api` (``from swiftcore.api import hookimpl, ModelSpec``); the names plugin API 1.0
+documented here (``from swiftcore import hookimpl, ModelSpec, SwiftcoreError, ...``) are still served, from there.
 """
 
 from __future__ import annotations
 
-from swiftcore.errors import (
-    ConflictError,
-    IncompatiblePluginError,
-    PluginError,
-    PluginLoadError,
-    PluginNotFoundError,
-    SpecError,
-    SwiftcoreError,
-    UnknownNameError,
-)
-from swiftcore.hookspecs import hookimpl
-from swiftcore.plugin_api import API_VERSION, API_VERSION_STRING
-from swiftcore.specs import (
-    BackendSpec,
-    BridgeSpec,
-    CommandSpec,
-    HeadSpec,
-    ModelParts,
-    ModelSpec,
-    Provider,
-    TemplateSpec,
-)
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "API_VERSION",
-    "API_VERSION_STRING",
-    "BackendSpec",
-    "BridgeSpec",
-    "CommandSpec",
-    "ConflictError",
-    "HeadSpec",
-    "IncompatiblePluginError",
-    "ModelParts",
-    "ModelSpec",
-    "PluginError",
-    "PluginLoadError",
-    "PluginNotFoundError",
-    "Provider",
-    "SpecError",
-    "SwiftcoreError",
-    "TemplateSpec",
-    "UnknownNameError",
-    "__version__",
-    "hookimpl",
-    "load_plugins",
-]
+__all__ = ["__version__", "load_plugins"]
 
 
 def load_plugins(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -69,3 +19,14 @@ def load_plugins(*args, **kwargs):  # type: ignore[no-untyped-def]
     from swiftcore._plugins import load_plugins as _load
 
     return _load(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    # Served lazily from swiftcore.api (and the error tree), so that the two can never disagree.
+    import swiftcore.api
+    import swiftcore.errors
+
+    for module in (swiftcore.api, swiftcore.errors):
+        if name in module.__all__:
+            return getattr(module, name)
+    raise AttributeError(f"module 'swiftcore' has no attribute {name!r}")

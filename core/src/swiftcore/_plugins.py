@@ -236,11 +236,6 @@ class Plugins:
         """The plugins that are registered, built-ins included."""
         return [i for i in self.infos.values() if i.status == "loaded"]
 
-    def info_for(self, plugin_object: object) -> PluginInfo:
-        """The :class:`PluginInfo` of a registered plugin object."""
-        name = self.pm.get_name(plugin_object)
-        return self.infos[name]  # type: ignore[index]
-
     def add(
         self,
         plugin: object,

@@ -24,31 +24,3 @@ def swiftcore_register_templates() -> list:
             description="the tokenizer's own chat_template (loss mask from generation markers or prefixes)",
         )
     ]
-
-
-@hookimpl
-def swiftcore_register_rewards() -> list:
-    """``accuracy``, ``format`` and ``length``: the rewards every RL recipe has (pure Python, torch-free)."""
-    from swiftcore.specs import RewardSpec
-
-    module = "swiftcore.train.rewards"
-    return [
-        RewardSpec(
-            name="accuracy",
-            function=f"{module}:accuracy",
-            columns=("answer",),
-            description="1 when the final answer (last \\boxed{}, else last number) equals the row's 'answer'",
-        ),
-        RewardSpec(
-            name="format",
-            function=f"{module}:format_match",
-            options=("pattern",),
-            description="1 when the completion matches a regex (option pattern; default <think>..</think><answer>..)",
-        ),
-        RewardSpec(
-            name="length",
-            function=f"{module}:length_penalty",
-            options=("max", "buffer"),
-            description="DAPO soft overlong penalty: 0 up to max-buffer tokens, linear to -1 at max",
-        ),
-    ]

@@ -189,17 +189,18 @@ def swiftcore_post_model_load(model: Any, spec: ModelSpec, model_dir: str) -> No
 def swiftcore_export_checkpoint(
     target: str, model: str, out: str, options: dict[str, Any], plugins: Any
 ) -> bool | None:
-    """Convert a checkpoint into another format, for ``swiftcore export --to-mcore`` / ``--to-hf``.
+    """Convert a checkpoint into another format, for ``swiftcore export --to-mcore`` / ``--to-hf`` / ``--merge-lora``.
 
-    Called by ``swiftcore export`` for ``--to-mcore`` (``target="mcore"``) and ``--to-hf`` (``"hf"``); stops at
-    the first non-None result. The Megatron-core conversion (``swiftcore-megatron``) is such a plugin; the core
-    converts nothing itself. Write ``out`` atomically: a failed conversion leaves no directory.
+    Called by ``swiftcore export`` for ``--to-mcore`` (``target="mcore"``), ``--to-hf`` (``"hf"``) and
+    ``--merge-lora`` (``"merged"``); stops at the first non-None result. The Megatron-core conversion
+    (``swiftcore-megatron``) and the LoRA merge (``swiftcore-infer``) are such plugins; the core converts nothing
+    itself. Write ``out`` atomically: a failed conversion leaves no directory.
 
-    :param target: the format to write, e.g. ``"mcore"``, ``"hf"``.
+    :param target: the format to write, e.g. ``"mcore"``, ``"hf"``, ``"merged"``.
     :param model: the input checkpoint directory.
     :param out: the output directory (does not exist yet, or is empty).
-    :param options: what the command parsed: ``tp``, ``ep``, ``bridge``, ``check_parity``,
-        ``max_shard_bytes``, and ``echo`` (print a line of progress to the user).
+    :param options: what the command parsed: ``adapter`` (``--adapter``, with ``--merge-lora``), ``tp``, ``ep``,
+        ``bridge``, ``check_parity``, ``max_shard_bytes``, and ``echo`` (print a line of progress to the user).
     :param plugins: the loaded plugin set (to look bridges up in its registry).
     :return: True when converted, None when the target is not this plugin's.
 

@@ -9,7 +9,7 @@ then valid only with that recipe (``swiftcore train --recipe NAME``), and the re
         group = parser.getgroup("toy", "the toy recipe", recipe="toy")
         group.addoption("--toy-scale", type=float, default=1.0, help="How much the toy scales.")
 
-The core's own options are not declared here (they come from :class:`swiftcore.train.config.TrainConfig`);
+The core's own options are not declared here (they come from :class:`swiftcore_train.config.TrainConfig`);
 a plugin option whose flag or destination clashes with one of them, or with another plugin's, is refused
 with a message naming both owners. No click import at module level is needed by plugins: they only call
 :meth:`OptionGroup.addoption`.

@@ -35,10 +35,8 @@ HOOK_FOR_KIND = {
 #: Sub-commands of the core CLI; a plugin may not register a command with one of these names.
 CORE_COMMANDS = (
     "plugins",
-    "train",
     "export",
     "template",
-    "new-plugin",
     "recipes",
     "rewards",
 )

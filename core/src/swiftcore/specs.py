@@ -238,7 +238,7 @@ class HeadSpec(_Spec):
       returns one pooled row per input, and it has ``save_pretrained(dir)``; ``factory.from_pretrained(dir)``
       or the module class's loads it back (the contract kit checks both).
     - ``recipe(cfg, plugins, spec) -> TrainResult`` trains it: ``swiftcore train --task TASK`` calls it
-      with the :class:`~swiftcore.train.config.TrainConfig`. None: the head cannot be trained by swiftcore.
+      with the :class:`~swiftcore_train.config.TrainConfig`. None: the head cannot be trained by swiftcore.
     - ``predictor(checkpoint_dir, *, spec, dtype) -> predictor`` loads a trained checkpoint for
       ``swiftcore infer --task`` and ``swiftcore deploy``; the object has ``task``, ``tokenizer``,
       ``count_tokens(texts) -> int``, and by task ``embed(texts, dimensions=None) -> list[list[float]]``
@@ -389,7 +389,7 @@ class CommandSpec(_Spec):
 class RecipeSpec(_Spec):
     """A training recipe: what ``swiftcore train --recipe NAME`` runs (torchtune's recipes, as plugins).
 
-    The recipe reads the common training options (:class:`swiftcore.api.train.TrainConfig`) and its own,
+    The recipe reads the common training options (:class:`swiftcore_train.config.TrainConfig`) and its own,
     which its plugin adds to ``swiftcore train`` with the ``swiftcore_addoption`` hook (pytest's
     ``pytest_addoption``), tagged with the recipe's name so they are refused with any other recipe.
 

@@ -26,7 +26,7 @@ from swiftcore.template.encoding import encoding_locator, starts_locator, tokeni
 from swiftcore.template.pieces import media, prompt, strip_pieces, text_of
 from swiftcore.template.segments import prompt_overlap
 
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "conversations.jsonl"
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "conversations.jsonl"
 SPECIAL = ("<|im_start|>", "<|im_end|>", "<img>")
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n"

@@ -83,3 +83,56 @@ def test_a_bad_record_is_named_and_an_empty_result_refused(tok: Any) -> None:
     prompt_only = {"messages": CHAT[:1]}  # no reply: no token carries loss
     with pytest.raises(SwiftcoreError, match="no sample left"):
         encoder.train_samples([prompt_only], loss_policy="last_round", max_length=64, truncation="error")
+
+
+# GLM style: a turn ends where the next one starts, so nothing follows the last reply.
+GLM = (
+    "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+GLM_CHAT = [*CHAT, {"role": "user", "content": "And 7?"}, {"role": "assistant", "content": "odd"}]
+
+
+@pytest.fixture(scope="module")
+def glm_tok() -> Any:
+    return build_test_tokenizer(
+        ("<|system|>", "<|user|>", "<|assistant|>", "<|endoftext|>"),
+        ["Is 12 even? even odd And 7?"],
+        chat_template=GLM,
+        eos_token="<|endoftext|>",
+    )
+
+
+def test_a_last_reply_the_rendering_ends_with_nothing_is_trained_with_a_stop_token(glm_tok: Any) -> None:
+    """The encoder appends the tokenizer's eos to GLM's last reply: the model learns to stop. The prompt is
+    still token for token the inference prompt, and the rendering itself is unchanged."""
+    from swiftcore_testing.templates import loss_runs
+
+    encoder = SampleEncoder(JinjaTemplate(), glm_tok)
+    record = {"messages": GLM_CHAT}
+    assert JinjaTemplate.from_tokenizer(glm_tok).render(record).endswith("<|assistant|>\nodd")
+    (sample,) = encoder.train_samples([record], loss_policy="last_round", max_length=256, truncation="error")
+    eos = glm_tok.eos_token_id
+    assert sample["input_ids"][-1] == eos and sample["labels"][-1] == eos
+    assert loss_runs(sample["input_ids"], sample["labels"], glm_tok) == ["odd<|endoftext|>"]
+    prompt, _ = encoder.prompt({"messages": GLM_CHAT[:3]})
+    assert sample["input_ids"][: len(prompt)] == prompt
+    assert sample["input_ids"][len(prompt) :] == glm_tok("odd<|endoftext|>", add_special_tokens=False)["input_ids"]
+
+
+def test_a_rendering_that_ends_its_reply_with_a_stop_token_is_encoded_as_rendered(tok: Any) -> None:
+    """ChatML ends every reply with ``<|im_end|>``: nothing is appended, the ids are the rendering's."""
+    template = JinjaTemplate.from_tokenizer(tok)
+    for policy in ("all_assistant", "last_round", "all"):
+        encoded = template.encode(tok, {"messages": CHAT}, loss_policy=policy)
+        assert encoded.text == template.render({"messages": CHAT})
+        assert encoded.input_ids == tok(encoded.text, add_special_tokens=False)["input_ids"]
+
+
+def test_a_glm_history_reply_is_trained_alone_not_with_the_turns_after_it(glm_tok: Any) -> None:
+    """With the tokenizer's own GLM template no default end-of-turn token follows a past reply: it ends where
+    its own rendering does (before used to run to the end of the text, training the user turns after it)."""
+    from swiftcore_testing.templates import loss_runs
+
+    encoded = JinjaTemplate().encode(glm_tok, {"messages": GLM_CHAT}, loss_policy="all_assistant")
+    assert loss_runs(encoded.input_ids, encoded.labels, glm_tok) == ["even", "odd<|endoftext|>"]

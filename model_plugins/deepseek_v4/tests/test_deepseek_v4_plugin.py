@@ -9,11 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from swiftcore_testing.model_spec_checks import (
+    forward_backward,
+    lora_exclude_problems,
+    part_problems,
+    special_token_problems,
+)
 from swiftcore_tiny import make_tiny
 
 import swiftcore
 from swiftcore.models import load_model, load_tokenizer, resolve_model_spec
-from swiftcore.models.checks import forward_backward, lora_exclude_problems, part_problems, special_token_problems
 
 # DeepSeek-V4's chat mode, as its encoding description spells it (reference/deepseek_v4_encoding).
 CHAT = (

@@ -9,11 +9,16 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from swiftcore_testing.model_spec_checks import (
+    forward_backward,
+    lora_exclude_problems,
+    part_problems,
+    special_token_problems,
+)
 from swiftcore_tiny import make_tiny
 
 import swiftcore
 from swiftcore.models import load_model, load_tokenizer, resolve_model_spec
-from swiftcore.models.checks import forward_backward, lora_exclude_problems, part_problems, special_token_problems
 
 CONVERSATION = [
     {"role": "system", "content": "You are a helpful assistant."},

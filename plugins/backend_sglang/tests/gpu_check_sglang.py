@@ -18,10 +18,9 @@ pytestmark = pytest.mark.gpu
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import types
 
+    from swiftcore_infer.backends import create_engine
     from swiftcore_infer.transformers_engine import TransformersEngine
     from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
-
-    from swiftcore.infer.backends import create_engine
 
     plugins = plugins_with_tiny_qwen3()
     root = tmp_path_factory.mktemp("sglang-gpu")
@@ -58,7 +57,7 @@ def test_greedy_parity(setup: Any) -> None:
 
 
 def test_lora_parity_per_request(setup: Any) -> None:
-    from swiftcore.infer.types import Request, SamplingParams
+    from swiftcore_infer.types import Request, SamplingParams
 
     requests = [
         Request(record=r, sampling=SamplingParams(max_new_tokens=16), adapter="parity" if i % 2 else None)
@@ -69,7 +68,7 @@ def test_lora_parity_per_request(setup: Any) -> None:
 
 
 def test_streaming(setup: Any) -> None:
-    from swiftcore.infer.types import Request, SamplingParams
+    from swiftcore_infer.types import Request, SamplingParams
 
     record = _records(1)[0]
     expected = setup.sglang.generate([record], max_new_tokens=16)[0]

@@ -31,9 +31,8 @@ from typing import Any
 import pytest
 from swiftcore_backend_sglang import probe as probe_module
 from swiftcore_backend_sglang.engine import SglangEngine, new_token_ids, to_sglang_sampling
-
-from swiftcore.infer.errors import BackendUnavailableError, InferError, InvalidRequestError, UnsupportedError
-from swiftcore.infer.types import Request, SamplingParams
+from swiftcore_infer.errors import BackendUnavailableError, InferError, InvalidRequestError, UnsupportedError
+from swiftcore_infer.types import Request, SamplingParams
 
 
 class FakeSglangEngine:
@@ -193,7 +192,7 @@ def test_probe_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unavailable_here_with_a_reason(work: Any) -> None:
-    from swiftcore.infer.backends import backend_spec, create_engine
+    from swiftcore_infer.backends import backend_spec, create_engine
 
     if probe_module.probe() is None:  # scripts/gpu_check.sh runs this file where SGLang is installed and works
         pytest.skip("SGLang can run here: gpu_check_sglang.py runs it for real")

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from swiftcore_backend_vllm import probe as probe_module
-
-from swiftcore.infer.types import Request, SamplingParams
+from swiftcore_infer.types import Request, SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +50,7 @@ def test_probe_says_why_when_vllm_is_missing(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_backend_is_registered(setup: Any) -> None:
-    from swiftcore.infer.backends import backend_spec, probe_backend
+    from swiftcore_infer.backends import backend_spec, probe_backend
 
     spec = backend_spec("vllm", setup.plugins)
     assert spec.provider.distribution == "swiftcore-backend-vllm"
@@ -142,8 +141,7 @@ def test_sampling_translation() -> None:
 
 def test_embeddings_need_a_pooling_instance() -> None:
     from swiftcore_backend_vllm.engine import VllmEngine
-
-    from swiftcore.infer.errors import UnsupportedError
+    from swiftcore_infer.errors import UnsupportedError
 
     engine = VllmEngine.__new__(VllmEngine)  # no vLLM start: only the capability check runs
     engine.runner, engine._embeddings = "generate", False

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from swiftcore_data import PaddingCollator, PaddingFreeCollator
 from swiftcore_heads.model import HeadModel, extract_decoder
 from swiftcore_heads.pooling import last_token_indices, pool
-
-from swiftcore.data import PaddingCollator, PaddingFreeCollator
 
 SAMPLES = [[5, 17, 30, 41, 9], [12, 8], [33, 34, 35, 36, 37, 38, 39], [101]]
 

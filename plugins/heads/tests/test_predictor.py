@@ -8,9 +8,8 @@ import pytest
 import torch
 from swiftcore_heads import HEAD_FILE
 from swiftcore_heads.api import classify, embed, load_head_model, score
+from swiftcore_infer.errors import InvalidRequestError
 from swiftcore_infer.heads import HEAD_INFO_FILE, HeadCheckpointError, find_head_checkpoint, load_head_engine
-
-from swiftcore.infer.errors import InvalidRequestError
 
 TEXTS = ["the cat sat on the mat", "a dog", "tax law of 1999 and its many amendments"]
 

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_infer.backends import backend_spec, create_engine, probe_backend
+from swiftcore_infer.errors import BackendUnavailableError
 
 from swiftcore import BackendSpec, hookimpl
 from swiftcore.errors import UnknownNameError
-from swiftcore.infer.backends import backend_spec, create_engine, probe_backend
-from swiftcore.infer.errors import BackendUnavailableError
 
 
 class _ToyBackends:

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from swiftcore.infer.errors import InvalidRequestError, UnsupportedError
-from swiftcore.infer.types import Request, SamplingParams
+from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
+from swiftcore_infer.types import Request, SamplingParams
 
 
 def _records(n: int) -> list[dict[str, Any]]:
@@ -296,8 +295,7 @@ def test_a_scoring_checkpoint_is_refused_not_served_as_a_causal_lm(
     import shutil
 
     from swiftcore_infer import TransformersEngine
-
-    from swiftcore.api.infer import UnsupportedError
+    from swiftcore_infer.errors import UnsupportedError
 
     scorer = tmp_path / "reward-model"
     shutil.copytree(tiny_qwen3, scorer)

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from swiftcore.infer.types import Request, SamplingParams
+from swiftcore_infer.types import Request, SamplingParams
 
 FAMILIES = ("qwen3_5", "gemma4")
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from swiftcore.infer.errors import InvalidRequestError
-from swiftcore.infer.types import Generation, Request, SamplingParams
+from swiftcore_infer.errors import InvalidRequestError
+from swiftcore_infer.types import Generation, Request, SamplingParams
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from swiftcore_data import DataError
 from swiftcore_recipe_preference.data import load_pairs, parse_pair, split_pairs
 from swiftcore_recipe_preference.options import DPOOptions, RMOptions
-
-from swiftcore.api.data import DataError
 
 PROMPT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Colour of the sky?"}]
 CHOSEN = {"role": "assistant", "content": "Blue."}

@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from swiftcore.api.train import TrainConfig
+from swiftcore_train.config import TrainConfig
 
 STEPS = 30
 LEARNING_RATE = 2e-3

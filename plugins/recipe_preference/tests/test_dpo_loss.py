@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from swiftcore.api.train import TrainConfig
+from swiftcore_train.config import TrainConfig
 
 ROWS = [
     {"prompt": "say apple", "chosen": "apple apple", "rejected": "pear"},

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from swiftcore_recipe_preference.data import parse_pair
 from swiftcore_recipe_preference.encoding import encode_dpo_pairs, encode_rm_pairs
-
-from swiftcore.api.train import TrainConfig
+from swiftcore_train.config import TrainConfig
 
 ROW = {
     "messages": [{"role": "user", "content": "say apple"}, {"role": "assistant", "content": "apple apple"}],
@@ -41,7 +40,8 @@ def test_pairs_encode_like_sft(family: str, tiny_model_dir, plugins) -> None:
 
 
 def test_too_long_pairs_follow_truncation(tiny_model_dir, plugins) -> None:
-    from swiftcore.api.data import DataError
+    from swiftcore_data import DataError
+
     from swiftcore.api.models import load_tokenizer, resolve_model_spec
     from swiftcore.api.template import get_template
 

@@ -8,8 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-
-from swiftcore.api.train import TrainConfig
+from swiftcore_train.config import TrainConfig
 
 ROWS = [
     {"prompt": "say apple", "chosen": "apple apple", "rejected": "pear"},

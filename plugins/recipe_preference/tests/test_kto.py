@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_data import DataError
 from swiftcore_recipe_preference.data import load_unpaired, parse_unpaired
-
-from swiftcore.api.data import DataError
-from swiftcore.api.train import TrainConfig
+from swiftcore_train.config import TrainConfig
 
 ROWS = [
     {"messages": [{"role": "user", "content": "say apple"}, {"role": "assistant", "content": "apple"}], "label": True},

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from swiftcore.api.train import TrainConfig
+from swiftcore_train.config import TrainConfig
 
 STEPS = 30
 

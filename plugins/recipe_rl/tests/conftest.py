@@ -38,12 +38,13 @@ def grpo_trainer(tiny_dir: Path, plugins: Any, tmp_path_factory: pytest.TempPath
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.rollout import PromptCodec
     from swiftcore_recipe_rl.trainer import grpo_trainer_class
+    from swiftcore_train.config import TrainConfig
+    from swiftcore_train.rewards import Reward
     from swiftcore_train.tuners import apply_tuner
 
     from swiftcore.api import RewardSpec
     from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
     from swiftcore.api.template import get_template
-    from swiftcore.api.train import Reward, TrainConfig
 
     spec = resolve_model_spec(str(tiny_dir), plugins)
     tokenizer = load_tokenizer(str(tiny_dir))

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_data import DataError
 from swiftcore_recipe_rl.data import load_prompt_rows
 from swiftcore_recipe_rl.options import GRPOOptions
 
 from swiftcore.api import SwiftcoreError
-from swiftcore.api.data import DataError
 
 
 def _write(path: Path, rows: list[Any]) -> str:
@@ -122,10 +122,10 @@ def test_rewards_run_concurrently_with_each_other(grpo_trainer: Any) -> None:
     import time
 
     from swiftcore_recipe_rl.rewards import TRLReward
+    from swiftcore_train.rewards import Reward
     from trl.trainer.utils import is_async_callable
 
     from swiftcore.api import RewardSpec
-    from swiftcore.api.train import Reward
 
     def slow(completions: list[str], **kwargs: Any) -> list[float]:
         time.sleep(0.5)

@@ -21,8 +21,7 @@ MARGIN = 0.4
 def test_grpo_raises_the_mean_reward_on_a_toy_verifiable_task(tiny_dir: Path, plugins: Any, tmp_path: Path) -> None:
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
-
-    from swiftcore.api.train import TrainConfig
+    from swiftcore_train.config import TrainConfig
 
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))

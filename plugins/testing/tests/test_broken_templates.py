@@ -1,6 +1,10 @@
 """The contract catches templates that only an independent rendering shows to be wrong: one that drops the
-system prompt, one whose last trained reply has no stop token (GLM style), each as a template plugin and as
-a model plugin's default template, and a template that differs from reference renderings.
+system prompt, one whose trained replies end with no stop token, each as a template plugin and as a model
+plugin's default template, and a template that differs from reference renderings.
+
+A GLM-style template (nothing after the last reply) passes: the encoder appends a stop token to a last reply
+the rendering ends with none. It fails when its stop word is no special token of the tokenizer (the encoder
+has nothing to append), and as a model's default when the generation config stops at another token.
 
 The broken templates declare no official Jinja, so before this the contract compared them with nothing:
 it checked that they render and that training and inference agree with each other (the template against
@@ -37,7 +41,7 @@ GLM = (
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
-GLM_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+GLM_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
 
 #: Reference renderings of the kit's sample ``contract-system-multi``, as ChatML renders it.
 REFERENCE = [
@@ -78,7 +82,7 @@ def _tokenizer_writer(chat_template: str, special: tuple[str, ...], eos: str) ->
     return write
 
 
-def tiny_config(tokenizer: Any = None) -> Any:
+def tiny_config(tokenizer: Any = None, **kwargs: Any) -> Any:
     """A two-layer Qwen3 sized to the tiny tokenizer."""
     from transformers import Qwen3Config
 
@@ -90,11 +94,18 @@ def tiny_config(tokenizer: Any = None) -> Any:
         num_key_value_heads=1,
         head_dim=16,
         vocab_size=len(tokenizer) if tokenizer is not None else 1024,
+        **kwargs,
     )
 
 
+def observation_config(tokenizer: Any = None) -> Any:
+    """:func:`tiny_config` whose generation stops at ``<|observation|>`` only, a token no reply ends with."""
+    return tiny_config(tokenizer, eos_token_id=tokenizer.convert_tokens_to_ids("<|observation|>"))
+
+
 class TemplatePlugin:
-    """The templates: ``kit_chatml`` (correct), ``kit_drops_system`` and ``kit_no_stop`` (GLM style)."""
+    """The templates: ``kit_chatml`` and ``kit_glm`` (GLM style; correct), ``kit_drops_system`` and
+    ``kit_no_stop`` (GLM style, its stop word no special token)."""
 
     SWIFTCORE_API = "1.0"
 
@@ -110,6 +121,7 @@ class TemplatePlugin:
                 special_tokens=CHATML_TOKENS,
                 supports=("system",),
             ),
+            TemplateSpec(name="kit_glm", factory=f"{MODULE}:glm", special_tokens=GLM_TOKENS),
             TemplateSpec(name="kit_no_stop", factory=f"{MODULE}:no_stop", special_tokens=GLM_TOKENS),
         ]
 
@@ -121,20 +133,21 @@ class ModelPlugin:
 
     @hookimpl
     def swiftcore_register_models(self) -> list[ModelSpec]:
-        def model(name: str, template: str, tokenizer: str) -> ModelSpec:
+        def model(name: str, template: str, tokenizer: str, config: str = "tiny_config") -> ModelSpec:
             return ModelSpec(
                 name=name,
                 model_types=(name,),
                 model_class="transformers:Qwen3ForCausalLM",
                 default_template=template,
-                tiny_config=f"{MODULE}:tiny_config",
+                tiny_config=f"{MODULE}:{config}",
                 tiny_tokenizer=f"{MODULE}:{tokenizer}",
             )
 
         return [
             model("kit_chat_ok", "kit_chatml", "chatml_tokenizer"),
             model("kit_chat_drops_system", "kit_drops_system", "chatml_tokenizer"),
-            model("kit_chat_no_stop", "kit_no_stop", "glm_tokenizer"),
+            model("kit_chat_glm", "kit_glm", "glm_tokenizer"),
+            model("kit_chat_no_stop", "kit_glm", "glm_tokenizer", "observation_config"),
         ]
 
 
@@ -146,8 +159,11 @@ def plugins(swiftcore_plugins: Any, register_plugin: Callable[..., Any], memory_
         chatml=_jinja(CHATML),
         drops_system=_jinja(DROPS_SYSTEM),
         # GLM's generation config stops at the next turn's start, which ends every reply but the last.
-        no_stop=_jinja(GLM, end_of_turn=("<|user|>",)),
+        glm=_jinja(GLM, end_of_turn=("<|user|>",)),
+        # The same, its stop word not among the spec's special tokens: the encoder cannot append it.
+        no_stop=_jinja(GLM, end_of_turn=("<|endoftext|>",)),
         tiny_config=tiny_config,
+        observation_config=observation_config,
         chatml_tokenizer=_tokenizer_writer(CHATML, CHATML_TOKENS, "<|im_end|>"),
         glm_tokenizer=_tokenizer_writer(GLM, GLM_TOKENS, "<|user|>"),
     )
@@ -232,7 +248,25 @@ def test_template_without_a_stop_token_after_the_last_reply_fails_train_serve(
         samples,
     )
     assert "sample contract-single: a trained reply ends 'The capital of France is Paris.', with none" in message
-    assert "stop words ['<|user|>']: a model trained on it never learns to stop" in message, message
+    assert "stop words ['<|endoftext|>']: a model trained on it never learns to stop" in message, message
+    assert "declare it in the template's special_tokens" in message, message
+
+
+def test_glm_style_template_passes_train_serve_its_last_reply_closed_by_the_encoder(
+    plugins: Any, contract_for: Any, samples: list[dict[str, Any]]
+) -> None:
+    """Nothing follows GLM's last reply; training appends the stop word, the rendering stays as it is."""
+    from swiftcore_testing.templates import build_test_tokenizer, loss_runs
+
+    from swiftcore.api.template import get_template
+
+    contract_for("kit_templates").test_template_train_serve("kit_glm", plugins, samples)
+    template = get_template("kit_glm", plugins)
+    tokenizer = build_test_tokenizer(GLM_TOKENS, ["The capital of France is Paris."])
+    record = next(r for r in samples if r["id"] == "contract-single")
+    assert template.render(record).endswith("<|assistant|>\nThe capital of France is Paris.")
+    encoded = template.encode(tokenizer, record)
+    assert loss_runs(encoded.input_ids, encoded.labels, tokenizer) == ["The capital of France is Paris.<|user|>"]
 
 
 def test_reference_renderings_give_a_template_without_official_jinja_its_test(tmp_path: Path) -> None:
@@ -306,6 +340,13 @@ def test_model_template_without_a_stop_token_fails_train_serve(
         samples,
     )
     assert "sample contract-single: a trained reply ends " in message, message
-    assert "not with a token the generation config stops at (['<|user|>']): a model trained on it never learns" in (
+    assert "not with a token the generation config stops at (['<|observation|>']): a model trained on it never" in (
         message
     ), message
+
+
+def test_glm_style_model_template_passes_train_serve(
+    plugins: Any, contract_for: Any, tiny: Callable[[str], Path], samples: list[dict[str, Any]]
+) -> None:
+    """The tokenizer's eos (``<|user|>``, what the generation config stops at) closes the last reply."""
+    contract_for("kit_models").test_model_template_train_serve("kit_chat_glm", plugins, tiny, samples)

@@ -189,7 +189,7 @@ def test_importing_models_package_stays_light() -> None:
     import subprocess
 
     code = (
-        "import sys, swiftcore.models, swiftcore.models.checks, swiftcore_tiny.command; "
+        "import sys, swiftcore.models, swiftcore_testing.model_spec_checks, swiftcore_tiny.command; "
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

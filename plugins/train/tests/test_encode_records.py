@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from swiftcore_train.config import TrainConfig
 from swiftcore_train.run import ENCODE_CHUNK, encode_records
 
 import swiftcore
 from swiftcore.errors import SwiftcoreError
-from swiftcore.train.config import TrainConfig
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,8 @@ def swiftcore_register_models():
 def test_a_recipe_refuses_a_model_it_does_not_train(tmp_path: Path) -> None:
     """``ModelSpec.tasks`` is read: an encoder-only family (tasks: embedding) is refused by ``sft`` before anything
     loads, naming both sides."""
-    from swiftcore.api.train import TrainConfig, run_training
+    from swiftcore_train.config import TrainConfig
+    from swiftcore_train.dispatch import run_training
 
     plugin = tmp_path / "encoder_plugin.py"
     plugin.write_text(ENCODER_PLUGIN)

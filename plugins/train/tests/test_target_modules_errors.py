@@ -70,7 +70,7 @@ def model_and_spec(tiny_model_dir):
 
 
 def _cfg(*targets: str):
-    from swiftcore.train.config import TrainConfig
+    from swiftcore_train.config import TrainConfig
 
     return TrainConfig(model="m", dataset=("d",), tuner="lora", target_modules=targets)
 

@@ -8,10 +8,6 @@ Everything here is stable within a plugin API major version (:data:`API_VERSION_
 - ``swiftcore.api.template``: building blocks of chat templates (segments, pieces, parsing).
 - ``swiftcore.api.models``: model and tokenizer loading, requirements, LoRA merge, packed-sequence helpers,
   tiny-checkpoint helpers.
-- ``swiftcore.api.data``: dataset rows, collators, data errors.
-- ``swiftcore.api.train``: the training config, the result type, the recipe dispatch and the rewards (the trainer and
-  run helpers recipes share are the swiftcore-train plugin's, package ``swiftcore_train``).
-- ``swiftcore.api.infer``: the engine base class backends subclass, request types and errors.
 - ``swiftcore.api.plugins``: the plugin manager seen from outside (load, discover, check plugins), for tools.
 - ``swiftcore.api.cli``: the CLI frame, for plugins contributing a command and tests running the CLI.
 - ``swiftcore.api.protocols``: the interfaces the core calls, as ``typing.Protocol`` classes, and the check the

@@ -6,6 +6,16 @@ it the same ``--plugin`` option and the same loaded plugin set (``state.plugins(
 
 from __future__ import annotations
 
-from swiftcore.cli.main import CliState, cli, main, pass_state, plugin_option
+from swiftcore.cli.main import CliState, cli, main, pass_state, plugin_args, plugin_option, with_provider
+from swiftcore.options import collect_options
 
-__all__ = ["CliState", "cli", "main", "pass_state", "plugin_option"]
+__all__ = [
+    "CliState",
+    "cli",
+    "collect_options",
+    "main",
+    "pass_state",
+    "plugin_args",
+    "plugin_option",
+    "with_provider",
+]

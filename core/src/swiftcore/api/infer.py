@@ -1,40 +1,22 @@
-"""What inference is written with: request and result types, errors, and building an installed backend's engine.
-
-The :class:`Engine` base class backends subclass, and the transformers engine, are the ``swiftcore-infer``
-distribution's (``from swiftcore_infer import Engine, TransformersEngine``); the types here are what every
-engine, the server and the callers share.
-"""
+"""Moved: the inference contract (request and result types, errors, building a backend's engine) is the
+``swiftcore-infer`` distribution's now, with the engine every backend subclasses (package ``swiftcore_infer``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from swiftcore._lazy import moved
 
-from swiftcore.infer.backends import backend_spec, create_engine, probe_backend
-from swiftcore.infer.errors import BackendUnavailableError, InferError, InvalidRequestError, UnsupportedError
-from swiftcore.infer.types import Generation, Request, SamplingParams, StreamDelta
+__all__: list[str] = []
 
-__all__ = [
-    "BackendUnavailableError",
-    "Generation",
-    "InferError",
-    "InvalidRequestError",
-    "Request",
-    "SamplingParams",
-    "StreamDelta",
-    "UnsupportedError",
-    "backend_spec",
-    "create_engine",
-    "probe_backend",
-]
-
-_MOVED = {"Engine", "TransformersEngine"}
-
-
-def __getattr__(name: str) -> Any:
-    # Plugin API 1.2 moved the engines out of the core: say where, rather than a bare ImportError.
-    if name in _MOVED:
-        raise ImportError(
-            f"swiftcore.api.infer.{name} moved to the swiftcore-infer distribution (plugin API 1.2): "
-            f"use `from swiftcore_infer import {name}` and depend on swiftcore-infer"
-        )
-    raise AttributeError(name)
+_MOVED = {
+    **dict.fromkeys(("Engine", "TransformersEngine"), "swiftcore_infer"),
+    **dict.fromkeys(("Generation", "Request", "SamplingParams", "StreamDelta"), "swiftcore_infer.types"),
+    **dict.fromkeys(
+        ("BackendUnavailableError", "InferError", "InvalidRequestError", "UnsupportedError"), "swiftcore_infer.errors"
+    ),
+    **dict.fromkeys(("backend_spec", "create_engine", "probe_backend"), "swiftcore_infer.backends"),
+}
+__getattr__ = moved(
+    __name__,
+    "inference is the swiftcore-infer distribution now; depend on swiftcore-infer and import it from there",
+    _MOVED,
+)

@@ -1,7 +1,7 @@
 """The interfaces plugins implement, as :class:`typing.Protocol` classes (vLLM's style): what the core calls.
 
 A plugin's objects need not inherit from the core's base classes (:class:`~swiftcore.api.template.Template`,
-:class:`~swiftcore.api.infer.Engine`, :class:`~swiftcore_megatron.MegatronBridge`) — though that is the
+:class:`~swiftcore_infer.Engine`, :class:`~swiftcore_megatron.MegatronBridge`) — though that is the
 easy way — only provide these members. The contract kit's ``references-conform`` rule checks every lazy
 reference of a plugin's specs against the protocol its field names (:data:`REFERENCE_PROTOCOLS`), so a template
 factory that returns something without ``encode`` fails in the plugin's own tests, not in a user's run.
@@ -53,7 +53,7 @@ class EngineProtocol(Protocol):
         """Replies to chat records or prompts."""
 
     def generate_requests(self, requests: Sequence[Any], *, batch_size: int = 8) -> list[Any]:
-        """One :class:`~swiftcore.api.infer.Generation` per request."""
+        """One :class:`~swiftcore_infer.types.Generation` per request."""
 
     def stream(self, request: Any) -> Iterator[Any]:
         """Deltas of one reply as it is generated."""

@@ -1,8 +1,8 @@
-"""``swiftcore export``: convert checkpoints (HF <-> Megatron-core through plugins, merge LoRA).
+"""``swiftcore export``: convert checkpoints (HF <-> Megatron-core, merge LoRA), all through plugins.
 
-``--merge-lora`` is the core's own. ``--to-mcore`` / ``--to-hf`` are done by a plugin implementing the
-``swiftcore_export_checkpoint`` hook — ``swiftcore-megatron``, which every Megatron bridge plugin requires — so
-the core holds no conversion driver. torch and megatron are imported only once a conversion runs.
+The command parses the options and calls the ``swiftcore_export_checkpoint`` hook: ``--to-mcore`` / ``--to-hf``
+are ``swiftcore-megatron``'s (which every Megatron bridge plugin requires), ``--merge-lora`` is
+``swiftcore-infer``'s, so the core holds no conversion code. torch and megatron load only once one runs.
 """
 
 from __future__ import annotations
@@ -97,12 +97,6 @@ def export(
         raise click.UsageError("give exactly one of --to-mcore, --to-hf, --merge-lora")
     if adapter and not merge_lora:
         raise click.UsageError("--adapter goes with --merge-lora (the adapter to merge into --model)")
-    if merge_lora:
-        from swiftcore.models.adapters import merge_lora as do_merge
-
-        out = do_merge(model, merge_lora, state.plugins(plugin_specs), adapter=adapter)
-        click.echo(f"merged LoRA adapter into its base: {out}")
-        return
     if not to_mcore and (tp != 1 or ep != 1):
         raise click.UsageError("--tp/--ep apply to --to-mcore; --to-hf reads the layout from the checkpoint")
     plugins = state.plugins(plugin_specs)
@@ -111,8 +105,9 @@ def export(
 
         # A swiftcore checkpoint's manifest: warn when it was trained with other plugin versions.
         warn_mismatches(read_manifest(model), plugins)
-    target, out = ("mcore", to_mcore) if to_mcore else ("hf", to_hf or "")
+    target, out = ("mcore", to_mcore) if to_mcore else ("merged", merge_lora) if merge_lora else ("hf", to_hf or "")
     options = {
+        "adapter": adapter,
         "tp": tp,
         "ep": ep,
         "bridge": bridge_name,
@@ -124,8 +119,10 @@ def export(
         target=target, model=model, out=out, options=options, plugins=plugins
     )
     if not done:
+        flag, dist = (
+            ("--merge-lora", "swiftcore-infer") if target == "merged" else (f"--to-{target}", "swiftcore-megatron")
+        )
         raise SwiftcoreError(
-            f"no installed plugin converts checkpoints for --to-{target}: the Megatron-core conversion is the "
-            "swiftcore-megatron plugin (every Megatron bridge plugin requires it); `swiftcore plugins` lists "
-            "what is installed"
+            f"no installed plugin converts checkpoints for {flag}: it is the {dist} plugin's (pip install {dist}); "
+            "`swiftcore plugins` lists what is installed"
         )

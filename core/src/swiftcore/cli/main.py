@@ -23,10 +23,8 @@ __all__ = ["CliState", "cli", "main", "pass_state", "plugin_args", "plugin_optio
 #: core command -> ("module:attr", short help). Keys must equal registry.CORE_COMMANDS.
 _CORE: dict[str, tuple[str, str]] = {
     "plugins": ("swiftcore.cli.plugins_cmd:plugins", "List installed plugins and what they provide."),
-    "train": ("swiftcore.cli.train_cmd:train", "Train a model with a recipe (default sft: full or LoRA)."),
     "export": ("swiftcore.cli.export_cmd:export", "Convert checkpoints (HF <-> Megatron-core, merge LoRA)."),
     "template": ("swiftcore.cli.template_cmd:template", "List, render and check chat templates."),
-    "new-plugin": ("swiftcore.cli.new_plugin_cmd:new_plugin", "Scaffold a new plugin distribution."),
     "recipes": ("swiftcore.cli.recipes_cmd:recipes", "List training recipes and the options they add."),
     "rewards": ("swiftcore.cli.rewards_cmd:rewards", "List reward functions for RL recipes (--reward NAME)."),
 }
@@ -34,11 +32,14 @@ assert tuple(_CORE) == CORE_COMMANDS
 
 #: Commands of swiftcore's own plugin distributions, to say what to install when one is asked for and missing.
 _PLUGIN_COMMAND_DISTRIBUTIONS = {
+    "train": "swiftcore-train",
     "infer": "swiftcore-infer",
     "deploy": "swiftcore-serve",
     "eval": "swiftcore-eval",
     "make-tiny": "swiftcore-tiny",
     "demo": "swiftcore-tiny",
+    "new-plugin": "swiftcore-scaffold",
+    "web-ui": "swiftcore-webui",
 }
 
 

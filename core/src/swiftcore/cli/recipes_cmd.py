@@ -42,7 +42,7 @@ def recipes(state: CliState, as_json: bool, plugin_specs: tuple[str, ...]) -> No
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("no recipes: no loaded plugin provides one (the core's `sft` comes with swiftcore itself)")
+        click.echo("no recipes: no loaded plugin provides one (`sft` comes with swiftcore-train)")
         return
     for row in rows:
         click.echo(f"{row['name']:<20} {row['provider']}")

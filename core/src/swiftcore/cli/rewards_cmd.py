@@ -36,6 +36,8 @@ def rewards(state: CliState, as_json: bool, plugin_specs: tuple[str, ...]) -> No
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    if not rows:
+        click.echo("no rewards: no loaded plugin provides one (accuracy, format and length come with swiftcore-train)")
     for row in rows:
         click.echo(f"{row['name']:<20} {row['provider']}")
         if row["description"]:

@@ -150,7 +150,7 @@ def build_manifest(cfg: Any, spec: Any, plugins: Any, *, template: Any = None, h
     """The manifest fields of a training run's record (``swiftcore_train.run.start_run`` merges them in).
 
     Args:
-        cfg: the run's :class:`~swiftcore.train.config.TrainConfig` (``task``, ``tuner``, ``recipe``).
+        cfg: the run's :class:`~swiftcore_train.config.TrainConfig` (``task``, ``tuner``, ``recipe``).
         spec: the resolved model spec.
         plugins: the loaded plugins (their versions, and the registry to find the recipe and spec providers).
         template: the template spec, or a recorded ``{name, provider}`` (looked up for its version); None for

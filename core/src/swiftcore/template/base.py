@@ -11,6 +11,12 @@ thinking mode, followed by the reply and its end-of-turn; history turns stay as 
 renders them. A record's thinking mode is its ``chat_template_kwargs["enable_thinking"]`` when given,
 else inferred from the reply (one with reasoning is the thinking form). :meth:`Template.render` stays the
 official rendering; :meth:`Template.encode` (training) applies the rule.
+
+Every trained reply ends with a stop token: where the rendering ends the last reply with nothing (GLM style,
+a turn ends where the next one starts), training appends one to it (:meth:`Template.closing_stop`: the
+tokenizer's eos when it is a stop word, else the first stop word that is one special token, else the eos), so
+the model learns to stop. The prompt side is untouched, and a rendering that ends the reply with a stop word
+is never changed.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from swiftcore.template.conversation import Conversation, normalize_record
 from swiftcore.template.encoding import Encoded, check_options, encode_layout, encode_texts, token_views
 from swiftcore.template.errors import TemplateError
 from swiftcore.template.parsing import split_reasoning
-from swiftcore.template.segments import Layout, Segment, layout_from_segments, prompt_overlap
+from swiftcore.template.segments import Layout, Segment, Turn, layout_from_segments, prompt_overlap
 
 __all__ = ["Template"]
 
@@ -200,8 +206,13 @@ class Template:
         truncation: str,
     ) -> list[Encoded | None]:
 
+        closing = None if add_generation_prompt else self.closing_stop(tokenizer)
+
         def render(chunk: Sequence[Any]) -> list[Layout]:
-            return [self.layout(r, add_generation_prompt, tokenizer=tokenizer, training=True) for r in chunk]
+            layouts = [self.layout(r, add_generation_prompt, tokenizer=tokenizer, training=True) for r in chunk]
+            if closing is None:
+                return layouts
+            return [_close_last_reply(lay, *closing) for lay in layouts]
 
         def finish(chunk: Sequence[Any], layouts: list[Layout], raw: Any) -> list[Encoded | None]:
             return [
@@ -238,6 +249,30 @@ class Template:
             if previous is not None:
                 out += finish(previous[0], previous[1], previous[2].result())
         return out
+
+    def stop_words_for(self, tokenizer: Any) -> tuple[str, ...]:
+        """The stop words when encoding with ``tokenizer`` (a template that reads the tokenizer overrides it)."""
+        return tuple(self.stop_words)
+
+    def closing_stop(self, tokenizer: Any) -> tuple[str, tuple[str, ...]] | None:
+        """``(token, ends)``: the stop token training appends to a last reply the rendering ends with none of
+        ``ends`` (the stop words and the tokenizer's eos); None when no such token is one special token.
+
+        The token is the tokenizer's eos when it is a stop word (what the generation config stops at), else
+        the first stop word that is a special token of the tokenizer, else the eos.
+        """
+        if tokenizer is None:
+            return None
+        words = self.stop_words_for(tokenizer)
+        eos = getattr(tokenizer, "eos_token", None)
+        eos = eos if isinstance(eos, str) and eos else None
+        ends = tuple(dict.fromkeys([*words, *([eos] if eos else [])]))
+        special = _special_tokens(tokenizer)
+        order = ([eos] if eos in words else []) + list(words) + ([eos] if eos else [])
+        for word in order:
+            if word in special:
+                return word, ends
+        return None
 
     def parse_response(self, text: str) -> dict[str, Any]:
         """Split generated text into ``content``, ``reasoning_content`` and ``tool_calls``.
@@ -293,6 +328,31 @@ def _reply_after_generation_prompt(pieces: list[Segment], generation_prompt: str
         out.append(piece)
         before = (before + piece[0])[-len(generation_prompt) :] if generation_prompt else ""
     return out
+
+
+def _special_tokens(tokenizer: Any) -> set[str]:
+    """The tokenizer's added (special) tokens: each is one token wherever it stands in a text."""
+    added = getattr(tokenizer, "get_added_vocab", None)  # a transformers tokenizer
+    if callable(added):
+        return set(added())
+    decoder = getattr(tokenizer, "get_added_tokens_decoder", None)  # a tokenizers.Tokenizer
+    if callable(decoder):
+        return {str(getattr(t, "content", t)) for t in decoder().values()}
+    return set()
+
+
+def _close_last_reply(layout: Layout, stop: str, ends: tuple[str, ...]) -> Layout:
+    """``layout`` with ``stop`` appended to its last turn (and trained with it) when that turn ends the
+    rendering (nothing but whitespace after it) and ends with none of ``ends``; otherwise ``layout`` itself."""
+    if not layout.turns:
+        return layout
+    turn = layout.turns[-1]
+    text = layout.text
+    reply = text[turn.start : turn.end].rstrip()
+    if not reply or text[turn.end :].strip() or reply.endswith(ends):
+        return layout
+    turns = [*layout.turns[:-1], Turn(turn.start, turn.end + len(stop), turn.message)]
+    return Layout(text[: turn.end] + stop + text[turn.end :], turns, layout.media, layout.last_user)
 
 
 def _last_user(conv: Conversation) -> int:

@@ -63,7 +63,8 @@ class Encoded:
     Attributes:
         input_ids: token ids.
         labels: ``input_ids`` where the token carries loss, ``-100`` elsewhere.
-        text: the rendered text (before truncation).
+        text: the encoded text (before truncation): the rendering, and in training the stop token appended to
+            a last reply the rendering ends with none (:meth:`swiftcore.template.base.Template.closing_stop`).
         media: the media placeholders with their token positions (after truncation).
         truncated: how many tokens truncation removed.
     """

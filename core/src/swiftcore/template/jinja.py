@@ -8,6 +8,9 @@ It renders with transformers' chat-template machinery (so the text is what
   prefix of the full rendering, the part of the turn the generation prompt supplies is prompt, and
   the turn ends at its first end-of-turn token. This is the same rule the Python templates follow
   (:func:`swiftcore.template.segments.layout_from_segments`), so both train the same tokens.
+
+A last reply the rendering ends with no end-of-turn token (GLM style: a turn ends where the next one
+starts) is trained with a stop token appended, as for every template (:meth:`Template.closing_stop`).
 """
 
 from __future__ import annotations
@@ -117,6 +120,10 @@ class JinjaTemplate(Template):
     def stop_words(self) -> tuple[str, ...]:  # type: ignore[override]
         return self.end_of_turn
 
+    def stop_words_for(self, tokenizer: Any) -> tuple[str, ...]:
+        """The stop words of the template bound to ``tokenizer`` (its eos among them)."""
+        return self._bound(tokenizer).stop_words
+
     def _bound(self, tokenizer: Any) -> JinjaTemplate:
         if self.chat_template is not None or tokenizer is None:
             return self
@@ -209,8 +216,24 @@ class JinjaTemplate(Template):
                 out = out[: len(before) + shift] + prompt + out[start + shift :]
                 shift += len(prompt) - (start - len(before))
             end = self._turn_end(out, start + shift)
+            if end == len(out) and index < len(conv.messages) - 1:
+                end = self._own_end(conv, index, text, out, start, shift)
             turns.append(Turn(start + shift, end, index))
         return out, turns
+
+    def _own_end(self, conv: Conversation, index: int, text: str, out: str, start: int, shift: int) -> int:
+        """Where a turn with no end-of-turn token after it, not the last message, ends: where its own
+        rendering does (and after an end-of-turn token that starts there), not at the end of the text, so
+        the messages after it are not trained (GLM style with a tokenizer's template: a turn ends where the
+        next starts, with ``<|user|>``, which the default end-of-turn tokens do not list)."""
+        own = self._render(conv, conv.messages[: index + 1], False)
+        if len(own) < start or not text.startswith(own):
+            return len(out)  # this turn renders differently when last: keep the old rule
+        end = len(own) + shift
+        for word in self.end_of_turn:
+            if out.startswith(word, end):
+                return end + len(word)
+        return end
 
     def _turn_end(self, text: str, start: int) -> int:
         best = len(text)

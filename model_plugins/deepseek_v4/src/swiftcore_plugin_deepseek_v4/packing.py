@@ -1,7 +1,7 @@
 """Exact padding-free (packed) training for DeepSeek-V4's compressed attention layers.
 
 Why: a packed batch is one row holding several samples, with ``position_ids`` restarting at 0 for
-each (see ``swiftcore.data.PaddingFreeCollator``). transformers 5.19 builds a block-diagonal
+each (see ``swiftcore_data.PaddingFreeCollator``). transformers 5.19 builds a block-diagonal
 sliding-window mask for DeepSeek-V4's main attention from those ``position_ids``, but the layers with
 a compressor (compressed sparse attention with its lightning indexer, and heavily compressed
 attention) compress fixed windows of the whole row: windows straddle sample boundaries, window
@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from swiftcore.api.models import PACKING_KWARGS, PackedBatchError, packed_segments, wrap_forward
-from swiftcore.api.models import transformers_in_range as _transformers_in
+from swiftcore_data.packed_layers import PACKING_KWARGS, PackedBatchError, packed_segments, wrap_forward
+from swiftcore_data.packed_layers import transformers_in_range as _transformers_in
 
 __all__ = [
     "TRANSFORMERS_RANGE",

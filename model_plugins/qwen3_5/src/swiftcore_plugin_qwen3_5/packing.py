@@ -1,7 +1,7 @@
 """Exact padding-free (packed) training for Qwen3.5's gated DeltaNet (linear-attention) layers.
 
 Why: a packed batch is one row holding several samples, with ``position_ids`` restarting at 0 for
-each (see ``swiftcore.data.PaddingFreeCollator``). transformers turns that into a block-diagonal mask
+each (see ``swiftcore_data.PaddingFreeCollator``). transformers turns that into a block-diagonal mask
 for the softmax-attention layers, but Qwen3.5's linear-attention layers have no mask: their causal
 conv and their delta-rule recurrence run over the whole row, so every sample after the first sees
 the previous samples' tokens. transformers 5.19 hands ``cu_seq_lens_q`` to the flash-linear-attention
@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from swiftcore.api.models import (
+from swiftcore_data.packed_layers import (
     PACKING_KWARGS,
     PATCHED_MARK,
     PackedBatchError,
@@ -37,7 +37,7 @@ from swiftcore.api.models import (
     packed_segments,
     wrap_forward,
 )
-from swiftcore.api.models import transformers_in_range as _transformers_in
+from swiftcore_data.packed_layers import transformers_in_range as _transformers_in
 
 __all__ = [
     "PACKING_KWARGS",

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from swiftcore_infer import Engine
-
-from swiftcore.api.infer import InferError, InvalidRequestError, SamplingParams, UnsupportedError
+from swiftcore_infer.errors import InferError, InvalidRequestError, UnsupportedError
+from swiftcore_infer.types import SamplingParams
 
 __all__ = ["SglangEngine", "new_token_ids", "to_sglang_sampling"]
 
@@ -114,7 +114,7 @@ class SglangEngine(Engine):
         if merge_lora and self._initial_adapter is not None:
             import tempfile
 
-            from swiftcore.api.models import merge_lora as merge_into
+            from swiftcore_infer.merge import merge_lora as merge_into
 
             self._tmp = tempfile.TemporaryDirectory(prefix="swiftcore-sglang-merged-")
             serve_dir = merge_into(

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from swiftcore_infer import Engine
+from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
+from swiftcore_infer.merge import merge_lora as merge_lora_into
+from swiftcore_infer.types import SamplingParams
 
-from swiftcore.api.infer import InvalidRequestError, SamplingParams, UnsupportedError
-from swiftcore.api.models import merge_lora as merge_lora_into
 from swiftcore_backend_vllm.probe import installed_vllm
 
 __all__ = ["VllmEngine", "configure_environment", "to_vllm_sampling"]

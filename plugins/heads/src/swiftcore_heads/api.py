@@ -43,8 +43,8 @@ def forward_texts(
         float32 tensor ``[len(texts), D]`` on the CPU.
     """
     import torch
+    from swiftcore_data import PaddingCollator
 
-    from swiftcore.api.data import PaddingCollator
     from swiftcore_heads.data import texts_to_ids
 
     info = getattr(model, "head_info", {}) or {}

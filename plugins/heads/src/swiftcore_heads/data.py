@@ -10,7 +10,7 @@ Rows (jsonl / json / parquet / HF datasets, read with swiftcore's readers):
 - reranker / generative_reranker: ``{"query", "positive", "negatives"}`` (listwise or pointwise), or
   ``{"query", "document", "label"}`` (pointwise).
 
-Every row is checked before the model is loaded; a bad row raises :class:`swiftcore.data.errors.DataError`
+Every row is checked before the model is loaded; a bad row raises :class:`swiftcore_data.errors.DataError`
 naming the file, line and field.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swiftcore.api.data import DataError
+from swiftcore_data import DataError
 
 __all__ = [
     "Example",
@@ -168,7 +168,7 @@ def _even_groups(examples: list[Example]) -> list[Example]:
 
 def load_examples(sources: Sequence[str], task: str, cfg: Any) -> list[Example]:
     """Read ``--dataset`` arguments with swiftcore's readers and validate them for ``task``."""
-    from swiftcore.api.data import iter_rows, parse_dataset_arg
+    from swiftcore_data import iter_rows, parse_dataset_arg
 
     rows: list[tuple[str, Any]] = []
     for arg in sources:
@@ -243,8 +243,7 @@ class GroupCollator:
     def __call__(self, examples: Sequence[Any]) -> dict[str, Any]:
         """Collate ``examples`` (see the class docstring)."""
         import torch
-
-        from swiftcore.api.data import PaddingCollator, PaddingFreeCollator
+        from swiftcore_data import PaddingCollator, PaddingFreeCollator
 
         ids = [e.ids for e in examples]
         if self.task == "embedding" and all(e.label is None for e in examples):

@@ -3,7 +3,7 @@
 The core's training options (model, data, tuner, optimiser, checkpoints) know nothing of heads; this module
 adds ``--num-labels``, ``--pooling``, ``--mrl-dims``, ... for the four head recipes only (given with
 ``--recipe sft`` they are refused), and :class:`HeadTrainConfig` is what the head recipe reads: the core's
-:class:`~swiftcore.api.train.TrainConfig` plus :class:`HeadOptions`.
+:class:`~swiftcore_train.config.TrainConfig` plus :class:`HeadOptions`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from swiftcore.api.train import TrainConfig
+from swiftcore_train.config import TrainConfig
 
 __all__ = ["HEAD_RECIPES", "HeadOptions", "HeadTrainConfig", "add_head_options", "head_train_config"]
 
@@ -102,7 +102,7 @@ class HeadOptions:
 class HeadTrainConfig(TrainConfig, HeadOptions):
     """What the head recipe reads: the core's training options and the head options, as one config.
 
-    Build it from Python like :class:`~swiftcore.api.train.TrainConfig`
+    Build it from Python like :class:`~swiftcore_train.config.TrainConfig`
     (``HeadTrainConfig(model=..., dataset=(...,), task="embedding", mrl_dims=(16, 32))``) and pass it to
     ``run_training``; the CLI builds it from the flags (:func:`head_train_config`).
     """

@@ -153,12 +153,12 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     the model is loaded.
 
     Args:
-        cfg: the :class:`~swiftcore.train.config.TrainConfig` (``cfg.task`` names the head).
+        cfg: the :class:`~swiftcore_train.config.TrainConfig` (``cfg.task`` names the head).
         plugins: the loaded plugins.
         head_spec: the :class:`~swiftcore.specs.HeadSpec` of ``cfg.task``.
 
     Returns:
-        :class:`swiftcore.api.train.TrainResult`; each ``checkpoint-N`` is loadable by
+        :class:`swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is loadable by
         :func:`swiftcore_heads.save.load_head_model` and by its ecosystem (sentence-transformers, transformers).
     """
     from swiftcore_train.run import start_run, train_and_report

@@ -18,7 +18,7 @@ def apply_head_tuner(decoder: Any, spec: Any, cfg: Any) -> tuple[Any, Any]:
     Args:
         decoder: the backbone's text model.
         spec: its :class:`~swiftcore.specs.ModelSpec` (LoRA targets and exclusions).
-        cfg: the :class:`~swiftcore.train.config.TrainConfig`.
+        cfg: the :class:`~swiftcore_train.config.TrainConfig`.
 
     Returns:
         ``(decoder, peft_model)``: the decoder to call (LoRA layers injected in place) and the peft

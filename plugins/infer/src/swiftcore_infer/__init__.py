@@ -2,7 +2,8 @@
 backend, and the ``swiftcore infer`` command.
 
 Backend plugins subclass :class:`Engine` (``from swiftcore_infer import Engine``) and depend on this distribution;
-request and result types are the core's (``swiftcore.api.infer``). Importing this package imports no torch.
+the request and result types (:mod:`swiftcore_infer.types`), the errors (:mod:`swiftcore_infer.errors`) and building
+an installed backend's engine (:mod:`swiftcore_infer.backends`) are here too. Importing this package imports no torch.
 """
 
 from __future__ import annotations

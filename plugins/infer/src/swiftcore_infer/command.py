@@ -85,7 +85,7 @@ def build_engine(
     engine_option: tuple[str, ...],
 ) -> Any:
     """Build the engine the :func:`engine_options` describe (the backend's probe runs first)."""
-    from swiftcore.api.infer import create_engine
+    from swiftcore_infer.backends import create_engine
 
     options: dict[str, Any] = {
         "adapter": adapter,
@@ -170,7 +170,7 @@ def run_file(
     """Answer every record of ``input_path`` into ``output_path``; return ``(answered, failed)``."""
     from tqdm import tqdm
 
-    from swiftcore.api.infer import Request
+    from swiftcore_infer.types import Request
 
     rows = _read_jsonl(input_path)
     output_path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,7 +231,7 @@ def media_question(
 
 def chat_loop(engine: Any, *, sampling: Any, enable_thinking: bool | None, system: str | None) -> None:
     """An interactive chat on the terminal (``/clear`` forgets the history, ``/exit`` or Ctrl-D quits)."""
-    from swiftcore.api.infer import Request
+    from swiftcore_infer.types import Request
 
     history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     click.echo(
@@ -472,7 +472,7 @@ def infer(
       swiftcore infer --model ./emb-out --text "a cat" --text "a dog" --dimensions 64
       swiftcore infer --model ./rr-out --query "pets" --doc "a cat" --doc "tax law"
     """
-    from swiftcore.api.infer import Request, SamplingParams
+    from swiftcore_infer.types import Request, SamplingParams
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if batch_size < 1:

@@ -26,9 +26,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from swiftcore.api.infer import Generation, InvalidRequestError, Request, SamplingParams, StreamDelta, UnsupportedError
 from swiftcore.api.models import resolve_checkpoint, warn_mismatches
+from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
 from swiftcore_infer.prepare import prepare_ahead
+from swiftcore_infer.types import Generation, Request, SamplingParams, StreamDelta
 
 __all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from swiftcore.api import SwiftcoreError
-from swiftcore.api.infer import InvalidRequestError, UnsupportedError
+from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
 
 __all__ = [
     "HEAD_INFO_FILE",

@@ -24,7 +24,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from swiftcore.api.infer import InvalidRequestError
+from swiftcore_infer.errors import InvalidRequestError
 
 __all__ = [
     "AUDIO_FORMATS",

@@ -1,6 +1,9 @@
-"""The swiftcore-infer plugin: the ``transformers`` backend and the ``swiftcore infer`` command."""
+"""The swiftcore-infer plugin: the ``transformers`` backend, the ``swiftcore infer`` command and
+``swiftcore export --merge-lora``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from swiftcore.api import API_VERSION_STRING, BackendSpec, CommandSpec, hookimpl
 
@@ -32,3 +35,18 @@ def swiftcore_register_commands() -> list[CommandSpec]:
             short_help="Run a model on a JSONL file of conversations.",
         )
     ]
+
+
+@hookimpl
+def swiftcore_export_checkpoint(
+    target: str, model: str, out: str, options: dict[str, Any], plugins: Any
+) -> bool | None:
+    """``swiftcore export --merge-lora`` (``target="merged"``): merge the LoRA adapter ``model`` names (or
+    ``options["adapter"]`` into the base ``model``) and write the full model to ``out``; None for other targets."""
+    if target != "merged":
+        return None
+    from swiftcore_infer.merge import merge_lora
+
+    done = merge_lora(model, out, plugins, adapter=options.get("adapter"))
+    options.get("echo", print)(f"merged LoRA adapter into its base: {done}")
+    return True

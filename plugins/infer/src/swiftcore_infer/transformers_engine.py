@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from swiftcore.api.infer import Generation, InvalidRequestError, SamplingParams
 from swiftcore.api.models import resolve_checkpoint
 from swiftcore_infer.engine import Engine
+from swiftcore_infer.errors import InvalidRequestError
+from swiftcore_infer.types import Generation, SamplingParams
 
 __all__ = ["Generation", "TransformersEngine", "create_engine", "probe", "resolve_checkpoint"]
 

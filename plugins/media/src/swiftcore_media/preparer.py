@@ -127,7 +127,7 @@ class MediaPreparer:
         return {key: _concat(parts, key) for key, parts in tensors.items()}
 
     def collate(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Pad the text like :class:`swiftcore.data.PaddingCollator` (right padding) and concatenate the media
+        """Pad the text like :class:`swiftcore_data.PaddingCollator` (right padding) and concatenate the media
         tensors over the batch, in sample order (the order the model meets the placeholders).
 
         Returns:
@@ -136,8 +136,7 @@ class MediaPreparer:
             (other dimensions padded to the longest with 0, or -1 for position ids).
         """
         import torch
-
-        from swiftcore.api.data import PaddingCollator
+        from swiftcore_data import PaddingCollator
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         batch = PaddingCollator(pad_id)([{"input_ids": s["input_ids"], "labels": s.get("labels")} for s in samples])

@@ -13,7 +13,7 @@ KTO also takes unpaired rows: ms-swift's ``{"messages": [..., assistant], "label
 ``{"prompt", "completion", "label"}``; a preference pair there counts as one desirable and one undesirable reply.
 
 ``tools``, ``chat_template_kwargs`` and ``system`` travel with the prompt as in SFT rows. Every problem is a
-:class:`~swiftcore.api.data.DataError` naming the file, line and field, raised before any model is loaded.
+:class:`~swiftcore_data.DataError` naming the file, line and field, raised before any model is loaded.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swiftcore.api.data import DataError, iter_rows, normalize_record, parse_dataset_arg
+from swiftcore_data import DataError, iter_rows, normalize_record, parse_dataset_arg
 
 __all__ = ["Example", "Pair", "load_pairs", "load_unpaired", "parse_pair", "parse_unpaired", "split_pairs"]
 

@@ -139,12 +139,12 @@ def run_dpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
     """The ``dpo`` recipe (:class:`swiftcore.api.RecipeSpec`): DPO-train ``cfg.model`` on ``cfg.dataset`` pairs.
 
     Args:
-        cfg: the core's training options (:class:`~swiftcore.api.train.TrainConfig`).
+        cfg: the core's training options (:class:`~swiftcore_train.config.TrainConfig`).
         plugins: the loaded plugins.
         options: :class:`~swiftcore_recipe_preference.options.DPOOptions` (default options when None).
 
     Returns:
-        :class:`~swiftcore.api.train.TrainResult`; each ``checkpoint-N`` is a peft adapter (LoRA) or a full HF
+        :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a peft adapter (LoRA) or a full HF
         model, as SFT saves them, so ``swiftcore infer`` / ``deploy`` / ``export`` take it unchanged.
     """
     from swiftcore_train.run import generation_defaults, start_run

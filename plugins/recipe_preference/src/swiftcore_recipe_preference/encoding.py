@@ -18,7 +18,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from swiftcore.api.data import DataError
+from swiftcore_data import DataError
+
 from swiftcore_recipe_preference.data import Pair
 
 __all__ = ["encode_dpo_pairs", "encode_kto_examples", "encode_rm_pairs", "split_reply"]

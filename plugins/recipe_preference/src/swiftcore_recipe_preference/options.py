@@ -1,6 +1,6 @@
 """The preference recipes' own options, added to ``swiftcore train`` by this plugin (``swiftcore_addoption``).
 
-The core's :class:`~swiftcore.api.train.TrainConfig` carries model, data, tuner, optimiser and checkpoints; the
+The core's :class:`~swiftcore_train.config.TrainConfig` carries model, data, tuner, optimiser and checkpoints; the
 dataclasses here carry what only the preference recipes read, one per recipe. A flag several recipes share
 (``--beta``) is one option valid with each of them; its default is ``None`` on the command line and the
 recipe's own default in its dataclass (β is 0.1 for DPO but 2.0 for SimPO). Each dataclass is built from

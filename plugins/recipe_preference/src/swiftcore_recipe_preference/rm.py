@@ -124,7 +124,7 @@ def run_rm(cfg: Any, plugins: Any, options: Any = None) -> Any:
         options: :class:`~swiftcore_recipe_preference.options.RMOptions` (defaults when None).
 
     Returns:
-        :class:`~swiftcore.api.train.TrainResult`; each ``checkpoint-N`` loads with
+        :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` loads with
         ``AutoModelForSequenceClassification`` (one score per sequence).
     """
     from dataclasses import asdict

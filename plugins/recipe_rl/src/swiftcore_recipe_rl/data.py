@@ -40,7 +40,7 @@ class PromptRow:
 
 
 def _messages(row: dict[str, Any], where: str) -> list[dict[str, Any]]:
-    from swiftcore.api.data import DataError
+    from swiftcore_data import DataError
 
     prompt = row.get("prompt", row.get("messages"))
     if isinstance(prompt, str):
@@ -68,8 +68,9 @@ def load_prompt_rows(sources: tuple[str, ...] | list[str], *, skip_bad_rows: boo
     """
     import logging
 
+    from swiftcore_data import DataError, iter_rows, normalize_record, parse_dataset_arg
+
     from swiftcore.api import SwiftcoreError
-    from swiftcore.api.data import DataError, iter_rows, normalize_record, parse_dataset_arg
 
     log = logging.getLogger("swiftcore.rl")
     rows: list[PromptRow] = []

@@ -1,6 +1,6 @@
 """The ``grpo`` recipe's own options, added to ``swiftcore train`` by this plugin (``swiftcore_addoption``).
 
-The core's :class:`~swiftcore.api.train.TrainConfig` carries model, data, tuner, optimiser and checkpoints;
+The core's :class:`~swiftcore_train.config.TrainConfig` carries model, data, tuner, optimiser and checkpoints;
 :class:`GRPOOptions` carries what only ``--recipe grpo`` reads. It is built from the flags before anything is
 loaded, so a bad value fails in ``__post_init__`` within a second.
 
@@ -82,7 +82,7 @@ class GRPOOptions:
         problems = []
         if not self.reward:
             problems.append("--reward: name at least one reward (e.g. --reward format); `swiftcore rewards` lists them")
-        # Syntax only (swiftcore.api.train, which parses them for the run, imports torch: too slow here).
+        # Syntax only (swiftcore_train.rewards parses them for the run).
         for item in self.reward_option:
             key, sep, _ = item.partition("=")
             if not sep or not re.fullmatch(r"[a-z0-9][a-z0-9_.\-@]*\.[a-z0-9_]+", key.strip()):

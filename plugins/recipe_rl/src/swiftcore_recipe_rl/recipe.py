@@ -122,10 +122,10 @@ def _resume(cfg: Any, output_dir: Path) -> Path | None:
 def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     """The ``grpo`` recipe: sample ``--num-generations`` completions per prompt, score them with the
     ``--reward`` functions, and optimise the policy with TRL's GRPO loss of ``--grpo-loss-type``."""
+    from swiftcore_train.rewards import load_rewards, parse_reward_options
     from swiftcore_train.run import start_run, train_and_report
 
     from swiftcore.api.models import check_requirements, load_model, resolve_model_spec
-    from swiftcore.api.train import load_rewards, parse_reward_options
     from swiftcore_recipe_rl.data import load_prompt_rows
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.rollout import PromptCodec, stop_token_ids

@@ -3,7 +3,7 @@
 TRL calls each reward function with ``prompts``, ``completions``, ``completion_ids`` and every dataset column.
 The adapter decodes the completion ids itself (:meth:`~swiftcore_recipe_rl.rollout.PromptCodec.decode`: the
 text a served reply would have) and hands the reward the columns, so a reward sees the same text in training
-as in serving. Faults are the core's to absorb (``swiftcore.api.train.Reward``): the fallback reward and a
+as in serving. Faults are the core's to absorb (``swiftcore_train.rewards.Reward``): the fallback reward and a
 logged error, never a failed step; the count is logged as ``reward_faults/NAME``.
 
 The adapter is an ``async`` callable that runs the reward on a worker thread, so TRL (which gathers async reward
@@ -26,7 +26,7 @@ class TRLReward:
     """One swiftcore reward, callable as TRL's ``reward_func(prompts, completions, completion_ids, **kwargs)``.
 
     Args:
-        reward: the loaded reward (:func:`swiftcore.api.train.load_rewards`).
+        reward: the loaded reward (:func:`swiftcore_train.rewards.load_rewards`).
         codec: decodes completion ids to text.
     """
 

@@ -1,7 +1,7 @@
 """The OpenAI request bodies the server accepts (pydantic), and their translation into engine requests.
 
 Unknown fields are ignored, as OpenAI-compatible servers do, so newer clients keep working; fields that
-are present are type-checked by pydantic and range-checked by :class:`~swiftcore.api.infer.SamplingParams`,
+are present are type-checked by pydantic and range-checked by :class:`~swiftcore_infer.types.SamplingParams`,
 so a bad value is a 400 naming the field, never a crash. Floats must be finite, seeds fit 64 bits and names
 and lists have sane bounds, so no value can reach the engine in a shape it would crash on.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
-
-from swiftcore.api.infer import InvalidRequestError, SamplingParams
+from swiftcore_infer.errors import InvalidRequestError
+from swiftcore_infer.types import SamplingParams
 
 __all__ = [
     "ChatCompletionRequest",

@@ -24,7 +24,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swiftcore.api.infer import Generation, InferError, Request, StreamDelta
+from swiftcore_infer.errors import InferError
+from swiftcore_infer.types import Generation, Request, StreamDelta
 
 __all__ = ["EngineWorker", "QueueFullError", "ShuttingDownError"]
 

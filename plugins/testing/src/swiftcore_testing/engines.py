@@ -198,7 +198,8 @@ def train_tiny_lora(
     Returns:
         The last checkpoint directory (a peft adapter).
     """
-    from swiftcore.api.train import TrainConfig, run_training
+    from swiftcore_train.config import TrainConfig
+    from swiftcore_train.dispatch import run_training
 
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)

@@ -33,13 +33,8 @@ MAX_LENGTH = 64
 
 def load_problems(spec: Any, model_dir: Path, plugins: Any) -> list[str]:
     """The tiny checkpoint must resolve to ``spec``, load, and agree with its tokenizer and ``parts``."""
-    from swiftcore.api.models import (
-        load_model,
-        load_tokenizer,
-        part_problems,
-        resolve_model_spec,
-        special_token_problems,
-    )
+    from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
+    from swiftcore_testing.model_spec_checks import part_problems, special_token_problems
 
     resolved = resolve_model_spec(model_dir, plugins)
     problems = []
@@ -158,7 +153,7 @@ def official_problems(
 
 
 def _batch(template: Any, tokenizer: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
-    from swiftcore.api.data import PaddingCollator
+    from swiftcore_data import PaddingCollator
 
     samples = []
     for record in text_only(records):
@@ -186,9 +181,9 @@ def lora_losses(
         The loss before each optimizer step.
     """
     import torch
+    from swiftcore_train.config import TrainConfig
 
     from swiftcore.api.models import load_model, load_tokenizer
-    from swiftcore.api.train import TrainConfig
 
     try:
         from swiftcore_train.tuners import apply_tuner

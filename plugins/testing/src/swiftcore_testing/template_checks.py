@@ -130,7 +130,8 @@ def stop_word_problems(template: Any, tokenizer: Any, records: list[dict[str, An
                 problems.append(
                     f"{_where(record)}: a trained reply ends {text[-60:]!r}, with none of the template's stop words "
                     f"{list(stops)}: a model trained on it never learns to stop; end every assistant turn, the "
-                    "last one too, with an end-of-turn token in training"
+                    "last one too, with an end-of-turn token in training (the encoder appends a stop word to a last "
+                    "reply that has none when it is one token: declare it in the template's special_tokens)"
                 )
     return problems
 

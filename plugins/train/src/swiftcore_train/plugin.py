@@ -1,10 +1,23 @@
-"""Hook implementations of swiftcore-train: the ``sft`` recipe, as plain data (nothing heavy imported)."""
+"""Hook implementations of swiftcore-train: the ``train`` command, the ``sft`` recipe and the built-in rewards,
+as plain data (nothing heavy imported)."""
 
 from __future__ import annotations
 
-from swiftcore.api import API_VERSION_STRING, RecipeSpec, hookimpl
+from swiftcore.api import API_VERSION_STRING, CommandSpec, RecipeSpec, RewardSpec, hookimpl
 
 SWIFTCORE_API = API_VERSION_STRING
+
+
+@hookimpl
+def swiftcore_register_commands() -> list[CommandSpec]:
+    """``swiftcore train``: run a training recipe (``sft`` by default) on any model a plugin provides."""
+    return [
+        CommandSpec(
+            name="train",
+            target="swiftcore_train.command:train",
+            short_help="Train a model with a recipe (default sft: full or LoRA).",
+        )
+    ]
 
 
 @hookimpl
@@ -17,4 +30,30 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             tasks=("causal_lm", "asr"),
             description="supervised fine-tuning (full or LoRA) on transformers' Trainer; packing, resume, torchrun",
         )
+    ]
+
+
+@hookimpl
+def swiftcore_register_rewards() -> list[RewardSpec]:
+    """``accuracy``, ``format`` and ``length``: the rewards every RL recipe has (pure Python, torch-free)."""
+    module = "swiftcore_train.rewards"
+    return [
+        RewardSpec(
+            name="accuracy",
+            function=f"{module}:accuracy",
+            columns=("answer",),
+            description="1 when the final answer (last \\boxed{}, else last number) equals the row's 'answer'",
+        ),
+        RewardSpec(
+            name="format",
+            function=f"{module}:format_match",
+            options=("pattern",),
+            description="1 when the completion matches a regex (option pattern; default <think>..</think><answer>..)",
+        ),
+        RewardSpec(
+            name="length",
+            function=f"{module}:length_penalty",
+            options=("max", "buffer"),
+            description="DAPO soft overlong penalty: 0 up to max-buffer tokens, linear to -1 at max",
+        ),
     ]

@@ -16,7 +16,7 @@ from typing import Any
 
 from swiftcore.api import SwiftcoreError
 from swiftcore.api.template import ENCODE_CHUNK, SampleEncoder
-from swiftcore.api.train import TrainConfig, TrainResult
+from swiftcore_train.config import TrainConfig, TrainResult
 
 __all__ = [
     "ENCODE_CHUNK",

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from swiftcore.api import SwiftcoreError
-from swiftcore.api.train import TrainConfig, TrainResult
+from swiftcore_train.config import TrainConfig, TrainResult
 from swiftcore_train.run import (
     check_recipe_fits_model,
     encode_records,
@@ -28,7 +28,7 @@ __all__ = ["run_sft"]
 
 
 def _collator(cfg: TrainConfig, pad_token_id: int) -> Any:
-    from swiftcore.api.data import PaddingCollator, PaddingFreeCollator
+    from swiftcore_data import PaddingCollator, PaddingFreeCollator
 
     if cfg.packing or cfg.padding_free:
         return PaddingFreeCollator()  # takes samples or packed bins alike
@@ -38,7 +38,7 @@ def _collator(cfg: TrainConfig, pad_token_id: int) -> Any:
 def _pack(samples: list[dict], cfg: TrainConfig) -> list[Any]:
     if not cfg.packing:
         return samples
-    from swiftcore.api.data import pack_samples
+    from swiftcore_data import pack_samples
 
     return pack_samples(samples, cfg.max_length, seed=cfg.seed)
 
@@ -49,7 +49,8 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     Everything that can be checked before training (model directory, model type, template vs tokenizer,
     every dataset row) is checked first, so a bad input fails in seconds with a message naming it.
     """
-    from swiftcore.api.data import load_records, parse_dataset_arg, split_train_val
+    from swiftcore_data import load_records, parse_dataset_arg, split_train_val
+
     from swiftcore.api.models import check_requirements, load_model, resolve_model_spec
 
     cfg.validate()

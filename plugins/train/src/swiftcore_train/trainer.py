@@ -37,7 +37,7 @@ _ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 def training_arguments(
     cfg: Any, output_dir: str | Path, *, evaluate: bool, args_class: type | None = None, **overrides: Any
 ) -> Any:
-    """transformers ``TrainingArguments`` from a :class:`~swiftcore.api.train.TrainConfig`.
+    """transformers ``TrainingArguments`` from a :class:`~swiftcore_train.config.TrainConfig`.
 
     One mapping for every recipe (causal LM, heads, TRL's preference and RL trainers), so a flag means the same
     everywhere.

@@ -1,0 +1,40 @@
+"""Errors raised by inference engines and the OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from swiftcore.api import SwiftcoreError
+
+__all__ = ["BackendUnavailableError", "InferError", "InvalidRequestError", "UnsupportedError"]
+
+
+class InferError(SwiftcoreError):
+    """Something went wrong while serving a request; the server answers with :attr:`status`.
+
+    Attributes:
+        status: the HTTP status the server answers with.
+        param: the request field at fault, when there is one.
+    """
+
+    status = 500
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class InvalidRequestError(InferError, ValueError):
+    """A request is invalid (bad field, unrenderable conversation, unknown adapter); it fails alone."""
+
+    status = 400
+
+
+class UnsupportedError(InferError):
+    """The backend lacks a capability (embeddings on a generation-only engine, LoRA, weight updates)."""
+
+    status = 501
+
+
+class BackendUnavailableError(InferError):
+    """A backend's probe says it cannot run here (package missing, no GPU); the message says why."""
+
+    status = 503

@@ -1,0 +1,238 @@
+"""``swiftcore train``: run a training recipe (``--recipe``, default ``sft``) on any model a plugin provides.
+
+The core options are generated from :class:`swiftcore_train.config.TrainConfig`, so the YAML file given to
+``--config`` and the flags can never drift apart: every key of the file is a flag name. Plugins add their
+own options with the ``swiftcore_addoption`` hook (see :mod:`swiftcore.options`); like pytest, which reads
+``-p`` before building its parser, this command reads ``--plugin`` first, loads the plugins, asks them
+for their options, and only then parses the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import click
+
+from swiftcore.api.cli import CliState, collect_options, pass_state, plugin_args, plugin_option, with_provider
+from swiftcore_train.config import (
+    LOSS_POLICIES,
+    TRUNCATION,
+    TUNERS,
+    TrainConfig,
+    load_config_file,
+    recipe_for,
+)
+
+__all__ = ["train"]
+
+_HELP: dict[str, str] = {
+    "model": "Local model directory (a save_pretrained checkpoint, e.g. from `swiftcore make-tiny`).",
+    "dataset": "Training data: FILE.jsonl|json|parquet[#RATIO] or hf:NAME[:SPLIT][#RATIO]; repeatable (mixed).",
+    "output_dir": "Where checkpoints, logs.jsonl, loss.png and args.json are written.",
+    "model_type": "Force the model spec (NAME or NAME@PLUGIN) instead of reading config.json.",
+    "template": "Chat template (default: the model's). See `swiftcore template list`.",
+    "tuner": "full: train every (unfrozen) weight; lora: train a peft LoRA adapter.",
+    "lora_rank": "LoRA rank r.",
+    "lora_alpha": "LoRA alpha (scale = alpha / r).",
+    "lora_dropout": "LoRA dropout.",
+    "target_modules": "LoRA target modules (repeatable; default: the model spec's, usually all-linear).",
+    "lora_exclude_modules": "Modules LoRA leaves alone (repeatable): a module name or dotted suffix (mlp.gate), "
+    "or a full-match regex; on top of the model spec's exclusions.",
+    "dry_run": "Print what LoRA adapts (module names by pattern) and the trainable parameter count, then exit "
+    "without training or writing the output directory (no --dataset needed).",
+    "freeze_vision": "Freeze the vision tower.",
+    "freeze_audio": "Freeze the audio tower.",
+    "freeze_projector": "Freeze the multimodal projector.",
+    "val_dataset": "Validation data (repeatable); else --split-ratio of the training data is held out.",
+    "split_ratio": "Fraction of the training data held out for validation when no --val-dataset is given.",
+    "max_length": "Maximum tokens per sample (and per packed row).",
+    "truncation": f"What to do with longer samples: {', '.join(TRUNCATION)}.",
+    "packing": "Pack several samples into each row (padding-free, exact per-sample attention).",
+    "padding_free": "Concatenate each batch into one row without padding.",
+    "loss_policy": f"Which tokens carry loss: {', '.join(LOSS_POLICIES)}.",
+    "enable_thinking": "Default for chat_template_kwargs.enable_thinking (a sample's own value wins).",
+    "skip_bad_rows": "Skip (and count) dataset rows that fail validation instead of stopping.",
+    "learning_rate": "Peak learning rate.",
+    "lr_scheduler": "Learning-rate schedule (transformers names: cosine, linear, constant, ...).",
+    "warmup_ratio": "Fraction of steps for linear warm-up.",
+    "weight_decay": "AdamW weight decay.",
+    "max_grad_norm": "Gradient clipping norm.",
+    "num_train_epochs": "Epochs (ignored when --max-steps is set).",
+    "max_steps": "Total optimiser steps (overrides epochs when > 0).",
+    "batch_size": "Samples (or packed rows) per device per step.",
+    "gradient_accumulation_steps": "Micro-batches per optimiser step.",
+    "gradient_checkpointing": "Trade compute for memory.",
+    "dtype": "Training precision: float32, bfloat16 (autocast), float16.",
+    "seed": "Random seed (model init of new heads, data order, dropout).",
+    "logging_steps": "Log every N steps (logs.jsonl, progress bar).",
+    "save_steps": "Save a checkpoint every N steps (and at the end).",
+    "eval_steps": "Evaluate every N steps (default: once at the end when there is validation data).",
+    "save_total_limit": "Keep at most N checkpoints.",
+    "resume_from_checkpoint": "Resume: 'latest' or a checkpoint directory.",
+    "overwrite_output_dir": "Reuse a non-empty --output-dir: remove what an earlier swiftcore run wrote there "
+    "(its checkpoints, logs, plot), never anything else and never an input of this run.",
+    "plot": "Write loss.png at the end.",
+    "task": "What the model is trained for: causal_lm (SFT), or the name of a task recipe (`swiftcore recipes`: the "
+    "heads plugin's classification, embedding, reranker, generative_reranker).",
+    "recipe": "Training recipe (see `swiftcore recipes`): sft by default; --task NAME alone picks the recipe NAME.",
+}
+_CHOICES = {
+    "tuner": TUNERS,
+    "loss_policy": LOSS_POLICIES,
+    "truncation": TRUNCATION,
+    "dtype": ("float32", "bfloat16", "float16"),
+}
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value:
+        plugin_keys = tuple(o.dest for o in ctx.meta.get(_PLUGIN_OPTIONS, ()))
+        ctx.default_map = {**(ctx.default_map or {}), **load_config_file(value, extra_keys=plugin_keys)}
+        ctx.meta["swiftcore.config_file"] = value  # an input of the run: never removed from its output dir
+    return value
+
+
+def _options(func: Any) -> Any:
+    for f in reversed(dataclasses.fields(TrainConfig)):
+        if f.name in ("plugins", "config_file", "recipe_options"):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        kwargs: dict[str, Any] = {"help": _HELP[f.name], "show_default": default not in (None, (), "")}
+        if f.name == "enable_thinking":
+            func = click.option(
+                "--enable-thinking/--disable-thinking", "enable_thinking", default=None, help=_HELP[f.name]
+            )(func)
+            continue
+        if isinstance(default, bool):
+            func = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=default, **kwargs)(func)
+            continue
+        if isinstance(default, tuple):
+            func = click.option(flag, f.name, multiple=True, **kwargs)(func)
+            continue
+        if f.name in _CHOICES:
+            kwargs["type"] = click.Choice(_CHOICES[f.name])
+        elif isinstance(default, float):
+            kwargs["type"] = float
+        elif isinstance(default, int):
+            kwargs["type"] = int
+        elif f.name in ("eval_steps", "save_total_limit"):
+            kwargs["type"] = int
+        func = click.option(flag, f.name, default=default, **kwargs)(func)
+    return func
+
+
+_PLUGIN_OPTIONS = "swiftcore.plugin_options"
+
+
+class TrainCommand(click.Command):
+    """``swiftcore train`` with the options the loaded plugins add (``swiftcore_addoption``).
+
+    ``--plugin`` values are read before parsing (as pytest reads ``-p``) so the plugin set that adds the
+    options is the one the run uses; the options exist only for this invocation (``ctx.meta``), never on
+    the shared command object.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        state = ctx.ensure_object(CliState)
+        plugins = state.plugins(with_provider(state, plugin_args(args), "recipe", _recipe_arg(args)))
+        reserved = {name: "swiftcore train itself" for param in super().get_params(ctx) for name in _names(param)}
+        ctx.meta[_PLUGIN_OPTIONS] = collect_options(plugins, "train", reserved)
+        return super().parse_args(ctx, args)
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        extra = [option.click_option() for option in ctx.meta.get(_PLUGIN_OPTIONS, ())]
+        return params[:-1] + extra + params[-1:] if extra else params  # --help stays last
+
+
+def _recipe_arg(args: list[str]) -> str:
+    """The recipe ``args`` ask for (``--recipe``, else ``--task``, else ``sft``), read before parsing so the
+    plugin providing it loads with the chosen plugin set (a ``--config`` file's recipe is seen after loading)."""
+    values = {"--recipe": "sft", "--task": "causal_lm"}
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in values:
+            if eq:
+                values[flag] = value
+            elif i + 1 < len(args):
+                values[flag] = args[i + 1]
+    return recipe_for(values["--task"], values["--recipe"])
+
+
+def _names(param: click.Parameter) -> list[str]:
+    flags = [o.split("/")[0] for o in getattr(param, "opts", [])] + list(getattr(param, "secondary_opts", []))
+    return [*flags, param.name or ""]
+
+
+def _recipe_options(ctx: click.Context, options: dict[str, Any], recipe: str) -> dict[str, Any]:
+    """Split the plugin options out of ``options``: the values this recipe reads (untagged options and its
+    own), after refusing an option of another recipe that was given."""
+    out: dict[str, Any] = {}
+    for option in ctx.meta.get(_PLUGIN_OPTIONS, ()):
+        value = options.pop(option.dest)
+        given = ctx.get_parameter_source(option.dest) not in (None, click.core.ParameterSource.DEFAULT)
+        if not option.applies_to(recipe):
+            if given:
+                which = " or ".join(repr(r) for r in option.recipes)
+                raise click.UsageError(
+                    f"{option.flags[0]} belongs to recipe {which} (plugin {option.plugin}); this run "
+                    f"uses --recipe {recipe}. Add --recipe {option.recipes[0]}, or drop the option."
+                )
+            continue
+        out[option.dest] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+@click.command("train", cls=TrainCommand)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    is_eager=True,
+    expose_value=False,
+    callback=_load_config,
+    help="YAML file of arguments (keys are the flag names); flags override it.",
+)
+@_options
+@plugin_option
+@pass_state
+def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> None:
+    """Train a model with a recipe: supervised fine-tuning (sft, the default) with full weights or LoRA,
+    an lm_head (--task), or any recipe a plugin adds (`swiftcore recipes` lists them).
+
+    \b
+    Example:
+      swiftcore make-tiny qwen3_5 ./tiny
+      swiftcore train --model ./tiny --dataset data.jsonl --tuner lora --max-steps 50
+
+    Works unchanged under torchrun for data-parallel training. Options marked [recipe NAME] come from
+    plugins and apply to that recipe only.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    ctx = click.get_current_context()
+    options["recipe"] = recipe_for(options["task"], options["recipe"])
+    recipe_options = _recipe_options(ctx, options, options["recipe"])
+    for key, value in options.items():
+        if isinstance(value, list):
+            options[key] = tuple(value)
+    cfg = TrainConfig(**options, recipe_options=recipe_options)
+    cfg.config_file = ctx.meta.get("swiftcore.config_file")
+    cfg.validate()
+    plugins = state.plugins(plugin_specs)
+    cfg.plugins = tuple(plugins.resolved_specs)
+    if cfg.dry_run:
+        from swiftcore_train.tuners import dry_run
+
+        click.echo(dry_run(cfg, plugins))
+        return
+
+    from swiftcore_train.dispatch import run_training
+
+    result = run_training(cfg, plugins)
+    click.echo(f"trained {result.global_step} steps on {result.train_samples} samples; final loss {result.final_loss}")
+    click.echo(f"checkpoint: {result.last_checkpoint}")
+    click.echo(f"log:        {result.log_file}")
+    if result.plot_file:
+        click.echo(f"loss plot:  {result.plot_file}")
