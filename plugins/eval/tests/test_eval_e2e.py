@@ -5,6 +5,10 @@ endpoint, is higher than the base model's.
 model and the checkpoint trained on its task. Each is served by a real ``swiftcore deploy`` process (with an API
 key), and ``swiftcore eval --api-url`` asks it the demo's held-out questions (the built-in ``parity`` dataset)
 through EvalScope's OpenAI-API model. The in-process mode (``--model``) is run on the trained checkpoint too.
+
+Evaluation during training (``swiftcore train --eval-every``) is held to the same measure: the demo's training,
+run from the same base model with ``--eval-every``, logs an in-training accuracy for its last checkpoint that
+equals what ``swiftcore eval`` measures for that checkpoint through the served endpoint, question by question.
 """
 
 from __future__ import annotations
@@ -105,3 +109,41 @@ def test_the_in_process_mode_serves_the_checkpoint_itself(
                     "--output", str(tmp_path))  # fmt: skip
     assert summary["total"] == 10 and summary["accuracy"] >= 0.9, summary
     assert summary["model"] == demo.trained.name and summary["api_url"].startswith("http://127.0.0.1:")
+
+
+def test_in_training_accuracy_equals_what_swiftcore_eval_measures_served(
+    demo, capsys: pytest.CaptureFixture[str], tmp_path: Path, one_thread: None
+) -> None:
+    """The demo's training (its base model, data and settings; half its steps, to stay cheap) with ``--eval-every``:
+    accuracy is logged before training (step 0, the base model) and every 10 steps. The last checkpoint, and the
+    first one that is neither all right nor all wrong (where a different prompt would show), are then measured
+    again by ``swiftcore eval`` through the served endpoint: same accuracy, same answer to every question."""
+    run = tmp_path / "run"
+    code = main([
+        "train", "--model", str(demo.base), "--dataset", str(demo.base.parent / "parity_train.jsonl"),
+        "--output-dir", str(run), "--tuner", "full", "--learning-rate", "3e-3", "--lr-scheduler", "cosine",
+        "--warmup-ratio", "0.05", "--max-steps", "80", "--batch-size", "16", "--max-length", "64",
+        "--logging-steps", "10", "--save-steps", "80", "--seed", "0",
+        "--eval-every", "10", "--eval-dataset", "parity", "--eval-max-tokens", "8", "--best-metric", "eval_accuracy",
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err[-4000:]
+    rows = [json.loads(line) for line in (run / "logs.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r for r in rows if "eval_accuracy" in r}
+    assert sorted(evals) == list(range(0, 81, 10)), rows
+    base, trained = evals[0]["eval_accuracy"], evals[80]["eval_accuracy"]
+    assert evals[80]["eval_checkpoint"] == "checkpoint-80" and evals[80]["eval_total"] == 40
+    assert trained > base and base <= 0.1, evals  # the served base model's bound (test above)
+    best = next(r for r in rows if "best_checkpoint" in r)
+    assert best["best_value"] == max(r["eval_accuracy"] for step, r in evals.items() if step), best
+    assert "eval:       eval_accuracy" in out and (run / "loss.png").is_file()
+
+    samples = [json.loads(line) for line in (run / "eval_samples.jsonl").read_text().splitlines()]
+    partial = next((step for step, r in sorted(evals.items()) if step and 0 < r["eval_accuracy"] < 1), None)
+    for step in sorted({80, partial or 80}):
+        served = _eval(capsys, "--model", str(run / f"checkpoint-{step}"), "--dataset", "parity", "--max-tokens", "8",
+                       "--output", str(tmp_path / f"eval-{step}"))  # fmt: skip
+        assert served["total"] == 40 and served["accuracy"] == evals[step]["eval_accuracy"], (step, served, evals)
+        in_training = {s["line"]: (s["answer"], s["correct"]) for s in samples if s["step"] == step}
+        served_rows = map(json.loads, (Path(served["output_dir"]) / "samples.jsonl").read_text().splitlines())
+        assert {s["line"]: (s["answer"], s["correct"]) for s in served_rows} == in_training, step

@@ -126,9 +126,8 @@ def test_merge_lora_gives_the_adapter_answers(
 
 
 def test_merge_lora_helper_writes_a_plain_checkpoint(trained_lora: Path, infer_plugins: Any, tmp_path: Path) -> None:
+    from swiftcore_infer.merge import merge_lora
     from swiftcore_infer.transformers_engine import TransformersEngine
-
-    from swiftcore.models.adapters import merge_lora
 
     merged = merge_lora(trained_lora, tmp_path / "merged", infer_plugins, dtype="float32")
     assert not (merged / "adapter_config.json").exists() and (merged / "config.json").exists()

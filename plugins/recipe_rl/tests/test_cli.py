@@ -110,7 +110,7 @@ def test_plugins_lists_a_third_party_reward_plugin_and_checks_it(acme: Path, tmp
     rows = {row["name"]: row for row in json.loads(listed.stdout)["plugins"]}
     assert rows["acme"]["provides"] == {"reward": ["flaky", "nan", "shout", "sleepy"]}
     assert rows["acme"]["distribution"] == "acme-rewards"
-    assert rows["swiftcore"]["provides"]["reward"] == ["accuracy", "format", "length"]
+    assert rows["train"]["provides"]["reward"] == ["accuracy", "format", "length"]
     assert rows["rl"]["provides"] == {"recipe": ["grpo"]}
     checked = _swiftcore("plugins", "--check", "acme", cwd=tmp_path, site=acme)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -184,5 +184,5 @@ def test_a_reward_column_missing_from_the_dataset_is_refused(acme: Path, tiny_di
         "--output-dir", str(tmp_path / "out"), cwd=tmp_path, site=acme,
     )  # fmt: skip
     assert proc.returncode != 0
-    assert "reward 'accuracy' (swiftcore (swiftcore 0.1.0)) reads column(s) 'answer'" in proc.stderr
+    assert "reward 'accuracy' (train (swiftcore-train 0.1.0)) reads column(s) 'answer'" in proc.stderr
     assert not (tmp_path / "out").exists()

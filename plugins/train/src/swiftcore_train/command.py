@@ -236,3 +236,7 @@ def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> Non
     click.echo(f"log:        {result.log_file}")
     if result.plot_file:
         click.echo(f"loss plot:  {result.plot_file}")
+    if result.eval_accuracy is not None:
+        click.echo(f"eval:       eval_accuracy {result.eval_accuracy:.4f} (last evaluation)")
+    if result.best_checkpoint is not None:
+        click.echo(f"best:       {result.best_checkpoint} ({result.best_value:.4f})")

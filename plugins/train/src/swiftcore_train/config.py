@@ -229,3 +229,8 @@ class TrainResult:
     train_samples: int
     global_step: int
     final_loss: float | None
+    #: The last in-training evaluation's accuracy (``--eval-every``), None without one.
+    eval_accuracy: float | None = None
+    #: The best checkpoint by ``--best-metric``, and its value; None without the option.
+    best_checkpoint: Path | None = None
+    best_value: float | None = None

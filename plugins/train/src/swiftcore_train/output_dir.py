@@ -23,7 +23,7 @@ __all__ = ["MANIFEST", "OUTPUT_PATTERNS", "OutputPlan", "apply_output_plan", "pl
 #: The manifest a run writes first into its output directory.
 MANIFEST = "swiftcore_outputs.json"
 #: What ``swiftcore train`` writes into an output directory (glob patterns on entry names).
-OUTPUT_PATTERNS = ("args.json", "logs.jsonl", "loss.png", "checkpoint-*", ".staging", MANIFEST)
+OUTPUT_PATTERNS = ("args.json", "logs.jsonl", "eval_samples.jsonl", "loss.png", "checkpoint-*", ".staging", MANIFEST)
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""Hook implementations of swiftcore-train: the ``train`` command, the ``sft`` recipe and the built-in rewards,
-as plain data (nothing heavy imported)."""
+"""Hook implementations of swiftcore-train: the ``train`` command, the ``sft`` recipe (and its evaluation-during-
+training options) and the built-in rewards, as plain data (nothing heavy imported)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from swiftcore.api import API_VERSION_STRING, CommandSpec, RecipeSpec, RewardSpec, hookimpl
 
@@ -57,3 +59,11 @@ def swiftcore_register_rewards() -> list[RewardSpec]:
             description="DAPO soft overlong penalty: 0 up to max-buffer tokens, linear to -1 at max",
         ),
     ]
+
+
+@hookimpl
+def swiftcore_addoption(parser: Any) -> None:
+    """``--eval-every``, ``--eval-dataset``, ``--best-metric``, ...: evaluation during training, valid with ``sft``."""
+    from swiftcore_train.generation_eval import add_eval_options
+
+    add_eval_options(parser, recipes="sft")

@@ -156,6 +156,8 @@ def run_inputs(cfg: TrainConfig) -> tuple[str, ...]:
     for source in (*cfg.dataset, *cfg.val_dataset):
         if not str(source).startswith("hf:"):
             paths.append(str(source).rsplit("#", 1)[0])
+    if cfg.recipe_options.get("eval_dataset"):  # --eval-every's benchmark
+        paths.append(str(cfg.recipe_options["eval_dataset"]))
     if cfg.resume_from_checkpoint and cfg.resume_from_checkpoint not in ("latest", "true", "True"):
         paths.append(cfg.resume_from_checkpoint)
     return tuple(p for p in paths if p)
@@ -301,6 +303,10 @@ def train_and_report(
     log_file = output_dir / "logs.jsonl"
     plot = plot_loss_curve(log_file, output_dir / "loss.png") if (cfg.plot and log_file.exists()) else None
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    from swiftcore_train.generation_eval import GenerationEvalCallback
+
+    evaluation = next((c for c in trainer.callback_handler.callbacks if isinstance(c, GenerationEvalCallback)), None)
+    best = evaluation.best if evaluation is not None else None
     return TrainResult(
         output_dir=output_dir,
         last_checkpoint=Path(last) if last else None,
@@ -309,4 +315,7 @@ def train_and_report(
         train_samples=train_samples,
         global_step=trainer.state.global_step,
         final_loss=losses[-1] if losses else None,
+        eval_accuracy=evaluation.last_accuracy if evaluation is not None else None,
+        best_checkpoint=output_dir / best[0] if best else None,
+        best_value=best[1] if best else None,
     )

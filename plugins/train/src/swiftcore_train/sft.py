@@ -54,6 +54,11 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     from swiftcore.api.models import check_requirements, load_model, resolve_model_spec
 
     cfg.validate()
+    from swiftcore_train.generation_eval import GenerationEvalOptions, load_eval_records
+
+    evaluation = GenerationEvalOptions.from_options(options)
+    # The benchmark is read and checked (every line) before anything else loads.
+    eval_records = load_eval_records(str(evaluation.eval_dataset), plugins) if evaluation.enabled else []
     output_dir = Path(cfg.output_dir)
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
@@ -106,6 +111,21 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         model.enable_input_require_grads()  # checkpointed blocks need a grad-carrying input under LoRA
 
     targs = training_arguments(cfg, output_dir, evaluate=bool(val_samples), save_only_model=False)
+    callbacks: list[Any] = [JsonlLogCallback(output_dir / "logs.jsonl")]
+    if evaluation.enabled:
+        from swiftcore_train.generation_eval import GenerationEvalCallback
+
+        callbacks.append(
+            GenerationEvalCallback.create(
+                evaluation,
+                eval_records,
+                model_dir=cfg.model,
+                output_dir=output_dir,
+                plugins=plugins,
+                template=cfg.template,
+                model_type=cfg.model_type,
+            )
+        )
     trainer = SwiftTrainer(
         model=model,
         args=targs,
@@ -115,7 +135,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         if multimodal
         else _collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
         processing_class=tokenizer,
-        callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
+        callbacks=callbacks,
     )
     # Model, data and trainer are built: only now is the output directory touched.
     args_record = start_run(

@@ -263,7 +263,16 @@ class SwiftTrainer(Trainer):
                 self.state.best_model_checkpoint = str(final)
             from transformers.trainer_utils import rotate_checkpoints
 
-            rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit, use_mtime=False)
+            # The best checkpoint (--best-metric) is kept by the rotation, as transformers' own rotation keeps it.
+            protected = self.state.best_model_checkpoint or next(
+                (p for c in self.callback_handler.callbacks if (p := getattr(c, "protected_checkpoint", None))), None
+            )
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=protected,
+                use_mtime=False,
+            )
         if self.args.world_size > 1:
             import torch.distributed as dist
 
@@ -295,11 +304,17 @@ class JsonlLogCallback(TrainerCallback):
 
 
 def plot_loss_curve(log_path: str | Path, out_path: str | Path) -> Path | None:
-    """Draw training (and eval) loss against step from ``logs.jsonl`` into a PNG; None if nothing to draw."""
+    """Draw training (and eval) loss against step from ``logs.jsonl`` into a PNG; None if nothing to draw.
+
+    In-training accuracy (``eval_accuracy``, from ``--eval-every``) is drawn on a second axis, the best checkpoint
+    (``best_checkpoint``) marked on it.
+    """
     rows = [json.loads(line) for line in Path(log_path).read_text().splitlines() if line.strip()]
     train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
     evals = [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]
-    if not train and not evals:
+    accuracy = [(r["step"], r["eval_accuracy"]) for r in rows if "eval_accuracy" in r]
+    best = next((r for r in reversed(rows) if "best_checkpoint" in r), None)
+    if not train and not evals and not accuracy:
         return None
     import matplotlib
 
@@ -313,7 +328,19 @@ def plot_loss_curve(log_path: str | Path, out_path: str | Path) -> Path | None:
         ax.plot(*zip(*evals), marker="o", label="eval loss")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.legend()
+    handles, labels = ax.get_legend_handles_labels()
+    if accuracy:
+        acc_ax = ax.twinx()
+        acc_ax.plot(*zip(*accuracy), color="tab:green", marker="s", label="eval accuracy")
+        if best is not None:
+            step = next((r["step"] for r in rows if r.get("eval_checkpoint") == best["best_checkpoint"]), None)
+            if step is not None:
+                acc_ax.plot([step], [best["best_value"]], "*", color="tab:red", markersize=12, label="best checkpoint")
+        acc_ax.set_ylabel("eval accuracy")
+        acc_ax.set_ylim(-0.02, 1.02)
+        more_handles, more_labels = acc_ax.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    ax.legend(handles, labels, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)

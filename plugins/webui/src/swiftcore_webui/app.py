@@ -40,6 +40,13 @@ _TAIL = 40
 _REFUSALS = (PathRefused, Busy, ValueError, OSError, RuntimeError)
 
 
+def _folder_choice(choices: list[str], label: str, elem_id: str) -> Any:
+    """A dropdown of folders under the root, the first preselected; a typed path is allowed (checked on use)."""
+    return gr.Dropdown(
+        choices, value=choices[0] if choices else None, allow_custom_value=True, label=label, elem_id=elem_id
+    )
+
+
 def _refused(exc: BaseException) -> str:
     return f"**Refused:** {html.escape(str(exc))}"
 
@@ -157,20 +164,8 @@ def build_app(ui: WebUI) -> gr.Blocks:
             # ---------------------------------------------------------------- Train
             with gr.Tab("Train", id="train"):
                 with gr.Row():
-                    t_model = gr.Dropdown(
-                        models,
-                        value=models[0] if models else None,
-                        allow_custom_value=True,
-                        label="Model folder",
-                        elem_id="train-model",
-                    )
-                    t_data = gr.Dropdown(
-                        datasets,
-                        value=datasets[0] if datasets else None,
-                        allow_custom_value=True,
-                        label="Dataset (.jsonl / .json / .parquet)",
-                        elem_id="train-dataset",
-                    )
+                    t_model = _folder_choice(models, "Model folder", "train-model")
+                    t_data = _folder_choice(datasets, "Dataset (.jsonl / .json / .parquet)", "train-dataset")
                     t_refresh = gr.Button("Refresh lists", size="sm", scale=0)
                 with gr.Row():
                     t_out = gr.Textbox(
@@ -205,13 +200,7 @@ def build_app(ui: WebUI) -> gr.Blocks:
             # ---------------------------------------------------------------- Chat
             with gr.Tab("Chat", id="chat"):
                 with gr.Row():
-                    c_model = gr.Dropdown(
-                        models,
-                        value=models[0] if models else None,
-                        allow_custom_value=True,
-                        label="Checkpoint folder",
-                        elem_id="chat-model",
-                    )
+                    c_model = _folder_choice(models, "Checkpoint folder", "chat-model")
                     c_load = gr.Button("Load", variant="primary", scale=0, elem_id="chat-load")
                 c_status = gr.Markdown("No model loaded.", elem_id="chat-status")
                 with gr.Accordion("Generation settings", open=False):
@@ -251,12 +240,8 @@ def build_app(ui: WebUI) -> gr.Blocks:
                     "whole model that loads without peft. Full-tuning checkpoints are whole models already."
                 )
                 with gr.Row():
-                    e_model = gr.Dropdown(
-                        adapters,
-                        value=adapters[0] if adapters else None,
-                        allow_custom_value=True,
-                        label="LoRA checkpoint (a folder with adapter_config.json)",
-                        elem_id="export-model",
+                    e_model = _folder_choice(
+                        adapters, "LoRA checkpoint (a folder with adapter_config.json)", "export-model"
                     )
                     e_out = gr.Textbox(
                         value=default_output(root, f"{adapters[0]}-merged") if adapters else "merged",
