@@ -13,6 +13,8 @@ with the family's :class:`~swiftcore_media.MediaPreparer`, then ``collate``) for
 
 Then each bad-media case is a 400 whose message names the part: remote URLs, local paths, not an image or
 audio, truncated files, bad base64 or format, media the model does not take, a backend that cannot feed it.
+Last, the server's media policy: files under ``--media-root`` only (no traversal, no symlink escape), URLs
+only with ``--allow-remote-media`` (fetched from a real local HTTP server), and each server-side limit.
 """
 
 from __future__ import annotations
@@ -289,3 +291,160 @@ def test_the_engine_refuses_media_it_cannot_take(engine_for: Any, tmp_path: Any,
     [refused] = engine.generate_requests([Request(record=row)])
     assert refused.error_status == 400
     assert "the transformers backend does not take images or audio yet" in refused.error
+
+
+# --------------------------------------------------------------------------- the server's media policy
+
+
+def _policy_client(engine: Any, **policy: Any) -> Any:
+    from fastapi.testclient import TestClient
+    from swiftcore_infer.media import MediaPolicy
+    from swiftcore_serve import ServerConfig, build_app
+
+    return TestClient(build_app(engine, ServerConfig(model_name="m", media=MediaPolicy(**policy))))
+
+
+def _image_path(value: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": value}}
+
+
+def _pixels(engine: Any, monkeypatch: Any) -> list[Any]:
+    """Spy on ``engine.encode``: the list fills with each served prompt's ``pixel_values``."""
+    seen: list[Any] = []
+    encode = engine.encode
+
+    def spy(request: Any) -> Any:
+        prompt = encode(request)
+        seen.append(prompt.media["pixel_values"])
+        return prompt
+
+    monkeypatch.setattr(engine, "encode", spy)
+    return seen
+
+
+def _served(response: Any, seen: list[Any]) -> Any:
+    """The pixels the model got for a request that must have been served."""
+    assert response.status_code == 200, response.text
+    return seen[-1]
+
+
+def test_media_root_serves_files_under_it_and_nothing_outside(engine_for: Any, tmp_path: Any, monkeypatch) -> None:
+    """``--media-root DIR``: paths and file:// URLs under DIR are read (the model gets the inline image's pixels);
+    ``..``, absolute paths elsewhere, symlinks pointing out and missing files are 400s naming the part."""
+    root, outside = tmp_path / "media", tmp_path / "secret"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    png = _png(3)
+    (root / "sub" / "cat.png").write_bytes(png)
+    (outside / "dog.png").write_bytes(_png(4))
+    (root / "escape.png").symlink_to(outside / "dog.png")
+    (root / "inner.png").symlink_to(root / "sub" / "cat.png")  # a symlink that stays inside is fine
+    engine = engine_for("gemma4")
+    seen = _pixels(engine, monkeypatch)
+    with _client(engine) as client:
+        inline = _served(_post(client, [_image_url(png)]), seen)
+        assert "--media-root" in _error(_post(client, [_image_path("sub/cat.png")]))
+    with _policy_client(engine, media_root=str(root)) as client:
+        for ok in ("sub/cat.png", str(root / "sub" / "cat.png"), f"file://{root}/sub/cat.png", "inner.png"):
+            assert torch.equal(_served(_post(client, [_image_path(ok)]), seen), inline), ok
+        for bad, expected in (
+            ("../secret/dog.png", "is outside this server's media root"),
+            (str(outside / "dog.png"), "is outside this server's media root"),
+            (f"file://{outside}/dog.png", "is outside this server's media root"),
+            ("sub/../../secret/dog.png", "is outside this server's media root"),
+            ("escape.png", "is outside this server's media root"),
+            ("sub/missing.png", "is not a file under this server's media root"),
+            ("sub", "is not a file under this server's media root"),
+        ):
+            message = _error(_post(client, [{"type": "text", "text": "look"}, _image_path(bad)]))
+            assert message.startswith("messages[0].content[1] (image_url): ") and expected in message, (bad, message)
+            assert expected in _error(_post(client, [_image_path(bad)], stream=True))
+
+
+def test_remote_media_is_fetched_only_when_allowed(engine_for: Any, monkeypatch: Any) -> None:
+    """``--allow-remote-media``: an http URL (a real local HTTP server here) gives the model the inline image;
+    without the flag it is refused naming the flag; a URL that fails is a 400, not a 500."""
+    import http.server
+    import threading
+
+    png = _png(5)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/cat.png":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(png)))
+            self.end_headers()
+            self.wfile.write(png)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    engine = engine_for("gemma4")
+    seen = _pixels(engine, monkeypatch)
+    try:
+        with _client(engine) as client:
+            inline = _served(_post(client, [_image_url(png)]), seen)
+            assert "--allow-remote-media" in _error(_post(client, [_image_path(f"{url}/cat.png")]))
+        with _policy_client(engine, allow_remote=True) as client:
+            assert torch.equal(_served(_post(client, [_image_path(f"{url}/cat.png")]), seen), inline)
+            message = _error(_post(client, [_image_path(f"{url}/nothing.png")]))
+            assert "messages[0].content[0] (image_url): cannot fetch" in message and "404" in message
+        with _policy_client(engine, allow_remote=True, max_item_bytes=100) as client:
+            assert "--max-media-mb" in _error(_post(client, [_image_path(f"{url}/cat.png")]))
+    finally:
+        server.shutdown()
+
+
+def test_media_over_a_server_limit_is_a_400_naming_the_limit(engine_for: Any) -> None:
+    png, wav = _png(), _wav(seconds=0.5)
+    engine = engine_for("gemma4")
+    cases = [
+        ({"max_items": 1}, [_image_url(png), _input_audio(wav)], "2 media items, over this server's limit of 1",
+         "--max-media-per-request"),
+        ({"max_item_bytes": 200}, [_image_url(png)], "messages[0].content[0] (image_url): about", "--max-media-mb"),
+        ({"max_item_bytes": 200}, [_input_audio(wav)], "messages[0].content[0] (input_audio): about", "--max-media-mb"),
+        ({"max_image_pixels": 1000}, [_image_url(png)], "32x32 pixels, over this server's limit of 1000 pixels",
+         "--max-image-pixels"),
+        ({"max_audio_seconds": 0.25}, [_input_audio(wav)], "0.5 s of audio, over this server's limit of 0.25 s",
+         "--max-audio-seconds"),
+    ]  # fmt: skip
+    for policy, parts, expected, option in cases:
+        with _policy_client(engine, **policy) as client:
+            for stream in (False, True):
+                message = _error(_post(client, parts, stream=stream))
+                assert expected in message and option in message, (policy, message)
+    # At the limits, the same requests are served.
+    with _policy_client(engine, max_items=2, max_image_pixels=32 * 32, max_audio_seconds=0.5) as client:
+        assert _post(client, [_image_url(png), _input_audio(wav)]).status_code == 200
+
+
+def test_transcriptions_route_refuses_what_it_cannot_transcribe(engine_for: Any) -> None:
+    """``/v1/audio/transcriptions`` (multipart): bad uploads, formats and models are 400s, never 500s; an
+    audio model answers (the trained Qwen3-ASR's transcripts are checked in test_train_serve_roundtrip_asr)."""
+    wav = _wav()
+
+    def post(client: Any, data: bytes, **form: Any) -> Any:
+        return client.post(
+            "/v1/audio/transcriptions", files={"file": ("clip.wav", data, "audio/wav")}, data={"model": "m", **form}
+        )
+
+    with _client(engine_for("qwen3_asr")) as client:
+        assert set(post(client, wav).json()) == {"text"}
+        assert post(client, wav, response_format="text").headers["content-type"].startswith("text/plain")
+        verbose = post(client, wav, response_format="verbose_json", language="en").json()
+        assert verbose["duration"] == 0.5 and verbose["task"] == "transcribe" and verbose["language"] == "en"
+        assert "response_format 'srt' is not supported" in _error(post(client, wav, response_format="srt"))
+        assert "cannot decode the 9 given bytes as audio" in _error(post(client, b"not audio"))
+        assert "the upload is empty" in _error(post(client, b""))
+        assert "temperature" in _error(post(client, wav, temperature="7"))
+        assert "file" in _error(client.post("/v1/audio/transcriptions", data={"model": "m"}))
+        assert post(client, wav, model="other").status_code == 404
+    with _client(engine_for("qwen3_5")) as client:
+        assert "model 'm' does not accept audio" in _error(post(client, wav))

@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
-FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr"]
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe"]
 # Model classes plain transformers loads each tiny checkpoint with (not through swiftcore).
 PLAIN_CLASS = {
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
     "gemma4": "Gemma4ForConditionalGeneration",
     "deepseek_v4": "DeepseekV4ForCausalLM",
     "qwen3_asr": "Qwen3ASRForConditionalGeneration",
+    "mimo_v2_flash": "MiMoV2FlashForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
 }
 
 

@@ -9,6 +9,8 @@ records the majority mode (thinking off), so:
 - the two asked with ``enable_thinking`` on get their answers in ``content`` and their reasoning in
   ``reasoning_content``, streamed and not streamed alike.
 
+OLMoE's official template has no reasoning: it trains on, and is asked, the four plain questions only.
+
 This is the test that guards the train/serve prompt rule (``swiftcore.template.base``), the response
 parsing and the sample path against each later change. Qwen3-ASR's round trip (audio in, transcripts out)
 is ``test_train_serve_roundtrip_asr.py``.
@@ -28,7 +30,9 @@ from swiftcore_testing.processes import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 
-FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4"]
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "mimo_v2_flash", "olmoe"]
+#: Families whose official template has no reasoning: they train and are asked the plain questions only.
+NO_THINKING = {"olmoe"}
 PLAIN = [
     ("Which colour is the sky?", "blue"),
     ("Name a fruit.", "apple"),
@@ -43,13 +47,17 @@ API_KEY = "roundtrip-key"
 STEPS = 40
 
 
-def _records() -> list[dict[str, Any]]:
+def _thought(family: str) -> list[tuple[str, str, str]]:
+    return [] if family in NO_THINKING else THOUGHT
+
+
+def _records(family: str) -> list[dict[str, Any]]:
     plain = [
         {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in PLAIN
     ]
     thought = [
         {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a, "reasoning_content": r}]}
-        for q, a, r in THOUGHT
+        for q, a, r in _thought(family)
     ]
     return plain + thought
 
@@ -64,25 +72,31 @@ def _cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def family(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def trained(family: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The family's tiny checkpoint, fully fine-tuned until it has memorised the set; its last checkpoint.
 
     The tiny checkpoint is made here, not shared with the session: what this module trains depends on
     nothing another test did."""
-    work = tmp_path_factory.mktemp(f"roundtrip-{request.param}")
-    _cli("make-tiny", request.param, str(work / "tiny"))
+    work = tmp_path_factory.mktemp(f"roundtrip-{family}")
+    _cli("make-tiny", family, str(work / "tiny"))
     data = work / "train.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in _records()), encoding="utf-8")
+    data.write_text("".join(json.dumps(r) + "\n" for r in _records(family)), encoding="utf-8")
     _cli("train", "--model", str(work / "tiny"), "--dataset", str(data), "--tuner", "full",
          "--learning-rate", "3e-3", "--lr-scheduler", "cosine", "--batch-size", "6", "--max-steps", str(STEPS),
          "--save-steps", str(STEPS), "--logging-steps", "10", "--max-length", "128", "--no-plot",
          "--output-dir", str(work / "run"))
     losses = [json.loads(line)["loss"] for line in (work / "run" / "logs.jsonl").read_text().splitlines()
               if "loss" in json.loads(line)]
-    assert losses[-1] < 0.05 < losses[0], f"{request.param} did not memorise the set: losses {losses}"
+    assert losses[-1] < 0.05 < losses[0], f"{family} did not memorise the set: losses {losses}"
     checkpoint = work / "run" / f"checkpoint-{STEPS}"
     args = json.loads((checkpoint / "swiftcore_args.json").read_text())
-    assert args["generation_defaults"] == {"chat_template_kwargs": {"enable_thinking": False}}
+    if family not in NO_THINKING:
+        assert args["generation_defaults"] == {"chat_template_kwargs": {"enable_thinking": False}}
     return checkpoint
 
 
@@ -93,15 +107,15 @@ def _question(question: str, thinking: bool | None = None) -> dict[str, Any]:
     return record
 
 
-def test_infer_cli_answers_what_was_trained(trained: Path, tmp_path: Path) -> None:
-    questions = [_question(q) for q, _ in PLAIN] + [_question(q, thinking=True) for q, _, _ in THOUGHT]
+def test_infer_cli_answers_what_was_trained(family: str, trained: Path, tmp_path: Path) -> None:
+    questions = [_question(q) for q, _ in PLAIN] + [_question(q, thinking=True) for q, _, _ in _thought(family)]
     source = tmp_path / "questions.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in questions), encoding="utf-8")
     _cli("infer", "--model", str(trained), "--input", str(source), "--output", str(tmp_path / "answers.jsonl"),
          "--max-new-tokens", "32")
     rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
     got = [(row["response"], row.get("reasoning_content")) for row in rows]
-    expected = [(a, None) for _, a in PLAIN] + [(a, r) for _, a, r in THOUGHT]
+    expected = [(a, None) for _, a in PLAIN] + [(a, r) for _, a, r in _thought(family)]
     assert got == expected
 
 
@@ -138,15 +152,15 @@ def _chat_streamed(client: Any, question: str, thinking: bool | None) -> tuple[s
     return content.strip(), reasoning.strip() or None
 
 
-def test_deploy_answers_what_was_trained(served: Any) -> None:
+def test_deploy_answers_what_was_trained(family: str, served: Any) -> None:
     for question, answer in PLAIN:
         assert _chat(served, question, None) == (answer, None), question
-    for question, answer, reasoning in THOUGHT:
+    for question, answer, reasoning in _thought(family):
         assert _chat(served, question, True) == (answer, reasoning), question
 
 
-def test_deploy_streams_the_same_fields(served: Any) -> None:
-    cases = [(q, None) for q, _ in PLAIN[:2]] + [(q, True) for q, _, _ in THOUGHT]
+def test_deploy_streams_the_same_fields(family: str, served: Any) -> None:
+    cases = [(q, None) for q, _ in PLAIN[:2]] + [(q, True) for q, _, _ in _thought(family)]
     for question, thinking in cases:
         streamed = _chat_streamed(served, question, thinking)
         content, reasoning = _chat(served, question, thinking)

@@ -10,7 +10,7 @@ distinct right answers show the model heard it (learned, not just run). Then:
 - ``swiftcore infer --input`` on the training rows themselves (two with ``{"type": "audio"}`` parts, two with
   an ``<audio>`` tag and an ``audios`` column, exactly as training reads them), and ``--audio CLIP``;
 - ``swiftcore deploy`` with the real ``openai`` client sending each clip as an ``input_audio`` part,
-  streamed and not,
+  streamed and not, and uploading it to ``/v1/audio/transcriptions`` (``audio.transcriptions.create``),
 
 answer each clip with its transcript in ``content``.
 """
@@ -210,3 +210,17 @@ def test_deploy_refuses_what_it_cannot_hear(served: Any, work: Path) -> None:
                 {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": junk, "format": "wav"}}]}
             ],
         )
+
+
+def test_audio_transcriptions_api_transcribes_what_was_trained(served: Any, work: Path) -> None:
+    """OpenAI's audio API (``client.audio.transcriptions.create``, a multipart upload) gives each trained clip's
+    transcript, as json and as text; a file that is no audio is a 400."""
+    for index, transcript in enumerate(TRANSCRIPTS):
+        with (work / f"clip{index}.wav").open("rb") as clip:
+            result = served.audio.transcriptions.create(model="asr", file=clip, temperature=0)
+        assert result.text == transcript, index
+    with (work / "clip1.wav").open("rb") as clip:
+        text = served.audio.transcriptions.create(model="asr", file=clip, response_format="text", temperature=0)
+    assert text.strip() == TRANSCRIPTS[1]
+    with pytest.raises(openai.BadRequestError, match="as audio"):
+        served.audio.transcriptions.create(model="asr", file=("junk.wav", b"this is not a wav file at all"))

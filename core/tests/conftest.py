@@ -62,11 +62,13 @@ def plugin_path(plugin_site: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 def run_cli(plugin_site: Path):
     """Run the real ``swiftcore`` console script with the test plugins installed; returns the process."""
 
-    def run(*args: str, env: dict[str, str] | None = None, with_plugins: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        *args: str, env: dict[str, str] | None = None, with_plugins: bool = True, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
         if with_plugins:
             full_env["PYTHONPATH"] = os.pathsep.join([str(plugin_site), str(FIXTURES / "loose")])
         full_env.update(env or {})
-        return subprocess.run([SWIFTCORE, *args], capture_output=True, text=True, env=full_env, timeout=120)
+        return subprocess.run([SWIFTCORE, *args], capture_output=True, text=True, env=full_env, timeout=120, cwd=cwd)
 
     return run

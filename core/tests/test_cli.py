@@ -80,6 +80,14 @@ def test_plugins_check_name_checks_only_that_plugin(run_cli) -> None:
     assert {"acme", "acme_broken", "acme_future"} <= {r["plugin"] for r in json.loads(proc.stdout)["check"]}
 
 
+def test_plugins_check_ignores_a_folder_named_like_a_plugin_in_the_cwd(run_cli, tmp_path) -> None:
+    # `make-tiny FAMILY ./tiny`-style folders are common; the checking process must not import them as modules.
+    (tmp_path / "acme").mkdir()
+    proc = run_cli("plugins", "--check", "acme", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["check"][0]["ok"]
+
+
 def test_plugins_check_rechecks_in_a_fresh_process_after_a_heavy_import(tmp_path) -> None:
     # The plugins share one checking process; one that imports a heavy module (a stand-in `megatron`
     # here) is reported, and the plugins after it are checked again in a process of their own.

@@ -29,8 +29,10 @@ def _accuracy(model, samples: list[dict]) -> float:
     return sum(wins) / len(wins)
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "gemma4"])
-def test_dpo_learns_the_preference(family: str, tiny_model_dir, plugins, vowel_task, write_jsonl, tmp_path: Path):
+@pytest.mark.parametrize(("family", "padding_free"), [("qwen3_5", False), ("gemma4", False), ("qwen3_5", True)])
+def test_dpo_learns_the_preference(
+    family: str, padding_free: bool, tiny_model_dir, plugins, vowel_task, write_jsonl, tmp_path: Path
+):
     from peft import PeftModel
     from swiftcore_recipe_preference.data import parse_pair
     from swiftcore_recipe_preference.dpo import run_dpo
@@ -57,6 +59,7 @@ def test_dpo_learns_the_preference(family: str, tiny_model_dir, plugins, vowel_t
         save_steps=10_000,
         plot=False,
         recipe="dpo",
+        padding_free=padding_free,
     )
     held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
     samples = encode_dpo_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
@@ -68,7 +71,8 @@ def test_dpo_learns_the_preference(family: str, tiny_model_dir, plugins, vowel_t
     base = load_model(spec, model_dir, plugins, torch_dtype="float32")
     after = _accuracy(PeftModel.from_pretrained(base, str(result.last_checkpoint)).eval(), samples)
     print(
-        f"{family}: {STEPS} steps, train loss {losses[0]:.3f} -> {losses[-1]:.3f}; held-out accuracy "
+        f"{family}{' padding-free' * padding_free}: {STEPS} steps, train loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
+        "held-out accuracy "
         f"{before:.1%} -> {after:.1%} ({len(samples)} pairs)"
     )
     assert result.global_step == STEPS

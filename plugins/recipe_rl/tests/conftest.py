@@ -1,5 +1,5 @@
 """Fixtures of swiftcore-recipe-rl's tests: the tiny qwen3_5 checkpoint (built once per session by the repository's
-``tiny_model_dir``), the installed plugins, and one GRPO trainer on it for the fixed-batch loss checks."""
+``tiny_model_dir``), the installed plugins, and one trainer per RL recipe on it for the fixed-batch loss checks."""
 
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ def column_reward(completions: list[str], *, r: list[float], **kwargs: Any) -> l
     return [float(x) for x in r]
 
 
-@pytest.fixture(scope="session")
-def grpo_trainer(tiny_dir: Path, plugins: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A ``SwiftGRPOTrainer`` on the tiny model (LoRA), groups of 4, rewarded by the ``r`` column."""
+def make_trainer(recipe: str, tiny_dir: Path, plugins: Any, output_dir: Path, **method: Any) -> Any:
+    """A trainer of ``recipe`` on the tiny model (LoRA), 2 prompts x groups of 4, rewarded by the ``r`` column;
+    ``method`` are the recipe's own options (``rloo_beta=...``)."""
     from datasets import Dataset
-    from swiftcore_recipe_rl.options import GRPOOptions
-    from swiftcore_recipe_rl.recipe import grpo_config
+    from swiftcore_recipe_rl.options import RL_RECIPES
+    from swiftcore_recipe_rl.recipe import CONFIGS
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.rollout import PromptCodec
-    from swiftcore_recipe_rl.trainer import grpo_trainer_class
+    from swiftcore_recipe_rl.trainer import trainer_class
     from swiftcore_train.config import TrainConfig
     from swiftcore_train.rewards import Reward
     from swiftcore_train.tuners import apply_tuner
@@ -50,16 +50,76 @@ def grpo_trainer(tiny_dir: Path, plugins: Any, tmp_path_factory: pytest.TempPath
     tokenizer = load_tokenizer(str(tiny_dir))
     tokenizer.padding_side = "left"
     codec = PromptCodec(get_template(spec.default_template, plugins), tokenizer)
-    cfg = TrainConfig(
-        model=str(tiny_dir), dataset=("unused",), output_dir=str(tmp_path_factory.mktemp("grpo")), batch_size=2
-    )
-    options = GRPOOptions(reward=("column",), num_generations=4, max_completion_length=6)
+    cfg = TrainConfig(model=str(tiny_dir), dataset=("unused",), output_dir=str(output_dir), batch_size=2)
+    options = RL_RECIPES[recipe](reward=("column",), num_generations=4, max_completion_length=6, **method)
     reward = Reward(spec=RewardSpec(name="column", function="x.y:z", columns=("r",)), function=column_reward)
     model = apply_tuner(load_model(spec, str(tiny_dir), plugins), spec, cfg)
-    return grpo_trainer_class()(
+    return trainer_class(recipe)(
         model=model,
         reward_funcs=[TRLReward(reward, codec)],
-        args=grpo_config(cfg, options, Path(cfg.output_dir), reward_names=["column"]),
+        args=CONFIGS[recipe](cfg, options, Path(cfg.output_dir), reward_names=["column"]),
         train_dataset=Dataset.from_list([{"prompt": "p", "r": 0.0}] * 8),
+        processing_class=tokenizer,
+    )
+
+
+@pytest.fixture(scope="session")
+def grpo_trainer(tiny_dir: Path, plugins: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A ``SwiftGRPOTrainer`` on the tiny model (LoRA), groups of 4, rewarded by the ``r`` column."""
+    return make_trainer("grpo", tiny_dir, plugins, tmp_path_factory.mktemp("grpo"))
+
+
+@pytest.fixture(scope="session")
+def rloo_trainer(tiny_dir: Path, plugins: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A ``SwiftRLOOTrainer`` on the tiny model (LoRA), groups of 4, rewarded by the ``r`` column, KL weight 0.05."""
+    return make_trainer("rloo", tiny_dir, plugins, tmp_path_factory.mktemp("rloo"), rloo_beta=0.05)
+
+
+@pytest.fixture(scope="session")
+def reinforce_pp_trainer(tiny_dir: Path, plugins: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A ``SwiftReinforcePPTrainer`` on the tiny model (LoRA), groups of 4, rewarded by the ``r`` column, KL 0.05,
+    clipping [0.8, 1.28]."""
+    return make_trainer(
+        "reinforce_pp", tiny_dir, plugins, tmp_path_factory.mktemp("rpp"),
+        reinforce_pp_beta=0.05, reinforce_pp_epsilon_high=0.28,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second tiny random qwen3_5 (seed 1): same tokenizer and vocabulary as ``tiny_dir``, other weights."""
+    from swiftcore_tiny import make_tiny
+
+    from swiftcore._plugins import load_plugins
+
+    spec = load_plugins(env={}).registry.get("model", "qwen3_5")
+    return make_tiny(spec, tmp_path_factory.mktemp("teacher") / "qwen3_5", seed=1)
+
+
+@pytest.fixture(scope="session")
+def gkd_trainer(tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A ``SwiftGKDTrainer``: the tiny student (LoRA) distilled towards the seed-1 teacher."""
+    from datasets import Dataset
+    from swiftcore_recipe_rl.options import GKDOptions
+    from swiftcore_recipe_rl.recipe import gkd_config
+    from swiftcore_recipe_rl.trainer import trainer_class
+    from swiftcore_train.config import TrainConfig
+    from swiftcore_train.tuners import apply_tuner
+
+    from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
+
+    spec = resolve_model_spec(str(tiny_dir), plugins)
+    tokenizer = load_tokenizer(str(tiny_dir))
+    tokenizer.padding_side = "left"
+    out = tmp_path_factory.mktemp("gkd")
+    cfg = TrainConfig(model=str(tiny_dir), dataset=("unused",), output_dir=str(out), batch_size=2)
+    options = GKDOptions(teacher_model=str(teacher_dir), max_completion_length=6)
+    model = apply_tuner(load_model(spec, str(tiny_dir), plugins), spec, cfg)
+    teacher = load_model(resolve_model_spec(str(teacher_dir), plugins), str(teacher_dir), plugins)
+    return trainer_class("gkd")(
+        model=model,
+        teacher_model=teacher,
+        args=gkd_config(cfg, options, out),
+        train_dataset=Dataset.from_list([{"prompt": "p"}] * 4),
         processing_class=tokenizer,
     )

@@ -17,6 +17,7 @@ points ``swiftcore.plugins`` and the static index ``swiftcore.rewards``) on ``PY
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -111,7 +112,7 @@ def test_plugins_lists_a_third_party_reward_plugin_and_checks_it(acme: Path, tmp
     assert rows["acme"]["provides"] == {"reward": ["flaky", "nan", "shout", "sleepy"]}
     assert rows["acme"]["distribution"] == "acme-rewards"
     assert rows["train"]["provides"]["reward"] == ["accuracy", "format", "length"]
-    assert rows["rl"]["provides"] == {"recipe": ["grpo"]}
+    assert rows["rl"]["provides"] == {"recipe": ["gkd", "grpo", "reinforce_pp", "rloo"]}
     checked = _swiftcore("plugins", "--check", "acme", cwd=tmp_path, site=acme)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "check acme: ok" in checked.stdout
@@ -186,3 +187,80 @@ def test_a_reward_column_missing_from_the_dataset_is_refused(acme: Path, tiny_di
     assert proc.returncode != 0
     assert "reward 'accuracy' (train (swiftcore-train 0.1.0)) reads column(s) 'answer'" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("recipe", "flags", "weights"),
+    [
+        # RLOO with its KL penalty (reference = the LoRA adapter switched off), an ordinary peft adapter out.
+        ("rloo", ("--rloo-beta", "0.05", "--rloo-normalize-advantages"), "adapter_model.safetensors"),
+        # REINFORCE++-baseline, full fine-tuning with the KL in the returns (TRL loads a reference model copy).
+        ("reinforce_pp", ("--tuner", "full", "--reinforce-pp-beta", "0.05"), "model.safetensors"),
+    ],
+)
+def test_train_rloo_and_reinforce_pp_from_the_cli(
+    recipe: str, flags: tuple[str, ...], weights: str, acme: Path, tiny_dir: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Say something {i}.", "answer": str(i)}) + "\n" for i in range(2)))
+    out = tmp_path / "out"
+    proc = _swiftcore(
+        "train", "--recipe", recipe, "--model", str(tiny_dir), "--dataset", str(data),
+        "--reward", "format", "--reward-option", "format.pattern=^[a-z]", "--reward", "shout", "--reward", "accuracy",
+        "--reward-weight", "shout=0.5", "--num-generations", "4", "--max-completion-length", "4", *flags,
+        "--max-steps", "2", "--save-steps", "2", "--logging-steps", "1", "--output-dir", str(out),
+        cwd=tmp_path, site=acme,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "trained 2 steps on 2 samples" in proc.stdout
+    logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+    steps = [row for row in logs if "rewards/shout/mean" in row]
+    assert len(steps) == 2 and all("kl" in row and math.isfinite(row["loss"]) for row in steps), steps
+    args = json.loads((out / "args.json").read_text())
+    assert args["recipe"]["name"] == recipe and args[recipe]["reward_weight"] == ["shout=0.5"]
+    assert [r["name"] for r in args["rewards"]] == ["format", "shout", "accuracy"]
+    checkpoint = out / "checkpoint-2"
+    assert (checkpoint / weights).is_file() and (checkpoint / "swiftcore_args.json").is_file()
+
+
+def test_a_flag_of_another_rl_recipe_is_refused(acme: Path, tiny_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    proc = _swiftcore(
+        "train", "--recipe", "rloo", "--model", str(tiny_dir), "--dataset", str(data), "--reward", "format",
+        "--grpo-loss-type", "dapo", "--output-dir", str(tmp_path / "out"), cwd=tmp_path, site=acme,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "--grpo-loss-type belongs to recipe 'grpo'" in proc.stderr and "--recipe rloo" in proc.stderr
+
+
+@pytest.mark.slow
+def test_train_gkd_from_the_cli(acme: Path, tiny_dir: Path, teacher_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Say something {i}."}) + "\n" for i in range(2)))
+    out = tmp_path / "out"
+    proc = _swiftcore(
+        "train", "--recipe", "gkd", "--model", str(tiny_dir), "--dataset", str(data), "--teacher-model",
+        str(teacher_dir), "--gkd-beta", "0.5", "--max-completion-length", "4", "--max-steps", "2", "--save-steps", "2",
+        "--logging-steps", "1", "--output-dir", str(out), cwd=tmp_path, site=acme,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "trained 2 steps on 2 samples" in proc.stdout
+    args = json.loads((out / "args.json").read_text())
+    assert args["recipe"]["name"] == "gkd" and args["gkd"]["gkd_beta"] == 0.5
+    assert (out / "checkpoint-2" / "adapter_model.safetensors").is_file()
+
+
+def test_gkd_refuses_a_teacher_api_and_reward_flags(acme: Path, tiny_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    common = ("train", "--recipe", "gkd", "--model", str(tiny_dir), "--dataset", str(data))
+    api = _swiftcore(
+        *common, "--teacher-api", "http://localhost:8000/v1", "--output-dir", str(tmp_path / "out"),
+        cwd=tmp_path, site=acme,
+    )  # fmt: skip
+    assert api.returncode != 0 and "--teacher-api 'http://localhost:8000/v1': not supported" in api.stderr
+    assert "not from an OpenAI-compatible API" in api.stderr and not (tmp_path / "out").exists()
+    reward = _swiftcore(*common, "--teacher-model", str(tiny_dir), "--reward", "format", cwd=tmp_path, site=acme)
+    assert reward.returncode != 0 and "--reward belongs to recipe 'grpo' or 'rloo' or 'reinforce_pp'" in reward.stderr

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 STEPS = 20
 MARGIN = 0.4
 
@@ -59,3 +61,48 @@ def test_grpo_raises_the_mean_reward_on_a_toy_verifiable_task(tiny_dir: Path, pl
     assert result.global_step == STEPS and len(rewards) == STEPS
     assert after - before >= MARGIN, rewards
     assert after >= 0.7, rewards
+
+
+# RLOO and REINFORCE++(-baseline) on the same task, same margin; (steps, the method's options). No KL penalty here:
+# a random tiny model's per-token KL estimate (entropy ~5 nats) is noise as large as the reward; the KL paths are
+# checked on fixed batches (test_rloo_math, test_reinforce_pp_math). RLOO's unnormalised leave-one-out advantages
+# learn more slowly, so it is standardised and gets 30 steps. Measured (1 CPU thread, fixed seeds, deterministic):
+# rloo 0.29 -> 0.81 in 30 steps; reinforce_pp 0.29 -> 0.88 in 20 steps.
+METHODS: dict[str, tuple[int, dict[str, Any]]] = {
+    "rloo": (30, {"rloo_beta": 0.0, "rloo_normalize_advantages": True}),
+    "reinforce_pp": (20, {"reinforce_pp_beta": 0.0, "reinforce_pp_baseline": True}),
+}
+
+
+@pytest.mark.parametrize("recipe", list(METHODS))
+def test_rloo_and_reinforce_pp_raise_the_mean_reward_on_the_toy_task(
+    recipe: str, tiny_dir: Path, plugins: Any, tmp_path: Path
+) -> None:
+    from swiftcore_recipe_rl.options import RL_RECIPES
+    from swiftcore_recipe_rl.recipe import run_recipe
+    from swiftcore_train.config import TrainConfig
+
+    steps, method = METHODS[recipe]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
+    out = tmp_path / "out"
+    cfg = TrainConfig(
+        model=str(tiny_dir), dataset=(str(data),), output_dir=str(out), tuner="lora", learning_rate=2e-2,
+        lr_scheduler="constant", max_steps=steps, batch_size=2, logging_steps=1, save_steps=10_000, seed=0,
+        plot=False,
+    )  # fmt: skip
+    options = RL_RECIPES[recipe](
+        reward=("format",), reward_option=(r"format.pattern=^\s*[aeiouAEIOU]",), num_generations=8,
+        max_completion_length=4, **method,
+    )  # fmt: skip
+    start = time.perf_counter()
+    result = run_recipe(recipe, cfg, plugins, options)
+    seconds = time.perf_counter() - start
+    logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+    rewards = [row["rewards/format/mean"] for row in logs if "rewards/format/mean" in row]
+    before, after = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    print(f"{recipe} toy task: mean reward {before:.3f} -> {after:.3f} in {steps} steps, {seconds:.1f} s; {rewards}")
+    assert result.global_step == steps and len(rewards) == steps
+    assert after - before >= MARGIN, rewards
+    assert after >= 0.7, rewards
+    assert json.loads((out / "args.json").read_text())["recipe"]["name"] == recipe

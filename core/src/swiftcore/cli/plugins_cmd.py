@@ -104,6 +104,7 @@ def _run_check(names: list[str]) -> dict[str, dict[str, Any]]:
     """Run ``python -m swiftcore._check NAMES`` in a fresh process: plugin -> report (those it printed)."""
     env = dict(os.environ)
     env.pop("SWIFTCORE_PLUGINS", None)
+    env["PYTHONSAFEPATH"] = "1"  # `-m` would put the cwd on sys.path: a folder `tiny/` there shadows plugin `tiny`
     proc = subprocess.run([sys.executable, "-m", "swiftcore._check", *names], capture_output=True, text=True, env=env)
     found: dict[str, dict[str, Any]] = {}
     for line in proc.stdout.splitlines():

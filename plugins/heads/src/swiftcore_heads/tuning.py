@@ -29,5 +29,6 @@ def apply_head_tuner(decoder: Any, spec: Any, cfg: Any) -> tuple[Any, Any]:
     from peft import get_peft_model
     from swiftcore_train.tuners import lora_config
 
-    peft_model = get_peft_model(decoder, lora_config(spec, cfg, task_type=None))
+    # With the decoder given, ``all-linear`` is resolved as for SFT: routers never adapted, fused experts adapted.
+    peft_model = get_peft_model(decoder, lora_config(spec, cfg, task_type=None, model=decoder))
     return peft_model.get_base_model(), peft_model

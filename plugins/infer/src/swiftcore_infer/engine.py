@@ -188,7 +188,7 @@ class Engine:
                     raise InvalidRequestError(f"this model's processor cannot be built: {exc}") from exc
             return self._media
 
-    def _with_media(self, record: Any) -> tuple[Any, Any]:
+    def _with_media(self, record: Any, policy: Any = None) -> tuple[Any, Any]:
         """``(record, preparer)``: a record with its media decoded and the preparer that expands them (its tags
         become parts in :meth:`SampleEncoder.prepare`, as in training), or ``(record, None)`` when it has no
         media. Refuses media the model or the backend cannot take."""
@@ -214,7 +214,7 @@ class Engine:
             )
         preparer = self.media_preparer()
         where = f"record {record['id']!r}: " if record.get("id") is not None else ""
-        return decode_media(record, preparer.sampling_rate, where), preparer
+        return decode_media(record, preparer.sampling_rate, where, policy), preparer
 
     def encode(self, request: Request) -> list[int]:
         """The prompt token ids of ``request`` (template-encoded for a chat record); for a record with
@@ -233,7 +233,7 @@ class Engine:
 
         self._adapter_for(request)
         if request.record is not None:
-            record, preparer = self._with_media(request.record)
+            record, preparer = self._with_media(request.record, request.media_policy)
             # Training's sample path (SampleEncoder): the same record preparation and template, with the chat
             # defaults the checkpoint (or the adapter) was trained with.
             defaults = self._chat_defaults.get(self._adapter_for(request)) or {}

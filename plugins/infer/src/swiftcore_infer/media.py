@@ -22,6 +22,8 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from swiftcore_infer.errors import InvalidRequestError
@@ -29,6 +31,7 @@ from swiftcore_infer.errors import InvalidRequestError
 __all__ = [
     "AUDIO_FORMATS",
     "PLURAL",
+    "MediaPolicy",
     "Prompt",
     "decode_media",
     "media_kinds",
@@ -41,6 +44,98 @@ __all__ = [
 AUDIO_FORMATS = ("wav", "mp3", "flac")
 #: The record columns holding media items for parts (or tags) that carry no value of their own.
 _COLUMNS = {"images": "image", "audios": "audio", "videos": "video"}
+
+
+@dataclass(frozen=True)
+class MediaPolicy:
+    """What a server takes from API requests' media, and how much (``swiftcore deploy`` options).
+
+    Attributes:
+        media_root: local paths and ``file://`` URLs are read only from files under this directory (after
+            resolving symlinks and ``..``); None refuses every local path (the default).
+        allow_remote: fetch ``http(s)://`` URLs (with :attr:`remote_timeout`, at most :attr:`max_item_bytes`);
+            off by default: a server fetching what clients name is a server clients can point at its network.
+        max_items: media items (images, audio clips) in one request.
+        max_item_bytes: encoded bytes of one item (inline data, file or download).
+        max_image_pixels: decoded pixels (width x height) of one image.
+        max_audio_seconds: decoded length of one audio clip.
+        remote_timeout: seconds a remote fetch may take.
+    """
+
+    media_root: str | None = None
+    allow_remote: bool = False
+    max_items: int = 8
+    max_item_bytes: int = 20 * 2**20
+    max_image_pixels: int = 4096 * 4096
+    max_audio_seconds: float = 600.0
+    remote_timeout: float = 10.0
+
+    def over(self, limit: str, got: str, allowed: str, option: str) -> InvalidRequestError:
+        """The 400 for a request over one of these limits, naming it and the option that sets it."""
+        return InvalidRequestError(
+            f"{got}, over this server's limit of {allowed} ({limit}; the server sets it with {option})",
+            param="messages",
+        )
+
+    def local_file(self, value: str, what: str) -> Path:
+        """The file under :attr:`media_root` that ``value`` (a path or ``file://`` URL) names, resolved.
+
+        Raises:
+            InvalidRequestError: no media root, a path outside it (``..``, an absolute path elsewhere, a
+                symlink pointing out), a missing file, or one over :attr:`max_item_bytes`.
+        """
+        if self.media_root is None:
+            raise InvalidRequestError(
+                f"{what}: got a local file path; the API takes no local files or URLs other than data: URLs "
+                "(a server started with --media-root DIR reads files under DIR): send it inline as a base64 "
+                "data: URL",
+                param="messages",
+            )
+        root = Path(self.media_root).resolve()
+        raw = Path(value.removeprefix("file://"))
+        path = (raw if raw.is_absolute() else root / raw).resolve()
+        if not path.is_relative_to(root):
+            raise InvalidRequestError(
+                f"{what}: {value!r} is outside this server's media root; name a file under it (relative paths are "
+                "read from the root)",
+                param="messages",
+            )
+        if not path.is_file():
+            raise InvalidRequestError(f"{what}: {value!r} is not a file under this server's media root")
+        size = path.stat().st_size
+        if size > self.max_item_bytes:
+            raise self.over("bytes per item", f"{what}: {size} bytes", f"{self.max_item_bytes}", "--max-media-mb")
+        return path
+
+    def fetch(self, url: str, what: str) -> bytes:
+        """The bytes at ``url`` (http/https), read with :attr:`remote_timeout`, at most :attr:`max_item_bytes`.
+
+        Raises:
+            InvalidRequestError: the fetch fails, times out, answers an error status, or is too large.
+        """
+        import urllib.error
+        import urllib.request
+
+        try:  # the caller passes http(s) URLs only; urllib's redirects stay on http(s)/ftp
+            with urllib.request.urlopen(url, timeout=self.remote_timeout) as response:
+                data = response.read(self.max_item_bytes + 1)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise InvalidRequestError(f"{what}: cannot fetch {url!r} ({exc})", param="messages") from None
+        if len(data) > self.max_item_bytes:
+            raise self.over("bytes per item", f"{what}: more than {self.max_item_bytes} bytes at {url!r}",
+                            f"{self.max_item_bytes}", "--max-media-mb")  # fmt: skip
+        return data
+
+    def check_decoded(self, value: Any, kind: str, what: str, sampling_rate: int) -> None:
+        """Refuse a decoded image over :attr:`max_image_pixels` or a clip over :attr:`max_audio_seconds`."""
+        if kind == "image" and value.width * value.height > self.max_image_pixels:
+            raise self.over("pixels per image", f"{what}: {value.width}x{value.height} pixels",
+                            f"{self.max_image_pixels} pixels", "--max-image-pixels")  # fmt: skip
+        if kind == "audio":
+            seconds = len(value["array"]) / sampling_rate
+            if seconds > self.max_audio_seconds:
+                raise self.over("audio seconds", f"{what}: {seconds:.1f} s of audio",
+                                f"{self.max_audio_seconds:g} s", "--max-audio-seconds")  # fmt: skip
 
 
 class Prompt(list):
@@ -113,7 +208,9 @@ def _inline(value: Any, what: str) -> Any:
     return value
 
 
-def decode_media(record: Mapping[str, Any], sampling_rate: int, where: str = "") -> dict[str, Any]:
+def decode_media(
+    record: Mapping[str, Any], sampling_rate: int, where: str = "", policy: MediaPolicy | None = None
+) -> dict[str, Any]:
     """``record`` with each media value decoded (PIL images, ``{"array", "sampling_rate"}`` waveforms).
 
     The decoded values are what :meth:`~swiftcore_media.MediaPreparer.expand` would have loaded
@@ -125,19 +222,28 @@ def decode_media(record: Mapping[str, Any], sampling_rate: int, where: str = "")
         record: a chat record (content parts, and ``images`` / ``audios`` columns).
         sampling_rate: the audio feature extractor's rate.
         where: prefixes the part in messages (``record 'q1': ``).
+        policy: a server's :class:`MediaPolicy` (remote URLs it allows are fetched here, and decoded items are
+            held to its limits); None for local callers (``swiftcore infer``), who read files as training does.
 
     Raises:
-        InvalidRequestError: an item is not an image / audio clip, is truncated, or not valid base64.
+        InvalidRequestError: an item is not an image / audio clip, is truncated, not valid base64, or over a
+            limit of ``policy``.
     """
     from swiftcore_media import MediaError, load_audio, load_image, media_value
 
     def load(value: Any, kind: str, what: str) -> Any:
         try:
             value = _inline(value, what)
+            if policy is not None and isinstance(value, str) and value.startswith(("http://", "https://")):
+                value = policy.fetch(value, what)  # only URLs the server allowed get this far
+            decoded = value
             if kind == "image":
-                return load_image(value, what)
-            if kind == "audio":
-                return {"array": load_audio(value, sampling_rate, what), "sampling_rate": sampling_rate}
+                decoded = load_image(value, what)
+            elif kind == "audio":
+                decoded = {"array": load_audio(value, sampling_rate, what), "sampling_rate": sampling_rate}
+            if policy is not None and kind in ("image", "audio"):
+                policy.check_decoded(decoded, kind, what, sampling_rate)
+            return decoded
         except InvalidRequestError:
             raise
         except MediaError as exc:
@@ -148,7 +254,6 @@ def decode_media(record: Mapping[str, Any], sampling_rate: int, where: str = "")
                 f"{exc})",
                 param="messages",
             ) from None
-        return value
 
     messages = _copied_messages(record)
     for i, j, part, kind in _parts(record):
@@ -182,7 +287,9 @@ _ARTICLE = {"image": "an image", "audio": "audio", "video": "a video"}
 PLURAL = {"image": "images", "audio": "audio", "video": "videos"}
 
 
-def openai_media_parts(record: Mapping[str, Any], accepted: tuple[str, ...], model: str) -> dict[str, Any]:
+def openai_media_parts(
+    record: Mapping[str, Any], accepted: tuple[str, ...], model: str, policy: MediaPolicy | None = None
+) -> dict[str, Any]:
     """The server's translation of OpenAI content parts into the parts templates read, with its policy.
 
     - ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`` ->
@@ -191,18 +298,26 @@ def openai_media_parts(record: Mapping[str, Any], accepted: tuple[str, ...], mod
       ``{"type": "audio", "audio": {"data": ..., "format": ...}}``;
     - swiftcore's own ``{"type": "image" | "audio", ...}`` parts pass when their value is inline.
 
-    Only cheap checks run here (on the event loop); the data is decoded later by :func:`decode_media`.
+    Only cheap checks run here (on the event loop); the data is decoded (and fetched) later by
+    :func:`decode_media`, on the thread that encodes prompts.
 
     Args:
         record: the chat record built from the request body.
         accepted: the media types the served model takes (``Engine.media_modalities``).
         model: the served model's name, for messages.
+        policy: the server's :class:`MediaPolicy` (default: no local files, no remote URLs, default limits).
 
     Raises:
-        InvalidRequestError: an http(s) URL (remote media is off), a local path or ``file://`` URL, a media
+        InvalidRequestError: an http(s) URL (unless ``policy.allow_remote``), a local path or ``file://`` URL
+            (unless under ``policy.media_root``), more items or inline bytes than the policy allows, a media
             type the model does not take, or a malformed part; the message names the part.
     """
+    policy = policy or MediaPolicy()
     messages = _copied_messages(record)
+    items = media_kinds(record)
+    if len(items) > policy.max_items:
+        raise policy.over("media items per request", f"{len(items)} media items", str(policy.max_items),
+                          "--max-media-per-request")  # fmt: skip
     for i, j, part, kind in _parts(record):
         where = f"messages[{i}].content[{j}]"
         shape = part.get("type") or kind
@@ -226,21 +341,26 @@ def openai_media_parts(record: Mapping[str, Any], accepted: tuple[str, ...], mod
                     f"{where} (input_audio): format {fmt!r} is not one of {', '.join(AUDIO_FORMATS)}", param=param
                 )
             value: Any = {"data": audio["data"], "format": fmt}
+            _check_inline_size(audio["data"], f"{where} (input_audio)", policy)
         else:
             from swiftcore_media import media_value
 
             value = media_value(part, kind)
             if isinstance(value, str) and value.startswith(("http://", "https://")):
+                if not policy.allow_remote:
+                    raise InvalidRequestError(
+                        f"{where} ({shape}): remote media is off on this server (it fetches no URLs; a server "
+                        f"started with --allow-remote-media does); send {_ARTICLE[kind]} inline as a base64 data: URL",
+                        param=param,
+                    )
+            elif isinstance(value, str) and value.startswith("data:"):
+                _check_inline_size(value.partition(",")[2], f"{where} ({shape})", policy)
+            elif isinstance(value, str):
+                value = policy.local_file(value, f"{where} ({shape})")
+            else:
                 raise InvalidRequestError(
-                    f"{where} ({shape}): remote media is off on this server (it fetches no URLs); send "
-                    f"{_ARTICLE[kind]} inline as a base64 data: URL",
-                    param=param,
-                )
-            if not (isinstance(value, str) and value.startswith("data:")):
-                got = "a local file path" if isinstance(value, str) else f"a {type(value).__name__}"
-                raise InvalidRequestError(
-                    f"{where} ({shape}): got {got}; the API takes no local files or URLs other than data: URLs: "
-                    f"send {_ARTICLE[kind]} inline as a base64 data: URL",
+                    f"{where} ({shape}): got a {type(value).__name__}; send {_ARTICLE[kind]} inline as a base64 "
+                    "data: URL",
                     param=param,
                 )
         content = list(messages[i]["content"])
@@ -248,3 +368,11 @@ def openai_media_parts(record: Mapping[str, Any], accepted: tuple[str, ...], mod
         content[j] = {"type": kind, kind: value, **({"_from": shape} if shape != kind else {})}
         messages[i]["content"] = content
     return {**record, "messages": messages}
+
+
+def _check_inline_size(data: str, what: str, policy: MediaPolicy) -> None:
+    """Refuse base64 data that decodes to more than ``policy.max_item_bytes`` (its length says, undecoded)."""
+    size = len(data) * 3 // 4
+    if size > policy.max_item_bytes:
+        raise policy.over("bytes per item", f"{what}: about {size} bytes", str(policy.max_item_bytes),
+                          "--max-media-mb")  # fmt: skip

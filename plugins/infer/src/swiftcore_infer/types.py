@@ -79,6 +79,8 @@ class Request:
         encoded: the prompt ids the engine last encoded this request into (set by ``Engine.encode``; a
             multimodal prompt is a :class:`~swiftcore_infer.media.Prompt` carrying its media tensors), so
             that code outside the engine thread never decodes the request's media again.
+        media_policy: a server's :class:`~swiftcore_infer.media.MediaPolicy` for the record's media (remote
+            URLs it allowed are fetched when encoding; decoded items held to its limits); None for local callers.
     """
 
     record: dict[str, Any] | None = None
@@ -87,6 +89,7 @@ class Request:
     adapter: str | None = None
     request_id: str | None = None
     encoded: list[int] | None = field(default=None, repr=False, compare=False)
+    media_policy: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if (self.record is None) == (self.prompt is None):

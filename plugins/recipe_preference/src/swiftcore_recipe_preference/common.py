@@ -27,6 +27,9 @@ __all__ = [
 
 log = logging.getLogger("swiftcore.preference")
 
+#: The recipes whose trainers score through TRL's fused-LM-head forward, which ``--padding-free`` packs.
+PADDING_FREE_RECIPES = ("dpo", "kto")
+
 
 @dataclass
 class Prepared:
@@ -56,15 +59,16 @@ def prepare(cfg: Any, plugins: Any, recipe: str, *, load: bool = True) -> Prepar
         flag
         for flag, on in (
             ("--packing", cfg.packing),
-            ("--padding-free", cfg.padding_free),
+            ("--padding-free", cfg.padding_free and recipe not in PADDING_FREE_RECIPES),
             ("--resume-from-checkpoint", bool(cfg.resume_from_checkpoint)),
         )
         if on
     ]
     if unsupported:
-        # TRL 1.16 turns DPOTrainer's padding_free off ("temporarily unavailable after a refactor"), and a
-        # preference batch must keep each chosen/rejected pair together, which swiftcore's packer does not.
-        raise SwiftcoreError(f"--recipe {recipe}: {', '.join(unsupported)} not supported yet; leave them off")
+        # A preference batch must keep each chosen/rejected pair together, which swiftcore's packer (bins across
+        # batches) does not; --padding-free packs each batch into one row (padding_free.py) for DPO and KTO.
+        hint = " (--padding-free packs each batch's sequences into one row)" if recipe in PADDING_FREE_RECIPES else ""
+        raise SwiftcoreError(f"--recipe {recipe}: {', '.join(unsupported)} not supported yet; leave them off{hint}")
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
     check_recipe_fits_model(cfg, spec, plugins)

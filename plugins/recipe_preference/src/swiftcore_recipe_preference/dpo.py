@@ -16,7 +16,7 @@ from typing import Any
 
 from swiftcore.api import SwiftcoreError
 
-__all__ = ["build_dpo_trainer", "dpo_trainer_class", "load_policy_and_reference", "run_dpo"]
+__all__ = ["build_dpo_trainer", "dpo_trainer_class", "load_policy_and_reference", "pair_media", "run_dpo"]
 
 log = logging.getLogger("swiftcore.preference")
 
@@ -36,6 +36,11 @@ def dpo_trainer_class() -> Any:
             # (train/serve rule, thinking blocks), and length limits were applied then, so the rows pass as-is.
             require_encoded(dataset, {"prompt_ids", "chosen_ids", "rejected_ids"}, dataset_name)
             return dataset
+
+        def _set_signature_columns_if_needed(self) -> None:
+            super()._set_signature_columns_if_needed()
+            # Pairs with images carry an index into their media items (encoding.PairMedia), read by the collator.
+            self._signature_columns = [*self._signature_columns, "media_index", "prompt_mm_types"]
 
     return PreferenceDPOTrainer
 
@@ -83,9 +88,18 @@ def load_policy_and_reference(cfg: Any, options: Any, spec: Any, plugins: Any, t
 
 
 def build_dpo_trainer(
-    cfg: Any, options: Any, plugins: Any, train: list[dict], val: list[dict], prepared: Any, output_dir: Path
+    cfg: Any,
+    options: Any,
+    plugins: Any,
+    train: list[dict],
+    val: list[dict],
+    prepared: Any,
+    output_dir: Path,
+    media: Any = None,
 ) -> Any:
-    """The configured :func:`dpo_trainer_class` instance for encoded ``train`` / ``val`` samples."""
+    """The configured :func:`dpo_trainer_class` instance for encoded ``train`` / ``val`` samples (``media``: the
+    :class:`~swiftcore_recipe_preference.encoding.PairMedia` the samples were encoded with, on a multimodal model).
+    """
     import torch
     from datasets import Dataset
     from swiftcore_train.trainer import JsonlLogCallback
@@ -116,10 +130,18 @@ def build_dpo_trainer(
     )
     if cfg.truncation in ("truncate_right", "truncate_left"):
         args.max_length = cfg.max_length  # the collator cuts each sequence as --truncation says
+    collator = None
+    if media is not None:
+        from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+        tokenizer = prepared.tokenizer
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        collator = media.collator(DataCollatorForPreference(pad_token_id=pad_id, max_length=args.max_length))
     trainer = dpo_trainer_class()(
         model=policy,
         ref_model=reference,
         args=args,
+        data_collator=collator,
         train_dataset=Dataset.from_list(train),
         eval_dataset=Dataset.from_list(val) if val else None,
         processing_class=prepared.tokenizer,
@@ -132,6 +154,10 @@ def build_dpo_trainer(
         # disables the adapter for reference passes instead (nothing extra in memory or in the checkpoint).
         peft_model.delete_adapter("ref")
         peft_model.set_adapter("default")
+    if cfg.padding_free:
+        from swiftcore_recipe_preference.padding_free import pack_trainer_models
+
+        pack_trainer_models(trainer)
     return trainer
 
 
@@ -155,10 +181,11 @@ def run_dpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
 
     options = options if isinstance(options, DPOOptions) else DPOOptions(**(options or {}))
     prepared = prepare(cfg, plugins, "dpo")
-    train = encode_dpo_pairs(prepared.train, prepared.template, prepared.tokenizer, cfg)
-    val = encode_dpo_pairs(prepared.val, prepared.template, prepared.tokenizer, cfg) if prepared.val else []
+    media = pair_media(cfg, prepared)
+    train = encode_dpo_pairs(prepared.train, prepared.template, prepared.tokenizer, cfg, media)
+    val = encode_dpo_pairs(prepared.val, prepared.template, prepared.tokenizer, cfg, media) if prepared.val else []
     output_dir = Path(cfg.output_dir)
-    trainer = build_dpo_trainer(cfg, options, plugins, train, val, prepared, output_dir)
+    trainer = build_dpo_trainer(cfg, options, plugins, train, val, prepared, output_dir, media)
     # Model, data and trainer are built: only now is the output directory touched.
     args_record = start_run(
         cfg,
@@ -172,6 +199,33 @@ def run_dpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
     )
     trainer.checkpoint_extras = checkpoint_extras(cfg, args_record)
     return finish(trainer, cfg, output_dir, train_samples=len(train), evaluate=bool(val))
+
+
+def pair_media(cfg: Any, prepared: Any) -> Any:
+    """The :class:`~swiftcore_recipe_preference.encoding.PairMedia` for a run whose pairs carry images, audio or
+    video (None when none does; a text-only model then refuses them when encoding, naming the row).
+
+    Raises:
+        SwiftcoreError: media pairs with ``--padding-free`` or a ``--truncation`` that cuts sequences (either
+            would split a media placeholder from its tensors).
+    """
+    from swiftcore_media import prepare_media
+
+    from swiftcore_recipe_preference.encoding import PairMedia
+
+    if not any(p.prompt.get(k) for p in [*prepared.train, *prepared.val] for k in ("images", "audios", "videos")):
+        return None
+    preparer = prepare_media(prepared.spec, cfg.model, prepared.tokenizer)
+    if preparer is None:
+        return None
+    clash = [f for f, on in (("--padding-free", cfg.padding_free), ("--truncation " + cfg.truncation,
+             cfg.truncation in ("truncate_right", "truncate_left"))) if on]  # fmt: skip
+    if clash:
+        raise SwiftcoreError(
+            f"--recipe dpo with image / audio pairs: {', '.join(clash)} not supported; leave it off (use --truncation "
+            "drop or error)"
+        )
+    return PairMedia(preparer)
 
 
 def _options_record(options: Any) -> dict[str, Any]:

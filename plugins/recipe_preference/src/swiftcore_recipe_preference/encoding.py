@@ -22,7 +22,7 @@ from swiftcore_data import DataError
 
 from swiftcore_recipe_preference.data import Pair
 
-__all__ = ["encode_dpo_pairs", "encode_kto_examples", "encode_rm_pairs", "split_reply"]
+__all__ = ["PairMedia", "encode_dpo_pairs", "encode_kto_examples", "encode_rm_pairs", "split_reply"]
 
 log = logging.getLogger("swiftcore.preference")
 
@@ -45,29 +45,85 @@ def split_reply(input_ids: Sequence[int], labels: Sequence[int], where: str) -> 
     return list(input_ids[:first]), list(input_ids[first : last + 1])
 
 
-def _records(pairs: Sequence[Pair]) -> list[dict[str, Any]]:
+class PairMedia:
+    """The media of DPO pairs on a multimodal model: the model's media preparer and each pair's media items.
+
+    A pair's images are the prompt's, the same for its chosen and its rejected sequence. Samples hold an index
+    into :attr:`items` (``media_index``, -1 for a text-only pair), so the dataset stays plain token lists; the
+    processor runs per batch, in :meth:`collator`, as SFT runs it (one image's patches are megabytes).
+    """
+
+    def __init__(self, preparer: Any) -> None:
+        self.preparer = preparer
+        self.items: list[Any] = []
+
+    def collator(self, text_collator: Any) -> Any:
+        """A collator that adds the media tensors of every row to what ``text_collator`` (TRL's
+        ``DataCollatorForPreference``: rows ``[chosen..., rejected...]``, right-padded) makes of the ids."""
+
+        def collate(examples: list[dict[str, Any]]) -> dict[str, Any]:
+            batch = text_collator(examples)
+            rows = []
+            for key in ("chosen_ids", "rejected_ids"):
+                for e in examples:
+                    ids = list(e["prompt_ids"]) + list(e[key])
+                    row: dict[str, Any] = {"input_ids": ids, "labels": [-100] * len(ids)}
+                    if e.get("media_index", -1) >= 0:
+                        row["media_items"] = self.items[e["media_index"]]
+                    if e.get("prompt_mm_types"):
+                        row["mm_token_type_ids"] = list(e["prompt_mm_types"]) + [0] * len(e[key])
+                    rows.append(row)
+            media = self.preparer.collate(rows)  # pads like TRL's collator: same rows, same length
+            batch.update({k: v for k, v in media.items() if k not in ("input_ids", "labels", "attention_mask")})
+            return batch
+
+        return collate
+
+
+def _records(pairs: Sequence[Pair], media: Any = None) -> list[dict[str, Any]]:
     """Chosen and rejected records, interleaved."""
     out = []
     for pair in pairs:
-        if any(pair.prompt.get(k) for k in _MEDIA):
-            raise DataError(pair.where, "images", "image / audio / video preference pairs are not supported yet")
+        if media is None and any(pair.prompt.get(k) for k in _MEDIA):
+            raise DataError(
+                pair.where,
+                "images",
+                "image / audio / video preference pairs need a multimodal model (dpo on Qwen3.5 or Gemma 4); "
+                "this model, or this recipe, takes text only",
+            )
         out += [pair.record(reply) for reply in (pair.chosen, pair.rejected)]
     return out
 
 
-def _encode_last_reply(records: Sequence[dict[str, Any]], template: Any, tokenizer: Any, cfg: Any) -> list[Any]:
+def _encode_last_reply(
+    records: Sequence[dict[str, Any]], template: Any, tokenizer: Any, cfg: Any, media: Any = None
+) -> list[Any]:
     """Each record encoded by the run's :class:`~swiftcore.api.template.SampleEncoder` (the sample path SFT and
     inference share; ``--enable-thinking`` as each record's default), loss on its last reply; a template error
-    names the row."""
+    names the row. With ``media`` (a preparer), each sample with media comes back expanded (lazily: its
+    ``media_items``), a dict as SFT's samples are."""
     from swiftcore_train.run import sample_encoder
 
-    return sample_encoder(template, tokenizer, cfg).encode(records, loss_policy="last_round")
+    encoder = sample_encoder(template, tokenizer, cfg, media.preparer if media is not None else None)
+    if media is None:
+        return encoder.encode(records, loss_policy="last_round")
+    prepared = [encoder.prepare(r) for r in records]
+    return [
+        media.preparer.expand(enc, record, lazy=True) if enc.media else enc
+        for enc, record in zip(encoder.encode(prepared, loss_policy="last_round"), prepared, strict=True)
+    ]
 
 
-def _encode(pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: Any) -> list[tuple[Any, Any]]:
-    """``(chosen Encoded, rejected Encoded)`` per pair; a template error names the row."""
-    encoded = _encode_last_reply(_records(pairs), template, tokenizer, cfg)
+def _encode(pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: Any, media: Any = None) -> list[tuple[Any, Any]]:
+    """``(chosen, rejected)`` encoded per pair; a template error names the row."""
+    encoded = _encode_last_reply(_records(pairs, media), template, tokenizer, cfg, media)
     return list(zip(encoded[0::2], encoded[1::2], strict=True))
+
+
+def _ids_labels(encoded: Any) -> tuple[list[int], list[int]]:
+    if isinstance(encoded, dict):
+        return encoded["input_ids"], encoded["labels"]
+    return encoded.input_ids, encoded.labels
 
 
 def _fits(n_tokens: int, pair: Any, cfg: Any) -> bool:
@@ -89,18 +145,22 @@ def _fits(n_tokens: int, pair: Any, cfg: Any) -> bool:
     return cfg.truncation != "drop"
 
 
-def encode_dpo_pairs(pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: Any) -> list[dict[str, list[int]]]:
+def encode_dpo_pairs(
+    pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: Any, media: PairMedia | None = None
+) -> list[dict[str, Any]]:
     """DPO samples ``{"prompt_ids", "chosen_ids", "rejected_ids"}``, one per pair (too-long pairs per
-    ``--truncation``).
+    ``--truncation``). With ``media`` (a multimodal model), pairs may carry images in the prompt: their
+    samples add ``media_index`` (into ``media.items``) and, when the processor makes them, the prompt's
+    ``prompt_mm_types``; the prompt ids hold the expanded media placeholders.
 
     Raises:
         DataError: the template renders the prompt differently before the two replies (the pair would not
             compare two continuations of one prompt), or a pair is too long with ``--truncation error``.
     """
     samples = []
-    for pair, (chosen, rejected) in zip(pairs, _encode(pairs, template, tokenizer, cfg), strict=True):
-        prompt_c, chosen_ids = split_reply(chosen.input_ids, chosen.labels, pair.where)
-        prompt_r, rejected_ids = split_reply(rejected.input_ids, rejected.labels, pair.where)
+    for pair, (chosen, rejected) in zip(pairs, _encode(pairs, template, tokenizer, cfg, media), strict=True):
+        prompt_c, chosen_ids = split_reply(*_ids_labels(chosen), pair.where)
+        prompt_r, rejected_ids = split_reply(*_ids_labels(rejected), pair.where)
         if prompt_c != prompt_r:
             raise DataError(
                 pair.where,
@@ -110,7 +170,15 @@ def encode_dpo_pairs(pairs: Sequence[Pair], template: Any, tokenizer: Any, cfg: 
                 reason="prompt differs",
             )
         if _fits(len(prompt_c) + max(len(chosen_ids), len(rejected_ids)), pair, cfg):
-            samples.append({"prompt_ids": prompt_c, "chosen_ids": chosen_ids, "rejected_ids": rejected_ids})
+            sample: dict[str, Any] = {"prompt_ids": prompt_c, "chosen_ids": chosen_ids, "rejected_ids": rejected_ids}
+            if media is not None:
+                sample["media_index"] = -1
+                if isinstance(chosen, dict) and chosen.get("media_items"):
+                    sample["media_index"] = len(media.items)
+                    media.items.append(chosen["media_items"])
+                types = chosen.get("mm_token_type_ids") if isinstance(chosen, dict) else None
+                sample["prompt_mm_types"] = list(types[: len(prompt_c)]) if types else []
+            samples.append(sample)
     _report(len(pairs), len(samples), cfg)
     return samples
 

@@ -98,6 +98,10 @@ def build_kto_trainer(
     if cfg.tuner == "lora" and "ref" in getattr(trainer.model, "peft_config", {}):
         trainer.model.delete_adapter("ref")  # the fresh adapter's base is the reference (see dpo.py)
         trainer.model.set_adapter("default")
+    if cfg.padding_free:
+        from swiftcore_recipe_preference.padding_free import pack_trainer_models
+
+        pack_trainer_models(trainer)
     return trainer
 
 

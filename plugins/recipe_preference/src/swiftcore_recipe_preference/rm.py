@@ -91,7 +91,10 @@ def build_reward_trainer(
     torch.manual_seed(cfg.seed)
     model = load_reward_model(cfg, prepared.spec, prepared.tokenizer)
     # SEQ_CLS makes peft train (and save) the new score layer in full beside the adapter.
-    peft_config = lora_config(prepared.spec, cfg, task_type="SEQ_CLS") if cfg.tuner == "lora" else None
+    # ``all-linear`` is resolved on the backbone (as for SFT: routers never adapted, fused experts adapted), so the
+    # score layer, trained in full, is not also a LoRA target.
+    backbone = getattr(model, model.base_model_prefix, model)
+    peft_config = lora_config(prepared.spec, cfg, task_type="SEQ_CLS", model=backbone) if cfg.tuner == "lora" else None
     args = trl_arguments(
         RewardConfig,
         cfg,

@@ -1,13 +1,19 @@
-"""The ``grpo`` recipe's own options, added to ``swiftcore train`` by this plugin (``swiftcore_addoption``).
+"""The online RL recipes' own options, added to ``swiftcore train`` by this plugin (``swiftcore_addoption``).
 
 The core's :class:`~swiftcore_train.config.TrainConfig` carries model, data, tuner, optimiser and checkpoints;
-:class:`GRPOOptions` carries what only ``--recipe grpo`` reads. It is built from the flags before anything is
-loaded, so a bad value fails in ``__post_init__`` within a second.
+the classes here carry what only the RL recipes read. They are built from the flags before anything is loaded,
+so a bad value fails in ``__post_init__`` within a second.
 
-Flags that another recipe could mean differently carry a ``grpo-`` or ``rollout-`` prefix (``--grpo-loss-type``,
-``--grpo-beta``, ``--rollout-temperature``): the preference recipes own ``--loss-type`` and ``--beta``, the heads
-``--temperature``, and a flag is one
-option across every installed plugin.
+- :class:`SamplingOptions`: how completions are sampled (length, temperature, top-p, top-k), valid with every recipe
+  here (``grpo``, ``rloo``, ``reinforce_pp``, ``gkd``).
+- :class:`RolloutOptions`: what the reward-driven recipes add (rewards, group size, optimisation passes), valid with
+  ``grpo``, ``rloo`` and ``reinforce_pp``.
+- :class:`GRPOOptions`, :class:`RLOOOptions`, :class:`ReinforcePPOptions`, :class:`GKDOptions`: those plus the
+  method's own flags, each group valid with its recipe alone.
+
+Flags that another recipe could mean differently carry a prefix (``--grpo-loss-type``, ``--rloo-beta``,
+``--reinforce-pp-beta``, ``--rollout-temperature``): the preference recipes own ``--loss-type`` and ``--beta``, the
+heads ``--temperature``, and a flag is one option across every installed plugin.
 """
 
 from __future__ import annotations
@@ -17,7 +23,19 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["GRPO_LOSS_TYPES", "SCALE_REWARDS", "GRPOOptions", "add_grpo_options"]
+__all__ = [
+    "GRPO_LOSS_TYPES",
+    "RL_RECIPES",
+    "SCALE_REWARDS",
+    "GRPOOptions",
+    "RLOOOptions",
+    "ReinforcePPOptions",
+    "GKDOptions",
+    "RolloutOptions",
+    "SamplingOptions",
+    "add_grpo_options",
+    "add_rl_options",
+]
 
 #: The GRPO loss aggregations this recipe offers (TRL 1.16's ``GRPOConfig.loss_type`` values of that family).
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -32,9 +50,64 @@ def _strings(value: Any) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_finite(options: Any, ranges: dict[str, tuple[float, float]], problems: list[str]) -> None:
+    """Append a problem for each field of ``ranges`` that is not a finite number strictly inside its range."""
+    for name, (low, high) in ranges.items():
+        value = getattr(options, name)
+        if not (isinstance(value, int | float) and math.isfinite(value) and low < value < high):
+            problems.append(f"{_flag(name)}: {value!r} is out of range")
+
+
+def _check_epsilon_high(name: str, value: float | None, problems: list[str]) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        problems.append(f"{_flag(name)}: {value!r} must be a finite positive number")
+
+
 @dataclass
-class GRPOOptions:
-    """Options of ``--recipe grpo`` (flag ``--num-generations`` -> field ``num_generations``).
+class SamplingOptions:
+    """How the policy samples its completions: options every on-policy recipe shares (``gkd`` included).
+
+    Attributes:
+        max_completion_length: the most tokens a completion may have.
+        rollout_temperature: sampling temperature of the rollouts.
+        rollout_top_p: nucleus sampling of the rollouts (1: off).
+        rollout_top_k: top-k sampling of the rollouts (0: off).
+    """
+
+    max_completion_length: int = 256
+    rollout_temperature: float = 1.0
+    rollout_top_p: float = 1.0
+    rollout_top_k: int = 0
+
+    #: The recipe these options belong to (not a flag).
+    recipe = "rl"
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        self._check(problems)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def _check(self, problems: list[str]) -> None:
+        if int(self.max_completion_length) < 1:
+            problems.append("--max-completion-length: must be at least 1")
+        _check_finite(self, {"rollout_temperature": (0.0, math.inf), "rollout_top_p": (0.0, 1.0 + 1e-12)}, problems)
+        if self.rollout_top_k < 0:
+            problems.append(f"--rollout-top-k: {self.rollout_top_k} must be >= 0 (0: off)")
+        self._check_method(problems)
+
+    def _check_method(self, problems: list[str]) -> None:
+        """The method's own checks (subclasses)."""
+
+
+@dataclass
+class RolloutOptions(SamplingOptions):
+    """Options the reward-driven recipes (``grpo``, ``rloo``, ``reinforce_pp``) share, beyond sampling
+    (flag ``--num-generations`` -> field ``num_generations``).
 
     Attributes:
         reward: the rewards, by name (``swiftcore rewards`` lists them; ``name@plugin`` picks a provider).
@@ -43,16 +116,7 @@ class GRPOOptions:
         reward_fallback: the reward a sample gets from a reward function that raised or gave NaN for it.
         reward_timeout: seconds a reward function may take for one batch before its samples get the fallback
             (None: no limit).
-        num_generations: completions sampled per prompt (the group whose rewards normalise each other).
-        max_completion_length: the most tokens a completion may have.
-        rollout_temperature: sampling temperature of the rollouts.
-        rollout_top_p: nucleus sampling of the rollouts (1: off).
-        rollout_top_k: top-k sampling of the rollouts (0: off).
-        grpo_loss_type: one of :data:`GRPO_LOSS_TYPES` (how per-token losses are averaged).
-        grpo_beta: weight of the KL penalty to the reference model (0: no reference model is kept).
-        grpo_epsilon: the ratio clipping range's lower side, ``1 - epsilon``.
-        grpo_epsilon_high: its upper side, ``1 + epsilon_high`` (default: ``grpo_epsilon``; DAPO uses 0.28).
-        scale_rewards: one of :data:`SCALE_REWARDS`.
+        num_generations: completions sampled per prompt (the group whose rewards are compared).
         num_iterations: optimisation passes over each batch of rollouts (the clipped ratio matters above 1).
         mask_truncated_completions: leave completions that hit ``max_completion_length`` out of the loss.
     """
@@ -63,23 +127,13 @@ class GRPOOptions:
     reward_fallback: float = 0.0
     reward_timeout: float | None = None
     num_generations: int = 8
-    max_completion_length: int = 256
-    rollout_temperature: float = 1.0
-    rollout_top_p: float = 1.0
-    rollout_top_k: int = 0
-    grpo_loss_type: str = "dapo"
-    grpo_beta: float = 0.0
-    grpo_epsilon: float = 0.2
-    grpo_epsilon_high: float | None = None
-    scale_rewards: str = "group"
     num_iterations: int = 1
     mask_truncated_completions: bool = False
 
-    def __post_init__(self) -> None:
+    def _check(self, problems: list[str]) -> None:
         self.reward = _strings(self.reward)
         self.reward_option = _strings(self.reward_option)
         self.reward_weight = _strings(self.reward_weight)
-        problems = []
         if not self.reward:
             problems.append("--reward: name at least one reward (e.g. --reward format); `swiftcore rewards` lists them")
         # Syntax only (swiftcore_train.rewards parses them for the run).
@@ -91,36 +145,18 @@ class GRPOOptions:
             self.weights()
         except ValueError as exc:
             problems.append(str(exc))
-        if self.grpo_loss_type not in GRPO_LOSS_TYPES:
-            problems.append(f"--grpo-loss-type: {self.grpo_loss_type!r} is not one of {', '.join(GRPO_LOSS_TYPES)}")
-        if self.scale_rewards not in SCALE_REWARDS:
-            problems.append(f"--scale-rewards: {self.scale_rewards!r} is not one of {', '.join(SCALE_REWARDS)}")
-        for name in ("num_generations", "max_completion_length", "num_iterations"):
+        for name in ("num_generations", "num_iterations"):
             if int(getattr(self, name)) < 1:
-                problems.append(f"--{name.replace('_', '-')}: must be at least 1")
+                problems.append(f"{_flag(name)}: must be at least 1")
         if self.num_generations < 2:
-            problems.append("--num-generations: GRPO compares completions within a group; give at least 2")
-        finite = {
-            "reward_fallback": (-math.inf, math.inf),
-            "rollout_temperature": (0.0, math.inf),
-            "rollout_top_p": (0.0, 1.0 + 1e-12),
-            "grpo_beta": (-1e-12, math.inf),
-            "grpo_epsilon": (0.0, math.inf),
-        }
-        for name, (low, high) in finite.items():
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and low < value < high):
-                problems.append(f"--{name.replace('_', '-')}: {value!r} is out of range")
+            problems.append(
+                f"--num-generations: {self.recipe} compares completions of a prompt with each other; give at least 2"
+            )
+        _check_finite(self, {"reward_fallback": (-math.inf, math.inf)}, problems)
         timeout = self.reward_timeout
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             problems.append(f"--reward-timeout: {timeout!r} must be a positive number of seconds")
-        high = self.grpo_epsilon_high
-        if high is not None and not (math.isfinite(high) and high > 0):
-            problems.append(f"--grpo-epsilon-high: {high!r} must be a finite positive number")
-        if self.rollout_top_k < 0:
-            problems.append(f"--rollout-top-k: {self.rollout_top_k} must be >= 0 (0: off)")
-        if problems:
-            raise ValueError("; ".join(problems))
+        super()._check(problems)
 
     def weights(self) -> dict[str, float]:
         """``--reward-weight NAME=W`` values as ``{name: weight}`` (a reward not named weighs 1)."""
@@ -139,34 +175,177 @@ class GRPOOptions:
         return out
 
 
+@dataclass
+class GRPOOptions(RolloutOptions):
+    """Options of ``--recipe grpo``: :class:`RolloutOptions` and GRPO's own.
+
+    Attributes:
+        grpo_loss_type: one of :data:`GRPO_LOSS_TYPES` (how per-token losses are averaged).
+        grpo_beta: weight of the KL penalty to the reference model (0: no reference model is kept).
+        grpo_epsilon: the ratio clipping range's lower side, ``1 - epsilon``.
+        grpo_epsilon_high: its upper side, ``1 + epsilon_high`` (default: ``grpo_epsilon``; DAPO uses 0.28).
+        scale_rewards: one of :data:`SCALE_REWARDS`.
+    """
+
+    grpo_loss_type: str = "dapo"
+    grpo_beta: float = 0.0
+    grpo_epsilon: float = 0.2
+    grpo_epsilon_high: float | None = None
+    scale_rewards: str = "group"
+
+    recipe = "grpo"
+
+    def _check_method(self, problems: list[str]) -> None:
+        if self.grpo_loss_type not in GRPO_LOSS_TYPES:
+            problems.append(f"--grpo-loss-type: {self.grpo_loss_type!r} is not one of {', '.join(GRPO_LOSS_TYPES)}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            problems.append(f"--scale-rewards: {self.scale_rewards!r} is not one of {', '.join(SCALE_REWARDS)}")
+        _check_finite(self, {"grpo_beta": (-1e-12, math.inf), "grpo_epsilon": (0.0, math.inf)}, problems)
+        _check_epsilon_high("grpo_epsilon_high", self.grpo_epsilon_high, problems)
+
+
+@dataclass
+class RLOOOptions(RolloutOptions):
+    """Options of ``--recipe rloo``: :class:`RolloutOptions` and RLOO's own (TRL 1.16's ``RLOOConfig``).
+
+    Attributes:
+        rloo_beta: weight of the sequence-level KL penalty subtracted from each reward (``beta * sum_t (log pi -
+            log pi_ref)``, RLOO's first-order estimate; 0: no reference model is kept).
+        rloo_epsilon: the sequence-ratio clipping range's lower side, ``1 - epsilon``.
+        rloo_epsilon_high: its upper side (default: ``rloo_epsilon``).
+        rloo_normalize_advantages: also standardise the leave-one-out advantages over the batch.
+    """
+
+    rloo_beta: float = 0.05
+    rloo_epsilon: float = 0.2
+    rloo_epsilon_high: float | None = None
+    rloo_normalize_advantages: bool = False
+
+    recipe = "rloo"
+
+    def _check_method(self, problems: list[str]) -> None:
+        _check_finite(self, {"rloo_beta": (-1e-12, math.inf), "rloo_epsilon": (0.0, math.inf)}, problems)
+        _check_epsilon_high("rloo_epsilon_high", self.rloo_epsilon_high, problems)
+
+
+@dataclass
+class ReinforcePPOptions(RolloutOptions):
+    """Options of ``--recipe reinforce_pp``: :class:`RolloutOptions` and REINFORCE++'s own.
+
+    Attributes:
+        reinforce_pp_beta: weight of the token-level KL penalty in the reward, ``-beta (log pi_old - log pi_ref)``
+            on every completion token (0: no reference model is kept).
+        reinforce_pp_epsilon: the per-token ratio clipping range's lower side, ``1 - epsilon``.
+        reinforce_pp_epsilon_high: its upper side (default: ``reinforce_pp_epsilon``).
+        reinforce_pp_baseline: REINFORCE++-baseline: subtract each prompt's group-mean reward before the returns
+            (else plain REINFORCE++: raw rewards).
+    """
+
+    reinforce_pp_beta: float = 0.01
+    reinforce_pp_epsilon: float = 0.2
+    reinforce_pp_epsilon_high: float | None = None
+    reinforce_pp_baseline: bool = True
+
+    recipe = "reinforce_pp"
+
+    def _check_method(self, problems: list[str]) -> None:
+        _check_finite(
+            self, {"reinforce_pp_beta": (-1e-12, math.inf), "reinforce_pp_epsilon": (0.0, math.inf)}, problems
+        )
+        _check_epsilon_high("reinforce_pp_epsilon_high", self.reinforce_pp_epsilon_high, problems)
+
+
+@dataclass
+class GKDOptions(SamplingOptions):
+    """Options of ``--recipe gkd``: on-policy distillation on TRL 1.16's ``DistillationTrainer``.
+
+    The student samples completions of each prompt; the loss is the generalised Jensen-Shannon divergence between
+    the student's and the teacher's next-token distributions on those completions.
+
+    Attributes:
+        teacher_model: the teacher, a local model directory (same tokenizer vocabulary as the student).
+        teacher_api: an OpenAI-compatible teacher URL: refused (TRL 1.16 has no such teacher; see the message).
+        gkd_beta: the divergence: 0 forward KL(teacher || student), 1 reverse KL(student || teacher), between them the
+            generalised JSD with mixture ``(1 - beta) p_student + beta p_teacher``.
+    """
+
+    teacher_model: str = ""
+    teacher_api: str = ""
+    gkd_beta: float = 0.5
+
+    recipe = "gkd"
+
+    def _check_method(self, problems: list[str]) -> None:
+        if self.teacher_api:
+            problems.append(
+                f"--teacher-api {self.teacher_api!r}: not supported: TRL 1.16 distils from a local teacher "
+                "(DistillationTrainer) or from a TRL vLLM server's top-k logprobs (experimental "
+                "ServerDistillationTrainer, `trl vllm-serve`), not from an OpenAI-compatible API; give the teacher "
+                "as a local directory with --teacher-model"
+            )
+        elif not self.teacher_model:
+            problems.append("--teacher-model: give the teacher model's directory (gkd distils the student towards it)")
+        value = self.gkd_beta
+        if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 1.0):
+            problems.append(f"--gkd-beta: {value!r} must be in [0, 1]")
+
+
+#: The recipes of this plugin and their options classes.
+RL_RECIPES: dict[str, type[RolloutOptions]] = {
+    "grpo": GRPOOptions,
+    "rloo": RLOOOptions,
+    "reinforce_pp": ReinforcePPOptions,
+    "gkd": GKDOptions,
+}
+
 _HELP = {
     "reward": "Reward function by name (repeatable; `swiftcore rewards` lists them, NAME@PLUGIN picks a provider).",
     "reward_option": "A reward's option as REWARD.KEY=VALUE (repeatable), e.g. format.pattern='^<answer>'.",
     "reward_weight": "A reward's weight as REWARD=WEIGHT (repeatable; default 1).",
     "reward_fallback": "Reward given to a sample whose reward function raised or returned NaN (logged).",
     "reward_timeout": "Seconds a reward function may take per batch; then its samples get the fallback (logged).",
-    "num_generations": "Completions sampled per prompt (the group that normalises rewards).",
+    "num_generations": "Completions sampled per prompt (the group whose rewards are compared).",
     "max_completion_length": "Most tokens per completion.",
     "rollout_temperature": "Sampling temperature of the rollouts.",
     "rollout_top_p": "Nucleus sampling of the rollouts (1 = off).",
     "rollout_top_k": "Top-k sampling of the rollouts (0 = off).",
+    "num_iterations": "Optimisation passes over each batch of rollouts.",
+    "mask_truncated_completions": "Leave completions cut at --max-completion-length out of the loss.",
     "grpo_loss_type": f"GRPO loss aggregation: {', '.join(GRPO_LOSS_TYPES)}.",
     "grpo_beta": "KL penalty weight to the reference model (0 = no reference model).",
     "grpo_epsilon": "Clipping range of the probability ratio: [1 - eps, 1 + eps_high].",
     "grpo_epsilon_high": "Upper clipping epsilon (default: --grpo-epsilon; DAPO uses 0.28).",
     "scale_rewards": f"Reward scaling into advantages: {', '.join(SCALE_REWARDS)}.",
-    "num_iterations": "Optimisation passes over each batch of rollouts.",
-    "mask_truncated_completions": "Leave completions cut at --max-completion-length out of the loss.",
+    "rloo_beta": "Weight of the KL penalty subtracted from each reward: beta * sum over tokens of "
+    "(log pi - log pi_ref) (0 = no reference model).",
+    "rloo_epsilon": "Clipping range of the sequence probability ratio: [1 - eps, 1 + eps_high].",
+    "rloo_epsilon_high": "Upper clipping epsilon (default: --rloo-epsilon).",
+    "rloo_normalize_advantages": "Standardise the leave-one-out advantages over the batch.",
+    "reinforce_pp_beta": "Weight of the per-token KL penalty in the reward, -beta (log pi_old - log pi_ref) "
+    "(0 = no reference model).",
+    "reinforce_pp_epsilon": "Clipping range of the per-token probability ratio: [1 - eps, 1 + eps_high].",
+    "reinforce_pp_epsilon_high": "Upper clipping epsilon (default: --reinforce-pp-epsilon).",
+    "teacher_model": "The teacher: a local model directory with the student's vocabulary.",
+    "teacher_api": "An OpenAI-compatible teacher URL: refused with an explanation (TRL 1.16 cannot use one).",
+    "gkd_beta": "Divergence: 0 forward KL(teacher||student), 1 reverse KL(student||teacher), else generalised JSD.",
+    "reinforce_pp_baseline": "REINFORCE++-baseline: subtract the prompt's group-mean reward before the returns "
+    "(--no-reinforce-pp-baseline: plain REINFORCE++).",
 }
 
-_TYPES = {"grpo_epsilon_high": float, "reward_timeout": float}
+_TYPES = {"grpo_epsilon_high": float, "rloo_epsilon_high": float, "reinforce_pp_epsilon_high": float,
+          "reward_timeout": float}  # fmt: skip
+
+_TITLES = {
+    "grpo": "GRPO online RL (swiftcore-recipe-rl)",
+    "rloo": "RLOO online RL, leave-one-out baseline (swiftcore-recipe-rl)",
+    "reinforce_pp": "REINFORCE++ online RL, globally normalised KL-penalised returns (swiftcore-recipe-rl)",
+    "gkd": "GKD on-policy distillation to a teacher model (swiftcore-recipe-rl)",
+}
 
 
-def add_grpo_options(parser: Any) -> None:
-    """Add the ``grpo`` options, valid with ``--recipe grpo`` only."""
-    group = parser.getgroup("grpo", "GRPO online RL (swiftcore-recipe-rl)", recipe="grpo")
-    for f in fields(GRPOOptions):
-        flag = "--" + f.name.replace("_", "-")
+def _add_fields(group: Any, names: list[Any]) -> None:
+    for f in names:
+        flag = _flag(f.name)
         default = f.default
         kwargs: dict[str, Any] = {"help": _HELP[f.name], "default": default}
         if isinstance(default, bool):
@@ -177,3 +356,25 @@ def add_grpo_options(parser: Any) -> None:
             group.addoption(flag, type=_TYPES[f.name], **kwargs)
         else:
             group.addoption(flag, type=type(default), **kwargs)
+
+
+def add_rl_options(parser: Any, recipes: tuple[str, ...] = tuple(RL_RECIPES)) -> None:
+    """Add the sampling options (valid with every recipe of ``recipes``), the reward/rollout ones (valid with the
+    reward-driven recipes among them) and each recipe's own."""
+    sampling = list(fields(SamplingOptions))
+    rollout = [f for f in fields(RolloutOptions) if f.name not in {g.name for g in sampling}]
+    rewarded = tuple(r for r in recipes if issubclass(RL_RECIPES[r], RolloutOptions))
+    _add_fields(parser.getgroup("rl-sampling", "on-policy sampling (swiftcore-recipe-rl)", recipe=recipes), sampling)
+    if rewarded:
+        _add_fields(
+            parser.getgroup("rl", "online RL rollouts and rewards (swiftcore-recipe-rl)", recipe=rewarded), rollout
+        )
+    base = {f.name for f in (*sampling, *rollout)}
+    for name in recipes:
+        own = [f for f in fields(RL_RECIPES[name]) if f.name not in base]
+        _add_fields(parser.getgroup(name, _TITLES[name], recipe=name), own)
+
+
+def add_grpo_options(parser: Any) -> None:
+    """Add every RL recipe's options (kept under its first name; see :func:`add_rl_options`)."""
+    add_rl_options(parser)

@@ -1,4 +1,5 @@
-"""Hook implementations of swiftcore-recipe-rl: the ``grpo`` recipe and its options, as plain data."""
+"""Hook implementations of swiftcore-recipe-rl: the ``grpo``, ``rloo``, ``reinforce_pp`` and ``gkd`` recipes and their
+options, as plain data."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ SWIFTCORE_API = "1.2"  # the reward plugin kind (swiftcore_register_rewards, Rew
 
 @hookimpl
 def swiftcore_register_recipes() -> list[RecipeSpec]:
-    """``grpo``: group-relative policy optimisation on TRL's GRPOTrainer, rewarded by reward plugins."""
+    """``grpo`` (group-relative), ``rloo`` (leave-one-out) on TRL's trainers of those names, and ``reinforce_pp``
+    (REINFORCE++ advantages on TRL's GRPOTrainer), rewarded by reward plugins; ``gkd`` (on-policy distillation on
+    TRL's DistillationTrainer)."""
     return [
         RecipeSpec(
             name="grpo",
@@ -19,13 +22,35 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             config="swiftcore_recipe_rl.options:GRPOOptions",
             tasks=("causal_lm",),
             description="online RL with GRPO (loss grpo, bnpo, dr_grpo, dapo) on TRL; rewards by --reward NAME",
-        )
+        ),
+        RecipeSpec(
+            name="rloo",
+            run="swiftcore_recipe_rl.recipe:run_rloo",
+            config="swiftcore_recipe_rl.options:RLOOOptions",
+            tasks=("causal_lm",),
+            description="online RL with RLOO (leave-one-out baseline) on TRL; rewards by --reward NAME",
+        ),
+        RecipeSpec(
+            name="reinforce_pp",
+            run="swiftcore_recipe_rl.recipe:run_reinforce_pp",
+            config="swiftcore_recipe_rl.options:ReinforcePPOptions",
+            tasks=("causal_lm",),
+            description="online RL with REINFORCE++(-baseline): KL-penalised token returns, global normalisation",
+        ),
+        RecipeSpec(
+            name="gkd",
+            run="swiftcore_recipe_rl.recipe:run_gkd",
+            config="swiftcore_recipe_rl.options:GKDOptions",
+            tasks=("causal_lm",),
+            description="on-policy distillation (GKD: generalised JSD to --teacher-model) on TRL's DistillationTrainer",
+        ),
     ]
 
 
 @hookimpl
 def swiftcore_addoption(parser: Any) -> None:
-    """The ``grpo`` options (``--reward``, ``--num-generations``, ``--grpo-loss-type``, ...), for that recipe only."""
-    from swiftcore_recipe_rl.options import add_grpo_options
+    """The RL options: the shared rollout/reward ones (``--reward``, ``--num-generations``, ...) for every RL recipe,
+    and each recipe's own (``--grpo-loss-type``, ``--rloo-beta``, ``--reinforce-pp-baseline``, ...) for it alone."""
+    from swiftcore_recipe_rl.options import add_rl_options
 
-    add_grpo_options(parser)
+    add_rl_options(parser)

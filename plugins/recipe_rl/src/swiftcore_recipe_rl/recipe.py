@@ -1,9 +1,11 @@
-"""The ``grpo`` recipe: ``run(cfg, plugins, options)``, read top to bottom like the core's SFT recipe.
+"""The RL recipes ``grpo``, ``rloo``, ``reinforce_pp`` and ``gkd``: one path (:func:`run_recipe`), read top to bottom
+like the core's SFT recipe; the recipes differ only in their TRL config (:data:`CONFIGS`) and trainer class
+(:func:`~swiftcore_recipe_rl.trainer.trainer_class`).
 
 Everything that can be checked before training is checked first (model, template, rewards and their options,
 every prompt row, the columns the rewards read, prompt lengths), so a bad input fails in seconds. The loss,
-advantages and rollouts are TRL 1.16's ``GRPOTrainer`` (see :mod:`swiftcore_recipe_rl.trainer`); swiftcore
-supplies the model loading and LoRA (the family's targets and exclusions), the template-encoded prompts, the
+advantages and rollouts are TRL 1.16's ``GRPOTrainer`` / ``RLOOTrainer`` (see :mod:`swiftcore_recipe_rl.trainer`);
+swiftcore supplies the model loading and LoRA (the family's targets and exclusions), the template-encoded prompts, the
 rewards, the output directory, the ``args.json`` manifest and atomic checkpoints.
 """
 
@@ -15,46 +17,117 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from swiftcore_recipe_rl.options import GRPOOptions
+from swiftcore_recipe_rl.options import (
+    GKDOptions,
+    GRPOOptions,
+    ReinforcePPOptions,
+    RLOOOptions,
+    RolloutOptions,
+    SamplingOptions,
+)
 
-__all__ = ["grpo_config", "run"]
+__all__ = [
+    "CONFIGS",
+    "gkd_config",
+    "grpo_config",
+    "reinforce_pp_config",
+    "rloo_config",
+    "run",
+    "run_gkd",
+    "run_recipe",
+    "run_reinforce_pp",
+    "run_rloo",
+]
 
 log = logging.getLogger("swiftcore.rl")
 
 
-def grpo_config(cfg: Any, options: GRPOOptions, output_dir: Path, *, reward_names: list[str]) -> Any:
-    """TRL's ``GRPOConfig`` from the common options and the recipe's own.
+def _rl_config(
+    cfg: Any, options: SamplingOptions, output_dir: Path, *, reward_names: list[str], args_class: type, **method: Any
+) -> Any:
+    """A TRL ``GRPOConfig``/``RLOOConfig``/``DistillationConfig`` from the common options, the shared sampling (and,
+    for the reward-driven recipes, rollout) options and ``method``'s.
 
-    ``--batch-size`` counts prompts per device and step: each brings ``--num-generations`` completions, so
-    TRL's per-device batch (which counts completions) is their product and always holds whole groups.
+    ``--batch-size`` counts prompts per device and step: each brings ``--num-generations`` completions (one for
+    ``gkd``), so TRL's per-device batch (which counts completions) is their product and always holds whole groups.
     """
     from swiftcore_train.trainer import training_arguments
-    from trl import GRPOConfig
 
-    weights = options.weights()
+    rollout: dict[str, Any] = {}
+    if isinstance(options, RolloutOptions):
+        weights = options.weights()
+        rollout = dict(
+            num_generations=options.num_generations,
+            num_iterations=options.num_iterations,
+            mask_truncated_completions=options.mask_truncated_completions,
+            reward_weights=[weights.get(name, 1.0) for name in reward_names],
+        )
     return training_arguments(
         cfg,
         output_dir,
         evaluate=False,
-        args_class=GRPOConfig,
-        per_device_train_batch_size=cfg.batch_size * options.num_generations,
+        args_class=args_class,
+        per_device_train_batch_size=cfg.batch_size * rollout.get("num_generations", 1),
         fp16=cfg.dtype == "float16",
-        include_num_input_tokens_seen="no",  # a GRPO batch carries prompts and completions, not input_ids
-        num_generations=options.num_generations,
+        include_num_input_tokens_seen="no",  # an RL batch carries prompts and completions, not input_ids
         max_completion_length=options.max_completion_length,
         temperature=options.rollout_temperature,
         top_p=options.rollout_top_p,
         top_k=options.rollout_top_k,
-        loss_type=options.grpo_loss_type,
-        beta=options.grpo_beta,
-        epsilon=options.grpo_epsilon,
-        epsilon_high=options.grpo_epsilon_high,
-        scale_rewards=options.scale_rewards,
-        num_iterations=options.num_iterations,
-        mask_truncated_completions=options.mask_truncated_completions,
-        reward_weights=[weights.get(name, 1.0) for name in reward_names],
         log_completions=False,
+        **rollout,
+        **method,
     )
+
+
+def grpo_config(cfg: Any, options: GRPOOptions, output_dir: Path, *, reward_names: list[str]) -> Any:
+    """TRL's ``GRPOConfig`` for ``--recipe grpo``."""
+    from trl import GRPOConfig
+
+    return _rl_config(
+        cfg, options, output_dir, reward_names=reward_names, args_class=GRPOConfig,
+        loss_type=options.grpo_loss_type, beta=options.grpo_beta, epsilon=options.grpo_epsilon,
+        epsilon_high=options.grpo_epsilon_high, scale_rewards=options.scale_rewards,
+    )  # fmt: skip
+
+
+def rloo_config(cfg: Any, options: RLOOOptions, output_dir: Path, *, reward_names: list[str]) -> Any:
+    """TRL's ``RLOOConfig`` for ``--recipe rloo``."""
+    from trl import RLOOConfig
+
+    return _rl_config(
+        cfg, options, output_dir, reward_names=reward_names, args_class=RLOOConfig,
+        beta=options.rloo_beta, epsilon=options.rloo_epsilon, epsilon_high=options.rloo_epsilon_high,
+        normalize_advantages=options.rloo_normalize_advantages,
+    )  # fmt: skip
+
+
+def reinforce_pp_config(cfg: Any, options: ReinforcePPOptions, output_dir: Path, *, reward_names: list[str]) -> Any:
+    """TRL's ``GRPOConfig`` for ``--recipe reinforce_pp``: ``beta`` is the KL weight of the returns (the trainer
+    keeps it out of the loss), ``loss_type="dapo"`` the token-level mean over the generation batch that
+    REINFORCE++ uses (OpenRLHF's token-level policy loss), ``scale_rewards="none"`` (the advantages are the
+    trainer's own)."""
+    from trl import GRPOConfig
+
+    return _rl_config(
+        cfg, options, output_dir, reward_names=reward_names, args_class=GRPOConfig,
+        loss_type="dapo", beta=options.reinforce_pp_beta, epsilon=options.reinforce_pp_epsilon,
+        epsilon_high=options.reinforce_pp_epsilon_high, scale_rewards="none",
+    )  # fmt: skip
+
+
+def gkd_config(cfg: Any, options: GKDOptions, output_dir: Path, *, reward_names: list[str] = ()) -> Any:
+    """TRL's ``DistillationConfig`` for ``--recipe gkd`` (``beta`` selects the divergence; the rollout temperature
+    is also the temperature of both distributions in the loss, as TRL has it)."""
+    from trl import DistillationConfig
+
+    return _rl_config(
+        cfg, options, output_dir, reward_names=list(reward_names), args_class=DistillationConfig, beta=options.gkd_beta,
+    )  # fmt: skip
+
+
+#: Each recipe's TRL config builder.
+CONFIGS = {"grpo": grpo_config, "rloo": rloo_config, "reinforce_pp": reinforce_pp_config, "gkd": gkd_config}
 
 
 def _refuse_unsupported(cfg: Any) -> None:
@@ -67,10 +140,12 @@ def _refuse_unsupported(cfg: Any) -> None:
     }
     given = [flag for flag, on in unsupported.items() if on]
     if given:
-        raise SwiftcoreError(f"{', '.join(given)}: not supported by the grpo recipe yet; drop them")
+        raise SwiftcoreError(f"{', '.join(given)}: not supported by the {cfg.recipe} recipe yet; drop them")
 
 
-def _encode_prompts(rows: list, codec: Any, cfg: Any, options: GRPOOptions) -> tuple[list[dict], dict[str, list[int]]]:
+def _encode_prompts(
+    rows: list, codec: Any, cfg: Any, options: SamplingOptions
+) -> tuple[list[dict], dict[str, list[int]]]:
     """The TRL dataset rows (``prompt`` text + reward columns) and the text -> template ids map."""
     from swiftcore.api import SwiftcoreError
 
@@ -122,6 +197,30 @@ def _resume(cfg: Any, output_dir: Path) -> Path | None:
 def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     """The ``grpo`` recipe: sample ``--num-generations`` completions per prompt, score them with the
     ``--reward`` functions, and optimise the policy with TRL's GRPO loss of ``--grpo-loss-type``."""
+    return run_recipe("grpo", cfg, plugins, options)
+
+
+def run_rloo(cfg: Any, plugins: Any, options: RLOOOptions) -> Any:
+    """The ``rloo`` recipe: TRL's RLOO, each completion's advantage its reward minus the mean reward of the other
+    completions of its prompt (leave-one-out), a clipped sequence-level ratio, the KL penalty in the reward."""
+    return run_recipe("rloo", cfg, plugins, options)
+
+
+def run_reinforce_pp(cfg: Any, plugins: Any, options: ReinforcePPOptions) -> Any:
+    """The ``reinforce_pp`` recipe: REINFORCE++(-baseline), token-level KL-penalised returns normalised over the
+    batch, PPO's clipped per-token loss (see :mod:`swiftcore_recipe_rl.trainer`)."""
+    return run_recipe("reinforce_pp", cfg, plugins, options)
+
+
+def run_gkd(cfg: Any, plugins: Any, options: GKDOptions) -> Any:
+    """The ``gkd`` recipe: on-policy distillation; the student samples a completion per prompt and learns to match
+    the ``--teacher-model``'s next-token distributions on it (generalised JSD of ``--gkd-beta``, TRL's
+    DistillationTrainer)."""
+    return run_recipe("gkd", cfg, plugins, options)
+
+
+def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) -> Any:
+    """Run the RL recipe ``recipe`` (a key of :data:`CONFIGS`): check everything, load, train, report."""
     from swiftcore_train.rewards import load_rewards, parse_reward_options
     from swiftcore_train.run import start_run, train_and_report
 
@@ -130,22 +229,28 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.rollout import PromptCodec, stop_token_ids
 
-    if cfg.recipe == "sft":  # called from Python with the default: the manifest must still say grpo
+    if cfg.recipe == "sft":  # called from Python with the default: the manifest must still name the recipe
         from dataclasses import replace
 
-        cfg = replace(cfg, recipe="grpo")
+        cfg = replace(cfg, recipe=recipe)
     cfg.validate()
     _refuse_unsupported(cfg)
     output_dir = Path(cfg.output_dir)
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
-    rewards = load_rewards(
-        plugins,
-        options.reward,
-        options=parse_reward_options(options.reward_option),
-        fallback=options.reward_fallback,
-        timeout=options.reward_timeout,
-    )
+    rewards = []
+    if isinstance(options, RolloutOptions):
+        rewards = load_rewards(
+            plugins,
+            options.reward,
+            options=parse_reward_options(options.reward_option),
+            fallback=options.reward_fallback,
+            timeout=options.reward_timeout,
+        )
+    teacher_spec = None
+    if isinstance(options, GKDOptions):  # the teacher's spec now, so a bad directory fails before any loading
+        teacher_spec = resolve_model_spec(options.teacher_model, plugins)
+        check_requirements(teacher_spec)
     rows = load_prompt_rows(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
     for reward in rewards:
         reward.check_columns(rows[0].columns, where=f"--dataset {', '.join(cfg.dataset)}")
@@ -157,14 +262,16 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options)
     resume = _resume(cfg, output_dir)
     log.info(
-        "grpo: model %s (%s), template %s, rewards %s, %d prompts x %d generations, loss %s",
+        "%s: model %s (%s), template %s, %s, %d prompts x %d generations",
+        recipe,
         spec.name,
         spec.provider,
         template_spec.name,
-        ", ".join(f"{r.name} ({r.spec.provider})" for r in rewards),
+        f"teacher {options.teacher_model}"
+        if isinstance(options, GKDOptions)
+        else "rewards " + ", ".join(f"{r.name} ({r.spec.provider})" for r in rewards),
         len(dataset_rows),
-        options.num_generations,
-        options.grpo_loss_type,
+        getattr(options, "num_generations", 1),
     )
 
     import torch
@@ -172,7 +279,7 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
     from swiftcore_train.trainer import JsonlLogCallback
     from swiftcore_train.tuners import apply_tuner, trainable_summary
 
-    from swiftcore_recipe_rl.trainer import grpo_trainer_class
+    from swiftcore_recipe_rl.trainer import trainer_class
 
     torch.manual_seed(cfg.seed)
     model = load_model(spec, cfg.model, plugins, torch_dtype="float32" if cfg.dtype == "float32" else cfg.dtype)
@@ -187,16 +294,24 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
         model.enable_input_require_grads()
 
     reward_names = [r.name for r in rewards]
-    trainer_cls = grpo_trainer_class()
-    trainer = trainer_cls(
+    if isinstance(options, GKDOptions):
+        dtype = "float32" if cfg.dtype == "float32" else cfg.dtype
+        method: dict[str, Any] = {
+            "teacher_model": load_model(teacher_spec, options.teacher_model, plugins, torch_dtype=dtype)
+        }
+    else:
+        method = {"reward_funcs": [TRLReward(r, codec) for r in rewards]}
+    trainer = trainer_class(recipe)(
         model=model,
-        reward_funcs=[TRLReward(r, codec) for r in rewards],
-        args=grpo_config(cfg, options, output_dir, reward_names=reward_names),
+        **method,
+        args=CONFIGS[recipe](cfg, options, output_dir, reward_names=reward_names),
         train_dataset=Dataset.from_list(dataset_rows),
         processing_class=tokenizer,
         callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
     )
     trainer.prompt_ids = prompt_ids
+    if recipe == "reinforce_pp":
+        trainer.baseline = options.reinforce_pp_baseline
     resumed_step = None
     if resume is not None and (resume / "trainer_state.json").is_file():
         resumed_step = int(
@@ -211,7 +326,7 @@ def run(cfg: Any, plugins: Any, options: GRPOOptions) -> Any:
         resumed_step=resumed_step,
         template=template_spec,
         rewards=[{"name": r.name, "provider": str(r.spec.provider), "options": r.options} for r in rewards],
-        grpo=asdict(options),
+        **{recipe: asdict(options)},
     )
     trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
     return train_and_report(trainer, cfg, output_dir, train_samples=len(dataset_rows), evaluate=False, resume=resume)

@@ -1,24 +1,39 @@
-"""``SwiftGRPOTrainer``: TRL's GRPOTrainer with swiftcore's atomic checkpoints and template-encoded prompts.
+"""The RL trainers: TRL 1.16's GRPOTrainer and RLOOTrainer with swiftcore's atomic checkpoints and template-encoded
+prompts, and REINFORCE++ as a small GRPOTrainer subclass.
 
-Built on first use (:func:`grpo_trainer_class`) so that importing this module imports neither torch nor TRL.
+Each class is built on first use (:func:`trainer_class`) so that importing this module imports neither torch nor
+TRL.
+
+Why REINFORCE++ is a subclass here: TRL 1.16 has no REINFORCE++ trainer (its RLOOTrainer is sequence-level and
+leave-one-out; its GRPOTrainer normalises per group). REINFORCE++ (Hu et al., 2025, arXiv:2501.03262; OpenRLHF's
+``--advantage_estimator reinforce`` / ``reinforce_baseline``) differs from GRPO only in its advantages: token-level
+returns of the KL-penalised reward, normalised over the whole batch; its loss is PPO's clipped per-token
+surrogate, which is GRPOTrainer's own ``_compute_loss`` fed ``(B, T)`` advantages (TRL supports that shape for
+subclasses). So :func:`reinforce_pp_advantages` replaces GRPO's advantages and nothing else is rewritten: rollouts,
+rewards, clipping, loss normalisation, logging and checkpoints stay TRL's.
 """
 
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
-__all__ = ["grpo_trainer_class"]
+__all__ = [
+    "gkd_trainer_class",
+    "grpo_trainer_class",
+    "reinforce_pp_advantages",
+    "reinforce_pp_trainer_class",
+    "rloo_trainer_class",
+    "trainer_class",
+]
 
 
 @cache
-def grpo_trainer_class() -> type:
-    """The trainer class: :class:`swiftcore_train.trainer.SwiftTrainer` (atomic checkpoints, resume checks) over
-    :class:`trl.GRPOTrainer` (rollouts, rewards, advantages, the clipped loss of every loss type)."""
-    from swiftcore_train.trainer import SwiftTrainer
-    from trl import GRPOTrainer
+def _template_prompts() -> type:
+    """The mixin that hands TRL the recipe's template ids instead of letting it tokenize prompts again."""
 
-    class SwiftGRPOTrainer(SwiftTrainer, GRPOTrainer):
-        """GRPOTrainer whose prompts are the ids the family's swiftcore template encodes.
+    class TemplatePrompts:
+        """A TRL online trainer whose prompts are the ids the family's swiftcore template encodes.
 
         ``prompt_ids`` maps each dataset row's ``prompt`` text to its template ids (set by the recipe); TRL
         would otherwise tokenize the text again, and a tokenizer that adds a BOS or splits a special token
@@ -32,4 +47,186 @@ def grpo_trainer_class() -> type:
                 return [list(self.prompt_ids[p]) for p in prompts], None, {}
             return super()._tokenize_prompts(prompts)  # prompts the recipe did not encode (tests, subclasses)
 
+    return TemplatePrompts
+
+
+@cache
+def grpo_trainer_class() -> type:
+    """The ``grpo`` trainer: :class:`swiftcore_train.trainer.SwiftTrainer` (atomic checkpoints, resume checks) over
+    :class:`trl.GRPOTrainer` (rollouts, rewards, advantages, the clipped loss of every loss type)."""
+    from swiftcore_train.trainer import SwiftTrainer
+    from trl import GRPOTrainer
+
+    class SwiftGRPOTrainer(SwiftTrainer, _template_prompts(), GRPOTrainer):
+        """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints."""
+
     return SwiftGRPOTrainer
+
+
+@cache
+def rloo_trainer_class() -> type:
+    """The ``rloo`` trainer: ``SwiftTrainer`` over :class:`trl.RLOOTrainer` (leave-one-out baseline, sequence-level
+    clipped ratio, the KL penalty in the reward), on template-encoded prompts."""
+    from swiftcore_train.trainer import SwiftTrainer
+    from trl import RLOOTrainer
+
+    class SwiftRLOOTrainer(SwiftTrainer, _template_prompts(), RLOOTrainer):
+        """RLOOTrainer on template-encoded prompts, with swiftcore's checkpoints."""
+
+    return SwiftRLOOTrainer
+
+
+def reinforce_pp_advantages(
+    rewards: Any,
+    mask: Any,
+    *,
+    num_generations: int,
+    baseline: bool,
+    beta: float = 0.0,
+    old_logps: Any = None,
+    ref_logps: Any = None,
+    reduce: Any = None,
+) -> Any:
+    """REINFORCE++ token advantages ``(B, T)``, as OpenRLHF computes them (``gamma = 1``).
+
+    1. ``baseline`` (REINFORCE++-baseline): each reward minus its prompt group's mean (rows are grouped by
+       ``num_generations``).
+    2. The per-token reward: ``-beta * (old_logps - ref_logps)`` on every completion token (the k1 KL estimate),
+       plus the scalar reward on the completion's last token.
+    3. The return of each token: the sum of the per-token rewards from it to the end.
+    4. Normalised over every completion token of the batch: ``(G - mean) / sqrt(max(var, 1e-8))``, population
+       variance.
+
+    Args:
+        rewards: ``(B,)`` scalar rewards; NaN for a completion no reward could score (its advantages are 0 and it is
+            left out of the statistics).
+        mask: ``(B, T)`` 1 on completion tokens.
+        num_generations: the group size (for ``baseline``).
+        baseline: subtract the group mean first.
+        beta: KL weight; with it, ``old_logps`` and ``ref_logps`` ``(B, T)``.
+        reduce: sums a tensor over processes (``accelerator.reduce(x, "sum")``) so the statistics are global;
+            None: this process's batch is the whole batch.
+    """
+    import torch
+
+    rewards = rewards.to(torch.float32)
+    scorable = ~torch.isnan(rewards)
+    if baseline:
+        grouped = rewards.view(-1, num_generations)
+        rewards = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)).view(-1)
+    rewards = torch.nan_to_num(rewards, nan=0.0)
+    mask = mask.to(torch.float32) * scorable.to(torch.float32)[:, None]
+    per_token = torch.zeros_like(mask)
+    if beta:
+        per_token = -beta * (old_logps - ref_logps) * mask
+    lengths = mask.sum(1).long()
+    has_tokens = lengths > 0
+    last = (mask.size(1) - 1 - mask.flip(1).argmax(1)).clamp(min=0)
+    per_token[has_tokens, last[has_tokens]] += rewards[has_tokens]
+    returns = per_token.flip(1).cumsum(1).flip(1) * mask
+    stats = torch.stack([returns.sum(), (returns**2).sum(), mask.sum()])
+    if reduce is not None:
+        stats = reduce(stats)
+    total, squares, count = stats[0], stats[1], stats[2].clamp(min=1.0)
+    mean = total / count
+    var = squares / count - mean**2
+    return (returns - mean) * var.clamp(min=1e-8).rsqrt() * mask
+
+
+@cache
+def reinforce_pp_trainer_class() -> type:
+    """The ``reinforce_pp`` trainer: the ``grpo`` trainer with REINFORCE++ advantages (see the module)."""
+    import torch
+
+    class SwiftReinforcePPTrainer(grpo_trainer_class()):
+        """GRPOTrainer whose advantages are REINFORCE++'s (:func:`reinforce_pp_advantages`).
+
+        ``args.beta`` is REINFORCE++'s KL weight: TRL builds the reference model from it (none with LoRA: the
+        adapter is switched off) and computes the reference log-probs of each rollout while ``beta`` is set. The
+        KL then lives in the returns, so the loss runs with ``beta = 0`` (no KL term in the loss). Set
+        ``baseline`` after construction for REINFORCE++-baseline (the recipe does).
+        """
+
+        baseline: bool = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.kl_coef, self.beta = self.beta, 0.0
+
+        def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+            self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            return self._rewards_per_func
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            self.beta = self.kl_coef  # TRL computes the reference log-probs only while beta != 0
+            try:
+                out = super()._generate_and_score_completions(inputs)
+            finally:
+                self.beta = 0.0
+            mode = "train" if self.model.training else "eval"
+            per_func = self._rewards_per_func  # gathered over processes
+            unscorable = torch.isnan(per_func).all(dim=1)
+            rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+            rewards[unscorable] = torch.nan
+            if self.baseline:  # the group mean needs whole groups: take it over every process's rows, then slice
+                grouped = rewards.view(-1, self.num_generations if mode == "train" else self.num_generations_eval)
+                rewards = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)).view(-1)
+            n = len(inputs)
+            rewards = rewards[self.accelerator.process_index * n : (self.accelerator.process_index + 1) * n]
+            mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+            old = ref = None
+            if self.kl_coef:
+                ref = out.pop("ref_per_token_logps")
+                old = out.get("old_per_token_logps")
+                if old is None:  # on-policy: TRL skips the old log-probs; the KL needs them
+                    old = self._rollout_logps(out)
+                kl = ((old - ref) * mask).sum() / mask.sum().clamp(min=1.0)
+                self._metrics[mode]["kl"].append(self.accelerator.gather(kl).mean().item())
+            out["advantages"] = reinforce_pp_advantages(
+                rewards,
+                mask,
+                num_generations=1,
+                baseline=False,  # done above, over whole groups
+                beta=self.kl_coef,
+                old_logps=old,
+                ref_logps=ref,
+                reduce=lambda x: self.accelerator.reduce(x, reduction="sum"),
+            )
+            return out
+
+        def _rollout_logps(self, out: dict[str, Any]) -> Any:
+            """The current policy's per-token log-probs of the rollouts (no gradient)."""
+            input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, out["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )  # fmt: skip
+            return logps
+
+    return SwiftReinforcePPTrainer
+
+
+@cache
+def gkd_trainer_class() -> type:
+    """The ``gkd`` trainer: ``SwiftTrainer`` over :class:`trl.DistillationTrainer` (on-policy completions of the
+    student, generalised JSD to the teacher's next-token distributions), on template-encoded prompts."""
+    from swiftcore_train.trainer import SwiftTrainer
+    from trl import DistillationTrainer
+
+    class SwiftGKDTrainer(SwiftTrainer, _template_prompts(), DistillationTrainer):
+        """DistillationTrainer on template-encoded prompts, with swiftcore's checkpoints."""
+
+    return SwiftGKDTrainer
+
+
+def trainer_class(recipe: str) -> type:
+    """The trainer class of ``recipe`` (``grpo``, ``rloo``, ``reinforce_pp`` or ``gkd``)."""
+    classes = {
+        "grpo": grpo_trainer_class,
+        "rloo": rloo_trainer_class,
+        "reinforce_pp": reinforce_pp_trainer_class,
+        "gkd": gkd_trainer_class,
+    }
+    return classes[recipe]()

@@ -37,8 +37,8 @@ from typing import Any, TypeVar
 # namespace, and a Request parameter must resolve to be injected. protocol.py needs the serve extra already.
 from starlette.requests import Request as HttpRequest
 from swiftcore_infer.errors import InferError, InvalidRequestError, UnsupportedError
-from swiftcore_infer.media import media_kinds, openai_media_parts, strip_media_values
-from swiftcore_infer.types import Generation, Request
+from swiftcore_infer.media import MediaPolicy, media_kinds, openai_media_parts, strip_media_values
+from swiftcore_infer.types import Generation, Request, SamplingParams
 
 from swiftcore_serve.guard import RequestGuard, error_body, has_api_key
 from swiftcore_serve.protocol import (
@@ -55,6 +55,7 @@ from swiftcore_serve.protocol import (
     ModelList,
     RerankRequest,
     RerankResponse,
+    TranscriptionResponse,
     sampling_from,
 )
 from swiftcore_serve.stream_parser import StreamParser, markers_for
@@ -107,6 +108,8 @@ class ServerConfig:
             [::1] (``"*"`` accepts any, switching the DNS-rebinding check off).
         max_prompt_chars: the longest prompt in characters (None: the most the model's context can hold,
             its length in tokens times the longest token in the vocabulary).
+        media: what requests' images and audio may be (local files, remote URLs, limits): a
+            :class:`~swiftcore_infer.media.MediaPolicy`.
     """
 
     model_name: str
@@ -119,6 +122,7 @@ class ServerConfig:
     docs: bool = False
     allowed_hosts: Sequence[str] = ()
     max_prompt_chars: int | None = None
+    media: MediaPolicy = field(default_factory=MediaPolicy)
 
 
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying", "schema": {"type": "integer"}}}
@@ -261,10 +265,10 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
     """
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI
+    from fastapi import FastAPI, File, Form
     from fastapi.exceptions import RequestValidationError
     from fastapi.openapi.utils import get_openapi
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
     from fastapi.routing import APIRoute
     from pydantic_core import from_json
     from starlette.exceptions import HTTPException
@@ -451,13 +455,14 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         require_generation()
         record = body.record()
         if media_kinds(record):  # OpenAI's image_url / input_audio parts -> the template's parts (cheap checks)
-            record = openai_media_parts(record, media_modalities, body.model)
+            record = openai_media_parts(record, media_modalities, body.model, config.media)
         limits.check_text(strip_media_values(record), "messages")
         request = Request(
             record=record,
             sampling=sampling_from(body, config.default_max_tokens),
             adapter=adapter,
             request_id=f"chatcmpl-{uuid.uuid4().hex}",
+            media_policy=config.media,
         )
         if body.stream:
             include_usage = bool((body.stream_options or {}).get("include_usage"))
@@ -524,6 +529,59 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
                         "choices": [],
                         "usage": _usage(final),
                     }
+
+    @app.post("/v1/audio/transcriptions", response_model=None, responses=_documented(TranscriptionResponse))
+    async def transcriptions(
+        http: HttpRequest,
+        # bytes, not UploadFile: the body is capped by the guard (--max-body-mb) before it is read.
+        file: bytes = File(..., description="The audio: WAV (any PCM), MP3 or FLAC."),
+        model: str = Form(...),
+        response_format: str = Form("json", description="json, text or verbose_json"),
+        temperature: float = Form(0.0, ge=0, le=2),
+        language: str | None = Form(None, description="Echoed in verbose_json; the model detects the language."),
+        prompt: str | None = Form(None, description="Text sent with the audio (ASR templates may ignore it)."),
+    ) -> Any:
+        # The OpenAI audio API: the clip becomes one user turn with an audio part, answered like a chat request
+        # (the template's reply format, e.g. Qwen3-ASR's "language X<asr_text>...", parsed to the transcript).
+        adapter = adapter_for(model)
+        require_generation()
+        if "audio" not in media_modalities:
+            raise InvalidRequestError(
+                f"model {model!r} does not accept audio; /v1/audio/transcriptions needs a speech model", param="model"
+            )
+        if response_format not in ("json", "text", "verbose_json"):
+            raise InvalidRequestError(
+                f"response_format {response_format!r} is not supported; use json, text or verbose_json",
+                param="response_format",
+            )
+        policy = config.media
+        data = file
+        if len(data) > policy.max_item_bytes:
+            raise policy.over("bytes per item", f"file: more than {policy.max_item_bytes} bytes",
+                              str(policy.max_item_bytes), "--max-media-mb")  # fmt: skip
+        if not data:
+            raise InvalidRequestError("file: the upload is empty; send the audio file", param="file")
+        content: list[dict[str, Any]] = [{"type": "audio", "audio": data, "_from": "file"}]
+        if prompt:
+            content.append({"type": "text", "text": prompt})
+        request = Request(
+            record={"messages": [{"role": "user", "content": content}]},
+            sampling=SamplingParams(max_new_tokens=config.default_max_tokens, temperature=temperature),
+            adapter=adapter,
+            request_id=f"transcription-{uuid.uuid4().hex}",
+            media_policy=policy,
+        )
+        try:
+            generation = await _unless_disconnected(http, worker.generate(request))
+        except _ClientGone:
+            return _gone()
+        _raise_failed(generation)
+        text = (_message(generation).get("content") or "").strip()
+        if response_format == "text":
+            return PlainTextResponse(text)
+        if response_format == "verbose_json":
+            return {"text": text, "task": "transcribe", "language": language, "duration": _seconds(data)}
+        return {"text": text}
 
     @app.post("/v1/completions", response_model=None, responses=_documented(CompletionResponse, stream=True))
     async def completions(body: CompletionRequest, http: HttpRequest) -> Any:
@@ -710,6 +768,18 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
         )
 
     return app
+
+
+def _seconds(data: bytes) -> float | None:
+    """A WAV clip's length in seconds (None for other formats: verbose_json then leaves it out)."""
+    import io
+    import wave
+
+    try:
+        with wave.open(io.BytesIO(data)) as clip:
+            return round(clip.getnframes() / clip.getframerate(), 3)
+    except (wave.Error, EOFError, ZeroDivisionError):
+        return None
 
 
 def _raise_failed(generation: Generation) -> None:

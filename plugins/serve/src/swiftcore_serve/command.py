@@ -146,6 +146,46 @@ def _read_key_file(path: Path) -> str:
     help="A Host name accepted on a loopback bind besides localhost/127.0.0.1/[::1] (repeatable; e.g. the name "
     "a reverse proxy forwards). Other names get HTTP 421 (DNS-rebinding defence).",
 )
+@click.option(
+    "--media-root",
+    type=click.Path(exists=True, file_okay=False),
+    help="Let requests name image/audio files (paths or file:// URLs) under this directory; nothing outside it "
+    "(symlinks and .. resolved first). Default: no local files, inline data: URLs only.",
+)
+@click.option(
+    "--allow-remote-media",
+    is_flag=True,
+    help="Fetch http(s) image/audio URLs named in requests. Off by default: the server would fetch from its own "
+    "network whatever a client names.",
+)
+@click.option(
+    "--max-media-per-request",
+    default=8,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Images and audio clips in one request; more get HTTP 400.",
+)
+@click.option(
+    "--max-media-mb",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Encoded size of one image or clip in MiB (inline, file or download); larger gets HTTP 400.",
+)
+@click.option(
+    "--max-image-pixels",
+    default=4096 * 4096,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Decoded width x height of one image; larger gets HTTP 400.",
+)
+@click.option(
+    "--max-audio-seconds",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Decoded length of one audio clip; longer gets HTTP 400.",
+)
 @click.option("--docs", is_flag=True, help="Serve /docs, /redoc and /openapi.json (they need the key too).")
 @click.option(
     "--max-batch",
@@ -187,6 +227,12 @@ def deploy(
     max_queue: int,
     max_body_mb: float,
     allowed_hosts: tuple[str, ...],
+    media_root: str | None,
+    allow_remote_media: bool,
+    max_media_per_request: int,
+    max_media_mb: float,
+    max_image_pixels: int,
+    max_audio_seconds: float,
     docs: bool,
     max_batch: int,
     default_max_tokens: int,
@@ -215,6 +261,8 @@ def deploy(
       SWIFTCORE_API_KEY=s3cret swiftcore deploy --model ./out-embedding --served-model-name emb
     Then: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="s3cret")
     """
+    from swiftcore_infer.media import MediaPolicy
+
     from swiftcore_serve import ServerConfig, serve
     from swiftcore_serve.guard import is_loopback
 
@@ -241,6 +289,14 @@ def deploy(
         max_body_bytes=int(max_body_mb * 2**20),
         docs=docs,
         allowed_hosts=allowed_hosts,
+        media=MediaPolicy(
+            media_root=media_root,
+            allow_remote=allow_remote_media,
+            max_items=max_media_per_request,
+            max_item_bytes=int(max_media_mb * 2**20),
+            max_image_pixels=max_image_pixels,
+            max_audio_seconds=max_audio_seconds,
+        ),
     )
     shown = f"[{host}]" if ":" in host else host
     guard = "API key required" if api_key else "no API key"

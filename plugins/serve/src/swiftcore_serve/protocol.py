@@ -269,6 +269,15 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+class TranscriptionResponse(BaseModel):
+    """``POST /v1/audio/transcriptions`` with ``response_format`` json (``text`` only) or verbose_json."""
+
+    text: str
+    task: Literal["transcribe"] | None = None
+    language: str | None = None
+    duration: float | None = None
+
+
 class HealthResponse(BaseModel):
     """``GET /health``: ``status`` only, unless the caller sent the API key (or the server has none)."""
 

@@ -122,9 +122,12 @@ def _jinja_extra(template: Any, tokenizer: Any) -> dict[str, Any]:
     """The special-token variables transformers passes to a chat template (``bos_token`` ...)."""
     if tokenizer is not None:
         return {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
-    # Without a tokenizer, a template that renders a BOS says which one it is.
+    # Without a tokenizer, a template that renders a BOS / EOS says which one it is (its ``eos``, else its first
+    # stop word: Tulu-style official templates close every reply with ``eos_token``).
     bos = getattr(template, "bos_token", None) or getattr(template, "bos", None)
-    return {"bos_token": bos} if isinstance(bos, str) else {}
+    stops = tuple(getattr(template, "stop_words", ()) or ())
+    eos = getattr(template, "eos_token", None) or getattr(template, "eos", None) or (stops[0] if stops else None)
+    return {name: v for name, v in (("bos_token", bos), ("eos_token", eos)) if isinstance(v, str)}
 
 
 def official_problems(

@@ -76,9 +76,9 @@ class WebUI:
         self.train_run: TrainRun | None = None
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
-        # Commands that take no path (`swiftcore plugins`) run in an empty folder of their own: the core's
-        # `plugins --check` starts `python -m swiftcore._check` in its working directory, where a folder named like
-        # a plugin (a checkpoint folder `tiny`) would make that plugin's name ambiguous.
+        # Commands that take no path (`swiftcore plugins`) run in an empty folder of their own: in cores before the
+        # PYTHONSAFEPATH fix (2026-12), `plugins --check` imported from its working directory, where a folder named like
+        # a plugin (a checkpoint folder `tiny`) made that plugin's name ambiguous. Kept for those cores.
         self.workdir = Path(tempfile.mkdtemp(prefix="swiftcore-webui-work-"))
 
     # ------------------------------------------------------------------ families

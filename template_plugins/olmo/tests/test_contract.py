@@ -1,0 +1,8 @@
+"""Contract tests: this plugin passes swiftcore's plugin contract (swiftcore_testing.PluginContract)."""
+
+from swiftcore_testing import PluginContract
+
+
+class TestTemplateOlmoContract(PluginContract):
+    plugin = "template_olmo"
+
