@@ -1,4 +1,4 @@
-"""Write ``bench/RESULTS.md`` from ``bench/raw/msswift_compare.json`` and ``bench/raw/peers.json``.
+"""Write ``bench/RESULTS.md`` from ``bench/raw/msswift_compare.json``, ``msswift_dpo.json`` and ``peers.json``.
 
 Every number in the table comes from the raw JSON; a figure that failed or that ms-swift refused is
 written as such, with the reason, never as a number.
@@ -20,6 +20,7 @@ TARGETS = {
     "encode": ">= 2x ms-swift; <= 1.3x the bare tokenizer's time",
     "train_padded": ">= 1.0x ms-swift",
     "train_packed": ">= 1.3x ms-swift (padded)",
+    "dpo": ">= 1.0x ms-swift",
 }
 
 
@@ -69,7 +70,84 @@ def _rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     if inf:
         rows.append((f"4. infer tokens/s (n={inf['n']}, batch {inf['batch_size']}, {inf['max_new_tokens']} new)",
                      _m(inf["tokens_per_s"]["swiftcore"]), _m(inf["tokens_per_s"]["msswift"]), _r(inf["ratio"]), "—"))
+    rows += _dpo_rows(data.get("dpo"))
     return rows
+
+
+def _dpo_rows(dpo: dict[str, Any] | None) -> list[tuple[str, str, str, str, str]]:
+    """Figure 5 (``bench/msswift_dpo.py``): DPO pairs/s; none when it failed (its note says why)."""
+    if not dpo or "pairs_per_s" not in dpo:
+        return []
+    pps, rss = dpo["pairs_per_s"], dpo["peak_rss_mb"]
+    n = len(dpo["raw_pairs_per_s"]["swiftcore_padded"])
+    ms = _m(pps.get("msswift_padded"), "{:.2f}")
+    return [
+        (f"5. DPO pairs/s, padded vs padded ({n} runs)", _m(pps["swiftcore_padded"], "{:.2f}"), ms,
+         _r(dpo.get("ratio_padded")), TARGETS["dpo"]),
+        (f"5. DPO pairs/s, swiftcore padding-free vs ms-swift padded ({n} runs)",
+         _m(pps["swiftcore_padding_free"], "{:.2f}"), ms + " (padding_free refused)"
+         if "refused" in dpo.get("msswift_refusals", {}).get("--padding_free", {}) else ms,
+         _r(dpo.get("ratio_padding_free_vs_msswift_padded")), TARGETS["dpo"]),
+        ("5. DPO peak RSS MB (padded)", _m(rss["swiftcore_padded"], "{:.0f}"),
+         _m(rss.get("msswift_padded"), "{:.0f}"), "—", "—"),
+        ("5. DPO peak RSS MB (swiftcore padding-free)", _m(rss["swiftcore_padding_free"], "{:.0f}"), "—", "—", "—"),
+    ]
+
+
+def _dpo_notes(dpo: dict[str, Any] | None) -> list[str]:
+    if not dpo:
+        return []
+    m = dpo["machine"]
+    out = [f"- Figure 5 (DPO) was measured on its own: `{dpo.get('command', 'python bench/msswift_dpo.py')}`, "
+           f"{m['date']}, {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB; {dpo.get('seconds', 'n/a')} s."]
+    if "error" in dpo:
+        return out + [f"- Figure 5 FAILED in this run: `{dpo['error']}`"]
+    s = dpo["setup"]
+    out.append(f"- Figure 5 setup: `swiftcore train --recipe dpo` vs `swift rlhf --rlhf_type dpo`, same tiny qwen3_5 "
+               f"and tokenizer, LoRA r={s['lora_rank']} alpha={s['lora_alpha']} on all linear layers (reference = "
+               f"the adapter-disabled policy on both), beta {s['beta']}, {s['loss_type']} loss, batch "
+               f"{s['batch_size']}, max length {s['max_length']}, one epoch of {dpo['pairs']} pairs "
+               f"({dpo['steps_per_epoch']} steps; chats of 1–{dpo.get('max_turns', '?')} turns, ms-swift's "
+               "`messages` + `rejected_response` rows), fp32, CPU, gradient accumulation 1, no gradient "
+               "checkpointing (ms-swift's default, on, is switched off), "
+               f"`OMP_NUM_THREADS={s.get('threads', '?')}` for both. Pairs/s = pairs / the trainer's "
+               "`train_runtime` (start-up, loading and encoding not counted). The two shuffle the epoch "
+               "differently (seed 42 each), so their batches pad to different lengths.")
+    for flag, r in dpo.get("msswift_refusals", {}).items():
+        verdict = f"refused: `{r['refused']}`" if "refused" in r else "ran (not refused)"
+        out.append(f"- ms-swift `swift rlhf --rlhf_type dpo {flag} true` on CPU: {verdict}")
+    pf = dpo.get("ratio_padding_free_over_padded")
+    if pf:
+        first = dpo.get("first_step", {})
+        a, b = first.get("swiftcore_padded"), first.get("swiftcore_padding_free")
+        same = (f" First-step logps/chosen padding-free vs padded: {b['first_logps_chosen']:.5f} vs "
+                f"{a['first_logps_chosen']:.5f}.") if a and b else ""
+        out.append(f"- Figure 5, swiftcore `--padding-free` / padded (per-pair ratio): {_r(pf)}. On this model and CPU "
+                   "packing has little to save: Qwen3.5's gated-DeltaNet (linear-attention) layers re-lay a packed "
+                   "row as a right-padded batch of its sequences to stay exact (`swiftcore_plugin_qwen3_5.packing`), "
+                   "so they pay the padding anyway, and the softmax-attention layers (sdpa, no flash-attention on "
+                   "CPU) run one row of all 2 x batch sequences under a block-diagonal mask, O(total²) instead of "
+                   "rows x longest²; the pairs are short, so little padding is saved (read from the code, not "
+                   "profiled)." + same)
+    first = dpo.get("first_step", {})
+    cells = []
+    for k, v in first.items():
+        cells.append(f"{k} loss {v['first_loss']:.5f}, logps/chosen {v['first_logps_chosen']:.3f}, "
+                     f"logps/rejected {v['first_logps_rejected']:.3f}" if v else f"{k} n/a")
+    out.append(f"- Figure 5 first step, all {dpo.get('check_pairs', '?')} check pairs in one batch (order-free): "
+               + "; ".join(cells))
+    a, b = first.get("swiftcore_padded"), first.get("msswift_padded")
+    if a and b:
+        rel = abs(a["first_logps_chosen"] - b["first_logps_chosen"]) / abs(b["first_logps_chosen"])
+        out.append(f"  - The first loss is ln 2 = 0.69315 on both sides whatever the data (a fresh adapter has "
+                   f"B = 0, so policy = reference). logps/chosen differ by {rel:.2%}: "
+                   + ("equal within 1%." if rel < 0.01 else "expected, the two do not score the same tokens. "
+                      "swiftcore's completion is the reply and `<|im_end|>` (the tokens SFT trains; the empty "
+                      "`<think>\\n\\n</think>\\n\\n` of the generation prompt is prompt); ms-swift's is "
+                      "`<think>\\n\\n</think>\\n\\n` + reply + `<|im_end|>\\n` (checked by encoding the first "
+                      "check pair on both sides), so its sums include those extra tokens; its prompts also differ "
+                      "where a chat has earlier assistant turns (figure 2)."))
+    return out
 
 
 def _notes(data: dict[str, Any]) -> list[str]:
@@ -127,6 +205,7 @@ def _notes(data: dict[str, Any]) -> list[str]:
                    f"{inf['completion_tokens']}. First prompt: swiftcore `{inf['example']['swiftcore'][:80]!r}`, "
                    f"ms-swift `{inf['example']['msswift'][:80]!r}` (the two encode the generation prompt "
                    "differently, so greedy outputs of a random model diverge).")
+    out += _dpo_notes(data.get("dpo"))
     for name, error in (data.get("errors") or {}).items():
         out.append(f"- Figure {name} FAILED in this run: `{error}`")
     return out
@@ -167,14 +246,22 @@ def render(data: dict[str, Any], peers: dict[str, Any] | None) -> str:
               "because ms-swift runs the vision tower on a dummy image even for text-only batches.",
               "- `swift sft` always needs `--model_type qwen3_5 --template qwen3_5` for a local tiny "
               "checkpoint (name matching is ambiguous), and defaults gradient accumulation to reach a batch "
-              "of 16, so `--gradient_accumulation_steps 1` is passed.",
-              ""]
+              "of 16, so `--gradient_accumulation_steps 1` is passed."]
+    if data.get("dpo"):
+        lines.append("- `swift rlhf --rlhf_type dpo` (figure 5) takes the same flags as `swift sft` plus `--beta`, "
+                     "`--loss_type sigmoid` and `--gradient_checkpointing false` (ms-swift turns gradient "
+                     "checkpointing on by default, swiftcore off); it needed nothing else on CPU. Only its "
+                     "`--padding_free` is refused (flash attention required).")
+    lines.append("")
     return "\n".join(lines)
 
 
 def write_results() -> Path:
     """Render RESULTS.md from the raw JSON files."""
     data = json.loads((RAW / "msswift_compare.json").read_text())
+    dpo = RAW / "msswift_dpo.json"
+    if dpo.exists():
+        data["dpo"] = json.loads(dpo.read_text())
     peers_path = RAW / "peers.json"
     peers = json.loads(peers_path.read_text()) if peers_path.exists() else None
     RESULTS.write_text(render(data, peers), encoding="utf-8")

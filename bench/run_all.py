@@ -1,7 +1,10 @@
 """``make bench``: set up the ms-swift peer environment, run every side-by-side figure, write RESULTS.md.
 
-Sized to finish within 30 minutes on a fresh 2-core machine, peer set-up (about 4 minutes) included.
-Options are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...).
+Sized to finish within 30 minutes on a fresh 2-core machine, peer set-up (about 4 minutes) included; figure 5
+(DPO, ``msswift_dpo.py``, 3 x 3 runs) adds 10-20 minutes (20 on a loaded shared 2-core machine). Options
+are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
+:func:`msswift_dpo.run` (``--dpo-runs``, ``--dpo-pairs``); ``--figures`` without ``dpo``
+skips figure 5 (its last raw JSON stays).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import time
 
 import msswift_compare
+import msswift_dpo
 import peers
 import report
 from common import write_raw
@@ -19,20 +23,29 @@ def main() -> None:
     """Run the whole benchmark and print the RESULTS.md table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
-    parser.add_argument("--figures", default=",".join(msswift_compare.FIGURES))
+    parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, "dpo")))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--infer-n", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--dpo-runs", type=int, default=3, help="alternating runs of figure 5 (DPO)")
+    parser.add_argument("--dpo-pairs", type=int, default=120, help="pairs in figure 5's epoch (>= 30 steps)")
     args = parser.parse_args()
     start = time.perf_counter()
     info = peers.ensure_peers()
     write_raw("peers", info)  # a reused environment keeps the set-up time measured when it was built
     how = "reused" if info.get("reused") else f"set up in {info['setup_s']} s"
     print(f"peer environment ready ({how})", flush=True)
-    msswift_compare.run(tuple(args.figures.split(",")), args.runs, args.encode_n, args.train_samples,
-                        batch_size=args.batch_size, infer_n=args.infer_n, max_new_tokens=args.max_new_tokens)
+    figures = tuple(args.figures.split(","))
+    others = tuple(f for f in figures if f != "dpo")
+    if others:  # figures 1-4 (bench/raw/msswift_compare.json)
+        msswift_compare.run(others, args.runs, args.encode_n, args.train_samples, batch_size=args.batch_size,
+                            infer_n=args.infer_n, max_new_tokens=args.max_new_tokens)
+    if "dpo" in figures:
+        msswift_dpo.run(args.dpo_runs, args.dpo_pairs, args.batch_size,
+                        command=f"make bench (bench/run_all.py --dpo-runs {args.dpo_runs} --dpo-pairs {args.dpo_pairs} "
+                        f"--batch-size {args.batch_size})")
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -54,3 +55,35 @@ def test_report_shows_refusals_and_failed_figures_not_numbers() -> None:
     assert "refused: `ValueError: needs flash_attn`" in text
     assert "msswift_padded n/a" in text
     assert "| 4. infer" not in text  # a failed figure has no row of numbers
+
+
+def test_dpo_pairs_are_deterministic_and_rejected_differs(tmp_path: Path) -> None:
+    from msswift_dpo import make_pairs
+
+    a = make_pairs(tmp_path / "a.jsonl", 40).read_text()
+    assert a == make_pairs(tmp_path / "b.jsonl", 40).read_text()
+    rows = [json.loads(line) for line in a.splitlines()]
+    assert all(r["rejected_response"] != r["messages"][-1]["content"] for r in rows)
+    assert len({len(r["messages"]) for r in rows}) > 2  # mixed lengths
+
+
+def test_report_shows_dpo_figure_refusal_and_failure() -> None:
+    stats = {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    machine = {"cpu": "cpu", "cores": 2, "memory_gb": 1, "os": "linux", "python": "3.11", "date": "today"}
+    series = {"swiftcore_padded": stats, "msswift_padded": stats, "swiftcore_padding_free": stats}
+    first = {"first_loss": 0.6931, "first_logps_chosen": -50.0, "first_logps_rejected": -60.0}
+    dpo = {"machine": machine, "runs": 3, "command": "python bench/msswift_dpo.py", "pairs": 120,
+           "steps_per_epoch": 30, "max_turns": 4, "check_pairs": 8,
+           "setup": {"lora_rank": 8, "lora_alpha": 32, "beta": 0.1, "loss_type": "sigmoid", "batch_size": 4,
+                     "max_length": 1024, "threads": 1},
+           "pairs_per_s": series, "peak_rss_mb": series, "ratio_padded": stats,
+           "raw_pairs_per_s": {k: [1.0, 2.0, 3.0] for k in series},
+           "ratio_padding_free_vs_msswift_padded": stats,
+           "msswift_refusals": {"--padding_free": {"refused": "ValueError: needs flash_attn"}},
+           "first_step": {"swiftcore_padded": first, "msswift_padded": None, "swiftcore_padding_free": first}}
+    text = render({"machine": machine, "runs": 5, "dpo": dpo}, None)
+    assert "| 5. DPO pairs/s, padded vs padded (3 runs) | 2.00 (1.00–3.00) |" in text
+    assert "(padding_free refused)" in text and "refused: `ValueError: needs flash_attn`" in text
+    assert "msswift_padded n/a" in text
+    failed = render({"machine": machine, "runs": 5, "dpo": {"machine": machine, "error": "RuntimeError: boom"}}, None)
+    assert "Figure 5 FAILED in this run: `RuntimeError: boom`" in failed and "| 5. DPO" not in failed

@@ -105,6 +105,9 @@ NOT_RUN: dict[str, dict[str, str]] = {
     "model_plugins/olmoe/README.md": {
         "pip install ./model_plugins/olmoe": "installs into the test environment; the path is checked instead",
     },
+    "model_plugins/glm5/README.md": {
+        "pip install ./model_plugins/glm5": "installs into the test environment; the path is checked instead",
+    },
     "model_plugins/mimo_v2/README.md": {
         "pip install ./template_plugins/mimo ./model_plugins/mimo_v2": "installs into the test environment; the "
         "paths are checked instead",

@@ -29,7 +29,7 @@ pytest.importorskip("megatron.core")
 pytestmark = pytest.mark.slow  # several `swiftcore train` / `export` runs: about a minute on 2 cores
 
 # Families with an installed bridge (megatron_bridges/*); a trained full checkpoint of each is round-tripped.
-FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe"]
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe", "glm5"]
 
 ROWS = [
     {"messages": [{"role": "user", "content": f"Say {word}."}, {"role": "assistant", "content": f"{word} {word}."}]}

@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow  # several `swiftcore train` / `export` runs: about a minute on 2 cores
 
-FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe"]
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe", "glm5"]
 
 STEPS = 5
 LEARNING_RATE = "1e-2"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe"]
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe", "glm5"]
 TUNERS = ["full", "lora"]
 
 

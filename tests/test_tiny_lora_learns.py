@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe"]
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe", "glm5"]
 
 # Four short, made-up facts: nothing a random model could guess, a few tokens per answer.
 FACTS = [

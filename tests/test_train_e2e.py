@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
-FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe"]
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe", "glm5"]
 # Model classes plain transformers loads each tiny checkpoint with (not through swiftcore).
 PLAIN_CLASS = {
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
@@ -21,6 +21,7 @@ PLAIN_CLASS = {
     "qwen3_asr": "Qwen3ASRForConditionalGeneration",
     "mimo_v2_flash": "MiMoV2FlashForCausalLM",
     "olmoe": "OlmoeForCausalLM",
+    "glm5": "GlmMoeDsaForCausalLM",
 }
 
 

@@ -30,7 +30,7 @@ from swiftcore_testing.processes import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 
-FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "mimo_v2_flash", "olmoe"]
+FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "mimo_v2_flash", "olmoe", "glm5"]
 #: Families whose official template has no reasoning: they train and are asked the plain questions only.
 NO_THINKING = {"olmoe"}
 PLAIN = [

@@ -193,8 +193,13 @@ def test_a_reward_column_missing_from_the_dataset_is_refused(acme: Path, tiny_di
 @pytest.mark.parametrize(
     ("recipe", "flags", "weights"),
     [
-        # RLOO with its KL penalty (reference = the LoRA adapter switched off), an ordinary peft adapter out.
-        ("rloo", ("--rloo-beta", "0.05", "--rloo-normalize-advantages"), "adapter_model.safetensors"),
+        # RLOO with its KL penalty (reference = the LoRA adapter switched off), an ordinary peft adapter out; its
+        # rollouts from the colocated transformers engine (LoRA-only weight sync).
+        (
+            "rloo",
+            ("--rloo-beta", "0.05", "--rloo-normalize-advantages", "--rollout-engine", "transformers"),
+            "adapter_model.safetensors",
+        ),
         # REINFORCE++-baseline, full fine-tuning with the KL in the returns (TRL loads a reference model copy).
         ("reinforce_pp", ("--tuner", "full", "--reinforce-pp-beta", "0.05"), "model.safetensors"),
     ],
@@ -217,6 +222,8 @@ def test_train_rloo_and_reinforce_pp_from_the_cli(
     logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
     steps = [row for row in logs if "rewards/shout/mean" in row]
     assert len(steps) == 2 and all("kl" in row and math.isfinite(row["loss"]) for row in steps), steps
+    if "--rollout-engine" in flags:  # one sync per step, logged
+        assert all(row["sync_bytes"] > 0 and row["sync_s"] >= 0 for row in steps), steps
     args = json.loads((out / "args.json").read_text())
     assert args["recipe"]["name"] == recipe and args[recipe]["reward_weight"] == ["shout=0.5"]
     assert [r["name"] for r in args["rewards"]] == ["format", "shout", "accuracy"]

@@ -35,8 +35,8 @@ from swiftcore.template.segments import Layout, Segment, Turn, layout_from_segme
 
 __all__ = ["Template"]
 
-#: Records rendered per tokenizer batch call in :meth:`Template.encode_batch`.
-_CHUNK = 512
+#: Records per tokenizer call in encode_batch (Rust batch calls of 512 cost 1.2-1.6x the CPU of one 10k call)
+_CHUNK = 8192
 
 
 class Template:

@@ -15,7 +15,8 @@ SGLang backends cannot drift apart:
 
 A backend subclasses :class:`Engine` and implements the ``_``-prefixed primitives, which only ever see
 token ids: :meth:`Engine._generate_ids`, and optionally :meth:`Engine._stream_ids`,
-:meth:`Engine._embed_ids`, :meth:`Engine._load_adapter` and :meth:`Engine._update_weights`.
+:meth:`Engine._embed_ids`, :meth:`Engine._load_adapter`, :meth:`Engine._update_weights` and
+:meth:`Engine._update_adapter` (the last two are the weight sync an online-RL trainer pushes its policy through).
 """
 
 from __future__ import annotations
@@ -559,6 +560,59 @@ class Engine:
         self._update_weights(named)
         return len(named)
 
+    def update_adapter(self, name: str, tensors: Mapping[str, Any]) -> int:
+        """Replace the tensors of the loaded LoRA adapter ``name`` in place (LoRA-only weight sync for online RL)
+        and return how many tensors changed; the base weights stay as they are.
+
+        This is the weight-sync interface a trainer pushes a LoRA policy through: only the adapter's tensors
+        move. A backend implements :meth:`_update_adapter` (the transformers backend copies them into its peft
+        model; a vLLM backend would implement it with vLLM's LoRA reload, as :meth:`update_weights` would with
+        its native weight update).
+
+        Args:
+            name: an adapter loaded with :meth:`load_adapter` (its rank and targets fix the tensors' shapes).
+            tensors: peft's state-dict names (``get_peft_model_state_dict``: no adapter name in them) -> tensors.
+
+        Raises:
+            UnsupportedError: the backend has no LoRA support, or cannot update an adapter in place.
+            InvalidRequestError: ``name`` is not a loaded adapter, ``tensors`` is empty, or a name or shape is not
+                the adapter's.
+        """
+        if "lora" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} does not support LoRA adapters")
+        if name not in self.adapters:
+            raise InvalidRequestError(f"update_adapter: no adapter {name!r} is loaded (load it with load_adapter)")
+        if not tensors:
+            raise InvalidRequestError("update_adapter got no tensors")
+        self._update_adapter(name, dict(tensors))
+        return len(tensors)
+
+    def generate_rollouts(self, requests: Sequence[Request]) -> list[tuple[Generation, list[int]]]:
+        """Serve ``requests`` in one batch as :meth:`generate_requests` does, and also return each one's generated
+        ids up to and including the stop token that ended it (the ids a trainer scores: RL rollouts).
+
+        Unlike :meth:`generate_requests`, nothing is isolated: a request that cannot be encoded, or a failing
+        batch, raises, since a rollout that silently lost a sample would bias the step.
+
+        Returns:
+            ``(generation, ids)`` per request, in order: the parsed reply (cut, decoded and parsed by the template
+            as served) and the raw ids (the stop token kept; at most ``max_new_tokens``).
+        """
+        if "generate" not in self.capabilities:
+            raise UnsupportedError(f"backend {self.backend!r} does not generate text (an embedding or pooling runner)")
+        if not requests:
+            return []
+        prompts = [self.encode(request) for request in requests]
+        adapters = [self._adapter_for(request) for request in requests]
+        raw = self._generate_ids(prompts, [r.sampling for r in requests], adapters)
+        out = []
+        for request, prompt, generated in zip(requests, prompts, raw, strict=True):
+            generated = list(generated)
+            stop_at = next((i for i, t in enumerate(generated) if t in self.stop_token_ids), None)
+            kept = generated[: stop_at + 1] if stop_at is not None else generated[: request.sampling.max_new_tokens]
+            out.append((self.finish(request, prompt, generated), kept))
+        return out
+
     def close(self) -> None:
         """Free the engine's resources (default: nothing)."""
 
@@ -601,6 +655,9 @@ class Engine:
 
     def _update_weights(self, named: list[tuple[str, Any]]) -> None:
         raise UnsupportedError(f"backend {self.backend!r} cannot update weights")
+
+    def _update_adapter(self, name: str, tensors: dict[str, Any]) -> None:
+        raise UnsupportedError(f"backend {self.backend!r} cannot update a LoRA adapter in place")
 
 
 class _StreamState:

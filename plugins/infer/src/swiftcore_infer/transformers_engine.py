@@ -114,6 +114,29 @@ class TransformersEngine(Engine):
                 f"{' ...' if len(unknown) > 5 else ''} (names must be the model's own)"
             )
 
+    def _update_adapter(self, name: str, tensors: dict[str, Any]) -> None:
+        """Copy peft state-dict tensors into adapter ``name`` (peft's own name mapping; strict on names and
+        shapes, so a tensor that would silently not arrive is an error)."""
+        from peft import set_peft_model_state_dict
+
+        if not self._is_peft:  # pragma: no cover - load_adapter always makes the model a PeftModel
+            raise InvalidRequestError(f"update_adapter: no adapter {name!r} is loaded")
+        expected = {k for k in self.model.state_dict() if f".{name}." in k}
+        try:
+            result = set_peft_model_state_dict(self.model, tensors, adapter_name=name)
+        except RuntimeError as exc:  # size mismatch
+            raise InvalidRequestError(f"update_adapter: {exc}") from exc
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        if unexpected:
+            raise InvalidRequestError(
+                f"update_adapter: adapter {name!r} has no tensor {', '.join(unexpected[:5])}"
+                f"{' ...' if len(unexpected) > 5 else ''} (names must be peft's, as get_peft_model_state_dict "
+                "gives them)"
+            )
+        missing = [k for k in (getattr(result, "missing_keys", []) or []) if k in expected]
+        if len(missing) == len(expected):
+            raise InvalidRequestError(f"update_adapter: none of the tensors belongs to adapter {name!r}")
+
     # ------------------------------------------------------------------ generation
 
     def _adapter_kwargs(self, adapters: list[str | None]) -> dict[str, Any]:

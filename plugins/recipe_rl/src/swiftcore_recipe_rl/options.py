@@ -119,6 +119,10 @@ class RolloutOptions(SamplingOptions):
         num_generations: completions sampled per prompt (the group whose rewards are compared).
         num_iterations: optimisation passes over each batch of rollouts (the clipped ratio matters above 1).
         mask_truncated_completions: leave completions that hit ``max_completion_length`` out of the loss.
+        rollout_engine: who generates the rollouts: ``trainer`` (TRL's own ``generate`` on the policy) or
+            ``transformers`` (a swiftcore engine colocated in the trainer's process, synced to the policy before
+            each generation round; see :mod:`swiftcore_recipe_rl.sync`).
+        sync_bucket_mb: with a rollout engine and ``--tuner full``, the largest bucket of the weight sync (MiB).
     """
 
     reward: tuple[str, ...] = ()
@@ -129,8 +133,15 @@ class RolloutOptions(SamplingOptions):
     num_generations: int = 8
     num_iterations: int = 1
     mask_truncated_completions: bool = False
+    rollout_engine: str = "trainer"
+    sync_bucket_mb: float = 64.0
 
     def _check(self, problems: list[str]) -> None:
+        from swiftcore_recipe_rl.sync import ROLLOUT_ENGINES
+
+        if self.rollout_engine not in ROLLOUT_ENGINES:
+            problems.append(f"--rollout-engine: {self.rollout_engine!r} is not one of {', '.join(ROLLOUT_ENGINES)}")
+        _check_finite(self, {"sync_bucket_mb": (0.0, math.inf)}, problems)
         self.reward = _strings(self.reward)
         self.reward_option = _strings(self.reward_option)
         self.reward_weight = _strings(self.reward_weight)
@@ -311,6 +322,10 @@ _HELP = {
     "rollout_top_k": "Top-k sampling of the rollouts (0 = off).",
     "num_iterations": "Optimisation passes over each batch of rollouts.",
     "mask_truncated_completions": "Leave completions cut at --max-completion-length out of the loss.",
+    "rollout_engine": "Who generates rollouts: trainer (TRL's generate) or transformers (a swiftcore engine in the "
+    "trainer's process, synced to the policy before each generation round).",
+    "sync_bucket_mb": "Weight sync to the rollout engine with --tuner full: largest bucket in MiB (LoRA sends only "
+    "the adapter).",
     "grpo_loss_type": f"GRPO loss aggregation: {', '.join(GRPO_LOSS_TYPES)}.",
     "grpo_beta": "KL penalty weight to the reference model (0 = no reference model).",
     "grpo_epsilon": "Clipping range of the probability ratio: [1 - eps, 1 + eps_high].",

@@ -144,13 +144,15 @@ def _refuse_unsupported(cfg: Any) -> None:
 
 
 def _encode_prompts(
-    rows: list, codec: Any, cfg: Any, options: SamplingOptions
+    rows: list, codec: Any, cfg: Any, options: SamplingOptions, records: dict[str, dict] | None = None
 ) -> tuple[list[dict], dict[str, list[int]]]:
-    """The TRL dataset rows (``prompt`` text + reward columns) and the text -> template ids map."""
+    """The TRL dataset rows (``prompt`` text + reward columns) and the text -> template ids map; ``records``, when
+    given, is filled with the text -> prompt record map (what a rollout engine encodes)."""
     from swiftcore.api import SwiftcoreError
 
     room = cfg.max_length - options.max_completion_length
     dataset, ids_of = [], {}
+    records = {} if records is None else records
     dropped = 0
     for row in rows:
         record = row.record
@@ -169,12 +171,40 @@ def _encode_prompts(
                 "shorten the prompt, or pass --truncation drop"
             )
         ids_of[text] = ids
+        records[text] = record
         dataset.append({"prompt": text, **row.columns})
     if dropped:
         log.warning("dropped %d prompt(s) longer than --max-length minus --max-completion-length", dropped)
     if not dataset:
         raise SwiftcoreError("no prompt left to train on (see the warning above)")
     return dataset, ids_of
+
+
+def _attach_rollout_engine(
+    trainer: Any,
+    options: RolloutOptions,
+    cfg: Any,
+    plugins: Any,
+    template: str,
+    prompt_ids: dict[str, list[int]],
+    prompt_records: dict[str, dict],
+) -> None:
+    """``--rollout-engine NAME``: a colocated engine of that backend on the policy's base checkpoint, given the
+    policy's adapter, synced before each generation round (:mod:`swiftcore_recipe_rl.sync`)."""
+    from swiftcore_recipe_rl.sync import WeightSync, create_rollout_engine
+
+    engine = create_rollout_engine(
+        options.rollout_engine, cfg, plugins, template=template, device=str(trainer.accelerator.device)
+    )
+    trainer.rollout_engine = engine
+    trainer.weight_sync = WeightSync(engine, bucket_mb=options.sync_bucket_mb)
+    trainer.weight_sync.attach(trainer.model)
+    trainer.prompt_records = {tuple(prompt_ids[text]): record for text, record in prompt_records.items()}
+    log.info(
+        "rollouts: %s engine colocated, %s weight sync before each generation round",
+        options.rollout_engine,
+        "LoRA-only" if hasattr(trainer.model, "peft_config") else f"bucketed ({options.sync_bucket_mb:g} MiB)",
+    )
 
 
 def _resume(cfg: Any, output_dir: Path) -> Path | None:
@@ -259,7 +289,8 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
     check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     codec = PromptCodec(template, tokenizer)
-    dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options)
+    prompt_records: dict[str, dict] = {}
+    dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options, prompt_records)
     resume = _resume(cfg, output_dir)
     log.info(
         "%s: model %s (%s), template %s, %s, %d prompts x %d generations",
@@ -310,6 +341,8 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
         callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
     )
     trainer.prompt_ids = prompt_ids
+    if isinstance(options, RolloutOptions) and options.rollout_engine != "trainer":
+        _attach_rollout_engine(trainer, options, cfg, plugins, template_spec.name, prompt_ids, prompt_records)
     if recipe == "reinforce_pp":
         trainer.baseline = options.reinforce_pp_baseline
     resumed_step = None

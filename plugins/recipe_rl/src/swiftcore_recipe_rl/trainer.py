@@ -51,14 +51,95 @@ def _template_prompts() -> type:
 
 
 @cache
+def _engine_rollouts() -> type:
+    """The mixin that generates rollouts with a colocated swiftcore engine (``--rollout-engine transformers``)."""
+    from swiftcore.api import SwiftcoreError
+
+    class EngineRollouts:
+        """A TRL online trainer whose completions come from a swiftcore inference engine, synced to the policy
+        before each generation round.
+
+        Why ``_generate_single_turn`` and nothing else: it is TRL's one call from prompt ids to completion ids
+        (GRPOTrainer and RLOOTrainer both have it; their vLLM path is a branch inside it). Above it TRL still
+        tokenizes (our template ids, :func:`_template_prompts`), decodes, runs tools and rewards; below it the
+        trainer computes log-probs, advantages and the loss on exactly the ids returned here. TRL's ``rollout_func``
+        would also replace the prompt encoding and its vLLM weight sync hooks, which we do not need.
+
+        Set by the recipe (None: TRL's own generation): ``rollout_engine`` (an engine), ``weight_sync``
+        (:class:`~swiftcore_recipe_rl.sync.WeightSync`), ``prompt_records`` (template ids -> the prompt record,
+        so the engine encodes and parses it as served).
+        """
+
+        rollout_engine: Any = None
+        weight_sync: Any = None
+        prompt_records: dict[tuple[int, ...], dict] = {}
+        _synced_step: int | None = None
+        _returns_logprobs = True  # GRPOTrainer's returns (ids, logprobs); RLOOTrainer's the ids alone
+
+        def _generate_single_turn(self, prompt_ids: Any, images: Any, multimodal_fields: Any, *args: Any, **kw: Any):
+            if self.rollout_engine is None:
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kw)
+            if images or multimodal_fields:
+                raise SwiftcoreError("--rollout-engine: prompts with images or audio are not supported yet")
+            self.sync_rollout_engine()
+            completion_ids = [ids for _, ids in self.engine_rollouts(prompt_ids)]
+            return (completion_ids, None) if self._returns_logprobs else completion_ids
+
+        def sync_rollout_engine(self) -> Any:
+            """Push the policy's weights to the engine once per optimiser step (the first round included); log
+            ``sync_s`` and ``sync_bytes``. Returns the :class:`~swiftcore_recipe_rl.sync.SyncStats`, or None when
+            the engine already has this step's weights."""
+            if self._synced_step == self.state.global_step:
+                return None
+            stats = self.weight_sync.push(self.model)
+            self._synced_step = self.state.global_step
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["sync_s"].append(stats.seconds)
+            self._metrics[mode]["sync_bytes"].append(float(stats.bytes))
+            return stats
+
+        def engine_rollouts(self, prompt_ids: list[list[int]]) -> list[tuple[Any, list[int]]]:
+            """``(Generation, completion ids)`` per prompt from the engine, sampled as TRL's config says; each
+            completion keeps the stop token that ended it, as TRL's own generation does."""
+            from swiftcore_infer.types import Request, SamplingParams
+
+            args = self.args
+            sampling = SamplingParams(
+                max_new_tokens=int(self.max_completion_length),
+                temperature=float(args.temperature),
+                top_p=float(args.top_p if args.top_p is not None else 1.0),
+                top_k=int(args.top_k or 0),
+                repetition_penalty=float(args.repetition_penalty or 1.0),
+            )
+            adapter = self.weight_sync.adapter if self.rollout_engine.adapters else None
+            requests = []
+            for ids in prompt_ids:
+                record = self.prompt_records.get(tuple(int(t) for t in ids))
+                if record is not None:
+                    requests.append(Request(record=record, sampling=sampling, adapter=adapter))
+                else:  # a prompt the recipe did not encode (tests): its ids as they are
+                    requests.append(Request(prompt=[int(t) for t in ids], sampling=sampling, adapter=adapter))
+            out = self.rollout_engine.generate_rollouts(requests)
+            for request, ids in zip(requests, prompt_ids, strict=True):
+                if list(request.encoded) != [int(t) for t in ids]:
+                    raise SwiftcoreError(
+                        "--rollout-engine: the engine encodes a prompt differently from the trainer (its template or "
+                        "the checkpoint's chat defaults differ); pass the same --template and thinking mode"
+                    )
+            return out
+
+    return EngineRollouts
+
+
+@cache
 def grpo_trainer_class() -> type:
     """The ``grpo`` trainer: :class:`swiftcore_train.trainer.SwiftTrainer` (atomic checkpoints, resume checks) over
     :class:`trl.GRPOTrainer` (rollouts, rewards, advantages, the clipped loss of every loss type)."""
     from swiftcore_train.trainer import SwiftTrainer
     from trl import GRPOTrainer
 
-    class SwiftGRPOTrainer(SwiftTrainer, _template_prompts(), GRPOTrainer):
-        """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints."""
+    class SwiftGRPOTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), GRPOTrainer):
+        """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally a rollout engine)."""
 
     return SwiftGRPOTrainer
 
@@ -70,8 +151,10 @@ def rloo_trainer_class() -> type:
     from swiftcore_train.trainer import SwiftTrainer
     from trl import RLOOTrainer
 
-    class SwiftRLOOTrainer(SwiftTrainer, _template_prompts(), RLOOTrainer):
+    class SwiftRLOOTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), RLOOTrainer):
         """RLOOTrainer on template-encoded prompts, with swiftcore's checkpoints."""
+
+        _returns_logprobs = False
 
     return SwiftRLOOTrainer
 

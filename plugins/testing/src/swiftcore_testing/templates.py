@@ -239,6 +239,15 @@ class OffsetsOnlyTokenizer:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._tokenizer(*args, **kwargs)
 
+    @property
+    def eos_token(self) -> Any:
+        """The wrapped tokenizer's EOS: the encoder reads it to close a last reply that renders no stop."""
+        return self._tokenizer.eos_token
+
+    def get_added_vocab(self) -> dict[str, int]:
+        """The wrapped tokenizer's added tokens (which stop words are single special tokens)."""
+        return self._tokenizer.get_added_vocab()
+
 
 def compare_fast_and_slow(
     template: Any,

@@ -160,8 +160,16 @@ class Gemma4Template(Template):
         thinking_text = message.get("reasoning") or message.get("reasoning_content")
         # The official template shows thinking only before tool calls; a reply being trained (train/serve
         # rule, swiftcore.template.base) keeps it, in the same form, as the model generates it.
+        thought = ""
         if thinking_text and after_user and (calls or conv.training):
-            chunks.append(("<|channel>thought\n" + str(thinking_text) + "\n<channel|>", True))
+            thought = "<|channel>thought\n" + str(thinking_text) + "\n<channel|>"
+            chunks.append((thought, True))
+        raw = message.get("content")
+        if not calls and not message.get("tool_responses") and isinstance(raw, str):
+            # The common case (a text reply, no tools): every chunk is trained, so the turn is one piece
+            # and its trailer, as the general path below merges it.
+            head, kind = ("", "answer") if continues else ("<|turn>model\n", "assistant")
+            return [Segment(head + thought + strip_thinking(raw) + "<turn|>", kind, index), prompt("\n", index)], None
         if calls:
             chunks.append(("".join(self._call(conv, index, call) for call in calls), True))
             state = "tool_call"
@@ -177,8 +185,7 @@ class Gemma4Template(Template):
                     break
                 chunks.append((format_tool_response(self._tool_name(calls, follow), self._tool_body(follow)), False))
                 responded, state = True, "tool_response"
-        raw = message.get("content")
-        if isinstance(raw, str):  # the common case, without pieces
+        if isinstance(raw, str):
             content, last_media = strip_thinking(raw), None
         else:
             pieces, last_media = self._content(conv, index, model=True)

@@ -1,0 +1,82 @@
+"""The tiny GLM-5 checkpoint (built once per session with transformers, then perturbed), its bridge and its
+TP-2 / EP-2 conversions. Nothing here touches the Hugging Face Hub."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: The model plugin's tiny sizes (swiftcore_plugin_glm5.tiny), repeated so this distribution tests alone.
+TINY: dict[str, Any] = dict(
+    vocab_size=256, hidden_size=128, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+    first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=32,
+    qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, index_n_heads=2, index_head_dim=32, index_topk=16,
+    n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1,
+    routed_scaling_factor=2.5, norm_topk_prob=True, max_position_embeddings=4096,
+    rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}, tie_word_embeddings=False,
+    bos_token_id=None, eos_token_id=[0, 7, 9], pad_token_id=0,
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hub_offline() -> Iterator[None]:
+    """Set ``HF_HUB_OFFLINE=1`` for the session, so a stray Hub lookup fails instead of waiting on the network."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        yield
+
+
+def build_glm5(out: Path, **overrides: Any) -> Path:
+    """Save a random tiny ``GlmMoeDsaForCausalLM`` to ``out``, then perturb every tensor in place (norms start at
+    1, LayerNorm biases and the expert-score bias at 0 in HF's init: mistakes there would not show)."""
+    import torch
+    from swiftcore_megatron.perturb import perturb_checkpoint
+    from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+
+    torch.manual_seed(0)
+    GlmMoeDsaForCausalLM(GlmMoeDsaConfig(**{**TINY, **overrides})).save_pretrained(out / "raw")
+    return perturb_checkpoint(out / "raw", out / "hf", seed=1)
+
+
+@pytest.fixture(scope="session")
+def glm5_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The perturbed tiny GLM-5 checkpoint."""
+    return build_glm5(tmp_path_factory.mktemp("glm5"))
+
+
+@pytest.fixture(scope="session")
+def bridge(glm5_hf: Path) -> Any:
+    """The installed bridge for :func:`glm5_hf`, resolved as ``swiftcore export`` does."""
+    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+
+    from swiftcore.api import load_plugins
+
+    return resolve_bridge(read_hf_config(glm5_hf), load_plugins(["bridge_glm5"]))[1]
+
+
+def _converted(hf: Path, bridge: Any, out: Path, tp: int, ep: int) -> Path:
+    from swiftcore_megatron.convert import hf_to_mcore
+
+    hf_to_mcore(hf, out, bridge, tp=tp, ep=ep)
+    return out
+
+
+@pytest.fixture(scope="session")
+def mcore_tp1(glm5_hf: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`glm5_hf` converted at TP 1."""
+    return _converted(glm5_hf, bridge, tmp_path_factory.mktemp("mcore") / "tp1", 1, 1)
+
+
+@pytest.fixture(scope="session")
+def mcore_tp2(glm5_hf: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`glm5_hf` converted at TP 2."""
+    return _converted(glm5_hf, bridge, tmp_path_factory.mktemp("mcore") / "tp2", 2, 1)
+
+
+@pytest.fixture(scope="session")
+def mcore_ep2(glm5_hf: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`glm5_hf` converted at EP 2 (two experts per rank)."""
+    return _converted(glm5_hf, bridge, tmp_path_factory.mktemp("mcore") / "ep2", 1, 2)

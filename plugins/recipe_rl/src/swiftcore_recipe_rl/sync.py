@@ -1,0 +1,192 @@
+"""Rollouts through a swiftcore inference engine colocated with the trainer, and the weight sync that keeps it on
+the policy (``--rollout-engine transformers``).
+
+The protocol is the engine contract's (:class:`swiftcore_infer.Engine`), so a backend that implements two methods
+can serve rollouts:
+
+- ``update_adapter(name, tensors)``: LoRA-only sync. The engine holds the policy's adapter under
+  :data:`POLICY_ADAPTER`; before each generation round it receives only the adapter's tensors (peft's
+  ``get_peft_model_state_dict``), never the base weights, which LoRA training does not change.
+- ``update_weights(named_tensors)``: full sync, in buckets of at most ``--sync-bucket-mb`` MiB each (one call per
+  bucket), so a large model never needs a second whole copy of its state dict in flight.
+
+The transformers backend implements both by copying into its model in place; they are the interface a vLLM backend
+would implement with vLLM's native weight update (``collective_rpc`` / ``load_weights``) and its LoRA reload.
+
+Each sync is measured (:class:`SyncStats`: seconds, bytes moved, tensors, buckets); the trainer logs ``sync_s`` and
+``sync_bytes`` per step in ``logs.jsonl``.
+
+Importing this module imports neither torch nor the engine.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["POLICY_ADAPTER", "ROLLOUT_ENGINES", "SyncStats", "WeightSync", "create_rollout_engine", "greedy_tokens"]
+
+#: The engine's name for the policy's LoRA adapter.
+POLICY_ADAPTER = "policy"
+#: ``--rollout-engine`` values: ``trainer`` (TRL's own ``generate`` on the policy) or a swiftcore backend.
+ROLLOUT_ENGINES = ("trainer", "transformers")
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """One weight sync, measured.
+
+    Attributes:
+        seconds: wall time of the sync (reading the trainer's tensors and the engine's updates).
+        bytes: bytes of tensor data moved to the engine (tied tensors counted once).
+        tensors: how many tensors moved.
+        buckets: engine calls it took (1 for LoRA).
+    """
+
+    seconds: float
+    bytes: int
+    tensors: int
+    buckets: int
+
+
+def _unwrap(model: Any) -> Any:
+    """The policy under accelerate/DDP wrappers."""
+    return getattr(model, "module", model)
+
+
+def _is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def _nbytes(tensor: Any) -> int:
+    return int(tensor.numel()) * int(tensor.element_size())
+
+
+class WeightSync:
+    """Pushes the trainer's current weights to a rollout engine: LoRA tensors only for a peft policy, else the
+    whole state dict in buckets.
+
+    Args:
+        engine: the rollout engine (``update_adapter`` / ``update_weights`` as in the module docstring).
+        bucket_mb: the largest bucket of a full sync, in MiB (a tensor larger than that travels alone).
+        adapter: the engine's adapter name for a LoRA policy.
+
+    Attributes:
+        history: every sync's :class:`SyncStats`, in order.
+    """
+
+    def __init__(self, engine: Any, *, bucket_mb: float = 64.0, adapter: str = POLICY_ADAPTER) -> None:
+        self.engine = engine
+        self.bucket_bytes = max(1, int(bucket_mb * 2**20))
+        self.adapter = adapter
+        self.history: list[SyncStats] = []
+
+    def attach(self, model: Any) -> None:
+        """Give the engine the policy's adapter (for a peft policy): saved once to a temporary directory and loaded
+        as :attr:`adapter`, its rank and targets the policy's. A full policy needs nothing: the engine loaded the
+        same base checkpoint."""
+        model = _unwrap(model)
+        if not _is_peft(model) or self.adapter in getattr(self.engine, "adapters", {}):
+            return
+        with tempfile.TemporaryDirectory(prefix="swiftcore-rl-adapter-") as tmp:
+            model.save_pretrained(tmp)
+            self.engine.load_adapter(self.adapter, Path(tmp))
+
+    def buckets(self, model: Any) -> Iterator[list[tuple[str, Any]]]:
+        """The policy's full state dict as lists of ``(name, tensor)`` of at most :attr:`bucket_bytes` each (tied
+        tensors sent once; detached, on their device)."""
+        bucket: list[tuple[str, Any]] = []
+        size = 0
+        seen: set[int] = set()
+        for name, tensor in _unwrap(model).state_dict().items():
+            key = tensor.data_ptr()
+            if key in seen:  # a tied weight (lm_head = embed_tokens): the engine ties it already
+                continue
+            seen.add(key)
+            n = _nbytes(tensor)
+            if bucket and size + n > self.bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+            bucket.append((name, tensor.detach()))
+            size += n
+        if bucket:
+            yield bucket
+
+    def push(self, model: Any) -> SyncStats:
+        """Sync the engine to ``model``'s current weights; return (and record) the measurement."""
+        import torch
+
+        start = time.perf_counter()
+        model = _unwrap(model)
+        with torch.no_grad():
+            if _is_peft(model):
+                from peft import get_peft_model_state_dict
+
+                self.attach(model)
+                tensors = {k: v.detach() for k, v in get_peft_model_state_dict(model).items()}
+                self.engine.update_adapter(self.adapter, tensors)
+                count, moved, calls = len(tensors), sum(_nbytes(t) for t in tensors.values()), 1
+            else:
+                count = moved = calls = 0
+                for bucket in self.buckets(model):
+                    self.engine.update_weights(bucket)
+                    count += len(bucket)
+                    moved += sum(_nbytes(t) for _, t in bucket)
+                    calls += 1
+        stats = SyncStats(seconds=time.perf_counter() - start, bytes=moved, tensors=count, buckets=calls)
+        self.history.append(stats)
+        return stats
+
+
+def create_rollout_engine(name: str, cfg: Any, plugins: Any, *, template: str, device: str | None = None) -> Any:
+    """The colocated rollout engine of backend ``name`` on the policy's base checkpoint (``--model``), with the
+    run's template, model type and dtype: what ``swiftcore deploy --backend NAME`` would serve.
+
+    Raises:
+        SwiftcoreError: the backend cannot sync weights (no ``update_weights`` capability).
+    """
+    from swiftcore_infer.backends import create_engine
+
+    from swiftcore.api import SwiftcoreError
+
+    engine = create_engine(
+        name, cfg.model, plugins, template=template, model_type=cfg.model_type, dtype=cfg.dtype, device=device
+    )
+    if "update_weights" not in getattr(engine, "capabilities", ()):
+        engine.close()
+        raise SwiftcoreError(f"--rollout-engine {name}: backend {name!r} cannot receive the trainer's weights")
+    return engine
+
+
+def greedy_tokens(
+    model: Any, prompts: list[list[int]], *, max_new_tokens: int, stop_ids: list[int], pad_id: int
+) -> Any:
+    """The policy's own greedy completion ids of ``prompts`` (transformers ``generate``, eval mode, each prompt
+    alone; cut after the first stop id): the reference an engine's greedy rollouts must equal after a sync."""
+    import torch
+
+    model = _unwrap(model)
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        with torch.no_grad():
+            for ids in prompts:
+                device = next(model.parameters()).device
+                generated = model.generate(
+                    input_ids=torch.tensor([ids], device=device),
+                    attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    eos_token_id=stop_ids,
+                    pad_token_id=pad_id,
+                )[0, len(ids) :].tolist()
+                stop = next((i for i, t in enumerate(generated) if t in stop_ids), None)
+                out.append(generated if stop is None else generated[: stop + 1])
+    finally:
+        model.train(was_training)
+    return out
