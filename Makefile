@@ -25,8 +25,9 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r plugins/eval/requirements-evalscope.txt
 	touch $(STAMP)
 
+# --durations: CI's log names the slowest tests, so a suite growing toward CI's 90 minutes shows where.
 test: install
-	$(BIN)/python -m pytest -q; rc=$$?; \
+	$(BIN)/python -m pytest -q --durations=30; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 demo: install

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,3 +54,48 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
         return made[name]
 
     return make
+
+
+# The transformers class each family's tiny checkpoint loads with when no swiftcore code is involved.
+_PLAIN_CLASS = {
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "deepseek_v4": "DeepseekV4ForCausalLM",
+    "qwen3_asr": "Qwen3ASRForConditionalGeneration",
+    "mimo_v2_flash": "MiMoV2FlashForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
+    "glm5": "GlmMoeDsaForCausalLM",
+}
+
+
+@pytest.fixture(scope="session")
+def plain_class() -> Callable[[str], Any]:
+    """``plain_class("olmoe")``: the plain transformers model class that loads that family's checkpoints."""
+
+    def get(family: str) -> Any:
+        import transformers
+
+        return getattr(transformers, _PLAIN_CLASS[family])
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def full_checkpoint_loads_plainly(plain_class: Callable[[str], Any]) -> Callable[[str, Path, Path], None]:
+    """``check(family, checkpoint, base)``: a fully fine-tuned checkpoint is an ordinary one: plain transformers
+    loads it, its weights moved from ``base``'s, and its ``swiftcore_args.json`` names the model it was trained as."""
+
+    def check(family: str, checkpoint: Path, base: Path) -> None:
+        import json
+
+        import torch
+
+        cls = plain_class(family)
+        tuned = cls.from_pretrained(str(checkpoint), dtype=torch.float32)
+        untouched = cls.from_pretrained(str(base), dtype=torch.float32)
+        moved = [name for (name, p), (_, q) in zip(tuned.named_parameters(), untouched.named_parameters())
+                 if not torch.equal(p, q)]
+        assert moved, f"{family}: full tuning changed no weight"
+        assert json.loads((checkpoint / "swiftcore_args.json").read_text())["model_type"].startswith(family)
+
+    return check

@@ -1,4 +1,7 @@
-"""`swiftcore train` end to end per family: make-tiny -> train (LoRA / full) -> load back with plain libraries."""
+"""`swiftcore train` end to end per family: make-tiny -> train (LoRA) -> load back with plain libraries.
+
+Full fine-tuning per family is trained (and loaded back with plain transformers) by the round trips,
+``test_train_serve_roundtrip.py`` and ``test_train_serve_roundtrip_asr.py``."""
 
 from __future__ import annotations
 
@@ -13,16 +16,6 @@ import pytest
 
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe", "glm5"]
-# Model classes plain transformers loads each tiny checkpoint with (not through swiftcore).
-PLAIN_CLASS = {
-    "qwen3_5": "Qwen3_5ForConditionalGeneration",
-    "gemma4": "Gemma4ForConditionalGeneration",
-    "deepseek_v4": "DeepseekV4ForCausalLM",
-    "qwen3_asr": "Qwen3ASRForConditionalGeneration",
-    "mimo_v2_flash": "MiMoV2FlashForCausalLM",
-    "olmoe": "OlmoeForCausalLM",
-    "glm5": "GlmMoeDsaForCausalLM",
-}
 
 
 def _rows(n: int = 24) -> list[dict]:
@@ -71,9 +64,9 @@ def _logits(model, input_ids):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lora_adapter_loads_with_plain_peft_and_matches(family, tiny_model_dir, dataset, tmp_path) -> None:
+def test_lora_adapter_loads_with_plain_peft_and_matches(family, tiny_model_dir, dataset, tmp_path,
+                                                         plain_class) -> None:
     import torch
-    import transformers
     from peft import PeftModel
     from swiftcore_infer.transformers_engine import TransformersEngine
 
@@ -108,7 +101,7 @@ def test_lora_adapter_loads_with_plain_peft_and_matches(family, tiny_model_dir, 
     assert json.loads((out / "args.json").read_text())["model_spec"]["name"] == family
 
     # Plain transformers + plain peft, no swiftcore involved.
-    cls = getattr(transformers, PLAIN_CLASS[family])
+    cls = plain_class(family)
     base = cls.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ids = torch.tensor([[5, 17, 42, 99, 7, 3, 64, 21]])
     base_logits = _logits(base, ids)
@@ -119,42 +112,6 @@ def test_lora_adapter_loads_with_plain_peft_and_matches(family, tiny_model_dir, 
     ours = _logits(engine.model, ids)
     assert torch.allclose(plain_logits, ours, atol=1e-6, rtol=0)
     assert (plain_logits - base_logits).abs().max() > 1e-4, "the adapter changed nothing"
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_full_tuning_saves_a_checkpoint_transformers_loads(family, tiny_model_dir, dataset, tmp_path) -> None:
-    import torch
-    import transformers
-
-    model_dir = tiny_model_dir(family)
-    out = tmp_path / "run"
-    train_cli(
-        "--model",
-        str(model_dir),
-        "--dataset",
-        str(dataset),
-        "--output-dir",
-        str(out),
-        "--tuner",
-        "full",
-        "--max-steps",
-        "2",
-        "--batch-size",
-        "4",
-        "--learning-rate",
-        "1e-3",
-        "--max-length",
-        "128",
-    )
-    checkpoint = out / "checkpoint-2"
-    cls = getattr(transformers, PLAIN_CLASS[family])
-    trained = cls.from_pretrained(str(checkpoint), dtype=torch.float32)
-    base = cls.from_pretrained(str(model_dir), dtype=torch.float32)
-    moved = [
-        name for (name, p), (_, q) in zip(trained.named_parameters(), base.named_parameters()) if not torch.equal(p, q)
-    ]
-    assert moved, "full tuning changed no weight"
-    assert json.loads((checkpoint / "swiftcore_args.json").read_text())["model_type"].startswith(family)
 
 
 def test_packing_and_padding_free_train_to_finite_loss(tiny_model_dir, dataset, tmp_path) -> None:

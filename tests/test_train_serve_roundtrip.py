@@ -119,6 +119,10 @@ def test_infer_cli_answers_what_was_trained(family: str, trained: Path, tmp_path
     assert got == expected
 
 
+def test_the_checkpoint_is_one_plain_transformers_loads(family: str, trained: Path, full_checkpoint_loads_plainly: Any
+                                                        ) -> None:
+    full_checkpoint_loads_plainly(family, trained, trained.parent.parent / "tiny")
+
 @pytest.fixture(scope="module")
 def served(trained: Path) -> Iterator[Any]:
     """``swiftcore deploy`` of the trained checkpoint, as a user starts it; an ``openai`` client for it."""

@@ -139,6 +139,10 @@ def trained(work: Path) -> Path:
     return checkpoint
 
 
+def test_the_checkpoint_is_one_plain_transformers_loads(trained: Path, work: Path, full_checkpoint_loads_plainly: Any
+                                                        ) -> None:
+    full_checkpoint_loads_plainly("qwen3_asr", trained, work / "tiny")
+
 def test_infer_cli_transcribes_what_was_trained(trained: Path, work: Path, tmp_path: Path) -> None:
     # The training file itself: each row is asked without its assistant turn, which is kept as "labels".
     _cli(

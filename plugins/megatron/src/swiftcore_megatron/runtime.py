@@ -53,11 +53,32 @@ def init_model_parallel(tp: int = 1, ep: int = 1, *, seed: int = 1234, rank: int
             world_size=int(os.environ.get("WORLD_SIZE", world_size)),
         )
     if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
+        _destroy_model_parallel()
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, expert_model_parallel_size=ep)
     # inference_rng_tracker + force_reset_rng: no CUDA RNG state calls (works on CPU).
     model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
     torch.manual_seed(seed)
+
+
+def _destroy_model_parallel() -> None:
+    """Tear megatron's model-parallel state down, its process groups included.
+
+    megatron's ``destroy_model_parallel`` drops its references but destroys only the data-parallel gloo groups;
+    every other group it made keeps three gloo polling threads alive. Re-initialising in one long-lived process
+    (the test session, a notebook) so leaked ~50 threads a call and, within a few dozen calls, whole CPU cores.
+    The groups are read from megatron's own list of them (``_global_process_group_list``, kept by its
+    ``create_group``); the default group, and any group megatron did not make, is left alone.
+    """
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    groups = [g for g in (getattr(parallel_state, "_global_process_group_list", None) or []) if g is not None]
+    parallel_state.destroy_model_parallel()
+    for group in groups:
+        try:
+            dist.destroy_process_group(group)
+        except ValueError:  # already destroyed by destroy_model_parallel (the gloo data-parallel groups)
+            pass
 
 
 def load_into_model(model: Any, state: dict[str, Any]) -> None:
