@@ -265,6 +265,11 @@ def write_results() -> Path:
     peers_path = RAW / "peers.json"
     peers = json.loads(peers_path.read_text()) if peers_path.exists() else None
     RESULTS.write_text(render(data, peers), encoding="utf-8")
+    megatron = RAW / "megatron_train.json"
+    if megatron.exists():  # figure 6, rendered by its own script
+        import megatron_train
+
+        megatron_train.write_section(json.loads(megatron.read_text()))
     return RESULTS
 
 

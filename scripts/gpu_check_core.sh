@@ -15,7 +15,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 if [[ -d .whl ]]; then
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
 fi
-dists=(./core ./template_plugins/* ./model_plugins/* ./megatron_bridges/gpt)
+dists=(./core ./template_plugins/* ./model_plugins/* ./megatron_bridges/gpt ./megatron_bridges/qwen3_5
+       ./plugins/data ./plugins/media ./plugins/train ./plugins/infer ./plugins/tiny ./plugins/megatron
+       ./plugins/train_megatron)
 "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" "${dists[@]}"
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 "$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"

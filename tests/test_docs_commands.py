@@ -74,6 +74,17 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "tests/test_core_alone.py installs it next to the core alone in a fresh venv",
         "pip install ./plugins/webui": "installs into the test environment; the path is checked instead",
     },
+    "plugins/sequence_parallel/README.md": {
+        "torchrun --nproc-per-node 4 $(which swiftcore) train --model M --dataset D --sequence-parallel-size 2 "
+        "--sp-mode ulysses": "placeholder paths M and D, and four gloo ranks; plugins/sequence_parallel/tests/"
+        "test_train_cli.py runs this command (SP 2, and SP 2 x DP 2) against one-process runs",
+    },
+    "docs/megatron-training.md": {
+        "torchrun --nproc-per-node 2 -m swiftcore.cli.main train --engine megatron --tp 2 --tuner full --model ./tiny "
+        "--dataset data.jsonl": "two gloo ranks training for minutes; plugins/train_megatron/tests/"
+        "test_engine_outcomes.py runs this command (TP 2, and TP 1 / EP 2) and checks its losses against the "
+        "transformers engine",
+    },
     "docs/eval.md": {
         "swiftcore eval --api-url http://127.0.0.1:8000/v1 --dataset parity": "needs the server of the deploy "
         "command before it, which this file stops once checked; plugins/eval/tests/test_eval_e2e.py runs swiftcore "

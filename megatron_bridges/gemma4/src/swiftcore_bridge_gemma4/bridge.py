@@ -46,6 +46,8 @@ class Gemma4Bridge(GPTBridge):
 
     model_types = ("gemma4", "gemma4_text")
     passthrough_prefixes = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
+    # The per-layer input embeddings are split over TP ranks before their projection norm is applied per slice.
+    tp_partial_gradients = ("per_layer_embedding.projection_norm",)
 
     def __init__(self, hf_config: Mapping[str, Any]) -> None:
         super().__init__(hf_config)

@@ -39,6 +39,8 @@ class Qwen3_5Bridge(GPTBridge):
 
     model_types = ("qwen3_5", "qwen3_5_text")
     passthrough_prefixes = ("model.visual.", "mtp.")
+    # The gated DeltaNet's output norm is applied per value head, after the heads are split over TP ranks.
+    tp_partial_gradients = ("self_attention.out_norm",)
 
     def __init__(self, hf_config: Mapping[str, Any]) -> None:
         super().__init__(hf_config)

@@ -34,12 +34,17 @@ class MegatronBridge:
         model_types: the HF ``model_type`` values the bridge converts (mirrors its BridgeSpec).
         passthrough_prefixes: HF tensor-name prefixes carried through unchanged (towers of a
             multimodal model that stay Hugging Face modules); stored beside the Megatron weights.
+        tp_partial_gradients: replicated tensors whose gradients training sums over tensor-parallel ranks.
         hf_config: the checkpoint's parsed ``config.json``.
         config: the part of it describing the Megatron model (:meth:`select_config`).
     """
 
     model_types: ClassVar[tuple[str, ...]] = ()
     passthrough_prefixes: ClassVar[tuple[str, ...]] = ()
+    #: Parts of the names of tensors replicated over tensor-parallel ranks whose gradient each rank computes only
+    #: in part (a norm applied per head, after the heads are split), so training sums them over the ranks. The
+    #: q/k layernorms of ``qk_layernorm`` are summed by megatron's rule and need not be listed.
+    tp_partial_gradients: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, hf_config: Mapping[str, Any]) -> None:
         self.hf_config = dict(hf_config)

@@ -35,7 +35,14 @@ from swiftcore_megatron.mapping import Rule
 from swiftcore_megatron.memory import pin_mmap_threshold
 from swiftcore_megatron.torch_zip import LazyTorchFile, save_streaming
 
-__all__ = ["ConversionResult", "hf_to_mcore", "load_mcore_state", "mcore_to_hf", "rank_producers"]
+__all__ = [
+    "ConversionResult",
+    "hf_to_mcore",
+    "load_mcore_state",
+    "mcore_to_hf",
+    "rank_producers",
+    "write_checkpoint_extras",
+]
 
 FORMAT = "megatron-torch-legacy"
 
@@ -153,29 +160,63 @@ def hf_to_mcore(
                     result.bytes += save_streaming(path, state, {"checkpoint_version": 3.0, "iteration": 0})
                     result.tensors += len(state)
                     result.files.append(str(path.relative_to(tmp)))
-            copy_hf_side_files(model_dir, tmp / HF_SUBDIR)
-            if passthrough:  # e.g. an audio tower that stays a Hugging Face module
-                (tmp / PASSTHROUGH_SUBDIR).mkdir()
-                writer = HFWriter(tmp / PASSTHROUGH_SUBDIR, reader.largest_file_bytes())
-                for key in passthrough:
-                    writer.add(key, reader.get(key))
-                writer.close()
-            write_metadata(
-                tmp,
-                {
-                    "format": FORMAT,
-                    "bridge": bridge_name or type(bridge).__name__,
-                    "model_type": bridge.hf_config.get("model_type"),
-                    "passthrough_tensors": len(passthrough),
-                    "tp": tp,
-                    "ep": ep,
-                    "dtype": dtypes[0],
-                    "tensors": len(rules),
-                    "hf_shard_bytes": reader.largest_file_bytes(),
-                },
-            )
+            _write_extras(tmp, model_dir, reader, bridge, tp=tp, ep=ep, bridge_name=bridge_name, dtype=dtypes[0])
     result.seconds = time.perf_counter() - start
     return result
+
+
+def write_checkpoint_extras(
+    root: str | os.PathLike[str],
+    model_dir: str | os.PathLike[str],
+    bridge: MegatronBridge,
+    *,
+    tp: int,
+    ep: int,
+    bridge_name: str | None = None,
+    dtype: str = "float32",
+) -> None:
+    """Write what a Megatron checkpoint holds beside its rank files (the HF config and tokenizer, the tensors
+    carried through unchanged, swiftcore's metadata), so that :func:`mcore_to_hf` converts it back.
+
+    For rank files written by someone else than :func:`hf_to_mcore`: a training run saving its sharded model.
+    """
+    with HFReader(Path(model_dir)) as reader:
+        _write_extras(Path(root), Path(model_dir), reader, bridge, tp=tp, ep=ep, bridge_name=bridge_name, dtype=dtype)
+
+
+def _write_extras(
+    root: Path,
+    model_dir: Path,
+    reader: HFReader,
+    bridge: MegatronBridge,
+    *,
+    tp: int,
+    ep: int,
+    bridge_name: str | None,
+    dtype: str,
+) -> None:
+    passthrough = [k for k in reader.keys() if bridge.is_passthrough(k)]
+    copy_hf_side_files(model_dir, root / HF_SUBDIR)
+    if passthrough:  # e.g. an audio tower that stays a Hugging Face module
+        (root / PASSTHROUGH_SUBDIR).mkdir()
+        writer = HFWriter(root / PASSTHROUGH_SUBDIR, reader.largest_file_bytes())
+        for key in passthrough:
+            writer.add(key, reader.get(key))
+        writer.close()
+    write_metadata(
+        root,
+        {
+            "format": FORMAT,
+            "bridge": bridge_name or type(bridge).__name__,
+            "model_type": bridge.hf_config.get("model_type"),
+            "passthrough_tensors": len(passthrough),
+            "tp": tp,
+            "ep": ep,
+            "dtype": dtype,
+            "tensors": len(bridge.rules()),
+            "hf_shard_bytes": reader.largest_file_bytes(),
+        },
+    )
 
 
 def _load_ranks(mcore_dir: Path, meta: dict[str, Any]) -> dict[tuple[int, int], LazyTorchFile]:

@@ -7,7 +7,9 @@ available (on a GPU machine nothing is touched). Measured facts: ``../shared/not
 
 from __future__ import annotations
 
-__all__ = ["apply_cpu_patches"]
+import contextlib
+
+__all__ = ["apply_cpu_patches", "eager_on_cpu"]
 
 _applied = False
 
@@ -32,6 +34,8 @@ def apply_cpu_patches() -> bool:
           router): set to None, which selects the plain matmul path.
         - ``multi_latent_attention.HAVE_TE`` reads True without Transformer Engine (a stand-in
           module imports), so ``isinstance(..., TELinear)`` raises: set to False.
+
+    Run megatron models inside :func:`eager_on_cpu` as well (see there).
     """
     global _applied
     import torch
@@ -57,3 +61,21 @@ def apply_cpu_patches() -> bool:
         multi_latent_attention.HAVE_TE = False
     _applied = True
     return True
+
+
+def eager_on_cpu() -> contextlib.AbstractContextManager[None]:
+    """A context in which megatron's ``torch.compile``d fusions run as the plain functions they wrap, on a CPU.
+
+    megatron decorates its fused kernels (``jit_fuser``: SwiGLU, the MoE router, the gated DeltaNet's gate) with
+    ``torch.compile`` when its modules are imported; on a CPU inductor then builds C++ for each new input shape
+    (the first training step of a tiny Qwen3.5 took 30 s and steps with a new sequence length seconds, for fusions
+    that only pay on a GPU). TorchDynamo is switched off for the calls inside the context only, so nothing else in
+    the process (a vLLM engine, which compiles on purpose) is affected. On a GPU it changes nothing.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return contextlib.nullcontext()
+    import torch._dynamo
+
+    return torch._dynamo.config.patch(disable=True)

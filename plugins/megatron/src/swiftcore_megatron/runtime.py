@@ -113,7 +113,9 @@ def mcore_logits(model: Any, input_ids: Any) -> Any:
         model.cuda()
         input_ids = input_ids.cuda()
     positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0).expand_as(input_ids)
-    with torch.no_grad():
+    from swiftcore_megatron.cpu_patches import eager_on_cpu
+
+    with torch.no_grad(), eager_on_cpu():
         logits = model(input_ids=input_ids, position_ids=positions, attention_mask=None)
     if parallel_state.get_tensor_model_parallel_world_size() > 1:
         logits = gather_from_tensor_model_parallel_region(logits)

@@ -17,6 +17,7 @@ import click
 
 from swiftcore.api.cli import CliState, collect_options, pass_state, plugin_args, plugin_option, with_provider
 from swiftcore_train.config import (
+    DEFAULT_ENGINE,
     LOSS_POLICIES,
     TRUNCATION,
     TUNERS,
@@ -77,6 +78,8 @@ _HELP: dict[str, str] = {
     "task": "What the model is trained for: causal_lm (SFT), or the name of a task recipe (`swiftcore recipes`: the "
     "heads plugin's classification, embedding, reranker, generative_reranker).",
     "recipe": "Training recipe (see `swiftcore recipes`): sft by default; --task NAME alone picks the recipe NAME.",
+    "engine": "What the recipe trains on: transformers (default), or an engine a plugin adds, e.g. megatron "
+    "(swiftcore-train-megatron: megatron-core with --tp/--ep, launched by torchrun).",
 }
 _CHOICES = {
     "tuner": TUNERS,
@@ -151,7 +154,7 @@ class TrainCommand(click.Command):
 def _recipe_arg(args: list[str]) -> str:
     """The recipe ``args`` ask for (``--recipe``, else ``--task``, else ``sft``), read before parsing so the
     plugin providing it loads with the chosen plugin set (a ``--config`` file's recipe is seen after loading)."""
-    values = {"--recipe": "sft", "--task": "causal_lm"}
+    values = {"--recipe": "sft", "--task": "causal_lm", "--engine": DEFAULT_ENGINE}
     for i, arg in enumerate(args):
         flag, eq, value = arg.partition("=")
         if flag in values:
@@ -159,7 +162,7 @@ def _recipe_arg(args: list[str]) -> str:
                 values[flag] = value
             elif i + 1 < len(args):
                 values[flag] = args[i + 1]
-    return recipe_for(values["--task"], values["--recipe"])
+    return recipe_for(values["--task"], values["--recipe"], values["--engine"])
 
 
 def _names(param: click.Parameter) -> list[str]:
@@ -212,7 +215,7 @@ def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> Non
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     ctx = click.get_current_context()
-    options["recipe"] = recipe_for(options["task"], options["recipe"])
+    options["recipe"] = recipe_for(options["task"], options["recipe"], options["engine"])
     recipe_options = _recipe_options(ctx, options, options["recipe"])
     for key, value in options.items():
         if isinstance(value, list):

@@ -17,6 +17,7 @@ __all__ = [
     "TrainResult",
     "load_config_file",
     "recipe_for",
+    "DEFAULT_ENGINE",
     "TUNERS",
     "LOSS_POLICIES",
     "TRUNCATION",
@@ -25,6 +26,8 @@ __all__ = [
 TUNERS = ("lora", "full")
 LOSS_POLICIES = ("all_assistant", "last_round", "all")
 TRUNCATION = ("error", "truncate_left", "drop")
+#: The engine every recipe runs on unless ``--engine`` names another (a plugin's ``RECIPE.ENGINE`` recipe).
+DEFAULT_ENGINE = "transformers"
 
 
 @dataclass
@@ -40,6 +43,8 @@ class TrainConfig:
         tuner: ``lora`` or ``full``.
         recipe: the training recipe (a :class:`~swiftcore.specs.RecipeSpec` name; ``sft`` by default, and
             ``--task NAME`` alone picks the recipe of that name when one is registered).
+        engine: what the recipe trains on: ``transformers`` (the default), or another engine a plugin provides as
+            the recipe ``RECIPE.ENGINE`` (``--engine megatron`` runs ``sft.megatron``).
         recipe_options: the values of the options plugins added (``swiftcore_addoption``) that this recipe
             reads, by destination name (filled by the CLI).
         val_dataset: validation sources; else ``split_ratio`` of the training data is held out.
@@ -91,13 +96,14 @@ class TrainConfig:
     plot: bool = True
     task: str = "causal_lm"
     recipe: str = "sft"
+    engine: str = DEFAULT_ENGINE
     recipe_options: dict[str, Any] = field(default_factory=dict)
     plugins: tuple[str, ...] = field(default=(), repr=False)
     config_file: str | None = field(default=None, repr=False)
     dry_run: bool = False
 
     def __post_init__(self) -> None:
-        self.recipe = recipe_for(self.task, self.recipe)
+        self.recipe = recipe_for(self.task, self.recipe, self.engine)
 
     def validate(self) -> None:
         """Raise one :class:`SwiftcoreError` listing every invalid field."""
@@ -171,10 +177,15 @@ class TrainConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
-def recipe_for(task: str, recipe: str) -> str:
+def recipe_for(task: str, recipe: str, engine: str = DEFAULT_ENGINE) -> str:
     """The recipe a run uses: ``--task NAME`` with the default recipe (``sft``) picks the recipe NAME (the heads'
-    recipes are named after their tasks), from Python as from the CLI; any other ``--recipe`` wins."""
-    return task if recipe == "sft" and task != "causal_lm" else recipe
+    recipes are named after their tasks), from Python as from the CLI; any other ``--recipe`` wins. On another
+    ``engine`` than transformers the recipe is ``NAME.ENGINE`` (``sft.megatron``), which that engine's plugin
+    registers."""
+    name = task if recipe == "sft" and task != "causal_lm" else recipe
+    if engine != DEFAULT_ENGINE and not name.endswith(f".{engine}"):
+        name = f"{name}.{engine}"
+    return name
 
 
 def load_config_file(path: str | Path, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:

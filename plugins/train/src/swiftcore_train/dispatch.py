@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from swiftcore.api import SwiftcoreError, resolve
-from swiftcore_train.config import TrainConfig, TrainResult
+from swiftcore_train.config import DEFAULT_ENGINE, TrainConfig, TrainResult
 
 __all__ = ["run_training"]
 
@@ -25,6 +25,8 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     """
     cfg.validate()
     spec = plugins.registry.find("recipe", cfg.recipe)
+    if spec is None and cfg.engine != DEFAULT_ENGINE:
+        raise SwiftcoreError(_no_engine_message(cfg, plugins))
     if spec is None and cfg.task != "causal_lm":
         return _run_head_recipe(cfg, plugins)  # a head plugin that registers no RecipeSpec (HeadSpec.recipe)
     spec = spec or plugins.registry.get("recipe", cfg.recipe)  # raises, naming what is available
@@ -49,3 +51,22 @@ def _run_head_recipe(cfg: TrainConfig, plugins: Any) -> TrainResult:
             "it can be served but not trained by swiftcore: use a plugin whose head has one"
         )
     return resolve(head.recipe, what=f"recipe of head {head.name!r} ({head.provider})")(cfg, plugins, head)
+
+
+def _no_engine_message(cfg: TrainConfig, plugins: Any) -> str:
+    """Why ``--engine`` cannot run this recipe: what the engine does train, or that no plugin provides it."""
+    base = cfg.recipe.removesuffix(f".{cfg.engine}")
+    on_engine = sorted(
+        s.name.removesuffix(f".{cfg.engine}")
+        for s in plugins.registry.all("recipe")
+        if s.name.endswith(f".{cfg.engine}")
+    )
+    if on_engine:
+        return (
+            f"--engine {cfg.engine}: recipe {base!r} is not supported by this engine (it trains "
+            f"{', '.join(on_engine)}); run {base!r} on the default engine (drop --engine), or pick one of those recipes"
+        )
+    return (
+        f"--engine {cfg.engine}: no installed plugin provides this engine (no recipe '{base}.{cfg.engine}'); "
+        "for megatron-core: pip install swiftcore-train-megatron"
+    )

@@ -26,6 +26,7 @@ __all__ = [
     "generation_defaults",
     "is_main_process",
     "load_template",
+    "load_train_val_records",
     "resolve_resume",
     "run_inputs",
     "sample_encoder",
@@ -87,6 +88,22 @@ def load_template(cfg: TrainConfig, spec: Any, plugins: Any) -> tuple[Any, Any, 
     tokenizer = load_tokenizer(cfg.model)
     check_template_fits_tokenizer(template_spec, tokenizer, cfg.model)
     return template_spec, template, tokenizer
+
+
+def load_train_val_records(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
+    """The run's training and validation records: ``--val-dataset`` when given, else ``--split-ratio`` of the
+    training data held out (none without either); every row checked (``--skip-bad-rows`` skips and counts)."""
+    from swiftcore_data import load_records, parse_dataset_arg, split_train_val
+
+    records = load_records([parse_dataset_arg(d) for d in cfg.dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows)
+    if cfg.val_dataset:
+        val_records = load_records(
+            [parse_dataset_arg(d) for d in cfg.val_dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows
+        )
+        return list(records), list(val_records)
+    if cfg.split_ratio > 0:
+        return split_train_val(list(records), val_ratio=cfg.split_ratio, seed=cfg.seed)
+    return list(records), []
 
 
 def sample_encoder(template: Any, tokenizer: Any, cfg: TrainConfig, media: Any = None) -> SampleEncoder:

@@ -17,6 +17,7 @@ from swiftcore_train.run import (
     generation_defaults,
     is_main_process,
     load_template,
+    load_train_val_records,
     log,
     resolve_resume,
     run_inputs,
@@ -49,8 +50,6 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     Everything that can be checked before training (model directory, model type, template vs tokenizer,
     every dataset row) is checked first, so a bad input fails in seconds with a message naming it.
     """
-    from swiftcore_data import load_records, parse_dataset_arg, split_train_val
-
     from swiftcore.api.models import check_requirements, load_model, resolve_model_spec
 
     cfg.validate()
@@ -75,16 +74,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     log.info("model %s (%s), template %s (%s)", spec.name, spec.provider, template_spec.name, template_spec.provider)
 
-    records = load_records([parse_dataset_arg(d) for d in cfg.dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows)
-    if cfg.val_dataset:
-        val_records = load_records(
-            [parse_dataset_arg(d) for d in cfg.val_dataset], seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows
-        )
-        train_records = list(records)
-    elif cfg.split_ratio > 0:
-        train_records, val_records = split_train_val(list(records), val_ratio=cfg.split_ratio, seed=cfg.seed)
-    else:
-        train_records, val_records = list(records), []
+    train_records, val_records = load_train_val_records(cfg)
     from swiftcore_media import has_media, prepare_media
 
     media = prepare_media(spec, cfg.model, tokenizer)  # None for text-only models
@@ -126,14 +116,24 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
                 model_type=cfg.model_type,
             )
         )
-    trainer = SwiftTrainer(
+    trainer_class: Any = SwiftTrainer
+    collator = (
+        media.collate
+        if multimodal
+        else _collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    )
+    if int((options or {}).get("sequence_parallel_size") or 1) > 1:  # swiftcore-sequence-parallel's option
+        from swiftcore_sequence_parallel.training import setup_sequence_parallel
+
+        trainer_class, collator = setup_sequence_parallel(
+            model, collator, cfg, options, targs, tokenizer=tokenizer, multimodal=multimodal
+        )
+    trainer = trainer_class(
         model=model,
         args=targs,
         train_dataset=_pack(train_samples, cfg),
         eval_dataset=_pack(val_samples, cfg) if val_samples else None,
-        data_collator=media.collate
-        if multimodal
-        else _collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
+        data_collator=collator,
         processing_class=tokenizer,
         callbacks=callbacks,
     )

@@ -1,0 +1,31 @@
+"""swiftcore-sequence-parallel: split one training sequence over several ranks (torch.distributed).
+
+Building blocks, used by ``swiftcore train``'s ``sft`` recipe through
+:mod:`~swiftcore_sequence_parallel.training` (``--sequence-parallel-size``; the options come from
+:mod:`~swiftcore_sequence_parallel.plugin`):
+
+* :mod:`~swiftcore_sequence_parallel.sharding`: shift labels globally, then cut a batch into contiguous
+  sequence shards (one per sequence-parallel rank).
+* :mod:`~swiftcore_sequence_parallel.attention`: attention functions registered with transformers'
+  ``AttentionInterface`` (``sp_ulysses``, ``sp_ring``, ``sp_hybrid``) that compute exact attention over the
+  whole sequence while each rank only holds its shard.
+* :mod:`~swiftcore_sequence_parallel.loss`: token-weighted loss over the sequence-parallel group, equal to
+  the single-process loss.
+* :mod:`~swiftcore_sequence_parallel.groups`: the process groups (``init_sequence_parallel``).
+
+Importing this package is cheap: torch and transformers are imported by the functions that need them
+(the modules that define autograd Functions, ``comm``, ``ulysses`` and ``ring``, import torch themselves).
+"""
+
+from __future__ import annotations
+
+__all__ = ["ATTENTION_NAMES", "IGNORE_INDEX", "MODES"]
+
+#: Sequence-parallel modes: all-to-all over heads, ring over key/value shards, or Ulysses inside a ring.
+MODES = ("ulysses", "ring", "hybrid")
+
+#: ``config._attn_implementation`` value that selects each mode's attention function.
+ATTENTION_NAMES = {"ulysses": "sp_ulysses", "ring": "sp_ring", "hybrid": "sp_hybrid"}
+
+#: Label value ignored by the loss (the transformers / PyTorch convention).
+IGNORE_INDEX = -100

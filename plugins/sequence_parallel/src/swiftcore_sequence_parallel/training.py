@@ -1,0 +1,255 @@
+"""Sequence parallelism in ``swiftcore train`` (the ``sft`` recipe): checks, collator padding, trainer.
+
+``run_sft`` calls :func:`setup_sequence_parallel` once, after the model is loaded and the training arguments
+(hence ``torch.distributed``) exist, and only when ``--sequence-parallel-size`` is above 1. It refuses what
+cannot be trained exactly (a :class:`~swiftcore.api.SwiftcoreError` naming the flag and what to do), builds the
+process groups, points the model's attention at the SP functions, and returns the trainer class and collator
+to use instead of the plain ones.
+
+Nothing here imports torch or transformers at module level.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from swiftcore.api import SwiftcoreError
+from swiftcore_sequence_parallel import IGNORE_INDEX
+
+__all__ = [
+    "SUPPORTED_LAYER_TYPES",
+    "PadToMultipleCollator",
+    "SequenceParallelOptions",
+    "check_flags",
+    "check_model",
+    "check_world",
+    "pad_batch_to_multiple",
+    "setup_sequence_parallel",
+]
+
+#: ``config.layer_types`` entries whose layers are softmax attention through transformers' attention interface.
+SUPPORTED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+#: What an unsupported layer kind is, for the refusal message.
+_LAYER_KIND_NAMES = {
+    "linear_attention": "gated DeltaNet linear-attention layers (a recurrence over the sequence, e.g. Qwen3.5)",
+    "compressed_sparse_attention": "compressed sparse attention layers (DeepSeek-V4)",
+    "heavily_compressed_attention": "heavily compressed attention layers (DeepSeek-V4)",
+    "indexed_attention": "indexer-selected sparse attention layers (DeepSeek sparse attention, e.g. GLM-5)",
+}
+#: Module class-name parts of sequence mixers that do not go through the attention interface (backstop for
+#: configs without ``layer_types``).
+_UNSUPPORTED_MODULES = ("GatedDeltaNet", "Mamba", "Indexer", "LinearAttention")
+
+
+@dataclass(frozen=True)
+class SequenceParallelOptions:
+    """The values of ``--sequence-parallel-size``, ``--sp-mode`` and ``--sp-ring-impl``."""
+
+    size: int = 1
+    mode: str = "ulysses"
+    ring_impl: str = "p2p"
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None) -> SequenceParallelOptions:
+        """Read the options of a recipe's ``options`` dict (missing keys: the defaults; other keys ignored).
+
+        Raises:
+            SwiftcoreError: a size below 1.
+        """
+        opts = dict(options or {})
+        size = opts.get("sequence_parallel_size")
+        size = 1 if size is None else size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise SwiftcoreError(f"--sequence-parallel-size: {size!r} must be a whole number of at least 1")
+        mode = opts.get("sp_mode") or "ulysses"
+        # The issue's name for Ulysses-inside-ring is "both"; the building blocks call it "hybrid".
+        mode = "hybrid" if mode == "both" else mode
+        if mode not in ("ulysses", "ring", "hybrid"):
+            raise SwiftcoreError(f"--sp-mode: {mode!r} is not one of ulysses, ring, both")
+        return cls(size=size, mode=mode, ring_impl=opts.get("sp_ring_impl") or "p2p")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether sequences are split at all."""
+        return self.size > 1
+
+
+def check_world(world_size: int, size: int) -> None:
+    """SwiftcoreError unless ``size`` divides the number of processes (the rest is data parallel)."""
+    if world_size % size:
+        hint = (
+            f"run under torchrun with --nproc-per-node a multiple of {size} (e.g. torchrun --nproc-per-node {size} "
+            "$(which swiftcore) train ...)"
+            if world_size == 1
+            else f"use --nproc-per-node a multiple of {size}, or an SP size dividing {world_size}"
+        )
+        raise SwiftcoreError(
+            f"--sequence-parallel-size {size} does not divide the world size {world_size} (processes): {hint}"
+        )
+
+
+def check_flags(cfg: Any, multimodal: bool = False) -> None:
+    """Refuse run options sequence parallelism cannot train exactly (before anything is built).
+
+    ``--packing`` / ``--padding-free`` are supported (packed rows keep their per-sample position ids);
+    image or audio samples are not (the vision/audio encoders would see one shard's placeholders only).
+    """
+    if multimodal:
+        raise SwiftcoreError(
+            "--sequence-parallel-size does not support image or audio samples (the media encoders are not split); "
+            "train text-only data, or drop --sequence-parallel-size"
+        )
+
+
+def _text_config(config: Any) -> Any:
+    return getattr(config, "text_config", None) or config
+
+
+def check_model(model: Any, opts: SequenceParallelOptions) -> int:
+    """Refuse a model sequence parallelism cannot train exactly; returns its query head count.
+
+    Refused: layers that mix the sequence outside softmax attention (linear attention / DeltaNet, state-space
+    layers, compressed or indexer-selected sparse attention), attention sinks (not in the SP kernels), a router
+    auxiliary loss (computed per shard, so not the whole sequence's), and for Ulysses a head count the SP size
+    does not divide.
+    """
+    config = _text_config(model.config)
+    kinds = sorted(set(getattr(config, "layer_types", None) or ()) - SUPPORTED_LAYER_TYPES)
+    if kinds:
+        described = "; ".join(_LAYER_KIND_NAMES.get(k, f"{k!r} layers") for k in kinds)
+        raise SwiftcoreError(
+            f"--sequence-parallel-size: this model ({type(model).__name__}) has {described}, which sequence "
+            "parallelism cannot split (only softmax attention layers, full or sliding window, are supported); "
+            "drop --sequence-parallel-size for this model"
+        )
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        if any(part in kind for part in _UNSUPPORTED_MODULES):
+            raise SwiftcoreError(
+                f"--sequence-parallel-size: this model has {kind} layers ({name}), which mix the sequence outside "
+                "softmax attention and cannot be split over ranks; drop --sequence-parallel-size for this model"
+            )
+    sinks = next((n for n, _ in model.named_parameters() if n.rsplit(".", 1)[-1] == "sinks"), None)
+    if sinks is not None:
+        raise SwiftcoreError(
+            f"--sequence-parallel-size: this model's attention has learned sinks ({sinks}), which the "
+            "sequence-parallel attention does not implement; drop --sequence-parallel-size for this model"
+        )
+    if getattr(config, "output_router_logits", False):
+        raise SwiftcoreError(
+            "--sequence-parallel-size: this model adds a router auxiliary loss (config.output_router_logits), "
+            "which would be computed per shard rather than over the whole sequence; set output_router_logits to "
+            "false in the model's config.json, or drop --sequence-parallel-size"
+        )
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    if opts.mode == "ulysses" and heads and heads % opts.size:
+        raise SwiftcoreError(
+            f"--sequence-parallel-size {opts.size} with --sp-mode ulysses splits the attention heads over "
+            f"{opts.size} ranks, but the model has {heads} heads: choose a size dividing {heads}, or "
+            "--sp-mode ring (any size), or --sp-mode both"
+        )
+    return heads
+
+
+def pad_batch_to_multiple(batch: dict[str, Any], multiple: int, pad_token_id: int) -> dict[str, Any]:
+    """Pad a collated batch along the sequence to a multiple of ``multiple`` (in place; returns it).
+
+    Padded batches (with an ``attention_mask``) get ``pad_token_id`` / label -100 / mask 0 on the right.
+    Packed rows (``position_ids``, no mask) get one extra dummy sample of pad tokens, labels -100, positions
+    ``0..p-1``: a new sample boundary, so no real sample attends to it and none of it is a target; the
+    per-sample lengths (``seq_lens``, ``cu_seq_lens_*``) are extended to match.
+    """
+    import torch
+
+    ids = batch["input_ids"]
+    length = int(ids.shape[1])
+    pad = -length % multiple
+    if pad == 0:
+        return batch
+    rows = ids.shape[0]
+
+    def extend(value: Any, fill: Any) -> Any:
+        if not torch.is_tensor(fill):
+            fill = torch.full((rows, pad), fill, dtype=value.dtype, device=value.device)
+        return torch.cat([value, fill.to(value.dtype)], dim=1)
+
+    batch["input_ids"] = extend(ids, pad_token_id)
+    if batch.get("labels") is not None:
+        batch["labels"] = extend(batch["labels"], IGNORE_INDEX)
+    if batch.get("attention_mask") is not None:
+        batch["attention_mask"] = extend(batch["attention_mask"], 0)
+        if batch.get("position_ids") is not None:  # continue each row's positions over its padding
+            last = batch["position_ids"][:, -1:]
+            batch["position_ids"] = extend(batch["position_ids"], last + torch.arange(1, pad + 1))
+    elif batch.get("position_ids") is not None:
+        pos = batch["position_ids"]
+        batch["position_ids"] = extend(pos, torch.arange(pad, device=pos.device).expand(pos.shape[0], -1))
+        if batch.get("seq_lens") is not None:
+            batch["seq_lens"] = torch.cat([batch["seq_lens"], batch["seq_lens"].new_tensor([pad])])
+        for key in ("cu_seq_lens_q", "cu_seq_lens_k"):
+            if batch.get(key) is not None:
+                batch[key] = torch.cat([batch[key], batch[key].new_tensor([length + pad])])
+        for key in ("max_length_q", "max_length_k"):
+            if key in batch:
+                batch[key] = max(int(batch[key]), pad)
+    return batch
+
+
+@dataclass
+class PadToMultipleCollator:
+    """Run ``collator``, then pad its batch to a multiple of the SP size (``shard_batch`` needs equal shards)."""
+
+    collator: Callable[[Any], dict[str, Any]]
+    multiple: int
+    pad_token_id: int
+
+    def __call__(self, samples: Any) -> dict[str, Any]:
+        """Collate ``samples`` and pad the result (see :func:`pad_batch_to_multiple`)."""
+        return pad_batch_to_multiple(self.collator(samples), self.multiple, self.pad_token_id)
+
+
+def setup_sequence_parallel(
+    model: Any,
+    collator: Callable[[Any], dict[str, Any]],
+    cfg: Any,
+    options: Mapping[str, Any] | None,
+    training_args: Any,
+    *,
+    tokenizer: Any,
+    multimodal: bool = False,
+) -> tuple[Callable[..., Any], Callable[[Any], dict[str, Any]]]:
+    """Check everything, create the SP groups, switch the model's attention; returns ``(trainer factory, collator)``.
+
+    Collective (every rank calls it, after ``training_args`` set up ``torch.distributed``). The factory takes
+    :class:`~swiftcore_train.trainer.SwiftTrainer`'s arguments; the collator pads with the tokenizer's pad id
+    (0 when it has none, as the plain sft collator does).
+
+    Raises:
+        SwiftcoreError: the world size, model or options do not allow exact sequence-parallel training.
+    """
+    opts = SequenceParallelOptions.from_options(options)
+    check_flags(cfg, multimodal)
+    heads = check_model(model, opts)
+    world = int(training_args.world_size)
+    check_world(world, opts.size)
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise SwiftcoreError(
+            "--sequence-parallel-size: torch.distributed is not initialised; run under torchrun "
+            f"(--nproc-per-node a multiple of {opts.size})"
+        )
+    from swiftcore_sequence_parallel.attention import enable_sequence_parallel
+    from swiftcore_sequence_parallel.groups import init_sequence_parallel, pick_ulysses_size
+    from swiftcore_sequence_parallel.trainer import SequenceParallelTrainer
+
+    ulysses_size = pick_ulysses_size(opts.size, heads) if opts.mode == "hybrid" and heads else None
+    state = init_sequence_parallel(opts.size, opts.mode, ulysses_size=ulysses_size, ring_impl=opts.ring_impl)
+    enable_sequence_parallel(model, state)
+    factory = functools.partial(SequenceParallelTrainer, sp_state=state)
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return factory, PadToMultipleCollator(collator, opts.size, pad_token_id)

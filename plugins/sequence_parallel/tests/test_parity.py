@@ -1,0 +1,63 @@
+"""SP=2 (and SP=4 hybrid) loss and gradients equal the single-process run, on local gloo ranks.
+
+Each module runs its ranks once (one spawn for every case) and the tests compare case by case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from swiftcore_sequence_parallel.testing import Case, reference_loss_and_grads, run_sp_cases, sample_batch, tiny_model
+
+TOL = 1e-5
+MODELS = ("qwen3", "qwen3_mqa", "qwen3_sliding", "gemma3")
+MODES = (("ulysses", "p2p"), ("ring", "p2p"), ("ring", "allgather"))
+CASES = [Case(m, mode, b, impl) for m in MODELS for b in ("padded", "packed") for mode, impl in MODES]
+# Gradient checkpointing re-runs the attention (and its collectives) inside the backward.
+CASES += [Case("gemma3", mode, "packed", impl, checkpointing=True) for mode, impl in MODES]
+# Four processes on a small machine cost ~35 s (start-up dominates), hence few cases, marked slow. The last
+# one is SP 2 x data parallel 2 (two SP groups side by side).
+HYBRID = [
+    Case("qwen3_2heads", "hybrid", "packed", "p2p", ulysses_size=2),
+    Case("qwen3_2heads", "hybrid", "padded", "allgather", ulysses_size=2),
+    Case("qwen3_2heads", "ulysses", "packed", sp_size=2),
+]
+
+
+@pytest.fixture(scope="module")
+def references() -> dict[tuple[str, str], tuple[float, dict[str, Any]]]:
+    """Single-process (plain sdpa, transformers' own loss) loss and gradients per (model, batch)."""
+    out: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+    for c in CASES + HYBRID:
+        if (c.model, c.batch) not in out:
+            out[(c.model, c.batch)] = reference_loss_and_grads(tiny_model(c.model), sample_batch(c.batch))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sp2() -> dict[str, dict[str, Any]]:
+    """Every SP=2 case, run once on two gloo ranks."""
+    return run_sp_cases(CASES, 2)
+
+
+def _check(case: Case, result: dict[str, Any], reference: tuple[float, dict[str, Any]]) -> None:
+    loss, grads = reference
+    assert set(result["grads"]) == set(grads)
+    loss_diff = max(abs(x - loss) for x in result["losses"])
+    grad_diff = max(float((grads[n] - result["grads"][n]).abs().max()) for n in grads)
+    assert loss_diff <= TOL, f"{case.name}: loss {result['losses']} vs {loss}"
+    assert grad_diff <= TOL, f"{case.name}: max abs gradient difference {grad_diff:.3e}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_sp2_matches_single_process(case: Case, sp2: dict[str, dict[str, Any]], references: Any) -> None:
+    _check(case, sp2[case.name], references[(case.model, case.batch)])
+
+
+@pytest.mark.slow
+def test_hybrid_sp4_matches_single_process(references: Any) -> None:
+    """4 ranks, a 2-head model: Ulysses over pairs of ranks, ring over the two pairs; and SP 2 x DP 2."""
+    results = run_sp_cases(HYBRID, 4)
+    for case in HYBRID:
+        _check(case, results[case.name], references[(case.model, case.batch)])

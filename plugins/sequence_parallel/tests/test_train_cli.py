@@ -1,0 +1,174 @@
+"""``swiftcore train --sequence-parallel-size N`` under torchrun equals the one-process run, step by step.
+
+With one SP group (data parallel 1) the group reads exactly the batches of a one-process run (same sampler,
+same seed), so the per-step losses, gradient norms and token counts in ``logs.jsonl`` must agree. OLMoE's tiny
+checkpoint is used: plain softmax attention (GQA, q/k norms) and a router, and its losses stay stable enough
+over a few steps that float noise does not grow past 1e-5 (a sliding-window Gemma 4 agrees at step 1 but its
+steep tiny-model loss amplifies the noise afterwards).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from swiftcore_sequence_parallel.testing import free_port
+
+BIN = Path(sys.executable).parent
+REL = 1e-5
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 short chats of different lengths (so batches pad, and odd lengths need SP padding)."""
+    path = tmp_path_factory.mktemp("sp_data") / "train.jsonl"
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Count to {i}."},
+                {"role": "assistant", "content": " ".join(str(j) for j in range(1, i % 7 + 2))},
+            ]
+        }
+        for i in range(24)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _train(model: Path, dataset: Path, out: Path, *extra: str, nproc: int = 1) -> subprocess.CompletedProcess:
+    args = [
+        "train",
+        "--model",
+        str(model),
+        "--dataset",
+        str(dataset),
+        "--output-dir",
+        str(out),
+        "--tuner",
+        "full",
+        "--max-steps",
+        "5",
+        "--logging-steps",
+        "1",
+        "--save-steps",
+        "100",
+        "--batch-size",
+        "2",
+        "--learning-rate",
+        "1e-3",
+        "--lr-scheduler",
+        "constant",
+        "--seed",
+        "3",
+        *extra,
+    ]
+    swiftcore = str(BIN / "swiftcore")
+    if nproc > 1:
+        cmd = [str(BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-port", str(free_port()), swiftcore]
+    else:
+        cmd = [swiftcore]
+    return subprocess.run([*cmd, *args], env=_env(), capture_output=True, text=True, timeout=400)
+
+
+def _steps(out: Path) -> dict[int, dict]:
+    rows = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if line.strip()]
+    return {r["step"]: r for r in rows if "loss" in r}
+
+
+def _eval_losses(out: Path) -> list[float]:
+    rows = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if line.strip()]
+    return [r["eval_loss"] for r in rows if "eval_loss" in r]
+
+
+def _assert_same_steps(one: dict[int, dict], sp: dict[int, dict], steps: tuple[int, ...] = (1, 2, 3, 4, 5)) -> None:
+    assert sorted(one) == sorted(sp) == [1, 2, 3, 4, 5]
+    for step in steps:
+        a, b = one[step], sp[step]
+        assert b["loss"] == pytest.approx(a["loss"], rel=REL), f"step {step}: loss {a['loss']} vs SP {b['loss']}"
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=REL), f"step {step}: grad norm"
+        # Same tokens: the SP group trained on exactly the one-process batches.
+        assert b["num_input_tokens_seen"] == a["num_input_tokens_seen"], f"step {step}: tokens seen"
+
+
+def _run_ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+
+
+@pytest.fixture(scope="module")
+def olmoe(tiny_model_dir) -> Path:
+    """The tiny OLMoE checkpoint."""
+    return tiny_model_dir("olmoe")
+
+
+#: Batches of 4 over 18 training rows (step 5 is the epoch's short batch), 6 validation rows (a short last
+#: evaluation batch).
+EXTRA4 = ("--batch-size", "4", "--split-ratio", "0.25", "--eval-steps", "5")
+
+
+@pytest.fixture(scope="module")
+def reference4(olmoe: Path, dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one-process run the ulysses and data-parallel runs are compared with."""
+    out = tmp_path_factory.mktemp("sp_reference") / "one"
+    _run_ok(_train(olmoe, dataset, out, *EXTRA4))
+    return out
+
+
+@pytest.mark.slow
+def test_ulysses_sp2_matches_one_process(olmoe: Path, dataset: Path, reference4: Path, tmp_path: Path) -> None:
+    """Training and validation losses equal the one-process run's, the short batches included."""
+    sp = ("--sequence-parallel-size", "2", "--sp-mode", "ulysses")
+    _run_ok(_train(olmoe, dataset, tmp_path / "sp", *EXTRA4, *sp, nproc=2))
+    _assert_same_steps(_steps(reference4), _steps(tmp_path / "sp"))
+    one, two = _eval_losses(reference4), _eval_losses(tmp_path / "sp")
+    assert len(one) == len(two) == 1
+    assert two[0] == pytest.approx(one[0], rel=REL), f"eval loss {one[0]} vs SP {two[0]}"
+    # The checkpoint is a plain one: no SP attention recorded in its config.
+    config = (tmp_path / "sp" / "checkpoint-5" / "config.json").read_text()
+    assert "sp_ulysses" not in config
+
+
+@pytest.mark.slow
+def test_ring_sp2_lora_padding_free_accumulation_matches_one_process(
+    olmoe: Path, dataset: Path, tmp_path: Path
+) -> None:
+    """Ring attention, LoRA, packed rows (padded with a dummy sample) and 2 accumulation steps."""
+    extra = ("--tuner", "lora", "--padding-free", "--gradient-accumulation-steps", "2")
+    _run_ok(_train(olmoe, dataset, tmp_path / "one", *extra))
+    sp = ("--sequence-parallel-size", "2", "--sp-mode", "ring")
+    _run_ok(_train(olmoe, dataset, tmp_path / "sp", *extra, *sp, nproc=2))
+    _assert_same_steps(_steps(tmp_path / "one"), _steps(tmp_path / "sp"))
+    assert (tmp_path / "sp" / "checkpoint-5" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_refuses_linear_attention_before_training(tiny_model_dir, dataset: Path, tmp_path: Path) -> None:
+    """Qwen3.5's gated DeltaNet layers cannot be split: refused with the flag named, nothing written."""
+    proc = _train(tiny_model_dir("qwen3_5"), dataset, tmp_path / "out", "--sequence-parallel-size", "2")
+    assert proc.returncode != 0
+    message = proc.stderr + proc.stdout
+    assert "--sequence-parallel-size" in message and "DeltaNet" in message, message[-2000:]
+    assert not (tmp_path / "out" / "logs.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_sp2_times_data_parallel2_matches_one_process_with_the_doubled_batch(
+    olmoe: Path, dataset: Path, reference4: Path, tmp_path: Path
+) -> None:
+    """4 ranks = 2 SP groups of batch 2: the groups split the data as 2-rank DDP would.
+
+    Steps 1-4 only: at the epoch's end DDP tops the second group's batch up from the epoch's start (accelerate's
+    even batches), where one process trains on the short batch alone; that is data parallelism, not SP.
+    """
+    args = (*EXTRA4, "--batch-size", "2", "--sequence-parallel-size", "2")
+    _run_ok(_train(olmoe, dataset, tmp_path / "sp", *args, nproc=4))
+    _assert_same_steps(_steps(reference4), _steps(tmp_path / "sp"), steps=(1, 2, 3, 4))

@@ -1,0 +1,22 @@
+"""swiftcore-train-megatron: the megatron-core training engine (``swiftcore train --engine megatron``).
+
+The Hugging Face checkpoint is loaded through its family's bridge straight into the sharded megatron-core model
+(no conversion step), trained with tensor and expert parallelism under ``torchrun`` (gloo on a CPU, NCCL on GPUs),
+and every checkpoint is written twice: the per-rank megatron state a killed run resumes from, and the Hugging Face
+model the rest of swiftcore (``infer``, ``deploy``, ``eval``) loads.
+
+Modules (this package imports neither torch nor megatron):
+
+- :mod:`~swiftcore_train_megatron.plugin`: the ``sft.megatron`` recipe and its ``--tp``/``--pp``/``--ep`` options.
+- :mod:`~swiftcore_train_megatron.layout`: the parallel layout, checked before any process group exists.
+- :mod:`~swiftcore_train_megatron.schedule`: which samples each rank trains on at each step (transformers' order).
+- :mod:`~swiftcore_train_megatron.engine`: the sharded model, one step's loss, gradient reduction and clipping.
+- :mod:`~swiftcore_train_megatron.checkpoint`: saving and resuming, and the Hugging Face export of a checkpoint.
+- :mod:`~swiftcore_train_megatron.recipe`: the recipe itself, read top to bottom.
+"""
+
+from __future__ import annotations
+
+from swiftcore.api import API_VERSION_STRING
+
+SWIFTCORE_API = API_VERSION_STRING

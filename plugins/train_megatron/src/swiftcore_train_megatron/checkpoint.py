@@ -1,0 +1,172 @@
+"""Checkpoints of a megatron run: the per-rank state a run resumes from, and the Hugging Face model beside it.
+
+Layout of ``OUTPUT/checkpoint-N/``::
+
+    config.json, model*.safetensors, tokenizer files   the trained model, as transformers loads it
+    swiftcore_args.json                                 the run's arguments and manifest (as every swiftcore run)
+    trainer_state.json                                  global_step, epoch, the log so far
+    mcore/                                              the Megatron checkpoint (``swiftcore_megatron.checkpoint``):
+        release/mp_rank_TT[_EEE]/model_optim_rng.pt     per rank: model, optimizer, scheduler, RNG, iteration
+        swiftcore_mcore.json, hf/, hf_passthrough/      what ``swiftcore export --to-hf`` converts it back with
+
+Every rank writes into ``OUTPUT/.staging``; rank 0 exports the Hugging Face model from the rank files with the
+family's bridge and renames the finished directory into place, so a kill at any moment leaves either the
+complete ``checkpoint-N`` or none (the next run's start removes ``.staging``).
+
+Why the legacy per-rank torch format and not ``dist_checkpointing``: megatron-core 0.16.1's ``torch_dist`` save
+finalises with a CUDA tensor (``save_state_dict_async_finalize``) and cannot run on a CPU; the per-rank files are
+what Megatron-LM's ``--ckpt-format torch`` reads, and the conversion code already reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from swiftcore.api import SwiftcoreError
+
+__all__ = ["MCORE_SUBDIR", "STATE_FILE", "load_checkpoint", "save_checkpoint"]
+
+MCORE_SUBDIR = "mcore"
+STATE_FILE = "trainer_state.json"
+STAGING_DIR = ".staging"
+
+
+def _rank_path(root: Path, ep: int) -> Path:
+    from megatron.core import parallel_state
+    from swiftcore_megatron.checkpoint import rank_file
+
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    ep_rank = parallel_state.get_expert_model_parallel_rank()
+    return rank_file(root, tp_rank, ep_rank, ep)
+
+
+def save_checkpoint(
+    output_dir: Path,
+    step: int,
+    *,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    bridge: Any,
+    bridge_name: str,
+    model_dir: str,
+    ep: int,
+    tp: int,
+    trainer_state: dict[str, Any],
+    extras: dict[str, str],
+    save_total_limit: int | None,
+) -> Path:
+    """Write ``output_dir/checkpoint-{step}`` (see the module docstring); collective: every rank calls it.
+
+    Raises:
+        SwiftcoreError: the disk filled or refused a write; the earlier checkpoints are intact.
+    """
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    name = f"checkpoint-{step}"
+    staging = output_dir / STAGING_DIR
+    mcore = staging / f"{name}.{MCORE_SUBDIR}"
+    rank0 = dist.get_rank() == 0
+    if rank0:
+        shutil.rmtree(staging, ignore_errors=True)
+        mcore.mkdir(parents=True)
+    dist.barrier()
+    try:
+        # One copy per distinct shard: the first of a set of data-parallel replicas writes it.
+        if parallel_state.get_expert_data_parallel_rank() == 0:
+            path = _rank_path(mcore, ep)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng_state": torch.get_rng_state(),
+                "iteration": step,
+                "checkpoint_version": 3.0,
+            }
+            torch.save(state, path)
+        dist.barrier()
+        if rank0:
+            _finish(output_dir, staging, mcore, name, bridge, bridge_name, model_dir, tp, ep, trainer_state, extras)
+            from transformers.trainer_utils import rotate_checkpoints
+
+            rotate_checkpoints(output_dir=str(output_dir), save_total_limit=save_total_limit, use_mtime=False)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SwiftcoreError(
+            f"saving {name} in {output_dir} failed ({exc.strerror or exc}); nothing was written under that name and "
+            "the earlier checkpoints are intact: free space and continue with --resume-from-checkpoint latest"
+        ) from exc
+    dist.barrier()
+    return output_dir / name
+
+
+def _finish(
+    output_dir: Path,
+    staging: Path,
+    mcore: Path,
+    name: str,
+    bridge: Any,
+    bridge_name: str,
+    model_dir: str,
+    tp: int,
+    ep: int,
+    trainer_state: dict[str, Any],
+    extras: dict[str, str],
+) -> None:
+    """Rank 0: the Megatron checkpoint's side files, its Hugging Face export, the run's files; then the rename."""
+    from swiftcore_megatron.convert import mcore_to_hf, write_checkpoint_extras
+
+    write_checkpoint_extras(mcore, model_dir, bridge, tp=tp, ep=ep, bridge_name=bridge_name)
+    hf = staging / name
+    mcore_to_hf(mcore, hf, bridge)
+    os.replace(mcore, hf / MCORE_SUBDIR)
+    (hf / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+    for file_name, text in extras.items():
+        (hf / file_name).write_text(text, encoding="utf-8")
+    final = output_dir / name
+    if final.exists():  # the closing save of a step that was just saved
+        shutil.rmtree(final)
+    os.replace(hf, final)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_checkpoint(checkpoint: Path, *, model: Any, optimizer: Any, scheduler: Any, tp: int, ep: int) -> int:
+    """Restore this rank's model, optimizer, scheduler and RNG from ``checkpoint``; return its step.
+
+    Raises:
+        SwiftcoreError: the checkpoint has no Megatron state (a transformers-engine checkpoint), or was saved at
+            another ``--tp``/``--ep``.
+    """
+    import torch
+    from swiftcore_megatron.checkpoint import read_metadata
+    from swiftcore_megatron.errors import CheckpointError
+    from swiftcore_megatron.runtime import load_into_model
+
+    root = checkpoint / MCORE_SUBDIR
+    if not root.is_dir():
+        raise SwiftcoreError(
+            f"--resume-from-checkpoint {str(checkpoint)!r}: no {MCORE_SUBDIR}/ directory, so it was not saved by "
+            "--engine megatron; resume it with the engine that wrote it, or pass it as --model to start anew"
+        )
+    try:
+        meta = read_metadata(root)
+    except CheckpointError as exc:
+        raise SwiftcoreError(f"--resume-from-checkpoint {str(checkpoint)!r}: {exc}") from exc
+    if (meta["tp"], meta["ep"]) != (tp, ep):
+        raise SwiftcoreError(
+            f"--resume-from-checkpoint {str(checkpoint)!r} was saved at --tp {meta['tp']} --ep {meta['ep']}; this run "
+            f"is --tp {tp} --ep {ep}: resume with the layout it was saved at"
+        )
+    state = torch.load(_rank_path(root, ep), map_location="cpu", weights_only=False)
+    load_into_model(model, state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng_state"])
+    return int(state["iteration"])

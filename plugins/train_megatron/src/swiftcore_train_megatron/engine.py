@@ -1,0 +1,270 @@
+"""One rank's share of a megatron-core training step: the sharded model, the loss, gradients reduced and clipped.
+
+megatron-core's own ``DistributedDataParallel`` and ``get_megatron_optimizer`` allocate their buffers and norms on
+CUDA (``param_and_grad_buffer``, ``clip_grads``), so on a CPU they cannot run; the gradient reduction they perform
+is small and is done here with the same process groups and the same rules (megatron's ``finalize_model_grads``):
+
+- dense gradients are summed over the data-parallel group, expert gradients (``param.allreduce == False``) over
+  the expert-data-parallel group;
+- q/k layernorm gradients are summed over the tensor-parallel group (each rank saw only its heads), gradients
+  marked ``average_gradients_across_tp_domain`` averaged;
+- the gradient norm counts each tensor once: tensor-parallel shards on every rank, replicated tensors on tensor-
+  parallel rank 0, and only on data-parallel rank 0 of their replicas.
+
+The loss is token-weighted over the whole optimiser step (every micro-batch of every data-parallel rank), so the
+step's loss and gradients are those of one process training the same samples: the mean over their label tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "check_replicated_gradients",
+    "clip_gradients",
+    "gradient_norm",
+    "label_tokens",
+    "load_sharded_model",
+    "micro_batch_loss",
+    "build_model",
+    "needs_sequence_parallel",
+    "reduce_gradients",
+]
+
+IGNORE_INDEX = -100
+
+
+def load_sharded_model(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) -> Any:
+    """Build this rank's megatron-core model (float32) and fill it from the HF checkpoint through the bridge.
+
+    Only this rank's shards are read (the bridge's rules, the same ones ``swiftcore export --to-mcore`` writes
+    rank files with); model-parallel state must be initialised.
+    """
+    import torch
+    from megatron.core import parallel_state
+    from swiftcore_megatron.checkpoint import HFReader
+    from swiftcore_megatron.convert import rank_producers
+    from swiftcore_megatron.runtime import load_into_model
+
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    ep_rank = parallel_state.get_expert_model_parallel_rank()
+    with HFReader(Path(model_dir)) as reader:
+        producers = rank_producers(bridge, reader, tp=tp, ep=ep, tp_rank=tp_rank, ep_rank=ep_rank)
+        state = {key: _as_float32(make()) for key, make in producers.items()}
+    model = build_model(bridge, tp=tp, ep=ep)
+    load_into_model(model, state)
+    if torch.cuda.is_available():  # built on the CPU (use_cpu_initialization), trained on this rank's GPU
+        model.cuda()
+    return model
+
+
+def needs_sequence_parallel(bridge: Any, tp: int) -> bool:
+    """Whether the model trains with megatron's sequence parallelism: MoE layers refuse tensor parallelism in
+    training without it (``MoELayer.forward``)."""
+    return tp > 1 and bridge.num_experts() > 0
+
+
+def build_model(bridge: Any, *, tp: int, ep: int) -> Any:
+    """The bridge's megatron-core model in float32 (its own ``build_model``: some families have their own model
+    class), with sequence parallelism where MoE needs it."""
+    import dataclasses
+
+    import torch
+
+    from swiftcore.api import SwiftcoreError
+
+    if not needs_sequence_parallel(bridge, tp):
+        return bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32)
+    # The bridge builds its config inside build_model: shadow its transformer_config on this instance for the call.
+    plain = bridge.transformer_config
+    bridge.transformer_config = lambda **kw: dataclasses.replace(plain(**kw), sequence_parallel=True)
+    try:
+        return bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32)
+    except AssertionError as exc:
+        # e.g. OLMoE's norms (megatron's WrappedTorchNorm) assert that they do not support it.
+        raise SwiftcoreError(
+            f"--tp {tp}: megatron-core trains MoE layers under tensor parallelism only with sequence parallelism, "
+            f"which this model's layers do not support ({exc}); split it with --ep instead (--tp 1)"
+        ) from exc
+    finally:
+        del bridge.transformer_config
+
+
+def _as_float32(tensor: Any) -> Any:
+    return tensor.float() if tensor.is_floating_point() else tensor
+
+
+def label_tokens(samples: list[dict]) -> int:
+    """Label tokens of ``samples`` that carry loss (after the one-token shift of causal LM training)."""
+    return sum(sum(1 for label in sample["labels"][1:] if label != IGNORE_INDEX) for sample in samples)
+
+
+def micro_batch_loss(model: Any, samples: list[dict], pad_token_id: int, length: int | None = None) -> Any:
+    """The summed next-token loss of ``samples`` (right-padded into one batch) under the megatron model.
+
+    transformers shifts labels inside the model (position t predicts label t+1); megatron's loss is per position
+    against labels already aligned, so the labels move one to the left here and the last position carries none.
+
+    Args:
+        length: pad to this many positions (at least the longest sample): the micro-batches that expert-parallel
+            ranks run together must have one shape, since the MoE dispatcher all-gathers their tokens.
+    """
+    import torch
+    import torch.nn.functional as F
+    from swiftcore_data import PaddingCollator
+
+    batch = PaddingCollator(pad_token_id)(samples)
+    input_ids, hf_labels = batch["input_ids"], batch["labels"]
+    extra = (length or 0) - input_ids.shape[1]
+    if extra > 0:
+        input_ids = F.pad(input_ids, (0, extra), value=pad_token_id)
+        hf_labels = F.pad(hf_labels, (0, extra), value=IGNORE_INDEX)
+    labels = torch.full_like(hf_labels, IGNORE_INDEX)
+    labels[:, :-1] = hf_labels[:, 1:]
+    mask = labels != IGNORE_INDEX
+    positions = torch.arange(input_ids.shape[1]).unsqueeze(0).expand_as(input_ids)
+    if torch.cuda.is_available():
+        input_ids, positions, labels, mask = (t.cuda() for t in (input_ids, positions, labels, mask))
+    # Right padding under a causal mask changes nothing for the real tokens; padding carries no loss.
+    from swiftcore_megatron.cpu_patches import eager_on_cpu
+
+    with eager_on_cpu():
+        per_token = model(
+            input_ids=input_ids, position_ids=positions, attention_mask=None, labels=labels.masked_fill(~mask, 0)
+        )
+    return (per_token.float() * mask).sum()
+
+
+def _grads(model: Any, *, expert: bool) -> list[Any]:
+    return [
+        p.grad for p in model.parameters() if p.grad is not None and (getattr(p, "allreduce", True) is False) == expert
+    ]
+
+
+def _all_reduce(tensors: list[Any], group: Any, op: Any) -> None:
+    """All-reduce ``tensors`` in place as one flat buffer (one collective, not one per tensor)."""
+    import torch.distributed as dist
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    if not tensors or dist.get_world_size(group) == 1:
+        return
+    flat = _flatten_dense_tensors(tensors)
+    dist.all_reduce(flat, op=op, group=group)
+    for tensor, synced in zip(tensors, _unflatten_dense_tensors(flat, tensors), strict=True):
+        tensor.copy_(synced)
+
+
+def reduce_gradients(model: Any, bridge: Any) -> None:
+    """Sum gradients over data-parallel replicas and the tensor-parallel partial ones (see the module docstring)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    _all_reduce(
+        _grads(model, expert=False),
+        parallel_state.get_data_parallel_group(with_context_parallel=True),
+        dist.ReduceOp.SUM,
+    )
+    _all_reduce(_grads(model, expert=True), parallel_state.get_expert_data_parallel_group(), dist.ReduceOp.SUM)
+    tp_group = parallel_state.get_tensor_model_parallel_group()
+    if dist.get_world_size(tp_group) == 1:
+        return
+    summed, averaged = [], []
+    for name, param in model.named_parameters():
+        if param.grad is None or getattr(param, "tensor_model_parallel", False):
+            continue
+        if getattr(param, "average_gradients_across_tp_domain", False):
+            averaged.append(param.grad)
+        elif model.config.sequence_parallel and getattr(param, "sequence_parallel", False):
+            summed.append(param.grad)  # a norm that saw only this rank's part of the sequence
+        elif _is_per_head_norm(model, name, bridge):
+            summed.append(param.grad)
+    _all_reduce(summed, tp_group, dist.ReduceOp.SUM)
+    _all_reduce(averaged, tp_group, dist.ReduceOp.AVG)
+
+
+def _is_per_head_norm(model: Any, name: str, bridge: Any) -> bool:
+    """Whether ``name`` is a replicated tensor each tensor-parallel rank sees only part of: the q/k layernorms
+    (megatron's own rule, with ``qk_layernorm``) and what the bridge lists (its ``tp_partial_gradients``, e.g.
+    Qwen3.5's gated-DeltaNet ``out_norm``, which megatron leaves alone without sequence parallelism)."""
+    if any(part in name for part in getattr(bridge, "tp_partial_gradients", ())):
+        return True
+    return bool(getattr(model.config, "qk_layernorm", False)) and ("q_layernorm" in name or "k_layernorm" in name)
+
+
+def check_replicated_gradients(model: Any, tolerance: float = 1e-6) -> None:
+    """Refuse to go on when a tensor replicated over tensor-parallel ranks got different gradients on them.
+
+    Called once, on the first step: a model with another kind of per-head parameter than those
+    :func:`reduce_gradients` knows would otherwise train its replicas apart, silently.
+
+    Raises:
+        SwiftcoreError: naming the tensors.
+    """
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from swiftcore.api import SwiftcoreError
+
+    tp_group = parallel_state.get_tensor_model_parallel_group()
+    if dist.get_world_size(tp_group) == 1:
+        return
+    named = [
+        (n, p.grad)
+        for n, p in model.named_parameters()
+        if p.grad is not None and not getattr(p, "tensor_model_parallel", False)
+    ]
+    if not named:
+        return
+    local = torch.cat([g.detach().flatten() for _, g in named])
+    mean = local.clone()
+    dist.all_reduce(mean, op=dist.ReduceOp.AVG, group=tp_group)
+    deviation = (local - mean).abs()
+    apart, offset = [], 0
+    for name, grad in named:
+        part = deviation[offset : offset + grad.numel()]
+        offset += grad.numel()
+        if float(part.max()) > tolerance * (1.0 + float(grad.abs().max())):
+            apart.append(name)
+    flags = torch.tensor([float(bool(apart))], device=local.device)
+    dist.all_reduce(flags, group=tp_group)
+    if float(flags) > 0:
+        raise SwiftcoreError(
+            "--engine megatron: replicated tensors got different gradients on the tensor-parallel ranks "
+            f"({', '.join(apart[:6]) or 'on another rank'}): their reduction rule is missing from "
+            "swiftcore_train_megatron.engine; train this family with --tp 1 until it is added"
+        )
+
+
+def gradient_norm(model: Any) -> float:
+    """The L2 norm of the whole model's gradient (every tensor counted once over all ranks)."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+
+    dense_owner = parallel_state.get_data_parallel_rank(with_context_parallel=True) == 0
+    expert_owner = parallel_state.get_expert_data_parallel_rank() == 0
+    device = next(model.parameters()).device  # NCCL reduces GPU tensors only
+    square = torch.zeros((), dtype=torch.float64, device=device)
+    for param in model.parameters():
+        if param.grad is None or not param_is_not_tensor_parallel_duplicate(param):
+            continue
+        if expert_owner if getattr(param, "allreduce", True) is False else dense_owner:
+            square += param.grad.detach().double().pow(2).sum()
+    if dist.get_world_size() > 1:
+        dist.all_reduce(square)
+    return math.sqrt(float(square))
+
+
+def clip_gradients(model: Any, max_norm: float, norm: float) -> None:
+    """Scale gradients so their norm is at most ``max_norm`` (torch's ``clip_grad_norm_`` rule, with the norm of
+    every rank's shards rather than of this rank's tensors alone)."""
+    coefficient = max_norm / (norm + 1e-6)
+    if coefficient >= 1.0:
+        return
+    for param in model.parameters():
+        if param.grad is not None:
+            param.grad.mul_(coefficient)

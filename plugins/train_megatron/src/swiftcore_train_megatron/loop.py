@@ -1,0 +1,251 @@
+"""The training loop of the megatron engine: steps, logging, evaluation and checkpoints, on every rank."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swiftcore_train.config import TrainConfig, TrainResult
+
+from swiftcore_train_megatron.layout import ParallelLayout
+from swiftcore_train_megatron.schedule import Schedule
+
+__all__ = ["TrainLoop"]
+
+
+@dataclass
+class TrainLoop:
+    """Train ``model`` for ``schedule.total_steps`` optimiser steps (see :meth:`run`)."""
+
+    cfg: TrainConfig
+    output_dir: Path
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    schedule: Schedule
+    train_samples: list[dict]
+    val_samples: list[dict]
+    pad_token_id: int
+    bridge: Any
+    bridge_name: str
+    layout: ParallelLayout
+    extras: dict[str, str]
+    step: int = 0
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+    _checked: bool = False
+
+    def resume(self, checkpoint: Path) -> None:
+        """Continue from ``checkpoint``: model, optimizer, schedule and RNG restored, its log kept."""
+        from swiftcore_train_megatron.checkpoint import STATE_FILE, load_checkpoint
+
+        self.step = load_checkpoint(
+            checkpoint,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            tp=self.layout.tp,
+            ep=self.layout.ep,
+        )
+        state = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+        self.log_history = list(state.get("log_history", []))
+
+    def run(self) -> TrainResult:
+        """Train the remaining steps, logging every ``--logging-steps``, evaluating every ``--eval-steps`` (else
+        once at the end when there is validation data), saving every ``--save-steps`` and at the end."""
+        import torch.distributed as dist
+        from swiftcore_train.trainer import plot_loss_curve
+        from tqdm.auto import tqdm
+
+        rank0 = dist.get_rank() == 0
+        total = self.schedule.total_steps
+        bar = tqdm(total=total, initial=self.step, desc="training (megatron)", disable=not rank0)
+        window: list[float] = []
+        start, tokens = time.perf_counter(), 0
+        last_saved = None
+        self.model.train()
+        while self.step < total:
+            # The rate this step trains at: what transformers logs for the step.
+            learning_rate = self.scheduler.get_last_lr()[0]
+            loss, norm, step_tokens = self._train_step()
+            self.step += 1
+            tokens += step_tokens
+            window.append(loss)
+            bar.update(1)
+            if self.step % self.cfg.logging_steps == 0 or self.step == total:
+                record = {
+                    "loss": sum(window) / len(window),
+                    "grad_norm": norm,
+                    "learning_rate": learning_rate,
+                }
+                elapsed = time.perf_counter() - start
+                if elapsed > 0:
+                    record["tokens_per_second"] = round(tokens / elapsed, 1)
+                self._log(record)
+                bar.set_postfix(loss=f"{record['loss']:.4f}")
+                window = []
+            if self.val_samples and self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0:
+                self._log({"eval_loss": self._evaluate()})
+            if self.step % self.cfg.save_steps == 0:
+                last_saved = self._save()
+        bar.close()
+        self._log(_peak_memory())
+        if self.val_samples and not self.cfg.eval_steps:
+            self._log({"eval_loss": self._evaluate()})
+        if last_saved is None or last_saved.name != f"checkpoint-{self.step}":
+            last_saved = self._save()
+        log_file = self.output_dir / "logs.jsonl"
+        plot = None
+        if rank0 and self.cfg.plot and log_file.exists():
+            plot = plot_loss_curve(log_file, self.output_dir / "loss.png")
+        losses = [r["loss"] for r in self.log_history if "loss" in r]
+        return TrainResult(
+            output_dir=self.output_dir,
+            last_checkpoint=last_saved,
+            log_file=log_file,
+            plot_file=plot,
+            train_samples=len(self.train_samples),
+            global_step=self.step,
+            final_loss=losses[-1] if losses else None,
+        )
+
+    def _train_step(self) -> tuple[float, float, int]:
+        """One optimiser step over every micro-batch of every data-parallel rank; ``(loss, grad norm, tokens)``."""
+        import torch
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        from swiftcore_train_megatron.engine import (
+            check_replicated_gradients,
+            clip_gradients,
+            gradient_norm,
+            label_tokens,
+            micro_batch_loss,
+            reduce_gradients,
+        )
+
+        per_rank = self.schedule.micro_batches(self.step)
+        # Every rank holds every sample, so the step's label-token count needs no collective.
+        step_tokens = sum(label_tokens(self._samples(mb)) for batches in per_rank for mb in batches)
+        mine = per_rank[parallel_state.get_data_parallel_rank()]
+        loss_sum = torch.zeros((), device=next(self.model.parameters()).device)
+        for k, batch in enumerate(mine):
+            # Micro-batch k of every data-parallel rank padded to one length (expert parallelism gathers them).
+            length = self._padded(
+                max(len(self.train_samples[i]["input_ids"]) for batches in per_rank for i in batches[k])
+            )
+            loss = micro_batch_loss(self.model, self._samples(batch), self.pad_token_id, length)
+            (loss / max(step_tokens, 1)).backward()
+            loss_sum += loss.detach()
+        dp_group = parallel_state.get_data_parallel_group()
+        if dist.get_world_size(dp_group) > 1:
+            dist.all_reduce(loss_sum, group=dp_group)
+        reduce_gradients(self.model, self.bridge)
+        if not self._checked:  # the first step of this process (also after a resume)
+            check_replicated_gradients(self.model)
+            self._checked = True
+        norm = gradient_norm(self.model)
+        clip_gradients(self.model, self.cfg.max_grad_norm, norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        tokens = sum(len(self.train_samples[i]["input_ids"]) for batches in per_rank for mb in batches for i in mb)
+        return float(loss_sum) / max(step_tokens, 1), norm, tokens
+
+    def _padded(self, length: int) -> int:
+        """``length`` rounded up to a multiple of the tensor-parallel size under sequence parallelism (each rank
+        holds an equal slice of the sequence)."""
+        tp = self.layout.tp if self.model.config.sequence_parallel else 1
+        return -(-length // tp) * tp
+
+    def _samples(self, indices: list[int]) -> list[dict]:
+        return [self.train_samples[i] for i in indices]
+
+    def _evaluate(self) -> float:
+        """Token-mean loss over the validation samples (batches of ``--batch-size``, split over data-parallel ranks)."""
+        import torch
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        from swiftcore_train_megatron.engine import label_tokens, micro_batch_loss
+
+        dp, rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
+        # Over several data-parallel ranks, one sample a batch: every rank's batches then have one shape.
+        size = self.cfg.batch_size if dp == 1 else 1
+        batches = [self.val_samples[i : i + size] for i in range(0, len(self.val_samples), size)]
+        total = torch.zeros((), device=next(self.model.parameters()).device)
+        self.model.eval()
+        with torch.no_grad():
+            longest = self._padded(max(len(s["input_ids"]) for s in self.val_samples))
+            mine = batches[rank::dp]
+            # Every rank runs as many batches of one shape (expert parallelism gathers them); extras count nothing.
+            for i in range(-(-len(batches) // dp)):
+                batch = mine[i] if i < len(mine) else batches[0]
+                loss = micro_batch_loss(self.model, batch, self.pad_token_id, longest)
+                total += loss if i < len(mine) else 0.0
+        self.model.train()
+        if dp > 1:
+            dist.all_reduce(total, group=parallel_state.get_data_parallel_group())
+        return float(total) / max(label_tokens(self.val_samples), 1)
+
+    def _log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` (with step and epoch) to the log history and, on rank 0, to ``logs.jsonl``."""
+        import torch.distributed as dist
+
+        record = {"step": self.step, "epoch": self.schedule.epoch_of(self.step), **record}
+        self.log_history.append(record)
+        if dist.get_rank() == 0:
+            with (self.output_dir / "logs.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+    def _save(self) -> Path:
+        from swiftcore_train_megatron.checkpoint import save_checkpoint
+
+        state = {
+            "global_step": self.step,
+            "epoch": self.schedule.epoch_of(self.step),
+            "max_steps": self.schedule.total_steps,
+            "engine": "megatron",
+            "log_history": self.log_history,
+        }
+        return save_checkpoint(
+            self.output_dir,
+            self.step,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            bridge=self.bridge,
+            bridge_name=self.bridge_name,
+            model_dir=self.cfg.model,
+            tp=self.layout.tp,
+            ep=self.layout.ep,
+            trainer_state=state,
+            extras=self.extras,
+            save_total_limit=self.cfg.save_total_limit,
+        )
+
+
+def _peak_memory() -> dict[str, list[float]]:
+    """Every rank's peak resident memory (MB), and its peak GPU memory on a GPU: ``{"peak_rss_mb": [...]}``.
+
+    Read from ``VmHWM`` (Linux), the high-water mark of this process's own memory since its ``exec``;
+    ``ru_maxrss`` would carry over the high-water mark of the process that started it.
+    """
+    import resource
+
+    import torch
+    import torch.distributed as dist
+
+    try:
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
+        peak_kb = float(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+    except (OSError, StopIteration):
+        peak_kb = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    mine = {"peak_rss_mb": peak_kb / 1024}
+    if torch.cuda.is_available():
+        mine["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return {key: [round(rank[key], 1) for rank in every] for key in mine}

@@ -1,0 +1,52 @@
+"""Hook implementations of swiftcore-train-megatron: the ``sft.megatron`` recipe and its parallelism options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swiftcore.api import API_VERSION_STRING, RecipeSpec, hookimpl
+
+SWIFTCORE_API = API_VERSION_STRING
+
+#: The recipes this engine trains, as ``swiftcore train --engine megatron --recipe NAME`` names them.
+RECIPES = ("sft.megatron",)
+
+
+@hookimpl
+def swiftcore_register_recipes() -> list[RecipeSpec]:
+    """``sft.megatron``: supervised fine-tuning on megatron-core (``swiftcore train --engine megatron``)."""
+    return [
+        RecipeSpec(
+            name="sft.megatron",
+            run="swiftcore_train_megatron.recipe:run_megatron_sft",
+            config="swiftcore_train_megatron.layout:ParallelLayout",
+            tasks=("causal_lm",),
+            description="supervised fine-tuning (full weights) on megatron-core through the family's bridge: "
+            "--tp, --ep under torchrun; checkpoints resume exactly and load in transformers",
+        )
+    ]
+
+
+@hookimpl
+def swiftcore_addoption(parser: Any) -> None:
+    """``--tp``, ``--pp``, ``--ep``: the megatron-core parallel layout (valid with ``--engine megatron``)."""
+    group = parser.getgroup("megatron", "megatron-core parallelism (--engine megatron)", recipe=RECIPES)
+    group.addoption(
+        "--tp",
+        type=int,
+        default=1,
+        help="Tensor-parallel size: each layer's weights split over this many ranks (divides the attention heads, "
+        "kv heads, MLP width and vocabulary).",
+    )
+    group.addoption(
+        "--pp",
+        type=int,
+        default=1,
+        help="Pipeline-parallel size (layers split into stages). Only 1 is supported by this engine so far.",
+    )
+    group.addoption(
+        "--ep",
+        type=int,
+        default=1,
+        help="Expert-parallel size (MoE families): the routed experts split over this many data-parallel ranks.",
+    )

@@ -1,0 +1,181 @@
+"""The ``sft.megatron`` recipe: supervised fine-tuning on megatron-core, read top to bottom.
+
+Everything checkable is checked before a process group exists (the options, the model, its bridge, the parallel
+layout against the launch and the model, the data, the checkpoint to resume); then every rank loads its shard of
+the HF checkpoint through the bridge, trains on transformers' data order with transformers' optimizer and
+schedule, and saves checkpoints that resume exactly and that transformers loads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from swiftcore_train.config import TrainConfig, TrainResult
+from swiftcore_train.run import (
+    check_recipe_fits_model,
+    encode_records,
+    generation_defaults,
+    is_main_process,
+    load_template,
+    load_train_val_records,
+    resolve_resume,
+    run_inputs,
+    start_run,
+)
+
+from swiftcore.api import SwiftcoreError
+from swiftcore_train_megatron.layout import ParallelLayout, world_size
+
+__all__ = ["run_megatron_sft"]
+
+log = logging.getLogger("swiftcore.train.megatron")
+
+
+def _refuse_unsupported(cfg: TrainConfig) -> None:
+    """Options the megatron engine does not do yet: refused by name before anything loads."""
+    problems = []
+    if cfg.tuner != "full":
+        problems.append(f"--tuner {cfg.tuner}: the megatron engine trains full weights only so far; add --tuner full")
+    if cfg.packing or cfg.padding_free:
+        problems.append("--packing / --padding-free: not supported by the megatron engine yet; leave them off")
+    if cfg.dtype != "float32":
+        problems.append(f"--dtype {cfg.dtype}: the megatron engine trains in float32 so far; use --dtype float32")
+    if cfg.gradient_checkpointing:
+        problems.append("--gradient-checkpointing: not supported by the megatron engine yet; leave it off")
+    if problems:
+        raise SwiftcoreError("--engine megatron:\n  " + "\n  ".join(problems))
+
+
+def _bridge(cfg: TrainConfig, spec: Any, plugins: Any) -> tuple[Any, Any]:
+    from swiftcore_megatron.errors import BridgeError
+    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+
+    try:
+        return resolve_bridge(read_hf_config(Path(cfg.model)), plugins)
+    except BridgeError as exc:
+        raise SwiftcoreError(
+            f"--engine megatron: model {spec.name!r} ({spec.provider}) cannot be trained on megatron-core: {exc}. "
+            "Train it on the default engine (drop --engine), or install the family's megatron bridge plugin"
+        ) from exc
+
+
+def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> TrainResult:
+    """Fine-tune ``cfg.model`` on ``cfg.dataset`` with megatron-core (see ``swiftcore train --help``)."""
+    from swiftcore.api.models import check_requirements, resolve_model_spec
+
+    cfg.validate()
+    _refuse_unsupported(cfg)
+    output_dir = Path(cfg.output_dir)
+    spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
+    check_requirements(spec)
+    check_recipe_fits_model(cfg, spec, plugins)
+    bridge_spec, bridge = _bridge(cfg, spec, plugins)
+    world = world_size()
+    layout.check(bridge, bridge_spec, world)
+    resume = resolve_resume(cfg, output_dir, spec)
+    if is_main_process():
+        from swiftcore_train.output_dir import plan_output_dir
+
+        plan_output_dir(
+            output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
+        )
+    template_spec, template, tokenizer = load_template(cfg, spec, plugins)
+    train_records, val_records = load_train_val_records(cfg)
+    train_samples = encode_records(train_records, template, tokenizer, cfg, desc="encoding train")
+    val_samples = encode_records(val_records, template, tokenizer, cfg, desc="encoding val") if val_records else []
+    from swiftcore_media import has_media
+
+    if any(has_media(s) for s in train_samples + val_samples):
+        raise SwiftcoreError("--engine megatron: image and audio samples are not supported by this engine yet")
+    log.info(
+        "model %s, bridge %s, tp %d ep %d over %d rank(s)", spec.name, bridge_spec.name, layout.tp, layout.ep, world
+    )
+
+    # Every check passed: only now the process group and the model.
+    from swiftcore_megatron.runtime import init_model_parallel
+
+    from swiftcore_train_megatron.engine import load_sharded_model
+
+    init_model_parallel(layout.tp, layout.ep, seed=cfg.seed)
+    model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    from swiftcore_train_megatron.schedule import Schedule
+
+    schedule = Schedule(
+        num_samples=len(train_samples),
+        batch_size=cfg.batch_size,
+        grad_accum=cfg.gradient_accumulation_steps,
+        data_parallel=layout.data_parallel(world),
+        seed=cfg.seed,
+        max_steps=cfg.max_steps,
+        epochs=cfg.num_train_epochs,
+    )
+    optimizer, scheduler = _optimizer_and_scheduler(cfg, output_dir, model, schedule.total_steps)
+    args_record = start_run(
+        cfg,
+        output_dir,
+        spec,
+        plugins,
+        fresh=resume is None,
+        resumed_step=_resumed_step(resume),
+        template=template_spec,
+        generation_defaults=generation_defaults(train_records, template, cfg),
+        engine={"name": "megatron", "tp": layout.tp, "ep": layout.ep, "world_size": world, "bridge": bridge_spec.name},
+    )
+    from swiftcore_train_megatron.loop import TrainLoop
+
+    loop = TrainLoop(
+        cfg=cfg,
+        output_dir=output_dir,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        schedule=schedule,
+        train_samples=train_samples,
+        val_samples=val_samples,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+        bridge=bridge,
+        bridge_name=bridge_spec.name,
+        layout=layout,
+        extras={"swiftcore_args.json": json.dumps(args_record, indent=2)},
+    )
+    if resume is not None:
+        loop.resume(resume)
+    return loop.run()
+
+
+def _resumed_step(checkpoint: Path | None) -> int | None:
+    if checkpoint is None:
+        return None
+    from swiftcore_train_megatron.checkpoint import STATE_FILE
+
+    return int(json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8")).get("global_step", 0))
+
+
+def _optimizer_and_scheduler(cfg: TrainConfig, output_dir: Path, model: Any, total_steps: int) -> tuple[Any, Any]:
+    """transformers' optimizer and learning-rate schedule for these flags (the same class, hyper-parameters,
+    weight-decay groups and warm-up as the transformers engine builds), over this rank's parameters."""
+    from swiftcore_train.trainer import training_arguments
+    from transformers import Trainer, get_scheduler
+
+    args = training_arguments(cfg, output_dir, evaluate=False)
+    optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    # get_decay_parameter_names reads only the model (no Trainer state): transformers' rule (no decay on biases
+    # and norms, by module type and name) applied to the megatron module names.
+    decay = set(Trainer.get_decay_parameter_names(None, model))  # type: ignore[arg-type]
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in params if n in decay], "weight_decay": cfg.weight_decay},
+        {"params": [p for n, p in params if n not in decay], "weight_decay": 0.0},
+    ]
+    optimizer = optimizer_cls(groups, **optimizer_kwargs)
+    scheduler = get_scheduler(
+        args.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=args.get_warmup_steps(total_steps),
+        num_training_steps=total_steps,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )
+    return optimizer, scheduler

@@ -1,0 +1,117 @@
+"""Bad input to ``--engine megatron`` fails before any process group exists, naming the option and what to do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from swiftcore_train.config import TrainConfig
+from swiftcore_train.dispatch import run_training
+
+from swiftcore._plugins import load_plugins
+from swiftcore.api import SwiftcoreError
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}] * 4
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _train(model: Path, dataset: Path, out: Path, plugins=None, world: int = 1, **options) -> None:
+    layout = {k: options.pop(k) for k in ("tp", "pp", "ep") if k in options}
+    cfg = TrainConfig(
+        model=str(model),
+        dataset=(str(dataset),),
+        output_dir=str(out),
+        tuner=options.pop("tuner", "full"),
+        engine="megatron",
+        recipe_options=layout,
+        max_steps=1,
+        **options,
+    )
+    run_training(cfg, plugins or load_plugins(env={}))
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_after():
+    """The refusals come before ``init_process_group`` (checked where no earlier test of the session made one)."""
+    import torch.distributed as dist
+
+    before = dist.is_initialized()
+    yield
+    if not before:
+        assert not dist.is_initialized(), "a process group was created before the error"
+
+
+@pytest.mark.parametrize(
+    ("family", "world", "layout", "expected"),
+    [
+        ("qwen3_5", 1, {"tp": 2}, "world size 1 (processes launched) is not a multiple of --tp 2"),
+        ("qwen3_5", 3, {"tp": 2}, "world size 3"),
+        ("qwen3_5", 2, {"tp": 2, "pp": 1, "ep": 2}, "--ep 2: bridge 'qwen3_5' does not support expert parallelism"),
+        ("qwen3_5_moe", 2, {"ep": 4}, "--ep 4 does not divide the 2 data-parallel rank(s)"),
+        ("qwen3_5", 2, {"pp": 2}, "--pp 2: pipeline parallelism is not supported"),
+        ("qwen3_5", 3, {"tp": 3}, "--tp 3 does not divide config.json"),
+        ("olmoe", 3, {"ep": 3}, "--ep 3 does not divide the"),
+    ],
+)
+def test_a_layout_that_does_not_fit_fails_before_any_process_group(
+    family, world, layout, expected, tiny_model_dir, dataset, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    with pytest.raises(SwiftcoreError, match=None) as info:
+        _train(tiny_model_dir(family), dataset, tmp_path / "out", **layout)
+    assert expected in str(info.value)
+    assert not (tmp_path / "out").exists(), "nothing may be written before the layout is accepted"
+
+
+def test_a_family_without_a_bridge_is_refused_naming_the_way_out(tiny_model_dir, dataset, tmp_path) -> None:
+    # The plugin set of `--plugin no:NAME`: every installed plugin but the Qwen3.5 bridge.
+    plugins = load_plugins(["no:bridge_qwen3_5"], env={})
+    with pytest.raises(SwiftcoreError) as info:
+        _train(tiny_model_dir("qwen3_5"), dataset, tmp_path / "out", plugins=plugins)
+    message = str(info.value)
+    assert "cannot be trained on megatron-core" in message and "drop --engine" in message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"tuner": "lora"}, "--tuner lora: the megatron engine trains full weights only so far; add --tuner full"),
+        ({"packing": True}, "--packing / --padding-free: not supported by the megatron engine yet"),
+        ({"dtype": "bfloat16"}, "--dtype bfloat16"),
+    ],
+)
+def test_options_the_engine_does_not_do_are_refused_by_name(
+    options, expected, tiny_model_dir, dataset, tmp_path
+) -> None:
+    with pytest.raises(SwiftcoreError) as info:
+        _train(tiny_model_dir("qwen3_5"), dataset, tmp_path / "out", **options)
+    assert expected in str(info.value)
+
+
+def test_a_recipe_the_engine_does_not_train_says_which_it_does(tiny_model_dir, dataset, tmp_path) -> None:
+    cfg = TrainConfig(
+        model=str(tiny_model_dir("qwen3_5")), dataset=(str(dataset),), recipe="dpo", engine="megatron", max_steps=1
+    )
+    with pytest.raises(SwiftcoreError) as info:
+        run_training(cfg, load_plugins(env={}))
+    assert str(info.value).startswith("--engine megatron: recipe 'dpo' is not supported by this engine (it trains sft)")
+
+
+def test_an_engine_no_plugin_provides_names_the_package(tiny_model_dir, dataset) -> None:
+    cfg = TrainConfig(model=str(tiny_model_dir("qwen3_5")), dataset=(str(dataset),), engine="deepspeed", max_steps=1)
+    with pytest.raises(SwiftcoreError) as info:
+        run_training(cfg, load_plugins(env={}))
+    assert "--engine deepspeed: no installed plugin provides this engine" in str(info.value)
+
+
+def test_parallel_sizes_below_one_are_refused_when_the_options_are_read(tiny_model_dir, dataset, tmp_path) -> None:
+    with pytest.raises(SwiftcoreError) as info:
+        _train(tiny_model_dir("qwen3_5"), dataset, tmp_path / "out", tp=0)
+    assert "--tp 0" in str(info.value) and "at least 1" in str(info.value)
