@@ -202,6 +202,10 @@ def test_two_process_ddp_matches_one_process_with_the_doubled_batch(tiny_model_d
     assert sorted(one) == sorted(two) == [1, 2, 3, 4]
     for step in one:
         assert two[step] == pytest.approx(one[step], abs=2e-5), f"step {step}: 1 process {one[step]}, DDP {two[step]}"
+    # Every rank's RNG state is in the checkpoint (rank 0 once moved the staging checkpoint into place before
+    # rank 1 had written its file: the state was lost, or rank 1 crashed writing into a vanished directory).
+    rng_files = sorted(p.name for p in (ddp / "checkpoint-4").glob("rng_state_*.pth"))
+    assert rng_files == ["rng_state_0.pth", "rng_state_1.pth"]
 
 
 def _free_port() -> int:

