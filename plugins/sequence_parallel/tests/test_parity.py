@@ -8,20 +8,34 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from swiftcore_sequence_parallel.testing import Case, reference_loss_and_grads, run_sp_cases, sample_batch, tiny_model
+from swiftcore_sequence_parallel.testing import (
+    PER_SAMPLE_REFERENCE,
+    Case,
+    reference_loss_and_grads,
+    run_sp_cases,
+    sample_batch,
+    tiny_model,
+)
 
 TOL = 1e-5
 MODELS = ("qwen3", "qwen3_mqa", "qwen3_sliding", "gemma3")
 MODES = (("ulysses", "p2p"), ("ring", "p2p"), ("ring", "allgather"))
 CASES = [Case(m, mode, b, impl) for m in MODELS for b in ("padded", "packed") for mode, impl in MODES]
+# Qwen3.5's gated DeltaNet layer: the convolution halo and the recurrent state cross the shard border
+# (both batches split a sample there); the softmax layer's mode does not change the linear layer.
+LINEAR = ("qwen3_5", "qwen3_5_moe")
+CASES += [Case(m, mode, b, "p2p") for m in LINEAR for b in ("padded", "packed") for mode in ("ulysses", "ring")]
 # Gradient checkpointing re-runs the attention (and its collectives) inside the backward.
 CASES += [Case("gemma3", mode, "packed", impl, checkpointing=True) for mode, impl in MODES]
+CASES += [Case("qwen3_5", "ring", "packed", "p2p", checkpointing=True)]
 # Four processes on a small machine cost ~35 s (start-up dominates), hence few cases, marked slow. The last
 # one is SP 2 x data parallel 2 (two SP groups side by side).
 HYBRID = [
     Case("qwen3_2heads", "hybrid", "packed", "p2p", ulysses_size=2),
     Case("qwen3_2heads", "hybrid", "padded", "allgather", ulysses_size=2),
     Case("qwen3_2heads", "ulysses", "packed", sp_size=2),
+    # Four shards of 4 tokens: the state passes down a chain of four ranks, samples cross two of the borders.
+    Case("qwen3_5", "hybrid", "packed", "p2p", ulysses_size=2),
 ]
 
 
@@ -31,7 +45,8 @@ def references() -> dict[tuple[str, str], tuple[float, dict[str, Any]]]:
     out: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
     for c in CASES + HYBRID:
         if (c.model, c.batch) not in out:
-            out[(c.model, c.batch)] = reference_loss_and_grads(tiny_model(c.model), sample_batch(c.batch))
+            per_sample = c.model in PER_SAMPLE_REFERENCE
+            out[(c.model, c.batch)] = reference_loss_and_grads(tiny_model(c.model), sample_batch(c.batch), per_sample)
     return out
 
 

@@ -186,11 +186,14 @@ def register() -> None:
 def enable_sequence_parallel(model: Any, state: Any = None) -> Any:
     """Make ``model`` use the SP attention of ``state`` (default: the active one); returns the model.
 
-    Checks the head count against the Ulysses size first (ValueError naming both), and turns the KV
+    Gated DeltaNet layers (Qwen3.5) get their sequence-parallel forward
+    (:func:`~swiftcore_sequence_parallel.linear_attention.enable_linear_attention`). Checks the head count
+    against the Ulysses size first (ValueError naming both), and turns the KV
     cache off (``config.use_cache = False``): a split sequence cannot be decoded, and with a cache
     transformers also stops recognising packed samples from the position ids.
     """
     from swiftcore_sequence_parallel.groups import get_sequence_parallel_state
+    from swiftcore_sequence_parallel.linear_attention import enable_linear_attention
     from swiftcore_sequence_parallel.ulysses import check_heads
 
     state = state if state is not None else get_sequence_parallel_state()
@@ -200,6 +203,7 @@ def enable_sequence_parallel(model: Any, state: Any = None) -> Any:
         check_heads(int(heads), state.ulysses_size)
     register()
     model.set_attn_implementation(ATTENTION_NAMES[state.mode])
+    enable_linear_attention(model)
     for cfg in {id(model.config): model.config, id(config): config}.values():
         cfg.use_cache = False
     return model

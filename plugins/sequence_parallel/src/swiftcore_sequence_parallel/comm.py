@@ -16,7 +16,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["all_gather", "all_gather_nograd", "all_reduce_sum", "all_to_all", "ring_shift"]
+__all__ = [
+    "all_gather",
+    "all_gather_nograd",
+    "all_reduce_sum",
+    "all_to_all",
+    "chain_neighbours",
+    "chain_shift",
+    "exchange",
+    "ring_shift",
+]
 
 
 def _size(group: Any) -> int:
@@ -142,3 +151,59 @@ def all_reduce_sum(x: torch.Tensor, group: Any) -> torch.Tensor:
     if _size(group) == 1:
         return x
     return _AllReduceSum.apply(x, group)
+
+
+def chain_neighbours(sp_rank: int, sp_size: int) -> tuple[int | None, int | None]:
+    """Global ranks of the previous and next sequence shard's holders (None at the ends of the sequence).
+
+    An SP group is ``sp_size`` consecutive global ranks, SP-local rank ``i`` holding shard ``i``
+    (:mod:`~swiftcore_sequence_parallel.groups`).
+    """
+    base = dist.get_rank() - sp_rank
+    prev = base + sp_rank - 1 if sp_rank > 0 else None
+    nxt = base + sp_rank + 1 if sp_rank < sp_size - 1 else None
+    return prev, nxt
+
+
+def exchange(
+    send: torch.Tensor | None, send_to: int | None, recv_like: torch.Tensor | None, recv_from: int | None
+) -> torch.Tensor | None:
+    """Send ``send`` to ``send_to`` and receive a tensor shaped like ``recv_like`` from ``recv_from``, together.
+
+    Either side may be absent (None peer): the ends of a chain only send or only receive. Not differentiable.
+    """
+    ops, out = [], None
+    if send is not None and send_to is not None:
+        ops.append(dist.P2POp(dist.isend, send.contiguous(), send_to))
+    if recv_like is not None and recv_from is not None:
+        out = torch.empty_like(recv_like, memory_format=torch.contiguous_format)
+        ops.append(dist.P2POp(dist.irecv, out, recv_from))
+    if ops:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    return out
+
+
+class _ChainShift(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, prev: int | None, nxt: int | None) -> torch.Tensor:
+        ctx.prev, ctx.nxt = prev, nxt
+        got = exchange(x, nxt, x, prev)
+        return torch.zeros_like(x) if got is None else got
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        # Each rank's tensor went to the next rank: its gradient comes back from there (none at the end).
+        got = exchange(grad, ctx.prev, grad, ctx.nxt)
+        return (torch.zeros_like(grad) if got is None else got), None, None
+
+
+def chain_shift(x: torch.Tensor, prev: int | None, nxt: int | None) -> torch.Tensor:
+    """Send ``x`` to the next shard's rank and return the previous shard's (zeros on the first). Differentiable.
+
+    Unlike :func:`ring_shift` the chain does not wrap around: the last rank's ``x`` goes nowhere (its
+    gradient is zero) and the first rank receives zeros.
+    """
+    if prev is None and nxt is None:
+        return torch.zeros_like(x)
+    return _ChainShift.apply(x, prev, nxt)

@@ -7,6 +7,7 @@ module in every child, which a pytest-collected file cannot be.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "MODEL_KINDS",
+    "PER_SAMPLE_REFERENCE",
     "Case",
     "free_port",
     "reference_loss_and_grads",
@@ -23,8 +25,12 @@ __all__ = [
     "tiny_model",
 ]
 
-#: Tiny random models: GQA (kv heads split), MQA (kv heads repeated), Qwen3 sliding window, Gemma3.
-MODEL_KINDS = ("qwen3", "qwen3_mqa", "qwen3_sliding", "gemma3", "qwen3_2heads")
+#: Tiny random models: GQA (kv heads split), MQA (kv heads repeated), Qwen3 sliding window, Gemma3, and
+#: Qwen3.5 / Qwen3.5-MoE (a gated DeltaNet linear-attention layer, then full attention).
+MODEL_KINDS = ("qwen3", "qwen3_mqa", "qwen3_sliding", "gemma3", "qwen3_2heads", "qwen3_5", "qwen3_5_moe")
+#: Kinds whose packed rows the reference runs sample by sample (their layers do not honour packed boundaries
+#: on one process without their family plugin's patch; one sample at a time is what "exact" means).
+PER_SAMPLE_REFERENCE = frozenset({"qwen3_5", "qwen3_5_moe"})
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,22 @@ def tiny_model(kind: str, seed: int = 0) -> Any:
             "query_pre_attn_scalar": 16,
         }
         config, cls = transformers.Gemma3TextConfig(**kw), transformers.Gemma3ForCausalLM
+    elif kind in ("qwen3_5", "qwen3_5_moe"):
+        kw = {
+            **common,
+            "num_hidden_layers": 2,
+            "layer_types": ["linear_attention", "full_attention"],
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16,
+        }
+        if kind == "qwen3_5":
+            config, cls = transformers.Qwen3_5TextConfig(**kw), transformers.Qwen3_5ForCausalLM
+        else:
+            moe = {"moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "num_experts": 4}
+            config = transformers.Qwen3_5MoeTextConfig(**kw, **moe, num_experts_per_tok=2)
+            cls = transformers.Qwen3_5MoeForCausalLM
     else:
         raise ValueError(f"unknown tiny model kind {kind!r}; choose one of {', '.join(MODEL_KINDS)}")
     torch.manual_seed(seed)
@@ -125,15 +147,36 @@ def sample_batch(kind: str, vocab_size: int = 128, *, seq: int = 16, seed: int =
     raise ValueError(f"unknown batch kind {kind!r}; choose padded or packed")
 
 
-def reference_loss_and_grads(model: Any, batch: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    """Single-process loss and parameter gradients, with transformers' own loss (its internal shift)."""
+def reference_loss_and_grads(
+    model: Any, batch: dict[str, Any], per_sample: bool = False
+) -> tuple[float, dict[str, Any]]:
+    """Single-process loss and parameter gradients, with transformers' own loss (its internal shift).
+
+    ``per_sample``: for a packed batch, run each sample alone (its own forward) and weight the samples'
+    losses by their label tokens: the definition of exact packed training, for models whose layers do not
+    see packed boundaries on their own.
+    """
+    import torch.nn.functional as F
+
     model.zero_grad(set_to_none=True)
-    # No cache: with one, transformers skips its packed-sample detection and lets samples see each other.
-    out = model(**batch, use_cache=False)
-    out.loss.backward()
+    if per_sample and batch.get("position_ids") is not None and batch.get("attention_mask") is None:
+        starts = [t for t, p in enumerate(batch["position_ids"][0].tolist()) if p == 0] + [batch["input_ids"].shape[1]]
+        total, count = 0.0, 0
+        for start, end in itertools.pairwise(starts):
+            labels = batch["labels"][:, start:end]
+            logits = model(input_ids=batch["input_ids"][:, start:end], use_cache=False).logits
+            total = total + F.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), reduction="sum"
+            )
+            count += int((labels[:, 1:] != -100).sum())
+        loss = total / count
+    else:
+        # No cache: with one, transformers skips its packed-sample detection and lets samples see each other.
+        loss = model(**batch, use_cache=False).loss
+    loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
-    return float(out.loss.detach()), grads
+    return float(loss.detach()), grads
 
 
 def _worker(rank: int, size: int, port: int, cases: list[Case], out_dir: str) -> None:

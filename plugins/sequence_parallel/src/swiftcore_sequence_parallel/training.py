@@ -111,23 +111,31 @@ def _text_config(config: Any) -> Any:
 def check_model(model: Any, opts: SequenceParallelOptions) -> int:
     """Refuse a model sequence parallelism cannot train exactly; returns its query head count.
 
-    Refused: layers that mix the sequence outside softmax attention (linear attention / DeltaNet, state-space
-    layers, compressed or indexer-selected sparse attention), attention sinks (not in the SP kernels), a router
-    auxiliary loss (computed per shard, so not the whole sequence's), and for Ulysses a head count the SP size
-    does not divide.
+    Refused: layers that mix the sequence outside softmax attention (state-space layers, compressed or
+    indexer-selected sparse attention, linear attention other than transformers' gated DeltaNet, which
+    :mod:`~swiftcore_sequence_parallel.linear_attention` carries across the shards), attention sinks (not in
+    the SP kernels), a router auxiliary loss (computed per shard, so not the whole sequence's), and for
+    Ulysses a head count the SP size does not divide.
     """
+    from swiftcore_sequence_parallel.linear_attention import is_gated_deltanet
+
     config = _text_config(model.config)
-    kinds = sorted(set(getattr(config, "layer_types", None) or ()) - SUPPORTED_LAYER_TYPES)
+    supported = set(SUPPORTED_LAYER_TYPES)
+    mixers = [m for m in model.modules() if "GatedDeltaNet" in type(m).__name__]
+    if mixers and all(is_gated_deltanet(m) for m in mixers):
+        supported.add("linear_attention")  # carried across shards by swiftcore_sequence_parallel.linear_attention
+    kinds = sorted(set(getattr(config, "layer_types", None) or ()) - supported)
     if kinds:
         described = "; ".join(_LAYER_KIND_NAMES.get(k, f"{k!r} layers") for k in kinds)
         raise SwiftcoreError(
             f"--sequence-parallel-size: this model ({type(model).__name__}) has {described}, which sequence "
-            "parallelism cannot split (only softmax attention layers, full or sliding window, are supported); "
+            "parallelism cannot split (only softmax attention layers, full or sliding window, and Qwen3.5's gated "
+            "DeltaNet are supported); "
             "drop --sequence-parallel-size for this model"
         )
     for name, module in model.named_modules():
         kind = type(module).__name__
-        if any(part in kind for part in _UNSUPPORTED_MODULES):
+        if any(part in kind for part in _UNSUPPORTED_MODULES) and not is_gated_deltanet(module):
             raise SwiftcoreError(
                 f"--sequence-parallel-size: this model has {kind} layers ({name}), which mix the sequence outside "
                 "softmax attention and cannot be split over ranks; drop --sequence-parallel-size for this model"
