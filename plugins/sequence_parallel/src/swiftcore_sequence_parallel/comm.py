@@ -98,12 +98,7 @@ def all_gather_nograd(x: torch.Tensor, group: Any, dim: int) -> torch.Tensor:
 
 
 def _shift(x: torch.Tensor, send_to: int, recv_from: int) -> torch.Tensor:
-    out = torch.empty_like(x)
-    # Posted together so no rank blocks in a send while its neighbour waits in a send too.
-    ops = [dist.P2POp(dist.isend, x.contiguous(), send_to), dist.P2POp(dist.irecv, out, recv_from)]
-    for work in dist.batch_isend_irecv(ops):
-        work.wait()
-    return out
+    return exchange(x, send_to, x, recv_from)
 
 
 class _RingShift(torch.autograd.Function):
@@ -171,6 +166,7 @@ def exchange(
     """Send ``send`` to ``send_to`` and receive a tensor shaped like ``recv_like`` from ``recv_from``, together.
 
     Either side may be absent (None peer): the ends of a chain only send or only receive. Not differentiable.
+    Both are posted together, so no rank blocks in a send while its neighbour waits in a send too.
     """
     ops, out = [], None
     if send is not None and send_to is not None:
