@@ -24,8 +24,8 @@ RAW = ROOT / "bench" / "raw"
 PEER_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
 PEER_SWIFT = ROOT / ".venv-peers" / "bin" / "swift"
 
-__all__ = ["ChildRun", "alternate", "machine", "run_child", "summarize", "write_raw", "ROOT", "RAW",
-           "PEER_PYTHON", "PEER_SWIFT"]
+__all__ = ["ChildRun", "alternate", "machine", "replace_section", "run_child", "summarize", "write_raw", "ROOT",
+           "RAW", "PEER_PYTHON", "PEER_SWIFT"]
 
 
 def machine() -> dict[str, Any]:
@@ -131,3 +131,16 @@ def write_raw(name: str, data: dict[str, Any]) -> Path:
     path = RAW / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
+
+
+def replace_section(section: str, begin: str, end: str) -> Path:
+    """Put ``section`` (which starts with ``begin`` and ends with ``end``) into RESULTS.md: in place of the
+    section between those markers, or appended; returns the file's path."""
+    results = ROOT / "bench" / "RESULTS.md"
+    text = results.read_text(encoding="utf-8")
+    if begin in text:
+        text = text[: text.index(begin)] + section + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    results.write_text(text, encoding="utf-8")
+    return results

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, machine, run_child, summarize, write_raw
+from common import machine, replace_section, run_child, summarize, write_raw
 from conversations import mixed_length_corpus, write_jsonl
 
 BIN = Path(sys.executable).parent
@@ -103,15 +103,7 @@ def render(raw: dict) -> str:
 
 def write_section(raw: dict) -> Path:
     """Replace (or append) figure 6's section of RESULTS.md."""
-    results = ROOT / "bench" / "RESULTS.md"
-    text = results.read_text(encoding="utf-8")
-    section = render(raw)
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    results.write_text(text, encoding="utf-8")
-    return results
+    return replace_section(render(raw), BEGIN, END)
 
 
 def main() -> None:

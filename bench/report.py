@@ -270,6 +270,11 @@ def write_results() -> Path:
         import megatron_train
 
         megatron_train.write_section(json.loads(megatron.read_text()))
+    sp_memory = RAW / "sequence_parallel_memory.json"
+    if sp_memory.exists():  # figure 7, rendered by its own script
+        import sequence_parallel_memory
+
+        sequence_parallel_memory.write_section(json.loads(sp_memory.read_text()))
     return RESULTS
 
 

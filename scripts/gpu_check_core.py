@@ -12,6 +12,9 @@ any fails:
 4. ``megatron_train_cuda``: ``swiftcore train --engine megatron`` (one rank, NCCL) on the tiny Qwen3.5 of 1 runs
    on the GPU; its first 5 losses equal the transformers engine's on the GPU to 1e-3 relative; tokens/s and
    peak memory are reported.
+5. ``sp_attention_cuda``: the sequence-parallel plugin's low-memory attention (the kernel every SP mode runs)
+   on the GPU equals the CPU's (output, log-sum-exp, gradients; packed samples, sliding window, GQA) to 1e-4,
+   and the CUDA memory its forward keeps at 8192 tokens is at most half of sdpa's with the same mask.
 """
 
 from __future__ import annotations
@@ -155,6 +158,42 @@ def check_megatron_training(work: Path) -> None:
            output=outputs["megatron"] if len(pairs) < 5 else "")  # fmt: skip
 
 
+def check_sp_attention(work: Path) -> None:
+    """Check 5 (``work`` unused)."""
+    import torch
+    from swiftcore_sequence_parallel.kernels import KeyLayout, dense_attention, low_memory_attention
+    from swiftcore_sequence_parallel.masks import segment_ids
+
+    def run(device: str, n: int) -> tuple:
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, h, n, 64, generator=gen).to(device).requires_grad_() for h in (8, 4, 4))
+        pos = torch.arange(n).remainder(n // 3 + 1).unsqueeze(0)  # three packed samples
+        idx = torch.arange(n, device=device)
+        layout = KeyLayout(idx, idx, segment_ids(pos).to(device), None, True, n // 4)
+        out, lse = low_memory_attention(q, k, v, layout, scale=0.125)
+        grads = torch.autograd.grad(out.square().sum() + lse.sum(), (q, k, v))
+        return layout, [t.detach().cpu() for t in (out, lse, *grads)]
+
+    _, cpu = run("cpu", 1024)
+    _, cuda = run("cuda", 1024)
+    worst = max(float((a - b).abs().max()) for a, b in zip(cpu, cuda))
+    n = 8192
+    q, k, v = (torch.randn(1, h, n, 64, device="cuda", requires_grad=True) for h in (8, 4, 4))
+    idx = torch.arange(n, device="cuda")
+    layout = KeyLayout(idx, idx, torch.zeros(1, n, dtype=torch.long, device="cuda"), None, True, None)
+    kept = {}
+    for name, fn in (("low_memory", lambda: low_memory_attention(q, k, v, layout, scale=0.125)[0]),
+                     ("sdpa_mask", lambda: dense_attention(q, k, v, layout.mask(0, n), scale=0.125))):  # fmt: skip
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        kept[name] = (torch.cuda.memory_allocated() - before) / 2**20
+        del out
+    report("sp_attention_cuda", worst < 1e-4 and kept["low_memory"] <= kept["sdpa_mask"] / 2, worst_abs_diff=worst,
+           kept_mib=kept)  # fmt: skip
+
+
 def main() -> int:
     """Run every check; exit 1 when one fails."""
     import torch
@@ -164,7 +203,7 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for check in (check_train_and_infer, check_megatron, check_megatron_training):
+        for check in (check_train_and_infer, check_megatron, check_megatron_training, check_sp_attention):
             try:
                 check(work)
             except Exception as exc:  # report every check, whatever breaks

@@ -17,7 +17,7 @@ if [[ -d .whl ]]; then
 fi
 dists=(./core ./template_plugins/* ./model_plugins/* ./megatron_bridges/gpt ./megatron_bridges/qwen3_5
        ./plugins/data ./plugins/media ./plugins/train ./plugins/infer ./plugins/tiny ./plugins/megatron
-       ./plugins/train_megatron)
+       ./plugins/train_megatron ./plugins/sequence_parallel)
 "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" "${dists[@]}"
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 "$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -78,6 +78,10 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "torchrun --nproc-per-node 4 $(which swiftcore) train --model M --dataset D --sequence-parallel-size 2 "
         "--sp-mode ulysses": "placeholder paths M and D, and four gloo ranks; plugins/sequence_parallel/tests/"
         "test_train_cli.py runs this command (SP 2, and SP 2 x DP 2) against one-process runs",
+        "torchrun --nproc-per-node 2 $(which swiftcore) train --model M --dataset D --task embedding "
+        "--sequence-parallel-size 2 --sp-mode ring": "placeholder paths M and D, and two gloo ranks; "
+        "plugins/sequence_parallel/tests/test_train_cli.py runs head recipes this way (embedding, classification) "
+        "against one-process runs",
     },
     "docs/megatron-training.md": {
         "torchrun --nproc-per-node 2 -m swiftcore.cli.main train --engine megatron --tp 2 --tuner full --model ./tiny "

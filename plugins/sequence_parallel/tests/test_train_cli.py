@@ -96,8 +96,8 @@ def _assert_same_steps(one: dict[int, dict], sp: dict[int, dict], steps: tuple[i
         a, b = one[step], sp[step]
         assert b["loss"] == pytest.approx(a["loss"], rel=REL), f"step {step}: loss {a['loss']} vs SP {b['loss']}"
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=REL), f"step {step}: grad norm"
-        # Same tokens: the SP group trained on exactly the one-process batches.
-        assert b["num_input_tokens_seen"] == a["num_input_tokens_seen"], f"step {step}: tokens seen"
+        # Same tokens: the SP group trained on exactly the one-process batches (the head recipes count none).
+        assert b.get("num_input_tokens_seen") == a.get("num_input_tokens_seen"), f"step {step}: tokens seen"
 
 
 def _run_ok(proc: subprocess.CompletedProcess) -> None:
@@ -154,14 +154,14 @@ def test_ring_sp2_lora_padding_free_accumulation_matches_one_process(
 def test_qwen3_5_ring_padding_free_matches_one_process(tiny_model_dir, dataset: Path, tmp_path: Path) -> None:
     """Qwen3.5's gated DeltaNet layers (three of its four) carry their state and conv halo across the shards.
 
-    Padding-free rows, so samples restart inside a shard and one crosses the shard border. Batches of 2
-    without accumulation: with accumulation one process averages Qwen3.5's micro-batch losses (its class sets
-    ``accepts_loss_kwargs = False``) where the SP trainer weights the whole step by tokens.
+    Padding-free rows, so samples restart inside a shard and one crosses the shard border; 2 accumulation
+    steps (both sides weight the step by tokens, although Qwen3.5's class sets ``accepts_loss_kwargs = False``).
     """
     model = tiny_model_dir("qwen3_5")
-    _run_ok(_train(model, dataset, tmp_path / "one", "--padding-free"))
+    extra = ("--padding-free", "--gradient-accumulation-steps", "2")
+    _run_ok(_train(model, dataset, tmp_path / "one", *extra))
     sp = ("--sequence-parallel-size", "2", "--sp-mode", "ring")
-    _run_ok(_train(model, dataset, tmp_path / "sp", "--padding-free", *sp, nproc=2))
+    _run_ok(_train(model, dataset, tmp_path / "sp", *extra, *sp, nproc=2))
     _assert_same_steps(_steps(tmp_path / "one"), _steps(tmp_path / "sp"))
 
 
@@ -177,3 +177,106 @@ def test_sp2_times_data_parallel2_matches_one_process_with_the_doubled_batch(
     args = (*EXTRA4, "--batch-size", "2", "--sequence-parallel-size", "2")
     _run_ok(_train(olmoe, dataset, tmp_path / "sp", *args, nproc=4))
     _assert_same_steps(_steps(reference4), _steps(tmp_path / "sp"), steps=(1, 2, 3, 4))
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+
+REFUSALS = [
+    # (recipe args, WORLD_SIZE as torchrun would set it, config.json changes, SP args, the message)
+    ((), None, {}, ("--sequence-parallel-size", "2"), "does not divide the world size 1"),
+    (("--task", "embedding"), None, {}, ("--sequence-parallel-size", "2"), "does not divide the world size 1"),
+    ((), "3", {}, ("--sequence-parallel-size", "3"), "the model has 4 heads"),
+    (("--task", "classification"), "2", {"layer_types": ["full_attention", "indexed_attention"]},
+     ("--sequence-parallel-size", "2"), "indexer-selected sparse attention"),
+    ((), "2", {"output_router_logits": True}, ("--sequence-parallel-size", "2", "--sp-mode", "ring"),
+     "output_router_logits"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe, world, config, sp, message", REFUSALS)
+def test_refused_before_the_model_loads(
+    olmoe: Path, dataset: Path, tmp_path: Path, recipe: tuple, world: str | None, config: dict, sp: tuple, message: str
+) -> None:
+    """Refused from config.json and the world size, before the weights load (there are none) or anything is written."""
+    model = tmp_path / "config-only"
+    model.mkdir()
+    for f in olmoe.iterdir():
+        if f.suffix in (".json", ".jinja"):
+            (model / f.name).write_text(f.read_text())
+    cfg = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**cfg, **config}))
+    env = {**_env(), **({"WORLD_SIZE": world} if world else {})}
+    cmd = [str(BIN / "swiftcore"), "train", "--model", str(model), "--dataset", str(dataset), "--output-dir",
+           str(tmp_path / "out"), *recipe, *sp]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert message in proc.stderr and "--sequence-parallel-size" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "family, message",
+    [("deepseek_v4", "compressed sparse attention layers (DeepSeek-V4)"), ("glm5", "indexer-selected sparse")],
+)
+def test_families_sp_cannot_split_are_refused_before_loading(
+    tiny_model_dir, dataset: Path, tmp_path: Path, family: str, message: str
+) -> None:
+    """The project's families whose attention is not softmax over the sequence: refused from their config.json."""
+    cmd = [str(BIN / "swiftcore"), "train", "--model", str(tiny_model_dir(family)), "--dataset", str(dataset),
+           "--output-dir", str(tmp_path / "out"), "--sequence-parallel-size", "2", "--sp-mode", "ring"]  # fmt: skip
+    proc = subprocess.run(cmd, env={**_env(), "WORLD_SIZE": "2"}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_mimo_attention_sinks_refused_under_torchrun(tiny_model_dir, dataset: Path, tmp_path: Path) -> None:
+    """MiMo-V2-Flash's learned attention sinks are parameters, not config: refused once loaded, before training."""
+    proc = _train(tiny_model_dir("mimo_v2_flash"), dataset, tmp_path / "out", "--sequence-parallel-size", "2",
+                  "--sp-mode", "ring", nproc=2)  # fmt: skip
+    assert proc.returncode != 0
+    assert "learned sinks" in proc.stderr and "drop --sequence-parallel-size" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "out" / "logs.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------------------------ head recipes
+
+#: The head runs: full tuning, a small learning rate (the tiny models' contrastive loss is steep).
+HEAD_ARGS = ("--learning-rate", "1e-4", "--batch-size", "4", "--no-plot")
+
+
+@pytest.mark.slow
+def test_embedding_ulysses_sp2_matches_one_process(olmoe: Path, tmp_path: Path) -> None:
+    """``--task embedding`` (InfoNCE, mean pooling, padded): the decoder is split, pooling sees the whole text."""
+    from swiftcore_heads.api import load_head_model
+    from swiftcore_heads.retrieval import make_retrieval_task
+
+    data = make_retrieval_task(seed=0).write_train(tmp_path / "retrieval.jsonl")
+    head = ("--task", "embedding", "--pooling", "mean", *HEAD_ARGS)
+    _run_ok(_train(olmoe, data, tmp_path / "one", *head))
+    sp = ("--sequence-parallel-size", "2", "--sp-mode", "ulysses")
+    _run_ok(_train(olmoe, data, tmp_path / "sp", *head, *sp, nproc=2))
+    _assert_same_steps(_steps(tmp_path / "one"), _steps(tmp_path / "sp"))
+    checkpoint = tmp_path / "sp" / "checkpoint-5"
+    assert "sp_ulysses" not in (checkpoint / "config.json").read_text()
+    model, _ = load_head_model(checkpoint)  # a plain embedding checkpoint
+    assert model.head_info["pooling"] == "mean"
+
+
+@pytest.mark.slow
+def test_qwen3_5_classification_ring_padding_free_matches_one_process(tiny_model_dir, tmp_path: Path) -> None:
+    """``--task classification`` on Qwen3.5, packed rows: the DeltaNet state crosses the shards, the pooled last
+    token of each sample (and the score layer, the same on both ranks) sees the whole sample."""
+    colours = ("red", "blue", "green")
+    rows = [
+        {"text": " ".join(["fox"] * (i % 7) + [colours[i % 3]] + ["owl"] * (i % 4)), "label": i % 3} for i in range(24)
+    ]
+    data = tmp_path / "colours.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tiny_model_dir("qwen3_5")
+    head = ("--task", "classification", "--num-labels", "3", "--padding-free", *HEAD_ARGS)
+    _run_ok(_train(model, data, tmp_path / "one", *head))
+    sp = ("--sequence-parallel-size", "2", "--sp-mode", "ring")
+    _run_ok(_train(model, data, tmp_path / "sp", *head, *sp, nproc=2))
+    _assert_same_steps(_steps(tmp_path / "one"), _steps(tmp_path / "sp"))

@@ -174,6 +174,11 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
     check_mrl_dims(cfg, _hidden_size(cfg.model), cfg.model)
+    sequence_parallel = int(cfg.recipe_options.get("sequence_parallel_size") or 1) > 1
+    if sequence_parallel:  # swiftcore-sequence-parallel's option
+        from swiftcore_sequence_parallel.training import check_before_load
+
+        check_before_load(cfg.model, cfg.recipe_options)
     tokenizer = load_tokenizer(cfg.model)
     train = encode_examples(load_examples(cfg.dataset, cfg.task, cfg), cfg.task, tokenizer, cfg)
     val = (
@@ -216,17 +221,24 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         label_names=["labels"],
         save_only_model=True,
     )
-    trainer_cls = _trainer_class()
+    trainer_cls: Any = _trainer_class()
+    collator: Any = GroupCollator(
+        cfg.task,
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+        padding_free=cfg.padding_free or cfg.packing,
+    )
+    if sequence_parallel:
+        from swiftcore_sequence_parallel.training import setup_head_sequence_parallel
+
+        trainer_cls, collator = setup_head_sequence_parallel(
+            model, collator, cfg.recipe_options, targs, tokenizer=tokenizer, trainer_class=trainer_cls
+        )
     trainer = trainer_cls(
         model=model,
         args=targs,
         train_dataset=train,
         eval_dataset=val or None,
-        data_collator=GroupCollator(
-            cfg.task,
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-            padding_free=cfg.padding_free or cfg.packing,
-        ),
+        data_collator=collator,
         processing_class=tokenizer,
         callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
     )

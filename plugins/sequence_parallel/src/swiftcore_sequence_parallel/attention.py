@@ -6,7 +6,9 @@
 :func:`sequence_parallel_attention`, which does, per layer:
 
 1. Ulysses part (``ulysses_size > 1``): all-to-all from sequence shards to head shards.
-2. Ring part (``ring_size > 1``): ring attention over the ring group; otherwise plain sdpa over the span.
+2. Ring part (``ring_size > 1``): ring attention over the ring group; otherwise attention over the span
+   with :func:`~swiftcore_sequence_parallel.kernels.low_memory_attention` (activation memory linear in the
+   sequence; torch's sdpa only under attention dropout).
 3. all-to-all back to sequence shards.
 
 Masks: the model builds its masks on the local shard, which is wrong for a split sequence, so the mask
@@ -95,7 +97,7 @@ def sequence_parallel_attention(
     import torch
 
     from swiftcore_sequence_parallel.groups import get_sequence_parallel_state
-    from swiftcore_sequence_parallel.kernels import dense_attention
+    from swiftcore_sequence_parallel.kernels import KeyLayout, dense_attention, low_memory_attention
     from swiftcore_sequence_parallel.masks import allow_own_key_in_empty_rows, allowed_mask
     from swiftcore_sequence_parallel.ring import ring_attention
     from swiftcore_sequence_parallel.ulysses import heads_to_sequence, sequence_to_heads
@@ -126,7 +128,11 @@ def sequence_parallel_attention(
             softcap=softcap,
             dropout=dropout,
         )
-    else:
+    elif not dropout:
+        idx = torch.arange(q.shape[2], device=q.device)
+        layout = KeyLayout(idx, idx, segments, key_valid, causal, sliding_window)
+        out = low_memory_attention(q, k, v, layout, scale=scale, softcap=softcap)[0].to(q.dtype)
+    else:  # attention dropout: torch's kernels draw the dropout mask (the low-memory kernel has none)
         idx = torch.arange(q.shape[2], device=q.device)
         mask = allowed_mask(idx, idx, segments, key_valid, causal=causal, sliding_window=sliding_window)
         mask = allow_own_key_in_empty_rows(mask, idx, idx)

@@ -1,4 +1,4 @@
-"""Hook implementations of swiftcore-sequence-parallel: the ``--sequence-parallel-size`` options of ``sft``.
+"""Hook implementations of swiftcore-sequence-parallel: the ``--sequence-parallel-size`` options (sft, heads).
 
 Plain data only: torch and transformers are imported by :mod:`~swiftcore_sequence_parallel.training` when a
 run actually asks for sequence parallelism (``swiftcore train --help`` stays fast).
@@ -12,15 +12,15 @@ from swiftcore.api import API_VERSION_STRING, hookimpl
 
 SWIFTCORE_API = API_VERSION_STRING
 
-#: The recipes these options belong to (``swiftcore train --recipe NAME``).
-RECIPES = ("sft",)
+#: The recipes these options belong to (``swiftcore train --recipe NAME``): sft and swiftcore-heads' recipes.
+RECIPES = ("sft", "classification", "embedding", "reranker", "generative_reranker")
 #: ``--sp-mode`` values; ``both`` (alias ``hybrid``) is Ulysses inside groups, ring across them.
 CLI_MODES = ("ulysses", "ring", "both", "hybrid")
 
 
 @hookimpl
 def swiftcore_addoption(parser: Any) -> None:
-    """``--sequence-parallel-size``, ``--sp-mode``, ``--sp-ring-impl``: split each sequence over ranks (``sft``)."""
+    """``--sequence-parallel-size``, ``--sp-mode``, ``--sp-ring-impl``: split each sequence over ranks (sft, heads)."""
     import click  # the CLI's own dependency, cheap; only for the choice lists
 
     group = parser.getgroup(

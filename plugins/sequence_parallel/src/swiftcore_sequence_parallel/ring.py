@@ -4,11 +4,11 @@ Two implementations, same result:
 
 * ``p2p`` (a true ring pass): ``R - 1`` steps; at each, the rank attends to the key/value block it holds,
   merges it into its running output with the log-sum-exp (online softmax), and passes the block on to
-  the next rank (send/recv). Blocks the causal mask hides entirely are not computed. Autograd keeps every
-  visiting block for the backward, so activation memory is that of the gathered variant; what the ring
-  saves is the communication peak (one block in flight, no all-gather).
+  the next rank (send/recv). Blocks the causal mask hides entirely are not computed. Each block runs
+  :func:`~swiftcore_sequence_parallel.kernels.low_memory_attention`, so the backward keeps every visiting
+  key/value block and the block's output and log-sum-exp, but no scores: memory linear in the sequence.
 * ``allgather``: gather all key/value shards (differentiable all-gather) and attend once with the global
-  mask: simplest, memory-heavier (the whole ``S``-long key/value per rank, and ``s x S`` scores at once).
+  layout: simplest; the whole ``S``-long key/value per rank and one gather instead of ``R - 1`` passes.
 
 Shards are contiguous, so under causal masking the last rank does the most work (no zig-zag balancing).
 """
@@ -18,7 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from swiftcore_sequence_parallel.comm import all_gather, ring_shift
-from swiftcore_sequence_parallel.kernels import block_attention, dense_attention, merge_blocks
+from swiftcore_sequence_parallel.kernels import (
+    KeyLayout,
+    block_attention,
+    dense_attention,
+    low_memory_attention,
+    merge_blocks,
+)
 from swiftcore_sequence_parallel.masks import allow_own_key_in_empty_rows, allowed_mask
 
 __all__ = ["ring_attention"]
@@ -54,9 +60,13 @@ def ring_attention(
     n, me, span = state.ring_size, state.ring_rank, q.shape[2]
     q_idx = torch.arange(me * span, (me + 1) * span, device=q.device)
     opts = {"causal": causal, "sliding_window": sliding_window}
+    low_memory = not dropout  # attention dropout: torch's kernels draw the dropout mask
     if state.ring_impl == "allgather":
         kv = all_gather(torch.stack([k, v]), state.ring_group, dim=3)
         k_idx = torch.arange(n * span, device=q.device)
+        if low_memory:
+            layout = KeyLayout(q_idx, k_idx, segments, key_valid, causal, sliding_window)
+            return low_memory_attention(q, kv[0], kv[1], layout, scale=scale, softcap=softcap)[0].to(q.dtype)
         mask = allow_own_key_in_empty_rows(allowed_mask(q_idx, k_idx, segments, key_valid, **opts), q_idx, k_idx)
         return dense_attention(q, kv[0], kv[1], mask, scale=scale, softcap=softcap, dropout=dropout)
 
@@ -68,7 +78,11 @@ def ring_attention(
         k_idx = torch.arange(src * span, (src + 1) * span, device=q.device)
         mask = allowed_mask(q_idx, k_idx, segments, key_valid, **opts)
         if bool(mask.any()):
-            out_b, lse_b = block_attention(q, kv[0], kv[1], mask, scale=scale, softcap=softcap, dropout=dropout)
+            if low_memory:
+                layout = KeyLayout(q_idx, k_idx, segments, key_valid, causal, sliding_window)
+                out_b, lse_b = low_memory_attention(q, kv[0], kv[1], layout, scale=scale, softcap=softcap)
+            else:
+                out_b, lse_b = block_attention(q, kv[0], kv[1], mask, scale=scale, softcap=softcap, dropout=dropout)
             out, lse = (out_b, lse_b) if out is None else merge_blocks(out, lse, out_b, lse_b)
         elif step == n - 1:
             # A block nobody reads would leave its ring_shift without a backward on this rank while its

@@ -1,4 +1,4 @@
-"""The sft trainer under sequence parallelism: per-group data, sharded forward, exact loss and gradients.
+"""The trainers under sequence parallelism: per-group data (any recipe); sharded forward, exact loss (``sft``).
 
 Layout: ranks ``g*N .. g*N+N-1`` form SP group ``g`` (:mod:`~swiftcore_sequence_parallel.groups`); the ``W/N``
 groups are the data-parallel replicas. What changes against :class:`~swiftcore_train.trainer.SwiftTrainer`:
@@ -23,24 +23,25 @@ from swiftcore_train.trainer import SwiftTrainer
 from swiftcore.api import SwiftcoreError
 from swiftcore_sequence_parallel import IGNORE_INDEX
 
-__all__ = ["SequenceParallelTrainer"]
+__all__ = ["SequenceParallelData", "SequenceParallelTrainer"]
 
 #: Collator entries that describe the *whole* packed row (flash-attention varlen metadata): wrong for a
 #: shard, and unused by the SP attention (it rebuilds the layout from the global position ids).
 _WHOLE_ROW_KEYS = ("seq_lens", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
 
-class SequenceParallelTrainer(SwiftTrainer):
-    """:class:`~swiftcore_train.trainer.SwiftTrainer` training each sequence split over its SP group.
+class SequenceParallelData:
+    """Trainer mixin: the data side of sequence parallelism, for any :class:`~swiftcore_train.trainer.SwiftTrainer`.
+
+    Every rank of an SP group reads the same batches (accelerate shards the data over the groups, not the
+    ranks), evaluation values are gathered once per group, and input tokens are counted once per group.
+    The loss stays the trainer's own: :class:`SequenceParallelTrainer` (sft) shards the batch itself, the head
+    recipes shard inside the decoder (:mod:`~swiftcore_sequence_parallel.heads`).
 
     Args:
         sp_state: the active :class:`~swiftcore_sequence_parallel.groups.SequenceParallelState`.
-        *args, **kwargs: :class:`~swiftcore_train.trainer.SwiftTrainer`'s.
+        *args, **kwargs: the trainer's.
     """
-
-    # compute_loss normalises by the label tokens of the whole accumulated step: the Trainer must not divide
-    # by the accumulation steps again.
-    loss_is_scaled_for_ga = True
 
     def __init__(self, *args: Any, sp_state: Any, **kwargs: Any) -> None:
         self.sp_state = sp_state
@@ -111,6 +112,25 @@ class SequenceParallelTrainer(SwiftTrainer):
 
         return recursively_apply(one_copy_per_group, data)
 
+    def _track_num_input_tokens(self, inputs: Any) -> None:
+        """Count input tokens as the Trainer does, but each group's batch once (its N ranks all hold it)."""
+        before = self.state.num_input_tokens_seen
+        super()._track_num_input_tokens(inputs)
+        self.state.num_input_tokens_seen = before + (self.state.num_input_tokens_seen - before) // self.sp_state.size
+
+
+class SequenceParallelTrainer(SequenceParallelData, SwiftTrainer):
+    """:class:`~swiftcore_train.trainer.SwiftTrainer` training each sequence split over its SP group (``sft``).
+
+    Args:
+        sp_state: the active :class:`~swiftcore_sequence_parallel.groups.SequenceParallelState`.
+        *args, **kwargs: :class:`~swiftcore_train.trainer.SwiftTrainer`'s.
+    """
+
+    # compute_loss normalises by the label tokens of the whole accumulated step: the Trainer must not divide
+    # by the accumulation steps again.
+    loss_is_scaled_for_ga = True
+
     # ---- loss ---------------------------------------------------------------------------------------
 
     def _get_num_items_in_batch(self, batch_samples: list, device: Any) -> Any:
@@ -167,9 +187,3 @@ class SequenceParallelTrainer(SwiftTrainer):
         else:
             loss = sequence_parallel_loss(logits, labels, state.group)
         return (loss, outputs) if return_outputs else loss
-
-    def _track_num_input_tokens(self, inputs: Any) -> None:
-        """Count input tokens as the Trainer does, but each group's batch once (its N ranks all hold it)."""
-        before = self.state.num_input_tokens_seen
-        super()._track_num_input_tokens(inputs)
-        self.state.num_input_tokens_seen = before + (self.state.num_input_tokens_seen - before) // self.sp_state.size

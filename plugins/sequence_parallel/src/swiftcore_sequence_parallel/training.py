@@ -1,7 +1,8 @@
-"""Sequence parallelism in ``swiftcore train`` (the ``sft`` recipe): checks, collator padding, trainer.
+"""Sequence parallelism in ``swiftcore train`` (``sft`` and the head recipes): checks, collator padding, trainer.
 
-``run_sft`` calls :func:`setup_sequence_parallel` once, after the model is loaded and the training arguments
-(hence ``torch.distributed``) exist, and only when ``--sequence-parallel-size`` is above 1. It refuses what
+``run_sft`` calls :func:`setup_sequence_parallel` (the head recipes :func:`setup_head_sequence_parallel`) once,
+after the model is loaded and the training arguments (hence ``torch.distributed``) exist, and only when
+``--sequence-parallel-size`` is above 1. It refuses what
 cannot be trained exactly (a :class:`~swiftcore.api.SwiftcoreError` naming the flag and what to do), builds the
 process groups, points the model's attention at the SP functions, and returns the trainer class and collator
 to use instead of the plain ones.
@@ -23,10 +24,12 @@ __all__ = [
     "SUPPORTED_LAYER_TYPES",
     "PadToMultipleCollator",
     "SequenceParallelOptions",
+    "check_before_load",
     "check_flags",
     "check_model",
     "check_world",
     "pad_batch_to_multiple",
+    "setup_head_sequence_parallel",
     "setup_sequence_parallel",
 ]
 
@@ -147,19 +150,60 @@ def check_model(model: Any, opts: SequenceParallelOptions) -> int:
             "sequence-parallel attention does not implement; drop --sequence-parallel-size for this model"
         )
     if getattr(config, "output_router_logits", False):
-        raise SwiftcoreError(
-            "--sequence-parallel-size: this model adds a router auxiliary loss (config.output_router_logits), "
-            "which would be computed per shard rather than over the whole sequence; set output_router_logits to "
-            "false in the model's config.json, or drop --sequence-parallel-size"
-        )
+        raise SwiftcoreError(_ROUTER_LOSS_MESSAGE)
     heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    _check_heads(heads, opts)
+    return heads
+
+
+def check_before_load(model_dir: str, options: Mapping[str, Any] | None) -> None:
+    """What can be refused from ``config.json`` and the environment, before the (slow) model load.
+
+    The world size (torchrun's ``WORLD_SIZE``), layer kinds named in ``layer_types``, a router auxiliary loss
+    and, for Ulysses, the head count; :func:`check_model` checks the loaded modules again (the backstop for
+    configs that name no layer kinds). Does nothing when SP is off.
+
+    Raises:
+        SwiftcoreError: the same messages as :func:`check_world` and :func:`check_model`.
+    """
+    import os
+
+    from swiftcore.api.models import read_hf_config
+
+    opts = SequenceParallelOptions.from_options(options)
+    if not opts.enabled:
+        return
+    check_world(int(os.environ.get("WORLD_SIZE", "1")), opts.size)
+    config = read_hf_config(model_dir) or {}  # none: the model's own loader reports it
+    text = config.get("text_config") or config
+    # Gated DeltaNet layers pass when the loaded modules are transformers' (check_model decides).
+    kinds = sorted(set(text.get("layer_types") or ()) - SUPPORTED_LAYER_TYPES - {"linear_attention"})
+    if kinds:
+        described = "; ".join(_LAYER_KIND_NAMES.get(k, f"{k!r} layers") for k in kinds)
+        raise SwiftcoreError(
+            f"--sequence-parallel-size: this model ({model_dir}) has {described}, which sequence parallelism "
+            "cannot split (only softmax attention layers, full or sliding window, and Qwen3.5's gated DeltaNet are "
+            "supported); drop --sequence-parallel-size for this model"
+        )
+    if text.get("output_router_logits"):
+        raise SwiftcoreError(_ROUTER_LOSS_MESSAGE)
+    _check_heads(int(text.get("num_attention_heads") or 0), opts)
+
+
+_ROUTER_LOSS_MESSAGE = (
+    "--sequence-parallel-size: this model adds a router auxiliary loss (config.output_router_logits), which would "
+    "be computed per shard rather than over the whole sequence; set output_router_logits to false in the model's "
+    "config.json, or drop --sequence-parallel-size"
+)
+
+
+def _check_heads(heads: int, opts: SequenceParallelOptions) -> None:
     if opts.mode == "ulysses" and heads and heads % opts.size:
         raise SwiftcoreError(
             f"--sequence-parallel-size {opts.size} with --sp-mode ulysses splits the attention heads over "
             f"{opts.size} ranks, but the model has {heads} heads: choose a size dividing {heads}, or "
             "--sp-mode ring (any size), or --sp-mode both"
         )
-    return heads
 
 
 def pad_batch_to_multiple(batch: dict[str, Any], multiple: int, pad_token_id: int) -> dict[str, Any]:
@@ -208,15 +252,48 @@ def pad_batch_to_multiple(batch: dict[str, Any], multiple: int, pad_token_id: in
 
 @dataclass
 class PadToMultipleCollator:
-    """Run ``collator``, then pad its batch to a multiple of the SP size (``shard_batch`` needs equal shards)."""
+    """Run ``collator``, then pad its batch to a multiple of the SP size (``shard_batch`` needs equal shards).
+
+    ``untouched``: entries held out of the padding and put back as they were (a head batch's per-sample
+    labels, and its ``seq_lens``, which the pooling reads for the real samples only).
+    """
 
     collator: Callable[[Any], dict[str, Any]]
     multiple: int
     pad_token_id: int
+    untouched: tuple[str, ...] = ()
 
     def __call__(self, samples: Any) -> dict[str, Any]:
         """Collate ``samples`` and pad the result (see :func:`pad_batch_to_multiple`)."""
-        return pad_batch_to_multiple(self.collator(samples), self.multiple, self.pad_token_id)
+        batch = self.collator(samples)
+        kept = {k: batch.pop(k) for k in self.untouched if k in batch}
+        return {**pad_batch_to_multiple(batch, self.multiple, self.pad_token_id), **kept}
+
+
+def _start(
+    model: Any, cfg: Any, options: Mapping[str, Any] | None, training_args: Any, multimodal: bool
+) -> tuple[SequenceParallelOptions, Any]:
+    """Every check, then the SP process groups: ``(options, state)``. Collective."""
+    opts = SequenceParallelOptions.from_options(options)
+    check_flags(cfg, multimodal)
+    heads = check_model(model, opts)
+    check_world(int(training_args.world_size), opts.size)
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise SwiftcoreError(
+            "--sequence-parallel-size: torch.distributed is not initialised; run under torchrun "
+            f"(--nproc-per-node a multiple of {opts.size})"
+        )
+    from swiftcore_sequence_parallel.groups import init_sequence_parallel, pick_ulysses_size
+
+    ulysses_size = pick_ulysses_size(opts.size, heads) if opts.mode == "hybrid" and heads else None
+    return opts, init_sequence_parallel(opts.size, opts.mode, ulysses_size=ulysses_size, ring_impl=opts.ring_impl)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
 def setup_sequence_parallel(
@@ -238,26 +315,38 @@ def setup_sequence_parallel(
     Raises:
         SwiftcoreError: the world size, model or options do not allow exact sequence-parallel training.
     """
-    opts = SequenceParallelOptions.from_options(options)
-    check_flags(cfg, multimodal)
-    heads = check_model(model, opts)
-    world = int(training_args.world_size)
-    check_world(world, opts.size)
-
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        raise SwiftcoreError(
-            "--sequence-parallel-size: torch.distributed is not initialised; run under torchrun "
-            f"(--nproc-per-node a multiple of {opts.size})"
-        )
+    opts, state = _start(model, cfg, options, training_args, multimodal)
     from swiftcore_sequence_parallel.attention import enable_sequence_parallel
-    from swiftcore_sequence_parallel.groups import init_sequence_parallel, pick_ulysses_size
     from swiftcore_sequence_parallel.trainer import SequenceParallelTrainer
 
-    ulysses_size = pick_ulysses_size(opts.size, heads) if opts.mode == "hybrid" and heads else None
-    state = init_sequence_parallel(opts.size, opts.mode, ulysses_size=ulysses_size, ring_impl=opts.ring_impl)
     enable_sequence_parallel(model, state)
     factory = functools.partial(SequenceParallelTrainer, sp_state=state)
-    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return factory, PadToMultipleCollator(collator, opts.size, pad_token_id)
+    return factory, PadToMultipleCollator(collator, opts.size, _pad_id(tokenizer))
+
+
+def setup_head_sequence_parallel(
+    model: Any,
+    collator: Any,
+    options: Mapping[str, Any] | None,
+    training_args: Any,
+    *,
+    tokenizer: Any,
+    trainer_class: type,
+) -> tuple[Callable[..., Any], Callable[[Any], dict[str, Any]]]:
+    """:func:`setup_sequence_parallel` for a head model (``HeadModel``: a ``decoder`` and a pooled head).
+
+    The decoder computes this rank's shard and hands the pooling the whole sequence
+    (:func:`~swiftcore_sequence_parallel.heads.shard_decoder`); ``trainer_class`` (the head recipe's trainer,
+    its loss unchanged) gets the per-group data of :class:`~swiftcore_sequence_parallel.trainer.SequenceParallelData`.
+
+    Raises:
+        SwiftcoreError: the world size, model or options do not allow exact sequence-parallel training.
+    """
+    opts, state = _start(model.decoder, None, options, training_args, multimodal=False)
+    from swiftcore_sequence_parallel.heads import HEAD_BATCH_KEYS, shard_decoder
+    from swiftcore_sequence_parallel.trainer import SequenceParallelData
+
+    shard_decoder(model.decoder, state)
+    trainer = type(f"SequenceParallel{trainer_class.__name__}", (SequenceParallelData, trainer_class), {})
+    factory = functools.partial(trainer, sp_state=state)
+    return factory, PadToMultipleCollator(collator, opts.size, _pad_id(tokenizer), untouched=HEAD_BATCH_KEYS)

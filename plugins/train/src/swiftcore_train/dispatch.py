@@ -3,6 +3,7 @@ distribution's; the heads, preference and RL recipes are other plugins')."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -18,7 +19,9 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     """Run ``cfg.recipe``: a :class:`~swiftcore.specs.RecipeSpec` some plugin registers (``sft``: swiftcore-train).
 
     The recipe's own options (``cfg.recipe_options``) are built into its config dataclass first, when it
-    declares one, so a bad value fails before anything is loaded.
+    declares one, so a bad value fails before anything is loaded. Options other plugins add to the recipe
+    (``--sequence-parallel-size`` to the head recipes) are not fields of that dataclass: they are left out of
+    it and stay in ``cfg.recipe_options``, where the recipe reads them.
 
     Raises:
         SwiftcoreError: no plugin provides the recipe (with close matches), or its options are invalid.
@@ -33,8 +36,9 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     options: Any = dict(cfg.recipe_options)
     if spec.config:
         config_cls = resolve(spec.config, what=f"config of recipe {spec.name!r} ({spec.provider})")
+        own = {f.name for f in dataclasses.fields(config_cls)} if dataclasses.is_dataclass(config_cls) else None
         try:
-            options = config_cls(**options)
+            options = config_cls(**{k: v for k, v in options.items() if own is None or k in own})
         except (TypeError, ValueError) as exc:
             raise SwiftcoreError(f"recipe {spec.name!r} ({spec.provider}): invalid options: {exc}") from exc
     run = resolve(spec.run, what=f"recipe {spec.name!r} ({spec.provider})")

@@ -62,6 +62,11 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
     check_recipe_fits_model(cfg, spec, plugins)
+    sequence_parallel = int((options or {}).get("sequence_parallel_size") or 1) > 1
+    if sequence_parallel:  # swiftcore-sequence-parallel's option
+        from swiftcore_sequence_parallel.training import check_before_load
+
+        check_before_load(cfg.model, options)
     # Everything about the output directory and the checkpoint to resume is decided now, before the
     # (slow) data and model loading, and before anything on disk changes.
     from swiftcore_train.output_dir import plan_output_dir
@@ -90,6 +95,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
 
     import torch
 
+    from swiftcore_train.loss import token_weighted_loss
     from swiftcore_train.trainer import JsonlLogCallback, SwiftTrainer, training_arguments
     from swiftcore_train.tuners import apply_tuner, trainable_summary
 
@@ -122,7 +128,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         if multimodal
         else _collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
     )
-    if int((options or {}).get("sequence_parallel_size") or 1) > 1:  # swiftcore-sequence-parallel's option
+    if sequence_parallel:
         from swiftcore_sequence_parallel.training import setup_sequence_parallel
 
         trainer_class, collator = setup_sequence_parallel(
@@ -137,6 +143,8 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         processing_class=tokenizer,
         callbacks=callbacks,
     )
+    if not sequence_parallel:  # (the SP trainer weights the step by tokens itself)
+        trainer.compute_loss_func = token_weighted_loss(trainer)
     # Model, data and trainer are built: only now is the output directory touched.
     args_record = start_run(
         cfg,
