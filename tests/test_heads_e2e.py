@@ -75,7 +75,12 @@ def test_train_each_head(tiny_model_dir, plugins, tmp_path, task, name, tuner):
 
 
 def test_retrieval_recall_mrl_and_reranker_mrr(tiny_model_dir, plugins, tmp_path):
-    """The acceptance run: a few hundred steps in all, on the bundled synthetic retrieval task (gemma4 tiny)."""
+    """The acceptance run: a few hundred steps in all, on the bundled synthetic retrieval task (gemma4 tiny).
+
+    The reranker trains 120 steps: at 60 its MRR gain was 0.04 on an AMD EPYC machine (the float sums of another
+    CPU change the tiny model's trajectory), under the asserted 0.05; at 120 it is 0.25 -> 0.35 there, with one
+    thread or the default threads.
+    """
     from swiftcore_heads.recipe import build_head_model
 
     from swiftcore.models import resolve_model_spec
@@ -102,7 +107,7 @@ def test_retrieval_recall_mrl_and_reranker_mrr(tiny_model_dir, plugins, tmp_path
     # The reranker sees three hard negatives per query (each shares a word with the positive).
     rr_data = str(make_retrieval_task(seed=0, n_negatives=3).write_train(tmp_path / "retrieval3.jsonl"))
     rr_cfg = TrainConfig(
-        **{**common, "dataset": (rr_data,)}, task="reranker", output_dir=str(tmp_path / "rr"), max_steps=60,
+        **{**common, "dataset": (rr_data,)}, task="reranker", output_dir=str(tmp_path / "rr"), max_steps=120,
         learning_rate=1e-3,
     )  # fmt: skip
     emb_seconds = time.perf_counter() - start

@@ -5,8 +5,8 @@
   the weights arrived. Negative control: a second engine synced only once, at the start, has drifted from the policy
   by the end (its greedy tokens differ), so the equality is no accident of an untrainable model.
 - The LoRA run is the vowel task of ``test_learning.py`` with the engine generating the rollouts: mean reward of the
-  last 3 steps against the first 3 rises by at least 0.25 and ends at 0.7 or more (fixed seed; measured 0.56 ->
-  0.90).
+  last 3 steps against the first 3 rises by at least 0.25 and ends at 0.7 or more (fixed seed, learning rate 5e-3;
+  measured 0.58 -> 0.94 on an AMD EPYC machine, where 2e-2, this test's earlier rate, oscillated and ended at 0.31).
 - ``logs.jsonl`` has ``sync_s`` and ``sync_bytes`` on every step; LoRA's bytes are a small fraction of full's.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 # Engine rollouts draw other samples than TRL's generate under the same seed, so the trajectory is not
-# test_learning's; measured (fixed seed): 0.56 -> 0.90 first-3 vs last-3 (step 1: 0.19).
+# test_learning's; measured (fixed seed, lr 5e-3): 0.58 -> 0.94 first-3 vs last-3 (step 1: 0.19).
 MARGIN = 0.25
 GREEDY_TOKENS = 6
 
@@ -112,7 +112,7 @@ def test_lora_rollouts_through_the_engine_learn_and_sync_only_the_adapter(
     tiny_dir: Path, plugins: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     steps = 20
-    logs, seen = _run_with_checks("lora", steps, 2e-2, tiny_dir, plugins, tmp_path, monkeypatch)
+    logs, seen = _run_with_checks("lora", steps, 5e-3, tiny_dir, plugins, tmp_path, monkeypatch)
     assert seen["syncs"] == steps and all(seen["equal"]), seen["equal"]
     assert seen["final_control"] != seen["final_policy"], "the unsynced engine never drifted: the check proves nothing"
     rewards = [row["rewards/format/mean"] for row in logs if "rewards/format/mean" in row]
