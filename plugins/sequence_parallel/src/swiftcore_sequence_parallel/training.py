@@ -128,14 +128,7 @@ def check_model(model: Any, opts: SequenceParallelOptions) -> int:
     if mixers and all(is_gated_deltanet(m) for m in mixers):
         supported.add("linear_attention")  # carried across shards by swiftcore_sequence_parallel.linear_attention
     kinds = sorted(set(getattr(config, "layer_types", None) or ()) - supported)
-    if kinds:
-        described = "; ".join(_LAYER_KIND_NAMES.get(k, f"{k!r} layers") for k in kinds)
-        raise SwiftcoreError(
-            f"--sequence-parallel-size: this model ({type(model).__name__}) has {described}, which sequence "
-            "parallelism cannot split (only softmax attention layers, full or sliding window, and Qwen3.5's gated "
-            "DeltaNet are supported); "
-            "drop --sequence-parallel-size for this model"
-        )
+    _refuse_layer_kinds(kinds, type(model).__name__)
     for name, module in model.named_modules():
         kind = type(module).__name__
         if any(part in kind for part in _UNSUPPORTED_MODULES) and not is_gated_deltanet(module):
@@ -178,13 +171,7 @@ def check_before_load(model_dir: str, options: Mapping[str, Any] | None) -> None
     text = config.get("text_config") or config
     # Gated DeltaNet layers pass when the loaded modules are transformers' (check_model decides).
     kinds = sorted(set(text.get("layer_types") or ()) - SUPPORTED_LAYER_TYPES - {"linear_attention"})
-    if kinds:
-        described = "; ".join(_LAYER_KIND_NAMES.get(k, f"{k!r} layers") for k in kinds)
-        raise SwiftcoreError(
-            f"--sequence-parallel-size: this model ({model_dir}) has {described}, which sequence parallelism "
-            "cannot split (only softmax attention layers, full or sliding window, and Qwen3.5's gated DeltaNet are "
-            "supported); drop --sequence-parallel-size for this model"
-        )
+    _refuse_layer_kinds(kinds, model_dir)
     if text.get("output_router_logits"):
         raise SwiftcoreError(_ROUTER_LOSS_MESSAGE)
     _check_heads(int(text.get("num_attention_heads") or 0), opts)
@@ -195,6 +182,17 @@ _ROUTER_LOSS_MESSAGE = (
     "be computed per shard rather than over the whole sequence; set output_router_logits to false in the model's "
     "config.json, or drop --sequence-parallel-size"
 )
+
+
+def _refuse_layer_kinds(kinds: list[str], model: str) -> None:
+    """SwiftcoreError naming ``kinds`` (``config.layer_types`` entries SP cannot split), if there are any."""
+    if kinds:
+        described = "; ".join(_LAYER_KIND_NAMES.get(k, f"{k!r} layers") for k in kinds)
+        raise SwiftcoreError(
+            f"--sequence-parallel-size: this model ({model}) has {described}, which sequence parallelism cannot "
+            "split (only softmax attention layers, full or sliding window, and Qwen3.5's gated DeltaNet are "
+            "supported); drop --sequence-parallel-size for this model"
+        )
 
 
 def _check_heads(heads: int, opts: SequenceParallelOptions) -> None:
