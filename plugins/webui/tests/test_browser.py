@@ -38,6 +38,8 @@ pytestmark = pytest.mark.slow
 SWIFTCORE = Path(sys.executable).with_name("swiftcore")
 #: Steps of the page's training run: enough for the loss to fall, few enough for about 10 s on 2 CPU cores.
 STEPS = 6
+#: The run is scored on held-out questions every this many steps (``--eval-every``), and before training.
+EVAL_EVERY = 3
 #: Generous bounds (seconds) for a shared 2-core machine.
 START_TIMEOUT = 120
 STEP_TIMEOUT = 240
@@ -80,6 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = base / "root"
     root.mkdir()
     (root / "data.jsonl").write_text(_parity(range(10, 42)))
+    (root / "questions.jsonl").write_text(_parity(range(42, 50)))
     (base / "outside.txt").write_text("not for the page")
     log = base / "server.log"
     port = _free_port()
@@ -266,6 +269,9 @@ def test_make_chat_train_chat_export_and_check_in_the_browser(server: Server, pa
     out.fill("runs/run")
     page.locator("#train-steps input").fill(str(STEPS))
     page.locator("#train-lr input").fill("0.003")
+    page.locator("#train-eval-every input").fill(str(EVAL_EVERY))
+    page.locator("#train-eval-dataset input").fill("questions.jsonl")
+    page.locator("#train-eval-dataset input").press("Enter")
     page.evaluate(_WATCH_PROGRESS)
     page.locator("#train-start").click()
     expect(page.locator("#train-status")).to_contain_text("Started swiftcore train")
@@ -277,6 +283,13 @@ def test_make_chat_train_chat_export_and_check_in_the_browser(server: Server, pa
     last_loss = [r["loss"] for r in logged if "loss" in r][-1]
     expect(state).to_contain_text(f"final loss {last_loss:.4f}")
     expect(state).to_contain_text(f"checkpoint runs/run/checkpoint-{STEPS}")
+    # ... scored during training: the page shows the last accuracy and the best checkpoint logs.jsonl records
+    accuracies = [(r["step"], r["eval_accuracy"]) for r in logged if "eval_accuracy" in r]
+    assert [step for step, _ in accuracies] == [0, EVAL_EVERY, STEPS], logged
+    expect(page.locator("#train-accuracy")).to_have_text(f"eval accuracy {accuracies[-1][1]:.1%}")
+    best = next(r["best_checkpoint"] for r in logged if "best_checkpoint" in r)
+    expect(page.locator("#train-best")).to_have_text(f"runs/run/{best}")
+    expect(page.locator("#train-accuracy-plot canvas, #train-accuracy-plot svg").first).to_be_visible()
     expect(page.locator("#train-progress")).to_contain_text(f"step {STEPS} / {STEPS} (100%)")
     expect(page.locator("#train-progress progress")).to_have_attribute("value", str(STEPS))
     expect(page.locator("#train-plot canvas, #train-plot svg").first).to_be_visible()
@@ -286,11 +299,11 @@ def test_make_chat_train_chat_export_and_check_in_the_browser(server: Server, pa
     assert any(f"/ {STEPS}" in t for t in running), seen
     page.screenshot(path=str(shots / "webui-train.png"), full_page=True)
 
-    # --- Chat with the result
+    # --- Chat with the result: the best checkpoint by eval accuracy
     page.locator("#train-to-chat").click()
     expect(page.get_by_role("tab", name="Chat")).to_have_attribute("aria-selected", "true")
     expect(page.locator("#chat-status")).to_contain_text(
-        f"Loaded runs/run/checkpoint-{STEPS} (LoRA adapter on tiny-qwen3_5)", timeout=120_000
+        f"Loaded runs/run/{best} (LoRA adapter on tiny-qwen3_5)", timeout=120_000
     )
     seen = _send(page, expect, "Is 7 even or odd?")
     reply = page.locator('#chatbot [data-testid="bot"]').last

@@ -114,3 +114,27 @@ def test_progress_comes_from_logs_and_checkpoints(tmp_path: Path) -> None:
     failed = progress_of(tmp_path, 8, running=False, returncode=2, seconds=5.0)
     assert not failed.finished
     assert last_checkpoint(tmp_path / "missing") is None
+
+
+def test_progress_reads_the_eval_accuracy_and_the_best_checkpoint(tmp_path: Path) -> None:
+    """``--eval-every``'s rows: accuracy per step (the page's second plot) and the best checkpoint, once a folder of
+    the run; a log naming anything else is not followed."""
+    rows = [
+        {"step": 0, "eval_accuracy": 0.0, "eval_checkpoint": None},
+        {"step": 2, "loss": 2.0},
+        {"step": 2, "eval_accuracy": 0.5, "eval_checkpoint": "checkpoint-2"},
+        {"step": 4, "eval_accuracy": 0.25, "eval_checkpoint": "checkpoint-4"},
+        {"step": 4, "best_checkpoint": "checkpoint-2", "best_metric": "eval_accuracy", "best_value": 0.5},
+    ]
+    (tmp_path / "logs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("checkpoint-2", "checkpoint-4"):
+        (tmp_path / name).mkdir()
+    running = progress_of(tmp_path, 4, running=True, returncode=None, seconds=1.0)
+    assert running.eval_accuracies == [(0, 0.0), (2, 0.5), (4, 0.25)]
+    assert running.best_checkpoint is None  # known once the run has ended
+    done = progress_of(tmp_path, 4, running=False, returncode=0, seconds=2.0)
+    assert (done.best_checkpoint, done.checkpoint) == (tmp_path / "checkpoint-2", tmp_path / "checkpoint-4")
+    for name in ("..", "../checkpoint-2", "checkpoint-9"):
+        rows[-1]["best_checkpoint"] = name
+        (tmp_path / "logs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert progress_of(tmp_path, 4, running=False, returncode=0, seconds=2.0).best_checkpoint is None

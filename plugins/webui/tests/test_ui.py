@@ -54,6 +54,10 @@ def _settings(**changes: Any) -> TrainSettings:
         ({"tuner": "qlora"}, "full or lora"),
         ({"max_steps": 0}, "max steps: at least 1"),
         ({"learning_rate": 0.0}, "above 0"),
+        ({"eval_every": 5}, "choose the questions to score"),
+        ({"eval_every": -1}, "0 \\(off\\) or a number of steps"),
+        ({"eval_every": 5, "eval_dataset": "escape/data.jsonl"}, "eval questions 'escape/data.jsonl' resolves outside"),
+        ({"eval_every": 5, "eval_dataset": "missing.jsonl"}, "does not exist under the root"),
     ],
 )
 def test_training_refuses_before_starting_anything(ui: WebUI, changes: dict, message: str) -> None:
@@ -117,3 +121,18 @@ def test_parse_json_output_skips_log_lines() -> None:
 def test_default_output_picks_a_free_name(ui: WebUI) -> None:
     assert default_output(ui.root, "model") == "model-2"
     assert default_output(ui.root, "runs/run") == "runs/run"
+
+
+def test_evaluation_during_training_adds_the_train_options(ui: WebUI) -> None:
+    """A form that evaluates every N steps runs ``swiftcore train --eval-every N --eval-dataset FILE --best-metric
+    eval_accuracy``; the default form evaluates nothing."""
+    plain = ui.start_training(_settings())
+    plain.job.stop()
+    assert "--eval-every" not in plain.job.args
+    run = ui.start_training(_settings(output_dir="runs/b", eval_every=5, eval_dataset="data.jsonl"))
+    run.job.stop()
+    args = run.job.args
+    at = args.index("--eval-every")
+    assert args[at : at + 6] == [
+        "--eval-every", "5", "--eval-dataset", str(ui.root.path / "data.jsonl"), "--best-metric", "eval_accuracy",
+    ]  # fmt: skip

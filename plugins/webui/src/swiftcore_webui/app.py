@@ -102,12 +102,33 @@ def _loss_frame(progress: TrainProgress | None) -> pd.DataFrame:
     )
 
 
+def _accuracy_frame(progress: TrainProgress | None) -> pd.DataFrame:
+    """The in-training eval accuracy against the step (``--eval-every``; empty without evaluation)."""
+    points = progress.eval_accuracies if progress else []
+    return pd.DataFrame(
+        {
+            "step": pd.Series([s for s, _ in points], dtype="int64"),
+            "accuracy": pd.Series([v for _, v in points], dtype="float64"),
+        }
+    )
+
+
+def _chat_checkpoint(progress: TrainProgress | None) -> Any:
+    """The checkpoint "chat with this checkpoint" opens: the best by eval accuracy when recorded, else the last."""
+    if progress is None:
+        return None
+    return progress.best_checkpoint or progress.checkpoint
+
+
 def _progress_html(progress: TrainProgress | None, ui: WebUI) -> str:
     if progress is None:
         return "<div id='train-progress'>No training run yet.</div>"
     loss = f" · loss {progress.loss:.4f}" if progress.loss is not None else ""
     if progress.eval_losses:
         loss += f" · eval loss {progress.eval_losses[-1][1]:.4f} (step {progress.eval_losses[-1][0]})"
+    if progress.eval_accuracies:
+        step, accuracy = progress.eval_accuracies[-1]
+        loss += f" · <span id='train-accuracy'>eval accuracy {accuracy:.1%}</span> (step {step})"
     bar = f"<progress value='{progress.step}' max='{max(progress.max_steps, 1)}'></progress>"
     head = f"step {progress.step} / {progress.max_steps} ({progress.fraction:.0%}){loss} · {progress.seconds:.0f} s"
     if progress.running:
@@ -117,6 +138,9 @@ def _progress_html(progress: TrainProgress | None, ui: WebUI) -> str:
         mean = f" (mean {progress.train_loss:.4f})" if progress.train_loss is not None else ""
         ckpt = checkpoint_of(progress.checkpoint, ui.root) or "none found"
         state = f"finished · final loss {shown}{mean} · checkpoint {html.escape(ckpt)}"
+        if progress.best_checkpoint is not None:
+            best = checkpoint_of(progress.best_checkpoint, ui.root) or "none found"
+            state += f" · best by eval accuracy <span id='train-best'>{html.escape(best)}</span>"
     else:
         state = f"failed (exit status {progress.returncode}): see the output below"
     return f"<div id='train-progress'>{bar}<div><b id='train-state'>{state}</b> · {head}</div></div>"
@@ -179,6 +203,16 @@ def build_app(ui: WebUI) -> gr.Blocks:
                     t_lr = gr.Number(1e-3, minimum=0, label="Learning rate", elem_id="train-lr")
                     t_len = gr.Number(256, precision=0, minimum=8, label="Max length (tokens)")
                 with gr.Row():
+                    t_eval_every = gr.Number(
+                        0,
+                        precision=0,
+                        minimum=0,
+                        label="Evaluate every N steps (0: off)",
+                        info="Greedy answers to the questions below, exact match, as `swiftcore eval` scores",
+                        elem_id="train-eval-every",
+                    )
+                    t_eval_data = _folder_choice(datasets, "Eval questions (.jsonl)", "train-eval-dataset")
+                with gr.Row():
                     t_start = gr.Button("Start training", variant="primary", elem_id="train-start")
                     t_stop = gr.Button("Stop", variant="stop")
                 t_status = gr.Markdown(elem_id="train-status")
@@ -190,6 +224,15 @@ def build_app(ui: WebUI) -> gr.Blocks:
                     title="Training loss (from logs.jsonl)",
                     height=260,
                     elem_id="train-plot",
+                )
+                t_accuracy = gr.LinePlot(
+                    _accuracy_frame(ui.train_progress()),
+                    x="step",
+                    y="accuracy",
+                    y_lim=[0, 1],
+                    title="Eval accuracy during training (from logs.jsonl)",
+                    height=220,
+                    elem_id="train-accuracy-plot",
                 )
                 t_log = gr.Textbox(
                     label="swiftcore train output", lines=8, max_lines=16, interactive=False, elem_id="train-log"
@@ -319,9 +362,9 @@ def build_app(ui: WebUI) -> gr.Blocks:
 
         # ---- Train
         def on_refresh() -> list[Any]:
-            return [model_choices(), gr.Dropdown(choices=root.datasets())]
+            return [model_choices(), gr.Dropdown(choices=root.datasets()), gr.Dropdown(choices=root.datasets())]
 
-        def on_start(model, data, out, tuner, overwrite, steps, batch, lr, length) -> list[Any]:
+        def on_start(model, data, out, tuner, overwrite, steps, batch, lr, length, every, questions) -> list[Any]:
             try:
                 settings = TrainSettings(
                     model=model or "",
@@ -333,6 +376,8 @@ def build_app(ui: WebUI) -> gr.Blocks:
                     learning_rate=float(lr or 0),
                     max_length=int(length or 0),
                     overwrite=bool(overwrite),
+                    eval_every=int(every or 0),
+                    eval_dataset=questions or "",
                 )
                 run = ui.start_training(settings)
             except _REFUSALS as exc:
@@ -346,26 +391,27 @@ def build_app(ui: WebUI) -> gr.Blocks:
             log = run.job.output(tail=_TAIL) if run else ""
             done = progress is None or not progress.running
             to_chat = gr.Button(visible=bool(progress and progress.finished and progress.checkpoint))
-            return [_progress_html(progress, ui), _loss_frame(progress), log, gr.Timer(active=not done), to_chat]
+            frames = [_loss_frame(progress), _accuracy_frame(progress)]
+            return [_progress_html(progress, ui), *frames, log, gr.Timer(active=not done), to_chat]
 
         def on_stop() -> str:
             return "Stopped the run." if ui.stop_training() else "No run in progress."
 
         def on_to_chat() -> list[Any]:
             progress = ui.train_progress()
-            ckpt = checkpoint_of(progress.checkpoint if progress else None, root)
+            ckpt = checkpoint_of(_chat_checkpoint(progress), root)
             if not ckpt:
                 return [skip(), skip(), "No checkpoint to chat with yet.", [], [], [], ""]
             status = _load_status(ckpt)
             return [gr.Tabs(selected="chat"), model_choices(ckpt), status, [], [], [], ""]
 
-        t_refresh.click(on_refresh, None, [t_model, t_data])
+        t_refresh.click(on_refresh, None, [t_model, t_data, t_eval_data])
         t_start.click(
             on_start,
-            [t_model, t_data, t_out, t_tuner, t_overwrite, t_steps, t_batch, t_lr, t_len],
+            [t_model, t_data, t_out, t_tuner, t_overwrite, t_steps, t_batch, t_lr, t_len, t_eval_every, t_eval_data],
             [t_status, t_progress, timer, t_to_chat],
         )
-        timer.tick(on_tick, None, [t_progress, t_plot, t_log, timer, t_to_chat])
+        timer.tick(on_tick, None, [t_progress, t_plot, t_accuracy, t_log, timer, t_to_chat])
         t_stop.click(on_stop, None, t_status)
         t_to_chat.click(on_to_chat, None, [tabs, c_model, c_status, chatbot, shown, history, c_info])
 

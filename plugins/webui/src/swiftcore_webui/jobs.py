@@ -215,11 +215,13 @@ class TrainProgress:
         max_steps: the run's ``--max-steps``.
         losses: ``(step, loss)`` of every logged training loss.
         eval_losses: ``(step, eval_loss)`` of every evaluation.
+        eval_accuracies: ``(step, eval_accuracy)`` of every evaluation during training (``--eval-every``).
         loss: the last logged training loss (None before the first log).
         train_loss: the run's mean training loss, logged at its end (``train_loss``).
         running: whether the process still runs.
         returncode: its exit status once finished.
         checkpoint: the last checkpoint written (once finished).
+        best_checkpoint: the best checkpoint by ``--best-metric`` (once finished; None without one).
         seconds: how long it has run.
     """
 
@@ -227,11 +229,13 @@ class TrainProgress:
     max_steps: int = 0
     losses: list[tuple[int, float]] = field(default_factory=list)
     eval_losses: list[tuple[int, float]] = field(default_factory=list)
+    eval_accuracies: list[tuple[int, float]] = field(default_factory=list)
     loss: float | None = None
     train_loss: float | None = None
     running: bool = True
     returncode: int | None = None
     checkpoint: Path | None = None
+    best_checkpoint: Path | None = None
     seconds: float = 0.0
 
     @property
@@ -243,6 +247,12 @@ class TrainProgress:
     def finished(self) -> bool:
         """Ended with exit status 0."""
         return not self.running and self.returncode == 0
+
+
+def _inside(output_dir: Path, name: str) -> Path | None:
+    """``output_dir/name`` when ``name`` is a ``checkpoint-N`` folder there (a log's ``best_checkpoint`` entry)."""
+    path = output_dir / name
+    return path if re.fullmatch(r"checkpoint-\d+", name) and path.is_dir() else None
 
 
 class TrainRun:
@@ -277,6 +287,10 @@ def progress_of(
     rows = read_log(output_dir / "logs.jsonl")
     losses = [(int(r["step"]), v) for r in rows if "step" in r and (v := _finite(r.get("loss"))) is not None]
     evals = [(int(r["step"]), v) for r in rows if "step" in r and (v := _finite(r.get("eval_loss"))) is not None]
+    accuracies = [
+        (int(r["step"]), v) for r in rows if "step" in r and (v := _finite(r.get("eval_accuracy"))) is not None
+    ]
+    best = next((r["best_checkpoint"] for r in reversed(rows) if isinstance(r.get("best_checkpoint"), str)), None)
     steps = [int(r["step"]) for r in rows if isinstance(r.get("step"), (int, float))]
     train_loss = next((v for r in reversed(rows) if (v := _finite(r.get("train_loss"))) is not None), None)
     return TrainProgress(
@@ -284,10 +298,12 @@ def progress_of(
         max_steps=max_steps,
         losses=losses,
         eval_losses=evals,
+        eval_accuracies=accuracies,
         loss=losses[-1][1] if losses else None,
         train_loss=train_loss,
         running=running,
         returncode=returncode,
         checkpoint=None if running else last_checkpoint(output_dir),
+        best_checkpoint=None if running or best is None else _inside(output_dir, best),
         seconds=seconds,
     )

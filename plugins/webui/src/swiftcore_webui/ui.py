@@ -45,6 +45,10 @@ class TrainSettings:
     max_length: int = 256
     logging_steps: int = 1
     overwrite: bool = False
+    #: Score the model every N steps (``--eval-every``; 0: no evaluation during training).
+    eval_every: int = 0
+    #: The questions it is scored on (``--eval-dataset``): a file in the root, needed when ``eval_every`` is set.
+    eval_dataset: str = ""
 
 
 def parse_json_output(text: str) -> Any:
@@ -157,6 +161,7 @@ class WebUI:
         if not settings.learning_rate > 0:
             raise ValueError("learning rate: above 0")
         steps = int(settings.max_steps)
+        evaluation = self._eval_args(settings)
         args = [
             "--model", str(model),
             "--dataset", str(dataset),
@@ -169,12 +174,26 @@ class WebUI:
             "--max-length", str(int(settings.max_length)),
             "--logging-steps", str(int(settings.logging_steps)),
             *(["--overwrite-output-dir"] if settings.overwrite else []),
+            *evaluation,
         ]  # fmt: skip
         with self._lock:
             if self.train_run is not None and self.train_run.job.running:
                 raise Busy(f"a training run is in progress ({root.relative(self.train_run.output_dir)}): stop it first")
             self.train_run = TrainRun(args, output_dir=out, max_steps=steps, cwd=root.path)
             return self.train_run
+
+    def _eval_args(self, settings: TrainSettings) -> list[str]:
+        """``--eval-every N --eval-dataset FILE --best-metric eval_accuracy`` for a form that asks to evaluate."""
+        every = int(settings.eval_every or 0)
+        if every < 0:
+            raise ValueError("evaluate every: 0 (off) or a number of steps")
+        if every == 0:
+            return []
+        if not settings.eval_dataset:
+            raise ValueError("evaluate every: choose the questions to score (a .jsonl file in the root)")
+        questions = self.root.resolve(settings.eval_dataset, what="eval questions", must_exist=True, kind="file")
+        # The best checkpoint by accuracy is recorded in logs.jsonl, and "chat with this checkpoint" opens it.
+        return ["--eval-every", str(every), "--eval-dataset", str(questions), "--best-metric", "eval_accuracy"]
 
     def train_progress(self) -> TrainProgress | None:
         """The current (or last) run's progress; None before the first run."""
