@@ -75,6 +75,23 @@ def test_a_batch_that_fails_in_the_engine_is_retried_one_by_one(engine: Any, mon
     assert "kernel failure" in out[1].error and out[1].error_status == 500
 
 
+def test_a_failure_without_a_message_still_says_what_failed(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend error with no text (a bare assertion in a kernel, an error re-raised with none) reaches the
+    client as its cause's message or at least its type, never as an empty error."""
+
+    def bare(prompts: list, params: list, adapters: list) -> list:
+        try:
+            raise KeyError("expert 3 has no kernel")
+        except KeyError as exc:
+            raise RuntimeError() from exc
+
+    monkeypatch.setattr(engine, "_generate_ids", bare)
+    failed = engine.generate(_records(2), max_new_tokens=3)
+    assert [g.error for g in failed] == ["RuntimeError: KeyError: 'expert 3 has no kernel'"] * 2
+    monkeypatch.setattr(engine, "_generate_ids", lambda *a: (_ for _ in ()).throw(AssertionError()))
+    assert engine.generate(_records(1), max_new_tokens=3)[0].error == "AssertionError (the engine gave no message)"
+
+
 def test_stop_strings_and_finish_reasons(engine: Any) -> None:
     record = _records(1)[0]
     full = engine.generate([record], max_new_tokens=12)[0]

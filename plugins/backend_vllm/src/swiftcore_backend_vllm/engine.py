@@ -12,7 +12,9 @@ The engine runs in-process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``d
 
 from __future__ import annotations
 
+import importlib
 import itertools
+import json
 import logging
 import os
 import tempfile
@@ -27,7 +29,7 @@ from swiftcore_infer.types import SamplingParams
 
 from swiftcore_backend_vllm.probe import installed_vllm
 
-__all__ = ["VllmEngine", "configure_environment", "to_vllm_sampling"]
+__all__ = ["VllmEngine", "configure_environment", "moe_lora_refusal", "num_experts", "to_vllm_sampling"]
 
 logger = logging.getLogger("swiftcore.infer.vllm")
 
@@ -49,6 +51,38 @@ def configure_environment(*, in_process: bool, cpu: bool) -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     if in_process:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+def num_experts(model_dir: str | Path) -> int:
+    """How many routed experts the checkpoint's (text) config declares, 0 for a dense model: the fields vLLM reads
+    (``ModelArchConfigConvertor.get_num_experts``), read from ``config.json`` without importing vLLM."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    for name in ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts"):
+        value = text.get(name)
+        if isinstance(value, list):  # some remote-code configs give one count per layer
+            value = value[0] if value else 0
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
+
+
+def moe_lora_refusal(model_dir: str | Path, version: str) -> str | None:
+    """Why the CPU build cannot run LoRA on this checkpoint (a mixture-of-experts model), None when it can.
+
+    vLLM wraps every fused-MoE layer in a LoRA layer once LoRA is enabled, and that layer runs Triton kernels,
+    which have no CPU backend: every request then fails (``triton.language`` has no ``float32``), base-model requests
+    included. Measured with vllm-cpu 0.32.0 on OLMoE.
+    """
+    if num_experts(model_dir) == 0:
+        return None
+    return (
+        f"vLLM {version} (vllm-cpu) runs LoRA on mixture-of-experts models only through Triton kernels, which have "
+        "no CPU backend"
+    )
 
 
 def to_vllm_sampling(params: SamplingParams, stop_token_ids: list[int], **extra: Any) -> Any:
@@ -119,6 +153,7 @@ class VllmEngine(Engine):
             raise InvalidRequestError(f"runner must be 'generate' or 'pooling', got {runner!r}")
         build = installed_vllm()
         self.on_cpu = build is not None and build[0] == "vllm-cpu"
+        self.vllm_version = f"{build[1]} ({build[0]})" if build else "(not installed)"
         self.in_process = in_process
         self.runner = runner
         self.capabilities = _GENERATE_CAPABILITIES if runner == "generate" else _POOLING_CAPABILITIES
@@ -140,6 +175,19 @@ class VllmEngine(Engine):
             self._initial_adapter = None
         if self._initial_adapter is not None and not enable_lora:
             raise InvalidRequestError("an adapter was given with enable_lora=False; pass --merge-lora instead")
+        #: Why adapters cannot be loaded on this engine (None: they can, or LoRA was not asked for).
+        self.lora_refusal: str | None = None
+        if self.on_cpu and enable_lora and runner == "generate":
+            self.lora_refusal = moe_lora_refusal(serve_dir, build[1] if build else "")
+        if self.lora_refusal is not None:
+            if self._initial_adapter is not None:
+                raise UnsupportedError(
+                    f"{self.lora_refusal}: serve the adapter merged (--merge-lora) or with the transformers backend"
+                )
+            # LoRA enabled would break base-model requests too: start without it and refuse adapters by name.
+            logger.warning("%s: LoRA is off for %s", self.lora_refusal, serve_dir)
+            enable_lora = False
+            self.capabilities = self.capabilities - {"lora"}
 
         from vllm import LLM
 
@@ -158,7 +206,10 @@ class VllmEngine(Engine):
             options.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras)
         options.update(llm_kwargs)
         logger.info("starting vLLM: %s", options)
-        self.llm = LLM(**options)
+        try:
+            self.llm = LLM(**options)
+        except Exception as exc:
+            raise UnsupportedError(self._cannot_run(serve_dir, exc)) from exc
         self._pooler_options = {
             k: v for k, v in options.items() if k not in ("enable_lora", "max_lora_rank", "max_loras")
         } | {"runner": "pooling"}
@@ -167,7 +218,28 @@ class VllmEngine(Engine):
         self._request_ids = itertools.count()
         self._after_load()
 
+    def _cannot_run(self, serve_dir: Path, exc: BaseException) -> str:
+        """The refusal when vLLM cannot start on this checkpoint: family, architecture, vLLM version and the cause."""
+        try:
+            config = json.loads((serve_dir / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = {}
+        arch = ", ".join(config.get("architectures") or ["?"])
+        return (
+            f"vLLM {self.vllm_version} cannot run model family {self.spec.name!r} ({arch}) from {serve_dir}: "
+            f"{_root_cause(exc, config.get('architectures') or [])}. Serve it with the transformers backend "
+            "(--backend transformers)"
+        )
+
     # ------------------------------------------------------------------ adapters and weights
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """See :meth:`Engine.load_adapter`; refused, saying why, on a model this vLLM build runs without LoRA."""
+        if self.lora_refusal is not None:
+            raise UnsupportedError(
+                f"{self.lora_refusal}: serve adapter {name!r} merged (--merge-lora) or with the transformers backend"
+            )
+        super().load_adapter(name, path)
 
     def _load_adapter(self, name: str, path: Path) -> None:
         from vllm.lora.request import LoRARequest
@@ -185,6 +257,9 @@ class VllmEngine(Engine):
 
     def _update_weights(self, named: list[tuple[str, Any]]) -> None:
         instances = [llm for llm in (self.llm, self._pooler) if llm is not None]
+        if self.on_cpu:
+            for llm in instances:
+                llm.collective_rpc(_mark_cpu_experts)
         if self.in_process:
             for llm in instances:
                 llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named})
@@ -196,6 +271,9 @@ class VllmEngine(Engine):
                 save_file({k: v.contiguous() for k, v in named}, str(Path(tmp) / "model.safetensors"))
                 for llm in instances:
                     llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
+        if self.on_cpu:
+            for llm in instances:
+                llm.collective_rpc(_repack_cpu_experts)
         if self.on_cpu and self.runner == "generate":
             self.llm.collective_rpc(_repack_cpu_output_head)
         for llm in instances:
@@ -298,6 +376,87 @@ class VllmEngine(Engine):
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+
+def _root_cause(exc: BaseException, architectures: list[str]) -> str:
+    """The innermost error behind a failed ``vllm.LLM(...)``.
+
+    When vLLM cannot import a model's module it inspects the architecture in a subprocess and raises only "failed
+    to be inspected" (the reason goes to its log); importing that module here surfaces the reason itself (for
+    example a missing ``torchvision``).
+    """
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    full = str(exc).strip()
+    text = full.splitlines()[0] if full else type(exc).__name__
+    if "failed to be inspected" in full:
+        from vllm.model_executor.models.registry import ModelRegistry
+
+        for arch in architectures:
+            module = getattr(ModelRegistry.models.get(arch), "module_name", None)
+            if module is None:
+                continue
+            try:
+                importlib.import_module(module)
+            except Exception as inner:  # any import failure is the reason we are after
+                while inner.__cause__ is not None:
+                    inner = inner.__cause__
+                return f"{type(inner).__name__}: {inner} (importing {module})"
+    if "pydantic" in type(exc).__module__ or "Validation" in type(exc).__name__:
+        # pydantic's own text names its docs page; the value error's line is what says what is wrong.
+        lines = [ln.strip() for ln in full.splitlines() if ln.strip().startswith("Value error")]
+        text = lines[0].removeprefix("Value error, ") if lines else text
+    return text
+
+
+def _cpu_expert_layers(worker: Any) -> Iterator[Any]:
+    """The fused-MoE layers whose CPU kernel keeps its weights pre-packed (``process_weights_after_loading``)."""
+    for module in worker.model_runner.get_model().modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if experts is not None and hasattr(module, "w13_weight") and hasattr(experts, "process_weights_after_loading"):
+            yield module, experts
+
+
+def _fingerprint(module: Any) -> tuple[float, float]:
+    """A checksum of a layer's expert weights that changes when they are rewritten, layout included.
+
+    Up to 65,536 evenly spaced elements, weighted by position (a plain sum would not see a re-layout). Not the
+    tensors' version counters: the reload copies through ``.data``, which leaves them unchanged.
+    """
+    import torch
+
+    sums = []
+    for weight in (module.w13_weight, module.w2_weight):
+        flat = weight.detach().reshape(-1)
+        picked = flat[torch.linspace(0, flat.numel() - 1, min(flat.numel(), 65536)).long()].double()
+        sums.append(float((picked * torch.arange(1, picked.numel() + 1, dtype=torch.float64)).sum()))
+    return sums[0], sums[1]
+
+
+def _mark_cpu_experts(worker: Any) -> int:
+    """Before a reload: fingerprint each CPU expert layer's (packed) weights, to tell afterwards which it rewrote."""
+    layers = list(_cpu_expert_layers(worker))
+    for module, _ in layers:
+        module._swiftcore_fingerprint = _fingerprint(module)
+    return len(layers)
+
+
+def _repack_cpu_experts(worker: Any) -> int:
+    """After a reload: pre-pack again the expert weights the reload rewrote; runs on each worker.
+
+    vLLM 0.32's reload processes a reloaded MoE layer as a weight update, which skips the CPU kernel's pre-packing
+    (done on the first load only): the layer's weights come back in checkpoint layout and the kernel reads them
+    as packed, so generation after a weight sync silently differed (measured on OLMoE: 1 of 3 greedy replies).
+    A layer the update did not touch keeps its packed weights (same fingerprint) and is left alone.
+    """
+    repacked = 0
+    for module, experts in _cpu_expert_layers(worker):
+        before = getattr(module, "_swiftcore_fingerprint", None)
+        if before is not None and before != _fingerprint(module):
+            experts.process_weights_after_loading(module)
+            repacked += 1
+    return repacked
 
 
 def _repack_cpu_output_head(worker: Any) -> bool:

@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from swiftcore.api import SwiftcoreError
 
-__all__ = ["BackendUnavailableError", "InferError", "InvalidRequestError", "UnsupportedError"]
+__all__ = ["BackendUnavailableError", "InferError", "InvalidRequestError", "UnsupportedError", "error_text"]
+
+
+def error_text(error: BaseException) -> str:
+    """What to tell a client about ``error``: its message; else the first message among its causes; else its type.
+
+    Backends raise some errors with no message at all (a kernel's bare ``AssertionError``, an error re-raised
+    from another), and an empty text tells the client nothing of what went wrong.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if str(cause).strip():
+            return str(cause) if cause is error else f"{type(error).__name__}: {type(cause).__name__}: {cause}"
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(error).__name__} (the engine gave no message)"
 
 
 class InferError(SwiftcoreError):

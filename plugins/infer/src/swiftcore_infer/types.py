@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from swiftcore_infer.errors import InvalidRequestError
+from swiftcore_infer.errors import InvalidRequestError, error_text
 
 __all__ = ["Generation", "Request", "SamplingParams", "StreamDelta"]
 
@@ -133,7 +133,7 @@ class Generation:
 
     @classmethod
     def failed(cls, error: BaseException, prompt_tokens: int = 0) -> Generation:
-        """A :class:`Generation` standing for a request that failed with ``error``."""
+        """A :class:`Generation` standing for a request that failed with ``error`` (never with an empty message)."""
         status = getattr(error, "status", 400 if isinstance(error, ValueError) else 500)
         return cls(
             text="",
@@ -143,7 +143,7 @@ class Generation:
             prompt_tokens=prompt_tokens,
             completion_tokens=0,
             finish_reason="error",
-            error=str(error),
+            error=error_text(error),
             error_status=status,
         )
 
