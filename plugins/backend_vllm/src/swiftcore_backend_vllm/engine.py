@@ -204,6 +204,10 @@ class VllmEngine(Engine):
             options["distributed_executor_backend"] = "uni"
         if enable_lora and runner == "generate":
             options.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras)
+            if num_experts(serve_dir) > 0:
+                # swiftcore's MoE adapters carry fused 3D expert weights (peft target_parameters); vLLM loads
+                # those only in its mixed MoE-LoRA format (requests then say is_3d_lora_weight).
+                options["enable_mixed_moe_lora_format"] = True
         options.update(llm_kwargs)
         logger.info("starting vLLM: %s", options)
         try:
@@ -244,7 +248,8 @@ class VllmEngine(Engine):
     def _load_adapter(self, name: str, path: Path) -> None:
         from vllm.lora.request import LoRARequest
 
-        request = LoRARequest(name, next(self._lora_ids), str(path))
+        extra = {"is_3d_lora_weight": True} if _has_parameter_level_lora(path) else {}
+        request = LoRARequest(name, next(self._lora_ids), str(path), **extra)
         try:
             # Load now rather than on first use, so a bad adapter fails here with its own message.
             self.llm.llm_engine.add_lora(request)
@@ -376,6 +381,15 @@ class VllmEngine(Engine):
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+
+def _has_parameter_level_lora(adapter_dir: Path) -> bool:
+    """Whether a peft adapter adapts parameters (``target_parameters``: fused 3D expert weights), not only modules."""
+    try:
+        config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("target_parameters"))
 
 
 def _root_cause(exc: BaseException, architectures: list[str]) -> str:

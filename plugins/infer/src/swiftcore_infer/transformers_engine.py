@@ -9,6 +9,7 @@ media tensors passed to ``generate`` as training passes them to the forward pass
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -45,6 +46,8 @@ class TransformersEngine(Engine):
 
     backend = "transformers"
     capabilities = frozenset({"generate", "stream", "embed", "lora", "update_weights"})
+    #: Whether peft can run only one adapter per batch on this model (parameter-level LoRA is loaded).
+    _one_adapter_per_batch = False
     accepts_media = True
 
     def __init__(
@@ -87,6 +90,10 @@ class TransformersEngine(Engine):
             self.model.load_adapter(str(path), adapter_name=name)
         else:
             self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name).eval()
+        # peft runs parameter-level LoRA (``target_parameters``: fused expert weights) through ParamWrapper, which
+        # refuses ``adapter_names`` ("does not support mixed adapter batches yet"): such a model gets one adapter
+        # per batch, switched on with ``set_adapter``.
+        self._one_adapter_per_batch = any(type(m).__name__ == "ParamWrapper" for m in self.model.modules())
 
     def _update_weights(self, named: list[tuple[str, Any]]) -> None:
         import torch
@@ -140,9 +147,21 @@ class TransformersEngine(Engine):
     # ------------------------------------------------------------------ generation
 
     def _adapter_kwargs(self, adapters: list[str | None]) -> dict[str, Any]:
-        if not self._is_peft:
+        if not self._is_peft or self._one_adapter_per_batch:
             return {}
         return {"adapter_names": [a or _PEFT_BASE for a in adapters]}
+
+    def _adapter_active(self, adapters: list[str | None]) -> Any:
+        """A context in which the model runs the batch's one adapter (or the base model), where peft cannot mix
+        adapters in a batch; a no-op otherwise (:meth:`_adapter_kwargs` passes ``adapter_names`` instead)."""
+        if not self._is_peft or not self._one_adapter_per_batch:
+            return contextlib.nullcontext()
+        if len(set(adapters)) != 1:  # pragma: no cover - _groups keeps one adapter per batch for such a model
+            raise RuntimeError("a model with parameter-level LoRA cannot mix adapters in one batch")
+        if adapters[0] is None:
+            return self.model.disable_adapter()
+        self.model.set_adapter(adapters[0])
+        return contextlib.nullcontext()
 
     def _media_kwargs(self, prompts: list[list[int]]) -> dict[str, Any]:
         """The media tensors of a batch's prompt (a prompt with media is always batched alone), on the model's
@@ -165,13 +184,17 @@ class TransformersEngine(Engine):
             out[key] = tensor.to(self.device)
         return out
 
-    @staticmethod
-    def _groups(prompts: list[list[int]], params: list[SamplingParams]) -> list[list[int]]:
-        """Rows that can share one ``generate`` call: same sampling settings; a prompt with media alone."""
+    def _groups(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> list[list[int]]:
+        """Rows that can share one ``generate`` call: same sampling settings; a prompt with media alone; one adapter
+        per call where the model cannot mix them (parameter-level LoRA)."""
+        split = self._one_adapter_per_batch
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(params):
             alone = i if getattr(prompts[i], "media", None) else None
-            groups.setdefault((p.temperature, p.top_p, p.top_k, p.seed, p.repetition_penalty, alone), []).append(i)
+            key = (p.temperature, p.top_p, p.top_k, p.seed, p.repetition_penalty, alone, adapters[i] if split else 0)
+            groups.setdefault(key, []).append(i)
         return list(groups.values())
 
     def _batch_tensors(self, prompts: list[list[int]]) -> tuple[Any, Any]:
@@ -220,13 +243,13 @@ class TransformersEngine(Engine):
 
         # Rows are batched when they sample alike; each row is cut to its own max_new_tokens afterwards.
         out: list[list[int]] = [[] for _ in prompts]
-        for rows in self._groups(prompts, params):
+        for rows in self._groups(prompts, params, adapters):
             first = params[rows[0]]
             if first.seed is not None:
                 torch.manual_seed(first.seed)
             input_ids, attention_mask = self._batch_tensors([prompts[i] for i in rows])
             media = self._media_kwargs([prompts[i] for i in rows])
-            with torch.inference_mode():
+            with torch.inference_mode(), self._adapter_active([adapters[i] for i in rows]):
                 generated = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
@@ -242,7 +265,7 @@ class TransformersEngine(Engine):
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> Iterator[tuple[int, list[int]]]:
         # Rows that sample alike stream together as one left-padded batch (one token per row per step).
-        for rows in self._groups(prompts, params):
+        for rows in self._groups(prompts, params, adapters):
             steps = self._stream_batch(
                 [prompts[i] for i in rows],
                 params[rows[0]],
@@ -294,7 +317,7 @@ class TransformersEngine(Engine):
                     torch.manual_seed(params.seed)
                 input_ids, attention_mask = self._batch_tensors(prompts)
                 media = self._media_kwargs(prompts)
-                with torch.inference_mode():
+                with torch.inference_mode(), self._adapter_active(adapters):
                     self.model.generate(
                         input_ids=input_ids,
                         attention_mask=attention_mask,
@@ -326,7 +349,7 @@ class TransformersEngine(Engine):
         import torch
 
         input_ids, attention_mask = self._batch_tensors(prompts)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._adapter_active([self.default_adapter]):
             # Embeddings come from the default model (not whichever adapter peft left active).
             out = self.model(
                 input_ids=input_ids,
