@@ -218,6 +218,9 @@ class VllmEngine(Engine):
             k: v for k, v in options.items() if k not in ("enable_lora", "max_lora_rank", "max_loras")
         } | {"runner": "pooling"}
         self._lora_requests: dict[str, Any] = {}
+        self._adapter_state: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._adapters_tmp: tempfile.TemporaryDirectory | None = None
+        self._adapter_versions = itertools.count(1)
         self._lora_ids = itertools.count(1)
         self._request_ids = itertools.count()
         self._after_load()
@@ -255,7 +258,56 @@ class VllmEngine(Engine):
             self.llm.llm_engine.add_lora(request)
         except Exception as exc:
             raise InvalidRequestError(f"vLLM cannot load adapter {name!r} from {path}: {exc}") from exc
+        old = self._lora_requests.get(name)
         self._lora_requests[name] = request
+        if old is not None:  # a new version of the adapter (update_adapter): the old one goes
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+        weights = path / "adapter_model.safetensors"
+        if weights.is_file():
+            # Kept for update_adapter: the directory may be gone by then (an RL trainer loads from a temporary one).
+            from safetensors.torch import load_file
+
+            config = (path / "adapter_config.json").read_text(encoding="utf-8")
+            self._adapter_state[name] = (config, load_file(str(weights)))
+
+    def _update_adapter(self, name: str, tensors: dict[str, Any]) -> None:
+        """Replace adapter ``name``'s tensors (peft's names, as ``get_peft_model_state_dict`` gives them).
+
+        vLLM reads an adapter from a directory when it is added, so the new version is written (the tensors given
+        over the current ones) to a directory of this engine's and added under a new LoRA id; the old one is
+        removed. This is the LoRA-only weight sync of online RL (``--rollout-engine vllm``).
+        """
+        from safetensors.torch import save_file
+
+        if name not in self._adapter_state:
+            raise UnsupportedError(
+                f"update_adapter: adapter {name!r} was not loaded from adapter_model.safetensors; reload it instead"
+            )
+        config, current = self._adapter_state[name]
+        unknown = sorted(set(tensors) - set(current))
+        if unknown:
+            raise InvalidRequestError(
+                f"update_adapter: adapter {name!r} has no tensor {', '.join(unknown[:5])}"
+                f"{' ...' if len(unknown) > 5 else ''} (names must be peft's, as get_peft_model_state_dict gives them)"
+            )
+        merged = dict(current)
+        for key, tensor in tensors.items():
+            if tuple(tensor.shape) != tuple(current[key].shape):
+                shape, expected = tuple(tensor.shape), tuple(current[key].shape)
+                raise InvalidRequestError(f"update_adapter: {key} has shape {shape}, the adapter's is {expected}")
+            merged[key] = tensor.detach().to(device="cpu", dtype=current[key].dtype).contiguous()
+        if self._adapters_tmp is None:
+            self._adapters_tmp = tempfile.TemporaryDirectory(prefix="swiftcore-vllm-adapters-")
+        target = Path(self._adapters_tmp.name) / f"{name}-{next(self._adapter_versions)}"
+        target.mkdir()
+        (target / "adapter_config.json").write_text(config, encoding="utf-8")
+        save_file(merged, str(target / "adapter_model.safetensors"))
+        previous = Path(self._lora_requests[name].lora_path)
+        self._load_adapter(name, target)
+        if previous.parent == target.parent:  # a version this engine wrote: no longer needed
+            import shutil
+
+            shutil.rmtree(previous, ignore_errors=True)
 
     def _lora(self, adapter: str | None) -> Any:
         return self._lora_requests[adapter] if adapter is not None else None
@@ -366,7 +418,12 @@ class VllmEngine(Engine):
         return [[float(x) for x in out.outputs.embedding] for out in outputs]
 
     def close(self) -> None:
-        """Shut vLLM down and free its memory."""
+        """Shut vLLM down and free its memory.
+
+        In-process engines (the default) share vLLM's process-wide state, its parallel groups among it: closing one
+        while another engine of this process still serves tears that one down too ("pipeline model parallel group
+        is not initialized"). Run a second, short-lived engine in a process of its own, or ``in_process=False``.
+        """
         for attr in ("_pooler", "llm"):
             llm = getattr(self, attr, None)
             setattr(self, attr, None)
@@ -378,9 +435,11 @@ class VllmEngine(Engine):
         import gc
 
         gc.collect()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        for attr in ("_tmp", "_adapters_tmp"):
+            tmp = getattr(self, attr, None)
+            if tmp is not None:
+                tmp.cleanup()
+                setattr(self, attr, None)
 
 
 def _has_parameter_level_lora(adapter_dir: Path) -> bool:

@@ -119,9 +119,9 @@ class RolloutOptions(SamplingOptions):
         num_generations: completions sampled per prompt (the group whose rewards are compared).
         num_iterations: optimisation passes over each batch of rollouts (the clipped ratio matters above 1).
         mask_truncated_completions: leave completions that hit ``max_completion_length`` out of the loss.
-        rollout_engine: who generates the rollouts: ``trainer`` (TRL's own ``generate`` on the policy) or
-            ``transformers`` (a swiftcore engine colocated in the trainer's process, synced to the policy before
-            each generation round; see :mod:`swiftcore_recipe_rl.sync`).
+        rollout_engine: who generates the rollouts: ``trainer`` (TRL's own ``generate`` on the policy), or
+            ``transformers`` or ``vllm`` (a swiftcore engine of that backend colocated in the trainer's process,
+            synced to the policy before each generation round; see :mod:`swiftcore_recipe_rl.sync`).
         sync_bucket_mb: with a rollout engine and ``--tuner full``, the largest bucket of the weight sync (MiB).
     """
 
@@ -322,8 +322,8 @@ _HELP = {
     "rollout_top_k": "Top-k sampling of the rollouts (0 = off).",
     "num_iterations": "Optimisation passes over each batch of rollouts.",
     "mask_truncated_completions": "Leave completions cut at --max-completion-length out of the loss.",
-    "rollout_engine": "Who generates rollouts: trainer (TRL's generate) or transformers (a swiftcore engine in the "
-    "trainer's process, synced to the policy before each generation round).",
+    "rollout_engine": "Who generates rollouts: trainer (TRL's generate), or transformers or vllm (a swiftcore engine "
+    "of that backend in the trainer's process, synced to the policy before each generation round).",
     "sync_bucket_mb": "Weight sync to the rollout engine with --tuner full: largest bucket in MiB (LoRA sends only "
     "the adapter).",
     "grpo_loss_type": f"GRPO loss aggregation: {', '.join(GRPO_LOSS_TYPES)}.",

