@@ -275,6 +275,11 @@ def write_results() -> Path:
         import sequence_parallel_memory
 
         sequence_parallel_memory.write_section(json.loads(sp_memory.read_text()))
+    media = RAW / "media_latency.json"
+    if media.exists():  # figure 8, rendered by its own script
+        import media_latency
+
+        media_latency.write_section(json.loads(media.read_text()))
     return RESULTS
 
 

@@ -3,7 +3,8 @@
 Sized to finish within 30 minutes on a fresh 2-core machine, peer set-up (about 4 minutes) included; figure 5
 (DPO, ``msswift_dpo.py``, 3 x 3 runs) adds 10-20 minutes (20 on a loaded shared 2-core machine), figure 6
 (the megatron engine, ``megatron_train.py``) about 4, figure 7 (sequence-parallel memory,
-``sequence_parallel_memory.py``) about 10. Options
+``sequence_parallel_memory.py``) about 10, figure 8 (text latency beside image requests, ``media_latency.py``)
+about 2. Options
 are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
 :func:`msswift_dpo.run` (``--dpo-runs``, ``--dpo-pairs``); ``--figures`` without ``dpo``
 skips figure 5 (its last raw JSON stays).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import media_latency
 import megatron_train
 import msswift_compare
 import msswift_dpo
@@ -27,7 +29,8 @@ def main() -> None:
     """Run the whole benchmark and print the RESULTS.md table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
-    parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, "dpo", "megatron", "sp_memory")))
+    own = ("dpo", "megatron", "sp_memory", "media")  # the figures with a script of their own
+    parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=4)
@@ -42,7 +45,7 @@ def main() -> None:
     how = "reused" if info.get("reused") else f"set up in {info['setup_s']} s"
     print(f"peer environment ready ({how})", flush=True)
     figures = tuple(args.figures.split(","))
-    others = tuple(f for f in figures if f not in ("dpo", "megatron", "sp_memory"))
+    others = tuple(f for f in figures if f not in own)
     if others:  # figures 1-4 (bench/raw/msswift_compare.json)
         msswift_compare.run(others, args.runs, args.encode_n, args.train_samples, batch_size=args.batch_size,
                             infer_n=args.infer_n, max_new_tokens=args.max_new_tokens)
@@ -54,6 +57,8 @@ def main() -> None:
         write_raw("megatron_train", megatron_train.run(3, 10))
     if "sp_memory" in figures:  # figure 7 (bench/raw/sequence_parallel_memory.json)
         write_raw("sequence_parallel_memory", sequence_parallel_memory.run(4096))
+    if "media" in figures:  # figure 8 (bench/raw/media_latency.json)
+        write_raw("media_latency", media_latency.run(24, 8, 448, 2))
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

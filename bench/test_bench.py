@@ -87,3 +87,19 @@ def test_report_shows_dpo_figure_refusal_and_failure() -> None:
     assert "msswift_padded n/a" in text
     failed = render({"machine": machine, "runs": 5, "dpo": {"machine": machine, "error": "RuntimeError: boom"}}, None)
     assert "Figure 5 FAILED in this run: `RuntimeError: boom`" in failed and "| 5. DPO" not in failed
+
+
+def test_media_latency_figure_renders_percentiles_and_ratios() -> None:
+    import media_latency
+
+    raw = {
+        "machine": {"date": "2026-12-03"}, "seconds": 60.0, "text_n": 4, "image_streams": 8, "image_size": 448,
+        "rounds": 1, "max_tokens": 8, "text_alone_s": [0.1, 0.1, 0.2, 0.3], "text_with_images_s": [0.5, 0.4, 0.6, 1.0],
+        "images_with_text": {"finished": 20, "seconds": 2.0}, "images_alone": {"finished": 30, "seconds": 2.0},
+    }  # fmt: skip
+    text = media_latency.render(raw)
+    assert text.startswith(media_latency.BEGIN) and text.endswith(media_latency.END)
+    assert "| text alone | 0.200 | 0.300 | — |" in text  # p50 of 4 values: the nearest rank
+    assert "| text beside 8 image requests in flight | 0.600 | 1.000 | 10.00 |" in text
+    assert "| images alone (8 in flight) | — | — | 15.00 |" in text
+    assert "**3.00x**" in text
