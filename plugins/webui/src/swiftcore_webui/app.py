@@ -89,28 +89,26 @@ def _answer_messages(final: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _loss_frame(progress: TrainProgress | None) -> pd.DataFrame:
-    """The training loss against the step (the plot's data; eval losses are in the progress line)."""
-    losses = progress.losses if progress else []
+def _series_frame(points: list[tuple[int, float]], column: str) -> pd.DataFrame:
+    """``(step, value)`` points as a plot's data: columns ``step`` and ``column``."""
     # Typed columns even when empty: the plot takes quantitative axes from the dtypes, where an empty frame's object
     # columns would make them nominal. (One series: a colour encoding's legend is fixed by the first, empty value.)
     return pd.DataFrame(
         {
-            "step": pd.Series([s for s, _ in losses], dtype="int64"),
-            "loss": pd.Series([v for _, v in losses], dtype="float64"),
+            "step": pd.Series([s for s, _ in points], dtype="int64"),
+            column: pd.Series([v for _, v in points], dtype="float64"),
         }
     )
+
+
+def _loss_frame(progress: TrainProgress | None) -> pd.DataFrame:
+    """The training loss against the step (the plot's data; eval losses are in the progress line)."""
+    return _series_frame(progress.losses if progress else [], "loss")
 
 
 def _accuracy_frame(progress: TrainProgress | None) -> pd.DataFrame:
     """The in-training eval accuracy against the step (``--eval-every``; empty without evaluation)."""
-    points = progress.eval_accuracies if progress else []
-    return pd.DataFrame(
-        {
-            "step": pd.Series([s for s, _ in points], dtype="int64"),
-            "accuracy": pd.Series([v for _, v in points], dtype="float64"),
-        }
-    )
+    return _series_frame(progress.eval_accuracies if progress else [], "accuracy")
 
 
 def _chat_checkpoint(progress: TrainProgress | None) -> Any:
