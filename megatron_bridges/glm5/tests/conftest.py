@@ -3,6 +3,9 @@ TP-2 / EP-2 conversions. Nothing here touches the Hugging Face Hub."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,3 +83,97 @@ def mcore_tp2(glm5_hf: Path, bridge: Any, tmp_path_factory: pytest.TempPathFacto
 def mcore_ep2(glm5_hf: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:func:`glm5_hf` converted at EP 2 (two experts per rank)."""
     return _converted(glm5_hf, bridge, tmp_path_factory.mktemp("mcore") / "ep2", 1, 2)
+
+
+def build_glm5_mtp(out: Path) -> Path:
+    """A tiny GLM-5 release-style checkpoint with its MTP layer, perturbed.
+
+    A 4-layer model is cut to 3 layers plus ``model.layers.3`` as the MTP layer, in the release's layout: the
+    layer itself (MLA, indexer, MoE) and DeepSeek-V3's glue, ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm``,
+    with ``embed_tokens`` / ``shared_head.head`` copies of the model's embedding and head. config.json says
+    ``num_nextn_predict_layers: 1``. transformers loads it as a 3-layer model (it drops the MTP layer).
+    """
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from swiftcore_megatron.perturb import perturb_checkpoint
+    from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+
+    torch.manual_seed(0)
+    layers = TINY["num_hidden_layers"]
+    GlmMoeDsaForCausalLM(GlmMoeDsaConfig(**{**TINY, "num_hidden_layers": layers + 1})).save_pretrained(out / "raw")
+    tensors = load_file(out / "raw" / "model.safetensors")
+    hidden, mtp = TINY["hidden_size"], f"model.layers.{layers}."
+    tensors.update({
+        mtp + "enorm.weight": torch.ones(hidden), mtp + "hnorm.weight": torch.ones(hidden),
+        mtp + "eh_proj.weight": torch.randn(hidden, 2 * hidden) * 0.02,
+        mtp + "shared_head.norm.weight": torch.ones(hidden),
+        mtp + "embed_tokens.weight": tensors["model.embed_tokens.weight"].clone(),
+        mtp + "shared_head.head.weight": tensors["lm_head.weight"].clone(),
+    })
+    save_file(tensors, out / "raw" / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((out / "raw" / "config.json").read_text())
+    config.update(num_hidden_layers=layers, num_nextn_predict_layers=1)
+    for key in ("mlp_layer_types", "indexer_types", "layer_types"):
+        if isinstance(config.get(key), list):
+            config[key] = config[key][:layers]
+    (out / "raw" / "config.json").write_text(json.dumps(config, indent=2))
+    return perturb_checkpoint(out / "raw", out / "hf", seed=1)
+
+
+@pytest.fixture(scope="session")
+def glm5_mtp_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The perturbed tiny GLM-5 with its MTP layer (:func:`build_glm5_mtp`)."""
+    return build_glm5_mtp(tmp_path_factory.mktemp("glm5_mtp"))
+
+
+@pytest.fixture(scope="session")
+def mtp_bridge(glm5_mtp_hf: Path) -> Any:
+    """The installed bridge for :func:`glm5_mtp_hf`."""
+    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+
+    from swiftcore.api import load_plugins
+
+    return resolve_bridge(read_hf_config(glm5_mtp_hf), load_plugins(["bridge_glm5"]))[1]
+
+
+@pytest.fixture(scope="session")
+def mtp_tp1(glm5_mtp_hf: Path, mtp_bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`glm5_mtp_hf` converted at TP 1."""
+    return _converted(glm5_mtp_hf, mtp_bridge, tmp_path_factory.mktemp("mtp") / "tp1", 1, 1)
+
+
+@pytest.fixture(scope="session")
+def mtp_tp2(glm5_mtp_hf: Path, mtp_bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`glm5_mtp_hf` converted at TP 2."""
+    return _converted(glm5_mtp_hf, mtp_bridge, tmp_path_factory.mktemp("mtp") / "tp2", 2, 1)
+
+
+@pytest.fixture(scope="session")
+def mtp_ep2(glm5_mtp_hf: Path, mtp_bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`glm5_mtp_hf` converted at EP 2."""
+    return _converted(glm5_mtp_hf, mtp_bridge, tmp_path_factory.mktemp("mtp") / "ep2", 1, 2)
+
+
+@pytest.fixture(scope="session")
+def run_ranks() -> Any:
+    """:func:`_run_ranks`, for the test modules (a conftest is not importable under pytest's importlib mode)."""
+    return _run_ranks
+
+
+def _run_ranks(tp: int, ep: int, hf: Path, mcore: Path, tokens: Any, work: Path, *extra: str) -> Any:
+    """Run ``tests/mcore_rank.py`` as ``tp * ep`` local gloo processes; returns what rank 0 saved."""
+    import torch
+    from swiftcore_megatron.runtime import free_port
+
+    torch.save({"tokens": tokens}, work / "inputs.pt")
+    script, port, out = str(Path(__file__).with_name("mcore_rank.py")), str(free_port()), work / "out.pt"
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    env["OMP_NUM_THREADS"] = "1"
+    args = [str(tp), str(ep), port, str(hf), str(mcore), str(work / "inputs.pt"), str(out), *extra]
+    ranks = [subprocess.Popen([sys.executable, script, str(r), *args], env=env, stderr=subprocess.PIPE, text=True)
+             for r in range(tp * ep)]
+    errors = [p.communicate(timeout=300)[1] for p in ranks]
+    assert all(p.returncode == 0 for p in ranks), "\n".join(e[-2000:] for e in errors)
+    return torch.load(out)

@@ -1,8 +1,9 @@
 """One rank of a multi-process run of a converted GLM-5 checkpoint, run as a script by
-test_glm5_bridge_parity: ``python mcore_rank.py RANK TP EP PORT HF_DIR MCORE_DIR TOKENS OUT [train]``.
+test_glm5_bridge_parity: ``python mcore_rank.py RANK TP EP PORT HF_DIR MCORE_DIR TOKENS OUT [train|mtp]``.
 
 The world is ``TP * EP`` processes. Each rank loads its own rank file, exactly as Megatron training would,
-builds the model at that TP / EP, and rank 0 saves the full-vocabulary logits to ``OUT``. With ``train``
+builds the model at that TP / EP, and rank 0 saves the full-vocabulary logits to ``OUT`` (with ``mtp``, a dict of
+the main and the MTP layers' logits). With ``train``
 (one process), it instead runs four Adam steps of the language-model loss and saves the losses and which
 parameters got a gradient.
 """
@@ -48,9 +49,15 @@ def main(argv: list[str]) -> None:
         torch.save({"losses": losses, "grads": grads}, out)
         torch.distributed.destroy_process_group()
         return
-    logits = mcore_logits(model, tokens)
+    if argv[8:] == ["mtp"]:
+        from swiftcore_bridge_glm5.mtp import mtp_logits
+
+        main, depths = mtp_logits(model, tokens)
+        result: object = {"main": main, "mtp": depths}
+    else:
+        result = mcore_logits(model, tokens)
     if rank == 0:
-        torch.save(logits, out)
+        torch.save(result, out)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 

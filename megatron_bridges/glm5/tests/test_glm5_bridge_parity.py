@@ -4,9 +4,6 @@ than ``index_topk`` so that the indexer's selection decides the attention."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,6 @@ from swiftcore_megatron.parity import (
     hf_logits,
     sample_tokens,
 )
-from swiftcore_megatron.runtime import free_port
 
 
 def _report(report: Any, what: str) -> None:
@@ -49,37 +45,23 @@ def test_logit_parity_tp2_with_two_gloo_processes(glm5_hf: Path, bridge: Any, mc
     assert report.positions == 96
 
 
-def _run_ranks(tp: int, ep: int, hf: Path, mcore: Path, tokens: Any, work: Path, *extra: str) -> Any:
-    """Run ``tests/mcore_rank.py`` as ``tp * ep`` local gloo processes; returns what rank 0 saved."""
-    torch.save({"tokens": tokens}, work / "inputs.pt")
-    script, port, out = str(Path(__file__).with_name("mcore_rank.py")), str(free_port()), work / "out.pt"
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
-    env["OMP_NUM_THREADS"] = "1"
-    args = [str(tp), str(ep), port, str(hf), str(mcore), str(work / "inputs.pt"), str(out), *extra]
-    ranks = [subprocess.Popen([sys.executable, script, str(r), *args], env=env, stderr=subprocess.PIPE, text=True)
-             for r in range(tp * ep)]
-    errors = [p.communicate(timeout=300)[1] for p in ranks]
-    assert all(p.returncode == 0 for p in ranks), "\n".join(e[-2000:] for e in errors)
-    return torch.load(out)
-
-
 @pytest.mark.slow
-def test_logit_parity_ep2_with_two_gloo_processes(glm5_hf: Path, bridge: Any, mcore_ep2: Path,
-                                                  tmp_path: Path) -> None:
+def test_logit_parity_ep2_with_two_gloo_processes(glm5_hf: Path, bridge: Any, mcore_ep2: Path, tmp_path: Path,
+                                                  run_ranks: Any) -> None:
     """Each rank runs its two experts from its own EP rank file; tokens are all-gathered between them."""
     tokens = sample_tokens(int(bridge.get("vocab_size")), seq=48)
-    report = compare_logits(hf_logits(glm5_hf, tokens), _run_ranks(1, 2, glm5_hf, mcore_ep2, tokens, tmp_path))
+    report = compare_logits(hf_logits(glm5_hf, tokens), run_ranks(1, 2, glm5_hf, mcore_ep2, tokens, tmp_path))
     _report(report, "EP2")
     assert report.positions == 96
 
 
 @pytest.mark.slow
 def test_megatron_training_steps_lower_the_loss_and_leave_the_indexer_alone(glm5_hf: Path, mcore_tp1: Path,
-                                                                            tmp_path: Path) -> None:
+                                                                            tmp_path: Path, run_ranks: Any) -> None:
     """Four Adam steps of the LM loss in megatron (train mode, DSA): the loss falls; MLA, experts and router get
     gradients, the indexer none (DSAttention detaches its inputs; its KL loss is off, as transformers trains it)."""
     tokens = sample_tokens(256, seq=48)
-    result = _run_ranks(1, 1, glm5_hf, mcore_tp1, tokens, tmp_path, "train")
+    result = run_ranks(1, 1, glm5_hf, mcore_tp1, tokens, tmp_path, "train")
     losses, grads = result["losses"], result["grads"]
     assert losses[-1] < losses[0], losses
     s = "decoder.layers.1.self_attention."

@@ -28,7 +28,7 @@ from swiftcore_megatron.errors import (
     MappingError,
     ParallelismError,
 )
-from swiftcore_megatron.mapping import COLUMN, QKV, ROW, Concat, Fuse, Rule, Shard
+from swiftcore_megatron.mapping import COLUMN, QKV, ROW, Concat, Fuse, Rule, Shard, Tied
 
 SWIFTCORE_API = API_VERSION_STRING
 
@@ -47,4 +47,5 @@ __all__ = [
     "ParallelismError",
     "Rule",
     "Shard",
+    "Tied",
 ]

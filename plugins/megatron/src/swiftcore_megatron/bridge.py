@@ -58,6 +58,14 @@ class MegatronBridge:
         """Whether ``hf_key`` is carried through unchanged rather than converted."""
         return hf_key.startswith(self.passthrough_prefixes) if self.passthrough_prefixes else False
 
+    def missing_tensors_hint(self, missing: list[str]) -> str:
+        """The advice a conversion error gives when the checkpoint lacks ``missing``, tensors the rules need.
+
+        A bridge that knows why a checkpoint of its family may lack some (a head transformers drops on load)
+        overrides it to say what to do.
+        """
+        return "Is config.json (layer count, tie_word_embeddings, experts) consistent with the weights?"
+
     # ------------------------------------------------------------------ what a subclass provides
 
     def rules(self) -> list[Rule]:

@@ -81,7 +81,7 @@ def _check_coverage(bridge: MegatronBridge, rules: list[Rule], available: set[st
         shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         raise CheckpointError(
             f"{where}: the {type(bridge).__name__} mapping needs tensors the checkpoint lacks: {shown}. "
-            "Is config.json (layer count, tie_word_embeddings, experts) consistent with the weights?"
+            + bridge.missing_tensors_hint(missing)
         )
     extra = sorted(available - set(wanted))
     if extra:

@@ -28,7 +28,7 @@ from swiftcore_megatron.errors import MappingError, ParallelismError
 if TYPE_CHECKING:  # torch is imported by the methods: rules can be built without it
     import torch
 
-__all__ = ["COLUMN", "COPY", "QKV", "REPLICATED", "ROW", "Concat", "Copy", "Fuse", "Rule", "Shard"]
+__all__ = ["COLUMN", "COPY", "QKV", "REPLICATED", "ROW", "Concat", "Copy", "Fuse", "Rule", "Shard", "Tied"]
 
 
 class Fuse:
@@ -79,6 +79,38 @@ class Concat(Fuse):
         import torch
 
         return list(torch.chunk(tensor, self.n, dim=0))
+
+
+@dataclass(frozen=True)
+class Tied(Fuse):
+    """``n`` HF copies of one mcore tensor: a weight the HF checkpoint stores more than once and megatron shares.
+
+    DeepSeek-style multi-token-prediction layers, for one, store their own ``embed_tokens`` and
+    ``shared_head.head``, equal to the model's embedding and output head, which megatron's MTP layers share.
+    Loading keeps the first copy and refuses copies that differ (one would be lost); saving writes the
+    mcore tensor to every copy, so a trained shared weight reaches all of them.
+    """
+
+    n: int = 2
+
+    @property
+    def arity(self) -> int:  # type: ignore[override]
+        return self.n
+
+    def to_mcore(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The first copy, after checking that every other one equals it."""
+        import torch
+
+        if not all(torch.equal(tensors[0], t) for t in tensors[1:]):
+            raise MappingError(
+                f"Tied expects {self.n} equal copies of one shared tensor, but they differ; megatron keeps one "
+                "tensor for all of them, so converting would lose the others"
+            )
+        return tensors[0]
+
+    def to_hf(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """The same tensor for every copy."""
+        return [tensor] * self.n
 
 
 @dataclass(frozen=True)

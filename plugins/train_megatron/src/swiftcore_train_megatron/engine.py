@@ -13,6 +13,10 @@ is small and is done here with the same process groups and the same rules (megat
 
 The loss is token-weighted over the whole optimiser step (every micro-batch of every data-parallel rank), so the
 step's loss and gradients are those of one process training the same samples: the mean over their label tokens.
+
+A model with multi-token-prediction layers (a bridge's model with megatron's MTP block, ``model.mtp_process``) also
+trains them as megatron does: the MTP loss is added to the gradients only (the reported loss is the main one), times
+``mtp_loss_scaling_factor``, over the same label tokens shifted once more, and weighted by the same token count.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ __all__ = [
     "build_model",
     "needs_sequence_parallel",
     "reduce_gradients",
+    "scale_mtp_loss",
 ]
 
 IGNORE_INDEX = -100
@@ -76,12 +81,12 @@ def build_model(bridge: Any, *, tp: int, ep: int) -> Any:
     from swiftcore.api import SwiftcoreError
 
     if not needs_sequence_parallel(bridge, tp):
-        return bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32)
+        return _per_token_mtp_loss(bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32))
     # The bridge builds its config inside build_model: shadow its transformer_config on this instance for the call.
     plain = bridge.transformer_config
     bridge.transformer_config = lambda **kw: dataclasses.replace(plain(**kw), sequence_parallel=True)
     try:
-        return bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32)
+        return _per_token_mtp_loss(bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32))
     except AssertionError as exc:
         # e.g. OLMoE's norms (megatron's WrappedTorchNorm) assert that they do not support it.
         raise SwiftcoreError(
@@ -90,6 +95,26 @@ def build_model(bridge: Any, *, tp: int, ep: int) -> Any:
         ) from exc
     finally:
         del bridge.transformer_config
+
+
+def _per_token_mtp_loss(model: Any) -> Any:
+    """``model``, its MTP loss (if it has MTP layers) summed over tokens like the main loss, not averaged per
+    micro-batch: :func:`scale_mtp_loss` then divides it by the step's token count, as the main loss is."""
+    if getattr(model, "mtp_process", False):
+        model.config.calculate_per_token_loss = True  # read at forward time (GPTModel._postprocess)
+    return model
+
+
+def scale_mtp_loss(step_tokens: int) -> None:
+    """Weight the MTP loss of the next backward passes by ``1 / step_tokens``, the main loss's weight.
+
+    megatron adds the MTP loss to the gradients in backward (``MTPLossAutoScaler``) with a process-wide scale that
+    its own schedule sets per step; this loop sets it. Models without MTP layers ignore it.
+    """
+    import torch
+    from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler
+
+    MTPLossAutoScaler.set_loss_scale(torch.tensor(1.0 / max(step_tokens, 1)))
 
 
 def _as_float32(tensor: Any) -> Any:
@@ -132,7 +157,11 @@ def micro_batch_loss(model: Any, samples: list[dict], pad_token_id: int, length:
 
     with eager_on_cpu():
         per_token = model(
-            input_ids=input_ids, position_ids=positions, attention_mask=None, labels=labels.masked_fill(~mask, 0)
+            input_ids=input_ids,
+            position_ids=positions,
+            attention_mask=None,
+            labels=labels.masked_fill(~mask, 0),
+            loss_mask=mask.float(),
         )
     return (per_token.float() * mask).sum()
 

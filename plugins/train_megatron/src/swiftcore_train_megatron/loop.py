@@ -124,11 +124,13 @@ class TrainLoop:
             label_tokens,
             micro_batch_loss,
             reduce_gradients,
+            scale_mtp_loss,
         )
 
         per_rank = self.schedule.micro_batches(self.step)
         # Every rank holds every sample, so the step's label-token count needs no collective.
         step_tokens = sum(label_tokens(self._samples(mb)) for batches in per_rank for mb in batches)
+        scale_mtp_loss(step_tokens)
         mine = per_rank[parallel_state.get_data_parallel_rank()]
         loss_sum = torch.zeros((), device=next(self.model.parameters()).device)
         for k, batch in enumerate(mine):
