@@ -95,13 +95,18 @@ def _client(engine: Any) -> Any:
     return TestClient(build_app(engine, ServerConfig(model_name="m")))
 
 
-# (family, the media of the question: (training part, OpenAI part) pairs)
+# (family, the media of the question, the parts' media controls: swiftcore_media.controls)
 CASES = {
-    "qwen3_5-image": ("qwen3_5", ["image"]),
-    "gemma4-image": ("gemma4", ["image"]),
-    "gemma4-audio": ("gemma4", ["audio"]),
-    "gemma4-image+audio": ("gemma4", ["image", "audio"]),
-    "qwen3_asr-audio": ("qwen3_asr", ["audio"]),
+    "qwen3_5-image": ("qwen3_5", ["image"], {}),
+    "gemma4-image": ("gemma4", ["image"], {}),
+    "gemma4-audio": ("gemma4", ["audio"], {}),
+    "gemma4-image+audio": ("gemma4", ["image", "audio"], {}),
+    "qwen3_asr-audio": ("qwen3_asr", ["audio"], {}),
+    # A 128x128 image cut to 64x64, a 2 s clip cut to 1 s: fewer image / audio tokens than without the controls.
+    "qwen3_5-image-max_pixels": ("qwen3_5", ["image"], {"max_pixels": 64 * 64}),
+    "gemma4-image-max_pixels": ("gemma4", ["image"], {"max_pixels": 64 * 64}),
+    "gemma4-audio-max_seconds": ("gemma4", ["audio"], {"max_seconds": 1.0}),
+    "qwen3_asr-audio-max_seconds": ("qwen3_asr", ["audio"], {"max_seconds": 1.0}),
 }
 
 
@@ -109,14 +114,15 @@ CASES = {
 def test_served_prompt_is_the_training_sample(case: str, engine_for: Any, tmp_path: Any) -> None:
     from swiftcore_train.run import encode_records
 
-    family, kinds = CASES[case]
+    family, kinds, controls = CASES[case]
     engine = engine_for(family)
     image, audio = tmp_path / "picture.png", tmp_path / "clip.wav"
-    image.write_bytes(_png())
-    audio.write_bytes(_wav())
-    train_parts = [{"type": kind, kind: str(image if kind == "image" else audio)} for kind in kinds]
+    image.write_bytes(_png(size=128 if controls else 32))
+    audio.write_bytes(_wav(seconds=2.0 if controls else 0.5))
+    train_parts = [{"type": kind, kind: str(image if kind == "image" else audio), **controls} for kind in kinds]
     api_parts = [
-        _image_url(image.read_bytes()) if kind == "image" else _input_audio(audio.read_bytes()) for kind in kinds
+        {**(_image_url(image.read_bytes()) if kind == "image" else _input_audio(audio.read_bytes())), **controls}
+        for kind in kinds
     ]
     text = [{"type": "text", "text": "What is this?"}]
     kwargs = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -188,6 +194,15 @@ def test_served_prompt_is_the_training_sample(case: str, engine_for: Any, tmp_pa
     assert int(seen["logits"].argmax()) == int(logits.argmax())
     # Media changes the answer: the same question without it is a different prompt with other logits.
     assert len(prompt) > len(engine.encode(_text_only(kwargs)))
+    if controls:  # the controls took effect: the same media without them make a longer prompt or other tensors
+        from swiftcore_infer.types import Request
+
+        plain = [{"type": kind, kind: str(image if kind == "image" else audio)} for kind in kinds]
+        uncut = engine.encode(Request(record={"messages": [{"role": "user", "content": plain + text}], **kwargs}))
+        print(f"{case}: {len(prompt)} prompt tokens with {controls}, {len(uncut)} without")
+        # Gemma 4's image processor always makes 280 soft tokens: a smaller image is the same length, other pixels.
+        same = [torch.equal(torch.as_tensor(prompt.media[k]), torch.as_tensor(uncut.media[k])) for k in tensors]
+        assert len(prompt) < len(uncut) or (len(prompt) == len(uncut) and not all(same))
 
 
 def _text_only(kwargs: dict[str, Any]) -> Any:
@@ -414,6 +429,13 @@ def test_media_over_a_server_limit_is_a_400_naming_the_limit(engine_for: Any) ->
          "--max-image-pixels"),
         ({"max_audio_seconds": 0.25}, [_input_audio(wav)], "0.5 s of audio, over this server's limit of 0.25 s",
          "--max-audio-seconds"),
+        # A part's own controls asking for more than the server allows.
+        ({"max_image_pixels": 2000}, [{**_image_url(png), "min_pixels": 4096}],
+         "(image_url): min_pixels 4096, over this server's limit of 2000 pixels", "--max-image-pixels"),
+        ({"max_image_pixels": 2000}, [{**_image_url(png), "max_pixels": 4096}],
+         "(image_url): max_pixels 4096, over this server's limit of 2000 pixels", "--max-image-pixels"),
+        ({"max_audio_seconds": 1.0}, [{**_input_audio(wav), "max_seconds": 5}],
+         "(input_audio): max_seconds 5, over this server's limit of 1 s", "--max-audio-seconds"),
     ]  # fmt: skip
     for policy, parts, expected, option in cases:
         with _policy_client(engine, **policy) as client:
@@ -423,6 +445,63 @@ def test_media_over_a_server_limit_is_a_400_naming_the_limit(engine_for: Any) ->
     # At the limits, the same requests are served.
     with _policy_client(engine, max_items=2, max_image_pixels=32 * 32, max_audio_seconds=0.5) as client:
         assert _post(client, [_image_url(png), _input_audio(wav)]).status_code == 200
+
+
+def test_malformed_media_controls_are_a_400_naming_the_part(engine_for: Any) -> None:
+    png, wav = _png(), _wav()
+    cases = [
+        ({**_image_url(png), "max_pixels": -4}, "messages[0].content[0] (image_url): max_pixels must be a positive"),
+        ({**_image_url(png), "max_pixels": "big"}, "max_pixels must be a positive number, got 'big'"),
+        ({**_image_url(png), "max_pixels": True}, "max_pixels must be a positive number, got True"),
+        ({**_image_url(png), "min_pixels": 900, "max_pixels": 400}, "min_pixels 900 is above max_pixels 400"),
+        ({**_image_url(png), "max_seconds": 3}, "(image_url): max_seconds does not apply to image"),
+        ({**_input_audio(wav), "max_pixels": 3}, "(input_audio): max_pixels does not apply to audio"),
+    ]
+    with _client(engine_for("gemma4")) as client:
+        for part, expected in cases:
+            message = _error(_post(client, [part]))
+            assert expected in message, (part, message)
+        assert _post(client, [{**_image_url(png), "min_pixels": 64 * 64}]).status_code == 200  # 32x32 upscaled
+
+
+def test_media_controls_apply_to_training_rows_too(engine_for: Any, tmp_path: Any) -> None:
+    """The preparer applies a row's controls: the pixels the processor gets are the image resized as documented
+    (aspect ratio kept, bicubic, at most max_pixels), and a row outside no bound is left as it is."""
+    from swiftcore_media import apply_controls, load_image
+
+    image = tmp_path / "wide.png"
+    Image.fromarray((np.random.RandomState(3).rand(40, 160, 3) * 255).astype(np.uint8)).save(image)
+    small = apply_controls(load_image(str(image)), "image", {"max_pixels": 1600}, RATE)
+    assert small.size == (80, 20) and small.size[0] * small.size[1] <= 1600
+    assert apply_controls(load_image(str(image)), "image", {"max_pixels": 10**6}, RATE).size == (160, 40)
+    big = apply_controls(load_image(str(image)), "image", {"min_pixels": 25600}, RATE)
+    assert big.size == (320, 80)
+    wave = np.zeros(RATE * 2, dtype=np.float32)
+    assert len(apply_controls(wave, "audio", {"max_seconds": 0.5}, RATE)) == RATE // 2
+
+    preparer = engine_for("qwen3_5").media_preparer()
+    seen: list[Any] = []
+    process = preparer.processor
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["images"][0].size)
+        return process(*args, **kwargs)
+
+    preparer.processor = spy
+    preparer.processor.image_token = process.image_token  # the preparer checks the placeholder holds it
+    try:
+        from swiftcore_train.run import encode_records
+
+        engine = engine_for("qwen3_5")
+        cfg = SimpleNamespace(loss_policy="all_assistant", max_length=4096, truncation="error", enable_thinking=None)
+        record = {"messages": [{"role": "user", "content": [{"type": "image", "image": str(image), "max_pixels": 1600},
+                                                             {"type": "text", "text": "What is this?"}]},
+                               {"role": "assistant", "content": "a test"}]}
+        [sample] = encode_records([record], engine.template, engine.tokenizer, cfg, media=preparer)
+        preparer.collate([sample])
+    finally:
+        preparer.processor = process
+    assert seen and set(seen) == {(80, 20)}, seen
 
 
 def test_transcriptions_route_refuses_what_it_cannot_transcribe(engine_for: Any) -> None:

@@ -262,7 +262,7 @@ def decode_media(
             continue
         what = f"{where}messages[{i}].content[{j}] ({part.get('_from') or part.get('type') or kind})"
         content = list(messages[i]["content"])
-        content[j] = {"type": kind, kind: load(value, kind, what)}
+        content[j] = {"type": kind, kind: load(value, kind, what), **_controls(part)}
         messages[i]["content"] = content
     out = {**record, "messages": messages}
     for column, kind in _COLUMNS.items():
@@ -296,7 +296,9 @@ def openai_media_parts(
       ``{"type": "image", "image": url}``;
     - ``{"type": "input_audio", "input_audio": {"data": base64, "format": "wav" | "mp3" | "flac"}}`` ->
       ``{"type": "audio", "audio": {"data": ..., "format": ...}}``;
-    - swiftcore's own ``{"type": "image" | "audio", ...}`` parts pass when their value is inline.
+    - swiftcore's own ``{"type": "image" | "audio", ...}`` parts pass when their value is inline;
+    - a part's media controls (``max_pixels``, ``min_pixels``, ``max_seconds``: :mod:`swiftcore_media.controls`)
+      are kept, within the server's limits.
 
     Only cheap checks run here (on the event loop); the data is decoded (and fetched) later by
     :func:`decode_media`, on the thread that encodes prompts.
@@ -363,11 +365,36 @@ def openai_media_parts(
                     "data: URL",
                     param=param,
                 )
+        _check_controls(part, kind, f"{where} ({shape})", param, policy)
         content = list(messages[i]["content"])
         # "_from" keeps the client's part type for error messages (decode_media drops it).
-        content[j] = {"type": kind, kind: value, **({"_from": shape} if shape != kind else {})}
+        content[j] = {"type": kind, kind: value, **_controls(part), **({"_from": shape} if shape != kind else {})}
         messages[i]["content"] = content
     return {**record, "messages": messages}
+
+
+def _controls(part: Mapping[str, Any]) -> dict[str, Any]:
+    """The part's media controls (``max_pixels`` ...: :mod:`swiftcore_media.controls`), to keep on a rebuilt part."""
+    from swiftcore_media import CONTROLS
+
+    return {k: part[k] for keys in CONTROLS.values() for k in keys if k in part}
+
+
+def _check_controls(part: Mapping[str, Any], kind: str, what: str, param: str, policy: MediaPolicy) -> None:
+    """Refuse a part's controls that are malformed, or that ask for more than the server's limits allow."""
+    from swiftcore_media import MediaError, media_controls
+
+    try:
+        controls = media_controls(part, kind, what)
+    except MediaError as exc:
+        raise InvalidRequestError(str(exc), param=param) from None
+    for key in ("max_pixels", "min_pixels"):
+        if controls.get(key, 0) > policy.max_image_pixels:
+            raise policy.over("pixels per image", f"{what}: {key} {controls[key]:g}",
+                              f"{policy.max_image_pixels} pixels", "--max-image-pixels")  # fmt: skip
+    if controls.get("max_seconds", 0) > policy.max_audio_seconds:
+        raise policy.over("audio seconds", f"{what}: max_seconds {controls['max_seconds']:g}",
+                          f"{policy.max_audio_seconds:g} s", "--max-audio-seconds")  # fmt: skip
 
 
 def _check_inline_size(data: str, what: str, policy: MediaPolicy) -> None:

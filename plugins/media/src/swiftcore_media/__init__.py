@@ -5,6 +5,8 @@
 - :mod:`swiftcore_media.processor`: whether a checkpoint takes media (the model spec's ``modalities`` and its
   processor files) and which processor expands its placeholders (the spec's ``processor``, else the class
   ``processor_config.json`` names, without the video part a CPU-only environment cannot load).
+- :mod:`swiftcore_media.controls`: a content part's own bounds on its item (``max_pixels``, ``min_pixels``,
+  ``max_seconds``), applied before the processor.
 - :mod:`swiftcore_media.preparer`: :class:`MediaPreparer`, which expands an encoded sample's placeholders with
   that processor and collates multimodal batches.
 
@@ -14,6 +16,7 @@ PIL or numpy.
 """
 
 from swiftcore.api.template import media_tags_to_parts  # the core's: one sample path (SampleEncoder) uses it
+from swiftcore_media.controls import CONTROLS, apply_controls, media_controls
 from swiftcore_media.errors import MEDIA_COLUMNS, MediaError
 from swiftcore_media.items import load_audio, load_image, media_value
 from swiftcore_media.preparer import MediaPreparer, has_media
@@ -26,14 +29,17 @@ from swiftcore_media.processor import (
 )
 
 __all__ = [
+    "CONTROLS",
     "MEDIA_COLUMNS",
     "MediaError",
     "MediaPreparer",
+    "apply_controls",
     "has_media",
     "load_audio",
     "load_image",
     "load_media_processor",
     "load_processor_without_video",
+    "media_controls",
     "media_modalities",
     "media_tags_to_parts",
     "media_value",

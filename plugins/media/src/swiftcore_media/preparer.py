@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from swiftcore_media.controls import apply_controls, media_controls
 from swiftcore_media.errors import IGNORE_INDEX, MEDIA_COLUMNS, TAGS, TEXT_KEYS, MediaError
 from swiftcore_media.items import load_audio, load_image, media_value
 
@@ -75,7 +76,7 @@ class MediaPreparer:
         out_labels: list[int] = []
         out_types: list[int] = []
         tensors: dict[str, list[Any]] = {}
-        items: list[tuple[str, Any, str, str]] = []
+        items: list[tuple[str, Any, str, str, dict[str, float]]] = []
         has_types = False
         pos = 0
         for index, (m, value) in enumerate(zip(media, values, strict=True)):
@@ -83,7 +84,10 @@ class MediaPreparer:
             out_ids += ids[pos:start]
             out_labels += labels[pos:start]
             out_types += [0] * (start - pos)
-            item = (kind, value, text or self._span_text(ids, start, end), f"{where}: {kind} {index}")
+            what = f"{where}: {kind} {index}"
+            # The part's own bounds on its item (max_pixels, max_seconds ...: swiftcore_media.controls).
+            controls = media_controls(_field(m, "item"), kind, what)
+            item = (kind, value, text or self._span_text(ids, start, end), what, controls)
             items.append(item)
             expanded = self._process(*item)
             span = [int(t) for t in expanded.pop("input_ids")]
@@ -115,11 +119,11 @@ class MediaPreparer:
             sample[key] = _concat(parts, key)
         return sample
 
-    def media_tensors(self, items: Sequence[tuple[str, Any, str, str]]) -> dict[str, Any]:
+    def media_tensors(self, items: Sequence[tuple[str, Any, str, str, dict[str, float]]]) -> dict[str, Any]:
         """The processor's tensors for a lazily expanded sample's ``media_items``, concatenated per key."""
         tensors: dict[str, list[Any]] = {}
-        for kind, value, text, what in items:
-            out = self._process(kind, value, text, what)
+        for item in items:
+            out = self._process(*item)
             out.pop("input_ids")
             out.pop("mm_token_type_ids", None)
             for key, tensor in out.items():
@@ -197,9 +201,11 @@ class MediaPreparer:
     def _span_text(self, ids: list[int], start: int, end: int) -> str:
         return self.tokenizer.decode(ids[start:end], skip_special_tokens=False)
 
-    def _process(self, kind: str, value: Any, text: str, what: str) -> dict[str, Any]:
-        """Run the processor on one placeholder and its item; return its output without the text-side
-        extras (attention mask, keys the processor itself marks unused)."""
+    def _process(
+        self, kind: str, value: Any, text: str, what: str, controls: Mapping[str, float] | None = None
+    ) -> dict[str, Any]:
+        """Run the processor on one placeholder and its item (within the part's ``controls``); return its output
+        without the text-side extras (attention mask, keys the processor itself marks unused)."""
         token = getattr(self.processor, f"{kind}_token", None)
         if not token or token not in text:
             raise MediaError(
@@ -207,10 +213,10 @@ class MediaPreparer:
                 f"{token!r}; the template does not match the model in {self.where} (pass the model's own --template)"
             )
         if kind == "image":
-            item = load_image(value, what)
+            item = apply_controls(load_image(value, what), kind, controls or {}, self.sampling_rate)
             kwargs: dict[str, Any] = {"images": [item]}
         else:
-            item = load_audio(value, self.sampling_rate, what)
+            item = apply_controls(load_audio(value, self.sampling_rate, what), kind, controls or {}, self.sampling_rate)
             kwargs = {"audio": [item], "sampling_rate": self.sampling_rate}
         try:
             out = self.processor(text=text, add_special_tokens=False, return_tensors="pt", **kwargs)
