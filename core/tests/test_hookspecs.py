@@ -21,13 +21,13 @@ from swiftcore import (
     hookspecs,
 )
 from swiftcore.registry import HOOK_FOR_KIND
-from swiftcore.specs import RecipeSpec, RewardSpec
+from swiftcore.specs import EnvironmentSpec, RecipeSpec, RewardSpec
 
 HOOK_NAMES = sorted(n for n in dir(hookspecs) if n.startswith("swiftcore_"))
 
 
 def test_every_hook_is_documented_with_a_version() -> None:
-    assert len(HOOK_NAMES) == 12
+    assert len(HOOK_NAMES) == 13
     for name in HOOK_NAMES:
         doc = inspect.getdoc(getattr(hookspecs, name)) or ""
         assert "versionadded" in doc, name
@@ -57,6 +57,7 @@ COLLECTED = [
     ("command", CommandSpec(name="hello", target="a.b:c")),
     ("recipe", RecipeSpec(name="toy", run="a.b:run", config="a.b:Config")),
     ("reward", RewardSpec(name="shout", function="a.b:shout", columns=("answer",), options=("level",))),
+    ("environment", EnvironmentSpec(name="abacus", factory="a.b:Abacus", description="counts beads")),
 ]
 
 

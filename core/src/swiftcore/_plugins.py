@@ -36,12 +36,7 @@ from typing import Any
 import pluggy
 
 from swiftcore import hookspecs
-from swiftcore.errors import (
-    IncompatiblePluginError,
-    PluginError,
-    PluginLoadError,
-    PluginNotFoundError,
-)
+from swiftcore.errors import IncompatiblePluginError, PluginError, PluginLoadError, PluginNotFoundError
 from swiftcore.plugin_api import API_VERSION_STRING, check_api_version
 from swiftcore.specs import Provider
 
@@ -72,6 +67,7 @@ INDEX_GROUPS = {
     "command": "swiftcore.commands",
     "recipe": "swiftcore.recipes",
     "reward": "swiftcore.rewards",
+    "environment": "swiftcore.environments",
 }
 ENV_PLUGINS = "SWIFTCORE_PLUGINS"
 ENV_STRICT = "SWIFTCORE_PLUGINS_STRICT"
@@ -211,11 +207,7 @@ class Plugins:
     """
 
     def __init__(
-        self,
-        pm: pluggy.PluginManager,
-        infos: dict[str, PluginInfo],
-        explicit: set[str],
-        resolved_specs: list[str],
+        self, pm: pluggy.PluginManager, infos: dict[str, PluginInfo], explicit: set[str], resolved_specs: list[str]
     ) -> None:
         self.pm = pm
         self.infos = infos
@@ -434,19 +426,12 @@ def _register(pm: pluggy.PluginManager, info: PluginInfo) -> None:
 
 def _builtin_info() -> PluginInfo:
     return PluginInfo(
-        name=BUILTIN_PLUGIN,
-        module=_BUILTIN_MODULE,
-        distribution="swiftcore",
-        version=_core_version(),
-        source="builtin",
+        name=BUILTIN_PLUGIN, module=_BUILTIN_MODULE, distribution="swiftcore", version=_core_version(), source="builtin"
     )
 
 
 def load_plugins(
-    requested: Sequence[str] = (),
-    *,
-    env: Mapping[str, str] | None = None,
-    export_env: bool = False,
+    requested: Sequence[str] = (), *, env: Mapping[str, str] | None = None, export_env: bool = False
 ) -> Plugins:
     """Discover, import and register plugins; return the loaded :class:`Plugins`.
 

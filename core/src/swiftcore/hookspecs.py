@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         BackendSpec,
         BridgeSpec,
         CommandSpec,
+        EnvironmentSpec,
         HeadSpec,
         ModelSpec,
         RecipeSpec,
@@ -120,6 +121,16 @@ def swiftcore_register_rewards() -> list[RewardSpec]:
     are named lazily (``RewardSpec.function``) and imported only by a run that uses them.
 
     .. versionadded:: 1.2
+    """
+
+
+@hookspec
+def swiftcore_register_environments() -> list[EnvironmentSpec]:
+    """Return the multi-turn environments (``swiftcore train --recipe grpo --environment NAME``) this plugin provides.
+
+    Called once per process by the registry, each implementation on its own (not firstresult); factories are lazy.
+
+    .. versionadded:: 1.4
     """
 
 

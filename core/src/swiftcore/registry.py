@@ -30,16 +30,11 @@ HOOK_FOR_KIND = {
     "command": "swiftcore_register_commands",
     "recipe": "swiftcore_register_recipes",
     "reward": "swiftcore_register_rewards",
+    "environment": "swiftcore_register_environments",
 }
 
 #: Sub-commands of the core CLI; a plugin may not register a command with one of these names.
-CORE_COMMANDS = (
-    "plugins",
-    "export",
-    "template",
-    "recipes",
-    "rewards",
-)
+CORE_COMMANDS = ("plugins", "export", "template", "recipes", "rewards")
 
 #: kind -> how the distributions providing it are named. An unknown name is told the pattern, never
 #: ``pip install <the name typed>``: a typo would be an install command for whatever package has that name.
@@ -52,6 +47,7 @@ _INSTALL_HINT = {
     "command": "swiftcore-plugin-<name>",
     "recipe": "swiftcore-recipe-<name>",
     "reward": "swiftcore-reward-<name>",
+    "environment": "swiftcore-env-<name>",
 }
 
 
@@ -72,7 +68,7 @@ class Registry:
 
     def all(self, kind: str) -> list[Any]:
         """Every spec of ``kind`` (``model``, ``template``, ``head``, ``bridge``, ``backend``,
-        ``command``, ``recipe``, ``reward``), duplicates included, ordered by name then plugin."""
+        ``command``, ``recipe``, ``reward``, ``environment``), duplicates included, ordered by name then plugin."""
         if kind not in SPEC_KINDS:
             raise ValueError(f"unknown spec kind {kind!r}; one of {', '.join(SPEC_KINDS)}")
         if kind not in self._specs:

@@ -25,6 +25,7 @@ __all__ = [
     "BackendSpec",
     "BridgeSpec",
     "CommandSpec",
+    "EnvironmentSpec",
     "HeadSpec",
     "ModelParts",
     "ModelSpec",
@@ -468,6 +469,27 @@ class RewardSpec(_Spec):
                 self._fail("columns", f"{column!r} is passed to every reward already; it is not a dataset column")
 
 
+@dataclass(frozen=True)
+class EnvironmentSpec(_Spec):
+    """A multi-turn environment for online RL recipes (``--environment NAME``): ``factory()`` makes one episode's
+    environment (:class:`~swiftcore.api.protocols.EnvironmentProtocol`: ``reset(row)``, ``step(reply)``); it must not
+    need torch at import. ``description``: one line for ``swiftcore plugins``; ``provider``: stamped by the registry.
+    """
+
+    kind: ClassVar[str] = "environment"
+    _references: ClassVar[tuple[str, ...]] = ("factory",)
+
+    name: str
+    factory: str = ""
+    description: str = ""
+    provider: Provider | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        if not self.factory:
+            self._fail("factory", "name the environment factory as 'module:attr'")
+
+
 SPEC_KINDS: dict[str, type] = {
     "model": ModelSpec,
     "template": TemplateSpec,
@@ -477,6 +499,7 @@ SPEC_KINDS: dict[str, type] = {
     "command": CommandSpec,
     "recipe": RecipeSpec,
     "reward": RewardSpec,
+    "environment": EnvironmentSpec,
 }
 
 

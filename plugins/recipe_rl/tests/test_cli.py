@@ -112,14 +112,18 @@ def test_plugins_lists_a_third_party_reward_plugin_and_checks_it(acme: Path, tmp
     assert rows["acme"]["provides"] == {"reward": ["flaky", "nan", "shout", "sleepy"]}
     assert rows["acme"]["distribution"] == "acme-rewards"
     assert rows["train"]["provides"]["reward"] == ["accuracy", "format", "length"]
-    assert rows["rl"]["provides"] == {"recipe": ["gkd", "grpo", "reinforce_pp", "rloo"]}
+    assert rows["rl"]["provides"] == {
+        "recipe": ["gkd", "grpo", "reinforce_pp", "rloo"],
+        "environment": ["calculator"],
+        "reward": ["environment"],
+    }
     checked = _swiftcore("plugins", "--check", "acme", cwd=tmp_path, site=acme)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "check acme: ok" in checked.stdout
     rewards = _swiftcore("rewards", "--json", cwd=tmp_path, site=acme)
     assert rewards.returncode == 0, rewards.stderr
     by_name = {row["name"]: row for row in json.loads(rewards.stdout)}
-    assert set(by_name) == {"accuracy", "format", "length", "flaky", "nan", "shout", "sleepy"}
+    assert set(by_name) == {"accuracy", "environment", "format", "length", "flaky", "nan", "shout", "sleepy"}
     assert by_name["accuracy"]["columns"] == ["answer"] and by_name["format"]["options"] == ["pattern"]
     assert "acme-rewards 0.1.0" in by_name["shout"]["provider"]
 

@@ -9,13 +9,4 @@ from __future__ import annotations
 from swiftcore.cli.main import CliState, cli, main, pass_state, plugin_args, plugin_option, with_provider
 from swiftcore.options import collect_options
 
-__all__ = [
-    "CliState",
-    "cli",
-    "collect_options",
-    "main",
-    "pass_state",
-    "plugin_args",
-    "plugin_option",
-    "with_provider",
-]
+__all__ = ["CliState", "cli", "collect_options", "main", "pass_state", "plugin_args", "plugin_option", "with_provider"]

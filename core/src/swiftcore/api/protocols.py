@@ -17,6 +17,7 @@ __all__ = [
     "REFERENCE_PROTOCOLS",
     "BridgeProtocol",
     "EngineProtocol",
+    "EnvironmentProtocol",
     "RecipeRun",
     "RewardProtocol",
     "TemplateProtocol",
@@ -105,6 +106,24 @@ class RewardProtocol(Protocol):
         """One score per completion."""
 
 
+@runtime_checkable
+class EnvironmentProtocol(Protocol):
+    """A multi-turn RL environment (what ``EnvironmentSpec.factory()`` returns, one per episode), a gym env over chat.
+
+    ``reset(row)`` gets the dataset row (its record and columns) and returns the prompt record to generate from
+    (``messages``, and ``tools`` the template shows). ``step(reply)`` gets the model's reply as the family's template
+    parsed it (``content``, ``reasoning_content``, ``tool_calls``) and returns a mapping: ``messages`` (tool
+    messages, ``{"role": "tool", ...}``, appended to the conversation), ``done`` (end the episode) and ``reward``
+    (optional, summed over the episode). It should answer a malformed tool call with an error message, not raise.
+    """
+
+    def reset(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Start an episode; the prompt record."""
+
+    def step(self, reply: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One turn: ``{"messages": [...], "done": bool, "reward": float}``."""
+
+
 #: (spec kind, field) -> what the reference must be: a protocol the object (or the class) provides, or
 #: ``"callable:N"`` for a function taking N positional arguments (``"class"`` for a class).
 REFERENCE_PROTOCOLS: dict[tuple[str, str], Any] = {
@@ -115,6 +134,7 @@ REFERENCE_PROTOCOLS: dict[tuple[str, str], Any] = {
     ("recipe", "run"): "callable:3",
     ("recipe", "config"): "class",
     ("reward", "function"): RewardProtocol,
+    ("environment", "factory"): EnvironmentProtocol,
     ("model", "model_class"): "class",  # e.g. "transformers:Qwen3ForCausalLM"
     ("model", "loader"): "callable:1",  # loader(model_dir, *, spec, torch_dtype, **kwargs)
     ("model", "tiny_config"): "callable:0",

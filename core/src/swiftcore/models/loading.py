@@ -66,11 +66,7 @@ def _dtype(torch_dtype: Any) -> Any:
 
 
 def load_model(
-    spec: Any,
-    model_dir: str | Path,
-    plugins: Any = None,
-    torch_dtype: Any = "float32",
-    **kwargs: Any,
+    spec: Any, model_dir: str | Path, plugins: Any = None, torch_dtype: Any = "float32", **kwargs: Any
 ) -> Any:
     """Load the model in ``model_dir`` as ``spec`` says, then run ``swiftcore_post_model_load``.
 

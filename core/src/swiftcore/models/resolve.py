@@ -16,12 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from swiftcore.errors import ConflictError, UnknownNameError
-from swiftcore.models.errors import (
-    AmbiguousModelError,
-    MissingConfigError,
-    ModelResolutionError,
-    UnknownModelTypeError,
-)
+from swiftcore.models.errors import AmbiguousModelError, MissingConfigError, ModelResolutionError, UnknownModelTypeError
 
 __all__ = ["ARGS_FILE", "read_args_file", "read_generation_defaults", "read_hf_config", "resolve_model_spec"]
 

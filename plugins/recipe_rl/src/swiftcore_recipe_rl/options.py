@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = [
+    "ENVIRONMENT_RECIPES",
     "GRPO_LOSS_TYPES",
     "RL_RECIPES",
     "SCALE_REWARDS",
@@ -39,6 +40,8 @@ __all__ = [
 
 #: The GRPO loss aggregations this recipe offers (TRL 1.16's ``GRPOConfig.loss_type`` values of that family).
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+#: The recipes that run multi-turn episodes (``--environment``): those on TRL's GRPOTrainer, which masks tool results.
+ENVIRONMENT_RECIPES = ("grpo", "reinforce_pp")
 #: How rewards are scaled into advantages (TRL's ``scale_rewards``).
 SCALE_REWARDS = ("group", "batch", "none")
 
@@ -123,6 +126,10 @@ class RolloutOptions(SamplingOptions):
             ``transformers`` or ``vllm`` (a swiftcore engine of that backend colocated in the trainer's process,
             synced to the policy before each generation round; see :mod:`swiftcore_recipe_rl.sync`).
         sync_bucket_mb: with a rollout engine and ``--tuner full``, the largest bucket of the weight sync (MiB).
+        environment: a multi-turn environment by name (``grpo`` and ``reinforce_pp``; ``swiftcore plugins`` lists
+            them): each rollout becomes an episode of replies and tool results (see
+            :mod:`swiftcore_recipe_rl.environments`). Empty: single-turn rollouts.
+        max_turns: with ``environment``, the most replies per episode.
     """
 
     reward: tuple[str, ...] = ()
@@ -135,6 +142,8 @@ class RolloutOptions(SamplingOptions):
     mask_truncated_completions: bool = False
     rollout_engine: str = "trainer"
     sync_bucket_mb: float = 64.0
+    environment: str = ""
+    max_turns: int = 3
 
     def _check(self, problems: list[str]) -> None:
         from swiftcore_recipe_rl.sync import ROLLOUT_ENGINES
@@ -147,6 +156,20 @@ class RolloutOptions(SamplingOptions):
         self.reward_weight = _strings(self.reward_weight)
         if not self.reward:
             problems.append("--reward: name at least one reward (e.g. --reward format); `swiftcore rewards` lists them")
+        if int(self.max_turns) < 1:
+            problems.append(f"--max-turns: {self.max_turns} must be at least 1")
+        if self.environment and self.recipe not in ENVIRONMENT_RECIPES:
+            problems.append(
+                f"--environment: not supported by {self.recipe} (TRL 1.16's RLOOTrainer cannot mask tool results out "
+                f"of the loss); use --recipe {' or '.join(ENVIRONMENT_RECIPES)}"
+            )
+        if self.environment and self.rollout_engine == "vllm":
+            problems.append(
+                "--environment with --rollout-engine vllm: not supported yet (its episodes are untested on vLLM); "
+                "use --rollout-engine trainer or transformers"
+            )
+        if not self.environment and any(r.partition("@")[0] == "environment" for r in self.reward):
+            problems.append("--reward environment: scores an episode's environment; give --environment NAME")
         # Syntax only (swiftcore_train.rewards parses them for the run).
         for item in self.reward_option:
             key, sep, _ = item.partition("=")
@@ -324,6 +347,10 @@ _HELP = {
     "mask_truncated_completions": "Leave completions cut at --max-completion-length out of the loss.",
     "rollout_engine": "Who generates rollouts: trainer (TRL's generate), or transformers or vllm (a swiftcore engine "
     "of that backend in the trainer's process, synced to the policy before each generation round).",
+    "environment": "A multi-turn environment by name (grpo, reinforce_pp; `swiftcore plugins` lists them, e.g. "
+    "calculator): each rollout generates, runs the tool calls the family's template parses, appends the results and "
+    "generates again; only the model's tokens are trained.",
+    "max_turns": "With --environment: the most replies per episode.",
     "sync_bucket_mb": "Weight sync to the rollout engine with --tuner full: largest bucket in MiB (LoRA sends only "
     "the adapter).",
     "grpo_loss_type": f"GRPO loss aggregation: {', '.join(GRPO_LOSS_TYPES)}.",
@@ -378,13 +405,19 @@ def add_rl_options(parser: Any, recipes: tuple[str, ...] = tuple(RL_RECIPES)) ->
     reward-driven recipes among them) and each recipe's own."""
     sampling = list(fields(SamplingOptions))
     rollout = [f for f in fields(RolloutOptions) if f.name not in {g.name for g in sampling}]
+    episodes = [f for f in rollout if f.name in ("environment", "max_turns")]
+    rollout = [f for f in rollout if f not in episodes]
     rewarded = tuple(r for r in recipes if issubclass(RL_RECIPES[r], RolloutOptions))
     _add_fields(parser.getgroup("rl-sampling", "on-policy sampling (swiftcore-recipe-rl)", recipe=recipes), sampling)
     if rewarded:
         _add_fields(
             parser.getgroup("rl", "online RL rollouts and rewards (swiftcore-recipe-rl)", recipe=rewarded), rollout
         )
-    base = {f.name for f in (*sampling, *rollout)}
+    multi_turn = tuple(r for r in rewarded if r in ENVIRONMENT_RECIPES)
+    if multi_turn:
+        title = "multi-turn environments (swiftcore-recipe-rl)"
+        _add_fields(parser.getgroup("rl-environment", title, recipe=multi_turn), episodes)
+    base = {f.name for f in (*sampling, *rollout, *episodes)}
     for name in recipes:
         own = [f for f in fields(RL_RECIPES[name]) if f.name not in base]
         _add_fields(parser.getgroup(name, _TITLES[name], recipe=name), own)

@@ -1,13 +1,13 @@
 """Hook implementations of swiftcore-recipe-rl: the ``grpo``, ``rloo``, ``reinforce_pp`` and ``gkd`` recipes and their
-options, as plain data."""
+options, the ``calculator`` environment and the ``environment`` reward, as plain data."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.api import RecipeSpec, hookimpl
+from swiftcore.api import EnvironmentSpec, RecipeSpec, RewardSpec, hookimpl
 
-SWIFTCORE_API = "1.2"  # the reward plugin kind (swiftcore_register_rewards, RewardSpec) came in 1.2
+SWIFTCORE_API = "1.4"  # the environment plugin kind (swiftcore_register_environments, EnvironmentSpec) came in 1.4
 
 
 @hookimpl
@@ -44,6 +44,30 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             tasks=("causal_lm",),
             description="on-policy distillation (GKD: generalised JSD to --teacher-model) on TRL's DistillationTrainer",
         ),
+    ]
+
+
+@hookimpl
+def swiftcore_register_environments() -> list[EnvironmentSpec]:
+    """``calculator``: the built-in multi-turn environment (``--environment calculator``)."""
+    return [
+        EnvironmentSpec(
+            name="calculator",
+            factory="swiftcore_recipe_rl.environments:Calculator",
+            description="a calculator tool (safe arithmetic); rewards a correct final 'answer' reached with a call",
+        )
+    ]
+
+
+@hookimpl
+def swiftcore_register_rewards() -> list[RewardSpec]:
+    """``environment``: the reward an episode's environment gave (``--environment``)."""
+    return [
+        RewardSpec(
+            name="environment",
+            function="swiftcore_recipe_rl.environments:environment_reward",
+            description="the sum of the --environment's step rewards over the episode (e.g. calculator's)",
+        )
     ]
 
 

@@ -144,10 +144,17 @@ def _refuse_unsupported(cfg: Any) -> None:
 
 
 def _encode_prompts(
-    rows: list, codec: Any, cfg: Any, options: SamplingOptions, records: dict[str, dict] | None = None
+    rows: list,
+    codec: Any,
+    cfg: Any,
+    options: SamplingOptions,
+    records: dict[str, dict] | None = None,
+    episodes: Any = None,
 ) -> tuple[list[dict], dict[str, list[int]]]:
     """The TRL dataset rows (``prompt`` text + reward columns) and the text -> template ids map; ``records``, when
-    given, is filled with the text -> prompt record map (what a rollout engine encodes)."""
+    given, is filled with the text -> prompt record map (what a rollout engine encodes). With ``episodes`` (an
+    :class:`~swiftcore_recipe_rl.environments.EpisodeRollout`) each prompt is what its environment's ``reset``
+    returns for the row, and ``episodes.rows`` is filled with the text -> row record map."""
     from swiftcore.api import SwiftcoreError
 
     room = cfg.max_length - options.max_completion_length
@@ -155,11 +162,13 @@ def _encode_prompts(
     records = {} if records is None else records
     dropped = 0
     for row in rows:
-        record = row.record
+        record = source = row.record
         if cfg.enable_thinking is not None:  # --enable-thinking/--disable-thinking: the default, a row's own wins
             kwargs = dict(record.get("chat_template_kwargs") or {})
             kwargs.setdefault("enable_thinking", cfg.enable_thinking)
-            record = {**record, "chat_template_kwargs": kwargs}
+            record = source = {**record, "chat_template_kwargs": kwargs}
+        if episodes is not None:  # the prompt is the environment's (its tools shown), checked here like any other
+            _, record = episodes.reset({**source, **row.columns})
         text, ids = codec.encode(record)
         if len(ids) > room:
             if cfg.truncation == "drop":
@@ -172,6 +181,8 @@ def _encode_prompts(
             )
         ids_of[text] = ids
         records[text] = record
+        if episodes is not None:
+            episodes.rows[text] = source
         dataset.append({"prompt": text, **row.columns})
     if dropped:
         log.warning("dropped %d prompt(s) longer than --max-length minus --max-completion-length", dropped)
@@ -205,6 +216,21 @@ def _attach_rollout_engine(
         options.rollout_engine,
         "LoRA-only" if hasattr(trainer.model, "peft_config") else f"bucketed ({options.sync_bucket_mb:g} MiB)",
     )
+
+
+def _episodes(options: SamplingOptions, plugins: Any, codec: Any) -> Any:
+    """``--environment NAME``: the episode loop over that environment's factory (None: single-turn rollouts)."""
+    name = getattr(options, "environment", "")
+    if not name:
+        return None
+    from swiftcore.api import resolve
+    from swiftcore_recipe_rl.environments import EpisodeRollout
+
+    spec = plugins.registry.get("environment", name)
+    factory = resolve(spec.factory, what=f"environment {spec.name!r} of {spec.provider}")
+    log.info("multi-turn episodes: environment %s (%s), at most %d replies each", spec.name, spec.provider,
+             options.max_turns)  # fmt: skip
+    return EpisodeRollout(factory, codec, {}, max_turns=options.max_turns, name=spec.name)
 
 
 def _resume(cfg: Any, output_dir: Path) -> Path | None:
@@ -289,8 +315,9 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
     check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     codec = PromptCodec(template, tokenizer)
+    episodes = _episodes(options, plugins, codec)
     prompt_records: dict[str, dict] = {}
-    dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options, prompt_records)
+    dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options, prompt_records, episodes)
     resume = _resume(cfg, output_dir)
     log.info(
         "%s: model %s (%s), template %s, %s, %d prompts x %d generations",
@@ -341,6 +368,8 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
         callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
     )
     trainer.prompt_ids = prompt_ids
+    if episodes is not None:
+        trainer.rollout_func = episodes  # TRL's hook for custom rollouts: one episode per prompt
     if isinstance(options, RolloutOptions) and options.rollout_engine != "trainer":
         _attach_rollout_engine(trainer, options, cfg, plugins, template_spec.name, prompt_ids, prompt_records)
     if recipe == "reinforce_pp":

@@ -6,6 +6,10 @@ text a served reply would have) and hands the reward the columns, so a reward se
 as in serving. Faults are the core's to absorb (``swiftcore_train.rewards.Reward``): the fallback reward and a
 logged error, never a failed step; the count is logged as ``reward_faults/NAME``.
 
+With ``--environment`` the completion a reward scores is the episode's last reply, and the episode comes by keyword
+(``messages``, ``tool_calls``, ``turns``, ``env_reward``: :data:`~swiftcore_recipe_rl.environments.EPISODE_KEYWORDS`);
+``completion_ids`` are then the whole episode's (replies and tool results).
+
 The adapter is an ``async`` callable that runs the reward on a worker thread, so TRL (which gathers async reward
 functions with ``asyncio.gather``) runs the run's rewards concurrently with each other: a reward waiting on a
 remote model or a sandbox does not hold up the others. Overlapping them with the next rollout is a later step.
@@ -19,7 +23,7 @@ from typing import Any
 __all__ = ["TRLReward"]
 
 #: Keywords TRL adds for its own reward functions; swiftcore rewards do not see them.
-_TRL_ONLY = ("trainer_state", "log_extra", "log_metric", "environments")
+_TRL_ONLY = ("trainer_state", "log_extra", "log_metric", "environments", "final_completion")
 
 
 class TRLReward:
@@ -45,7 +49,8 @@ class TRLReward:
         self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
     ) -> list[float]:
         """The synchronous scoring :meth:`__call__` runs (TRL's ``completions`` are ignored: see the module)."""
-        texts = [self.codec.decode(ids) for ids in completion_ids]
+        finals = kwargs.get("final_completion")  # a multi-turn episode: the reward scores its last reply
+        texts = list(finals) if finals is not None else [self.codec.decode(ids) for ids in completion_ids]
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_ONLY}
         before = self.reward.faults
         scores = self.reward(texts, prompts=list(prompts), completion_ids=[list(i) for i in completion_ids], **columns)

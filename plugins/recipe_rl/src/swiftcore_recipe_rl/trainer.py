@@ -132,14 +132,37 @@ def _engine_rollouts() -> type:
 
 
 @cache
+def _environment_episodes() -> type:
+    """The mixin that lets a multi-turn rollout (``--environment``, TRL's ``rollout_func``) see the batch's rows."""
+
+    class EnvironmentEpisodes:
+        """A TRL GRPO trainer whose ``rollout_func`` (:class:`~swiftcore_recipe_rl.environments.EpisodeRollout`)
+        gets each prompt's dataset row: TRL hands a rollout function the prompts alone, an environment's ``reset``
+        needs the row's columns (the calculator's ``answer``). ``episode_inputs`` holds them while a batch is
+        generated."""
+
+        episode_inputs: list[dict[str, Any]] | None = None
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            self.episode_inputs = [dict(x) for x in inputs]
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self.episode_inputs = None
+
+    return EnvironmentEpisodes
+
+
+@cache
 def grpo_trainer_class() -> type:
     """The ``grpo`` trainer: :class:`swiftcore_train.trainer.SwiftTrainer` (atomic checkpoints, resume checks) over
     :class:`trl.GRPOTrainer` (rollouts, rewards, advantages, the clipped loss of every loss type)."""
     from swiftcore_train.trainer import SwiftTrainer
     from trl import GRPOTrainer
 
-    class SwiftGRPOTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), GRPOTrainer):
-        """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally a rollout engine)."""
+    class SwiftGRPOTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), _environment_episodes(), GRPOTrainer):
+        """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally a rollout engine and
+        multi-turn episodes)."""
 
     return SwiftGRPOTrainer
 
