@@ -123,7 +123,17 @@ def test_plugins_lists_a_third_party_reward_plugin_and_checks_it(acme: Path, tmp
     rewards = _swiftcore("rewards", "--json", cwd=tmp_path, site=acme)
     assert rewards.returncode == 0, rewards.stderr
     by_name = {row["name"]: row for row in json.loads(rewards.stdout)}
-    assert set(by_name) == {"accuracy", "environment", "format", "length", "flaky", "nan", "shout", "sleepy"}
+    assert set(by_name) == {
+        "accuracy",
+        "environment",
+        "format",
+        "length",
+        "flaky",
+        "nan",
+        "reward_model",
+        "shout",
+        "sleepy",
+    }
     assert by_name["accuracy"]["columns"] == ["answer"] and by_name["format"]["options"] == ["pattern"]
     assert "acme-rewards 0.1.0" in by_name["shout"]["provider"]
 

@@ -21,7 +21,7 @@ __all__ = ["RESERVED_COLUMNS", "PromptRow", "load_prompt_rows"]
 #: Columns that shape the prompt itself; the rest are the rewards'.
 _PROMPT_KEYS = ("prompt", "messages", "tools", "chat_template_kwargs", "system")
 #: Keywords every reward function gets from the recipe: a dataset column may not take one of these names.
-RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "options", "completion")
+RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "options", "completion", "records")
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Hook implementations of swiftcore-recipe-rl: the ``grpo``, ``rloo``, ``reinforce_pp`` and ``gkd`` recipes and their
-options, the ``calculator`` environment and the ``environment`` reward, as plain data."""
+options, the ``calculator`` environment, and the ``environment`` and ``reward_model`` rewards, as plain data."""
 
 from __future__ import annotations
 
@@ -61,13 +61,20 @@ def swiftcore_register_environments() -> list[EnvironmentSpec]:
 
 @hookimpl
 def swiftcore_register_rewards() -> list[RewardSpec]:
-    """``environment``: the reward an episode's environment gave (``--environment``)."""
+    """``environment``: the reward an episode's environment gave (``--environment``); ``reward_model``: a reward model
+    trained by ``--recipe rm`` scores the prompt and completion."""
     return [
         RewardSpec(
             name="environment",
             function="swiftcore_recipe_rl.environments:environment_reward",
             description="the sum of the --environment's step rewards over the episode (e.g. calculator's)",
-        )
+        ),
+        RewardSpec(
+            name="reward_model",
+            function="swiftcore_recipe_rl.reward_model:reward_model",
+            options=("path",),
+            description="the score of a --recipe rm checkpoint (--reward-option reward_model.path=DIR)",
+        ),
     ]
 
 

@@ -358,7 +358,7 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
             "teacher_model": load_model(teacher_spec, options.teacher_model, plugins, torch_dtype=dtype)
         }
     else:
-        method = {"reward_funcs": [TRLReward(r, codec) for r in rewards]}
+        method = {"reward_funcs": [TRLReward(r, codec, prompt_records) for r in rewards]}
     trainer = trainer_class(recipe)(
         model=model,
         **method,

@@ -1,6 +1,7 @@
 """The run's rewards as TRL reward functions: decoded by the template, scored safely by the core's :class:`Reward`.
 
-TRL calls each reward function with ``prompts``, ``completions``, ``completion_ids`` and every dataset column.
+TRL calls each reward function with ``prompts``, ``completions``, ``completion_ids`` and every dataset column; the
+adapter adds ``records`` (each prompt's chat record, so a reward can render the conversation with its reply).
 The adapter decodes the completion ids itself (:meth:`~swiftcore_recipe_rl.rollout.PromptCodec.decode`: the
 text a served reply would have) and hands the reward the columns, so a reward sees the same text in training
 as in serving. Faults are the core's to absorb (``swiftcore_train.rewards.Reward``): the fallback reward and a
@@ -32,11 +33,13 @@ class TRLReward:
     Args:
         reward: the loaded reward (:func:`swiftcore_train.rewards.load_rewards`).
         codec: decodes completion ids to text.
+        records: prompt text -> the prompt's chat record; passed to the reward as ``records`` (one per completion).
     """
 
-    def __init__(self, reward: Any, codec: Any) -> None:
+    def __init__(self, reward: Any, codec: Any, records: dict[str, dict] | None = None) -> None:
         self.reward = reward
         self.codec = codec
+        self.records = records or {}
         self.__name__ = reward.name  # TRL logs rewards/<__name__>/mean
 
     async def __call__(
@@ -53,6 +56,8 @@ class TRLReward:
         texts = list(finals) if finals is not None else [self.codec.decode(ids) for ids in completion_ids]
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_ONLY}
         before = self.reward.faults
+        if self.records:  # the prompt's chat record, for rewards that render the conversation (reward_model)
+            columns.setdefault("records", [self.records.get(p) for p in prompts])
         scores = self.reward(texts, prompts=list(prompts), completion_ids=[list(i) for i in completion_ids], **columns)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
