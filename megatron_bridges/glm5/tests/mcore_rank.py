@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
         torch.distributed.destroy_process_group()
         return
     if argv[8:] == ["mtp"]:
-        from swiftcore_bridge_glm5.mtp import mtp_logits
+        from swiftcore_megatron.mtp import mtp_logits
 
         main, depths = mtp_logits(model, tokens)
         result: object = {"main": main, "mtp": depths}

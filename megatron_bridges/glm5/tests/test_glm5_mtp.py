@@ -1,7 +1,7 @@
 """GLM-5's MTP layer as megatron-core MTP layers: its logits against the layer rebuilt from transformers' modules.
 
 transformers has no GLM-5 MTP head, so the reference is built here from transformers' own pieces, following the
-definition megatron trains with (``swiftcore_bridge_glm5.mtp``): the main model's final-normed hidden state
+definition megatron trains with (``swiftcore_megatron.mtp``): the main model's final-normed hidden state
 ``h_t`` and the next token's embedding go through ``enorm`` / ``hnorm`` and ``eh_proj``, then through the MTP layer
 run as a one-layer ``GlmMoeDsaForCausalLM`` whose layer 0 holds the MTP layer's tensors, whose final norm is
 ``shared_head.norm`` and whose embedding and head are the main model's. Negative controls show the reference
@@ -90,7 +90,7 @@ def _before_final_norm(main: Any, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def _mcore_logits_tp1(bridge: Any, mcore_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from swiftcore_bridge_glm5.mtp import mtp_logits
+    from swiftcore_megatron.mtp import mtp_logits
     from swiftcore_megatron.runtime import init_model_parallel, load_into_model
 
     init_model_parallel(1, 1)

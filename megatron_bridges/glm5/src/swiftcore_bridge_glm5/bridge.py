@@ -14,7 +14,7 @@ Mapping (in addition to the DeepSeek-V3 bridge's): ``self_attn.indexer.{wq_b, wk
 replicated on every TP rank. Experts are read as ``save_pretrained`` writes them (per expert).
 
 Multi-token prediction: a config with ``num_nextn_predict_layers: 1`` (the release's) has its MTP layer,
-``model.layers.{num_hidden_layers}.*``, built as megatron-core's MTP block (:mod:`swiftcore_bridge_glm5.mtp`):
+``model.layers.{num_hidden_layers}.*``, built as megatron-core's MTP block (:mod:`swiftcore_megatron.mtp`):
 the layer's attention and MoE map as any layer's onto ``mtp.layers.0.transformer_layer.*``, ``enorm``, ``hnorm``,
 ``eh_proj`` (column-parallel) and ``shared_head.norm`` onto the MTP layer's norms and projection, and the layer's
 own ``embed_tokens`` / ``shared_head.head`` copies onto the shared embedding and output head (:class:`Tied`).
@@ -120,19 +120,13 @@ class Glm5Bridge(DeepSeekV3Bridge):
             raise ParallelismError(f"--tp {tp} does not divide config.json hidden_size={hidden}, which the MTP "
                                    "layer's column-parallel eh_proj splits; use a --tp that divides it")
 
-    def build_model(self, *, tp: int = 1, ep: int = 1, params_dtype: Any = None) -> Any:
-        """The GPTModel; with MTP, :class:`~swiftcore_bridge_glm5.mtp.MtpGPTModel` with megatron's MTP block."""
+    def mtp_block_spec(self, config: Any, layer_spec: Any) -> Any:
+        """With MTP, megatron's MTP block spec: its layer reuses the last layer's spec (MLA + DSA + MoE)."""
         if not self.mtp_layers:
-            return super().build_model(tp=tp, ep=ep, params_dtype=params_dtype)
+            return None
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
 
-        from swiftcore_bridge_glm5.mtp import MtpGPTModel
-
-        config = self.transformer_config(tp=tp, ep=ep, params_dtype=params_dtype)
-        spec = self.layer_spec(config)  # the MTP layer reuses its last layer's spec: MLA + DSA + MoE
-        return MtpGPTModel(config=config, transformer_layer_spec=spec, pre_process=True, post_process=True,
-                           mtp_block_spec=get_gpt_mtp_block_spec(config, spec, use_transformer_engine=False),
-                           **self.model_kwargs())
+        return get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=False)
 
     def layer_spec(self, config: Any) -> Any:
         """The DeepSeek-V3 local MLA block spec with ``DSAttention`` + :class:`GlmIndexer` as core attention."""

@@ -13,14 +13,19 @@ MLPs and the output head map as there. What MiMo adds:
   renormalised and scaled by ``routed_scaling_factor``; there is no shared expert;
 - ``mlp_layer_types`` says which layers are dense (the release: the first).
 
-MTP: the released checkpoint carries multi-token-prediction tensors (``model.mtp.*``) that
-transformers 5.19 does not build (it ignores them on load), so there is no reference to compare an
-MTP head against; they are carried through unchanged (``passthrough_prefixes``), not converted.
+MTP: the released checkpoint carries multi-token-prediction layers (``model.mtp.layers.{k}.*``: a sliding-window
+attention layer with sinks and a dense MLP, behind DeepSeek-V3's ``enorm`` / ``hnorm`` / ``eh_proj`` glue, closed by
+``final_layernorm``; embedding and head shared with the model). transformers 5.19 does not build them (it ignores
+them on load). With ``num_nextn_predict_layers`` in config.json, the first of them (the one vLLM's MiMo-V2 proposer
+runs) is built as megatron-core's MTP block (:mod:`swiftcore_megatron.mtp`) and the others are carried through; the
+tests compare its logits with the layer rebuilt from transformers' modules. Without the field every MTP tensor is
+carried through unchanged.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +84,21 @@ class MimoV2Bridge(GPTMoEBridge):
     """MiMo-V2-Flash (``mimo_v2_flash``): hybrid sliding-window attention with sinks, sigmoid-routed MoE."""
 
     model_types = ("mimo_v2_flash",)
-    # Released MTP tensors: not built by transformers, so carried through unconverted (module docstring).
+    # Released MTP tensors: not built by transformers; carried through unless the first is built (module docstring).
     passthrough_prefixes = ("model.mtp.", "mtp.")
+    #: Where the release keeps the MTP layer megatron builds.
+    mtp_prefix = "model.mtp.layers.0."
+
+    @property
+    def mtp_layers(self) -> int:
+        """MTP layers built in megatron: 1 when config.json has ``num_nextn_predict_layers`` (the first), else 0."""
+        return min(int(self.get("num_nextn_predict_layers", default=0)), 1)
+
+    def is_passthrough(self, hf_key: str) -> bool:
+        """The release's MTP tensors, but for the layer megatron builds (:attr:`mtp_layers`)."""
+        if self.mtp_layers and hf_key.startswith(self.mtp_prefix):
+            return False
+        return super().is_passthrough(hf_key)
 
     def select_config(self, hf_config: dict[str, Any]) -> dict[str, Any]:
         """config.json with the defaults ``MiMoV2FlashConfig.__post_init__`` fills in when a field is absent
@@ -123,13 +141,18 @@ class MimoV2Bridge(GPTMoEBridge):
 
     def layer_facts(self, i: int) -> Any:
         """Layer ``i``'s :class:`~swiftcore_bridge_mimo_v2.attention.MimoLayerFacts`."""
+        return self.attention_facts(self.layer_types[i])
+
+    def attention_facts(self, kind: str) -> Any:
+        """The :class:`~swiftcore_bridge_mimo_v2.attention.MimoLayerFacts` of a ``full_attention`` or
+        ``sliding_attention`` layer (the MTP layer's attention is a sliding one)."""
         from swiftcore_bridge_mimo_v2.attention import MimoLayerFacts
 
-        kind = self.layer_types[i]
         rope = self.rope(kind)
         scale = self.get("attention_value_scale", default=None)
+        groups = self.num_groups * (2 if kind == "sliding_attention" else 1)
         return MimoLayerFacts(
-            num_kv_heads=self.layer_groups(i), head_dim=self.head_dim, v_head_dim=int(self.get("v_head_dim")),
+            num_kv_heads=groups, head_dim=self.head_dim, v_head_dim=int(self.get("v_head_dim")),
             rotary_dim=int(self.head_dim * float(rope.get("partial_rotary_factor", 0.334))),
             rope_theta=float(rope["rope_theta"]),
             sliding_window=int(self.get("sliding_window")) if kind == "sliding_attention" else None,
@@ -197,6 +220,56 @@ class MimoV2Bridge(GPTMoEBridge):
             layers.append(layer)
         spec.layer_specs = layers
         return spec
+
+    def mtp_block_spec(self, config: Any, layer_spec: Any) -> Any:
+        """With MTP, megatron's MTP block whose layer is a dense layer with a sliding-window attention."""
+        if not self.mtp_layers:
+            return None
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+        from megatron.core.transformer.enums import AttnMaskType
+        from megatron.core.transformer.spec_utils import ModuleSpec
+
+        from swiftcore_bridge_mimo_v2.attention import MimoAttention
+
+        dense = next(i for i in range(self.num_layers) if not self.is_moe_layer(i))
+        layer = copy.copy(layer_spec.layer_specs[dense])
+        layer.submodules = copy.copy(layer.submodules)
+        # megatron's MTP layer reads the mask type off the attention spec (MimoAttention masks causally itself).
+        params = {"facts": self.attention_facts("sliding_attention"), "attn_mask_type": AttnMaskType.causal}
+        layer.submodules.self_attention = ModuleSpec(module=MimoAttention, params=params)
+        return get_gpt_mtp_block_spec(config, layer, use_transformer_engine=False)
+
+    def transformer_config(self, *, tp: int = 1, ep: int = 1, params_dtype: Any = None) -> Any:
+        """The GPT-MoE config; with MTP, ``mtp_num_layers``."""
+        config = super().transformer_config(tp=tp, ep=ep, params_dtype=params_dtype)
+        if self.mtp_layers:
+            config.mtp_num_layers = self.mtp_layers
+        return config
+
+    def rules(self) -> list[Rule]:
+        """The model's rules; with MTP, the built MTP layer's: a sliding dense layer's, renamed, and the glue."""
+        rules = super().rules()
+        if not self.mtp_layers:
+            return rules
+        sliding = self.layer_types.index("sliding_attention") if "sliding_attention" in self.layer_types else None
+        if sliding is None:
+            raise BridgeError("config.json: an MTP layer needs the sliding-window attention facts; no layer is sliding")
+        m, h = f"decoder.layers.{sliding}.", f"{self.hf_prefix}layers.{sliding}."
+        mtp, out = "mtp.layers.0.", self.mtp_prefix
+
+        def moved(rule: Rule) -> Rule:  # the release names the MTP layer's pre-MLP norm pre_mlp_layernorm
+            hf = tuple(out + k.removeprefix(h).replace("post_attention_layernorm", "pre_mlp_layernorm")
+                       for k in rule.hf)  # fmt: skip
+            return dataclasses.replace(rule, mcore=mtp + "transformer_layer." + rule.mcore.removeprefix(m), hf=hf)
+
+        from swiftcore_bridge_gpt.gpt import GPTBridge
+
+        layer = [*self.attention_rules(sliding), *GPTBridge.mlp_rules(self, sliding)]  # a dense MLP, not its MoE
+        return [*rules, *map(moved, layer),
+                Rule(mtp + "enorm.weight", (out + "enorm.weight",)),
+                Rule(mtp + "hnorm.weight", (out + "hnorm.weight",)),
+                Rule(mtp + "eh_proj.weight", (out + "eh_proj.weight",), shard=COLUMN),
+                Rule(mtp + "final_layernorm.weight", (out + "final_layernorm.weight",))]  # fmt: skip
 
     def model_kwargs(self) -> dict[str, Any]:
         """The attention applies its own per-layer rotary: the GPTModel gets no position embedding."""

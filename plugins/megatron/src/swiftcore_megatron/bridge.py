@@ -88,6 +88,11 @@ class MegatronBridge:
         """Routed experts per MoE layer (0 for a dense model)."""
         return 0
 
+    def mtp_block_spec(self, config: Any, layer_spec: Any) -> Any:
+        """megatron's multi-token-prediction block spec when the checkpoint has MTP layers the bridge builds, else
+        None (the default). With one, :meth:`build_model` builds a :class:`~swiftcore_megatron.mtp.MtpGPTModel`."""
+        return None
+
     def validate_parallelism(self, tp: int, ep: int) -> None:
         """Refuse a TP/EP layout that does not divide the model.
 
@@ -131,13 +136,15 @@ class MegatronBridge:
         from megatron.core.models.gpt import GPTModel
 
         config = self.transformer_config(tp=tp, ep=ep, params_dtype=params_dtype)
-        return GPTModel(
-            config=config,
-            transformer_layer_spec=self.layer_spec(config),
-            pre_process=True,
-            post_process=True,
-            **self.model_kwargs(),
-        )
+        spec = self.layer_spec(config)
+        mtp = self.mtp_block_spec(config, spec)
+        if mtp is not None:
+            from swiftcore_megatron.mtp import MtpGPTModel
+
+            return MtpGPTModel(config=config, transformer_layer_spec=spec, mtp_block_spec=mtp, pre_process=True,
+                               post_process=True, **self.model_kwargs())  # fmt: skip
+        return GPTModel(config=config, transformer_layer_spec=spec, pre_process=True, post_process=True,
+                        **self.model_kwargs())  # fmt: skip
 
 
 def _divisors(n: int) -> list[int]:

@@ -1,17 +1,17 @@
-"""GLM-5's shared multi-token-prediction (MTP) layer on megatron-core's MTP block, and its logits.
+"""Multi-token-prediction (MTP) layers on megatron-core's MTP block: a GPTModel that also gives their logits.
 
-GLM-5 releases one MTP layer (``num_nextn_predict_layers: 1``), stored as ``model.layers.{num_hidden_layers}``:
-a full decoder layer (MLA + DSA indexer + MoE) behind DeepSeek-V3's glue. For position t it predicts token t+2:
+DeepSeek-V3-style MTP layers (GLM-5's, MiMo-V2's) predict, at position t, token t + 1 + k for depth k:
 
-    logits_t = lm_head(shared_head.norm(layer(eh_proj(cat[enorm(embed(x_{t+1})), hnorm(h_t)]))))
+    logits_t = lm_head(final_norm(layer(eh_proj(cat[enorm(embed(x_{t+1})), hnorm(h_t)]))))
 
-with ``h_t`` the main model's output after its final norm, the embedding and the output head shared with the
-main model, and the rotary position staying t. megatron-core 0.16.1's ``MultiTokenPredictionBlock`` computes
-exactly that (it fills the embedding of the last position with token 0's).
+with ``h_t`` the main model's (or the previous depth's) output after its final norm, the embedding and the output
+head shared with the main model, and the rotary position staying t. megatron-core 0.16.1's
+``MultiTokenPredictionBlock`` computes exactly that (it fills the embedding of the last position with token 0's).
 
 megatron computes MTP logits only inside its training loss: ``GPTModel``'s forward without labels stops at
-``labels.clone()``. :class:`MtpGPTModel` adds the labels-free path, which parity checks and generation need:
-the main logits are returned as usual and each depth's logits are kept in ``mtp_logits``.
+``labels.clone()``. :class:`MtpGPTModel` adds the labels-free path, which parity checks and generation need: the
+main logits are returned as usual and each depth's logits are kept in ``mtp_logits``. A bridge builds it with
+megatron's ``mtp_block_spec`` (``get_gpt_mtp_block_spec``) when its checkpoint has MTP layers.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 from megatron.core.models.gpt import GPTModel
-from swiftcore_megatron import BridgeError
+
+from swiftcore_megatron.errors import BridgeError
 
 __all__ = ["MtpGPTModel", "mtp_logits"]
 
@@ -61,7 +62,7 @@ class MtpGPTModel(GPTModel):
                 **kwargs,
             )
         if kwargs.get("inference_context") is not None:
-            raise BridgeError("megatron inference contexts are not supported with MTP layers by the glm5 bridge")
+            raise BridgeError("megatron inference contexts are not supported with MTP layers by MtpGPTModel")
         extra = kwargs.get("extra_block_kwargs") or {}
         hidden = self.mtp(
             input_ids=input_ids,
