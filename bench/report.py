@@ -280,6 +280,11 @@ def write_results() -> Path:
         import media_latency
 
         media_latency.write_section(json.loads(media.read_text()))
+    conversion = RAW / "convert.json"
+    if conversion.exists() and "rows" in json.loads(conversion.read_text()):  # figure 9, rendered by its own script
+        import convert
+
+        convert.write_section(json.loads(conversion.read_text()))
     return RESULTS
 
 

@@ -103,3 +103,22 @@ def test_media_latency_figure_renders_percentiles_and_ratios() -> None:
     assert "| text beside 8 image requests in flight | 0.600 | 1.000 | 10.00 |" in text
     assert "| images alone (8 in flight) | — | — | 15.00 |" in text
     assert "**3.00x**" in text
+
+
+def test_convert_figure_renders_ratios_and_the_profile_of_a_miss() -> None:
+    import convert
+
+    rows = [{"what": "plain copy", "seconds": 1.0, "mb_per_s": 400.0, "peak_rss_mb": None},
+            {"what": "HF -> mcore tp=1", "seconds": 2.0, "mb_per_s": 220.0, "peak_rss_mb": 800.0},
+            {"what": "mcore tp=1 -> HF", "seconds": 3.0, "mb_per_s": 150.0, "peak_rss_mb": 810.0}]  # fmt: skip
+    raw = {"date": "2026-12-03", "machine": "x86_64", "seconds": 40.0, "model": "qwen3 layout",
+           "largest_shard_mb": 500.0, "rows": rows, "profile": None}  # fmt: skip
+    text = convert.render(raw)
+    assert text.startswith(convert.BEGIN) and text.endswith(convert.END)
+    assert "| HF -> mcore tp=1 | 2.00 | 220 | 55% | 800 | 1.60 |" in text
+    assert "| mcore tp=1 -> HF | 3.00 | 150 | 38% | 810 | 1.62 |" in text and "profile" not in text
+    profile = {"seconds": 3.5, "what": "mcore -> HF", "profile": [
+        {"function": "write (x.py:1)", "calls": 3, "own_s": 1.5, "cumulative_s": 2.0}]}  # fmt: skip
+    missed = convert.render({**raw, "profile": profile})
+    assert "profile of one more mcore -> HF run at TP 1 (3.50 s" in missed
+    assert "| `write (x.py:1)` | 3 | 1.500 |" in missed

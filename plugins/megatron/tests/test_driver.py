@@ -86,6 +86,16 @@ def test_toy_round_trip(tmp_path: Path, tp: int, ep: int, shards: int) -> None:
     assert (tmp_path / "back" / "tokenizer_config.json").is_file()
     assert (tmp_path / "back" / "model.safetensors.index.json").is_file()  # 200-byte shards: several files
     assert load_mcore_state(tmp_path / "mc", bridge).keys() == load_mcore_state(tmp_path / "mc", bridge, tp=2).keys()
+    # Each rank file stores only its own shards: the rank files together hold the model's bytes once (the fused
+    # tensors written without a copy must not drag the other ranks' slices of their storage along).
+    def stored(key: str, t: torch.Tensor) -> int:  # dense: on every EP rank; replicated: on every TP rank
+        copies = 1 if key.startswith("e.") else ep * (tp if key == "norm.weight" else 1)
+        return t.numel() * t.element_size() * copies
+
+    assert result.bytes == sum(stored(k, t) for k, t in tensors.items())
+    assert sum(rank_file(tmp_path / "mc", r, e, ep).stat().st_size for r in range(tp) for e in range(ep)) < (
+        result.bytes + 4096 * tp * ep
+    )  # the files hold those bytes and a little pickle and zip structure
 
 
 def test_failure_midway_leaves_no_output_and_no_temporary(tmp_path: Path) -> None:

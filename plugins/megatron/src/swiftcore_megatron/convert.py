@@ -93,8 +93,16 @@ def _check_coverage(bridge: MegatronBridge, rules: list[Rule], available: set[st
 
 
 def _rank_tensor(rule: Rule, reader: HFReader, tp: int, tp_rank: int) -> Any:
-    full = rule.fuse.to_mcore([reader.get(k) for k in rule.hf])
-    return rule.shard.split(full, tp, what=rule.mcore)[tp_rank].contiguous().clone()
+    parts = [reader.get(k) for k in rule.hf]
+    full = rule.fuse.to_mcore(parts)
+    piece = rule.shard.split(full, tp, what=rule.mcore)[tp_rank].contiguous()
+    # The writer saves a tensor's whole storage and frees it once written. So a tensor still backed by the
+    # memory-mapped checkpoint, or one slice of a larger tensor, is copied first; one the fuse or the split built
+    # anew and alone (q/k/v or gate/up at TP 1, gate/up's per-rank halves) is written as it is.
+    storage = piece.untyped_storage()
+    mapped = {t.untyped_storage().data_ptr() for t in parts}
+    alone = storage.nbytes() == piece.numel() * piece.element_size()
+    return piece if alone and storage.data_ptr() not in mapped else piece.clone()
 
 
 def rank_producers(
