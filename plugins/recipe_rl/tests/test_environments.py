@@ -1,7 +1,7 @@
 """Multi-turn environments: the ``calculator`` (safe arithmetic, malformed calls answered, never raised), its
-registration, the options, and one real rollout on the tiny qwen3_5 whose tool call the family's template parses,
-the calculator executes, the result reaches the next prompt as the template renders it, and the tool tokens stay out
-of the loss."""
+registration, the options (``--environment-option`` included: it reaches the environment's factory, bad values are
+refused), and one real rollout on the tiny qwen3_5 whose tool call the family's template parses, the calculator
+executes, the result reaches the next prompt as the template renders it, and the tool tokens stay out of the loss."""
 
 from __future__ import annotations
 
@@ -128,6 +128,203 @@ def test_environment_options_are_checked() -> None:
         GRPOOptions(reward=("environment",))
     with pytest.raises(ValueError, match="--rollout-engine vllm: not supported yet"):
         GRPOOptions(reward=("format",), environment="calculator", rollout_engine="vllm")
+
+
+# ---------------------------------------------------------------------------------------------- --environment-option
+
+
+def test_calculator_max_calls_refuses_the_calls_past_it() -> None:
+    from swiftcore_recipe_rl.environments import Calculator
+
+    env = Calculator(max_calls=1)
+    env.reset({"messages": [{"role": "user", "content": "6*7?"}], "answer": "42"})
+    out = env.step({"tool_calls": [_call(arguments={"expression": "6*7"}), _call(arguments={"expression": "1+1"})]})
+    first, second = out["messages"]
+    assert first["content"] == "42" and second["content"].startswith("error: no calls left: at most 1")
+    assert env.calls == 2 and env.successes == 1 and env.errors == 1
+    assert env.step({"tool_calls": [_call(arguments={"expression": "2"})]})["messages"][0]["content"].startswith(
+        "error"
+    )
+    assert env.step({"content": "42"})["reward"] == 1.0  # the call within the limit counted
+    env.reset({"messages": [{"role": "user", "content": "?"}], "answer": "2"})  # a new episode: a fresh count
+    assert env.step({"tool_calls": [_call(arguments={"expression": "1+1"})]})["messages"][0]["content"] == "2"
+    with pytest.raises(ValueError, match="max_calls: -1 must be a whole number >= 0"):
+        Calculator(max_calls=-1)
+    assert Calculator().max_calls is None  # no limit by default
+
+
+class _ScriptedTrainer:
+    """What :class:`EpisodeRollout` reads of TRL's trainer, its replies scripted (one list of ids per turn)."""
+
+    def __init__(self, turns: list[list[int]], eos: int) -> None:
+        from types import SimpleNamespace
+
+        self.turns = turns
+        self.max_completion_length = 200
+        self.eos_token_ids = [eos]
+        self.model = SimpleNamespace(training=True)
+        self.num_generations = self.num_generations_eval = 1
+
+    def _generate_single_turn(self, ids: list, images: Any, fields: Any, n: int) -> tuple[list, None]:
+        return [list(self.turns.pop(0)) for _ in ids], None
+
+
+def test_an_environment_option_reaches_the_environment_and_changes_its_episodes(tiny_dir: Path, plugins: Any) -> None:
+    """The recipe's episode loop for ``--environment calculator --environment-option max_calls=0`` makes each
+    episode's calculator with ``max_calls=0``: the episode's call is answered with an error, so its correct answer
+    earns nothing, where the same scripted episode without the option earns 1."""
+    from swiftcore_recipe_rl.options import GRPOOptions
+    from swiftcore_recipe_rl.recipe import _episodes
+    from swiftcore_recipe_rl.rollout import PromptCodec
+
+    from swiftcore.api.models import load_tokenizer
+    from swiftcore.api.template import get_template
+
+    tokenizer = load_tokenizer(str(tiny_dir))
+    codec = PromptCodec(get_template("qwen3_5", plugins), tokenizer)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    call, answer = (tokenizer.encode(t, add_special_tokens=False) for t in (QWEN35_CALL, "42<|im_end|>"))
+    row = {"messages": [{"role": "user", "content": "What is 6*7?"}], "answer": "42",
+           "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+
+    def episode(*environment_option: str) -> dict[str, Any]:
+        options = GRPOOptions(reward=("environment",), environment="calculator", environment_option=environment_option)
+        episodes = _episodes(options, plugins, codec)
+        episodes.rows["p"] = row
+        episodes(["p"], _ScriptedTrainer([call, answer], eos))
+        (e,) = episodes.episodes
+        return e
+
+    free, limited = episode(), episode("max_calls=0")
+    assert free["env"].max_calls is None and limited["env"].max_calls == 0
+    assert free["messages"][-2] == {"role": "tool", "name": "calculator", "content": "42"}
+    assert limited["messages"][-2]["content"].startswith("error: no calls left: at most 0 calculator call(s)")
+    assert free["turns"] == limited["turns"] == 2 and free["tool_calls"] == limited["tool_calls"] == 1
+    assert (free["env_reward"], limited["env_reward"]) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("environment_option", "message"),
+    [
+        (("max_calls",), r"--environment-option 'max_calls': expected KEY=VALUE, e.g. --environment-option max_calls"),
+        (("=2",), r"--environment-option '=2': expected KEY=VALUE"),
+        (("max calls=2",), r"--environment-option 'max calls=2': expected KEY=VALUE"),
+    ],
+)
+def test_a_malformed_environment_option_is_refused(environment_option: tuple[str, ...], message: str) -> None:
+    from swiftcore_recipe_rl.options import GRPOOptions, ReinforcePPOptions
+
+    for options in (GRPOOptions, ReinforcePPOptions):
+        with pytest.raises(ValueError, match=message):
+            options(reward=("environment",), environment="calculator", environment_option=environment_option)
+
+
+def test_an_environment_option_without_an_environment_is_refused() -> None:
+    from swiftcore_recipe_rl.options import GRPOOptions
+
+    with pytest.raises(ValueError, match=r"--environment-option 'max_calls=2': .*give --environment NAME too"):
+        GRPOOptions(reward=("format",), environment_option=("max_calls=2",))
+    # Given once (a config file's string), a value that itself holds '=', and the last of a key given twice.
+    assert GRPOOptions(
+        reward=("format",), environment="calculator", environment_option="max_calls=2"
+    ).environment_options() == {"max_calls": "2"}
+    many = GRPOOptions(reward=("format",), environment="x", environment_option=["a=b=c", " k =1", "k=2"])
+    assert many.environment_options() == {"a": "b=c", "k": "2"}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("bogus=1", r"--environment-option bogus=1: environment 'calculator' \(rl .*\) does not take 'bogus'; "
+                    r"it takes max_calls$"),
+        ("max_calls=many", r"--environment-option max_calls=many: environment 'calculator' .* takes max_calls as a "
+                           r"whole number or none, not 'many'; e.g. --environment-option max_calls=2"),
+        ("max_calls=1.5", r"takes max_calls as a whole number or none, not '1.5'"),
+        ("max_calls=-1", r"--environment-option max_calls=-1: environment 'calculator' .* refused its options: "
+                         r"max_calls: -1 must be a whole number >= 0"),
+    ],
+)  # fmt: skip
+def test_an_environment_option_the_environment_does_not_take_is_refused(value: str, message: str, plugins: Any) -> None:
+    from swiftcore_recipe_rl.options import GRPOOptions
+    from swiftcore_recipe_rl.recipe import _episodes
+
+    from swiftcore.api import SwiftcoreError
+
+    options = GRPOOptions(reward=("environment",), environment="calculator", environment_option=(value,))
+    with pytest.raises(SwiftcoreError, match=message):
+        _episodes(options, plugins, None)
+
+
+def test_environment_option_values_take_the_factorys_types() -> None:
+    from swiftcore_recipe_rl.environments import environment_factory
+
+    from swiftcore.api import SwiftcoreError
+
+    def typed(rate: float = 0.5, strict: bool = False, label: str = "", limit: int | None = None, loose=3) -> dict:
+        return {"rate": rate, "strict": strict, "label": label, "limit": limit, "loose": loose}
+
+    made = environment_factory(typed, {"rate": "2.5", "strict": "yes", "label": "a b", "limit": "none", "loose": "4"})()
+    assert made == {"rate": 2.5, "strict": True, "label": "a b", "limit": None, "loose": 4}  # loose: its default's type
+    assert environment_factory(typed, {}) is typed  # no options: the factory itself
+    for bad, kind in (
+        ("rate=nan", "a finite number"),
+        ("strict=maybe", "true or false"),
+        ("loose=x", "a whole number"),
+    ):
+        key, _, value = bad.partition("=")
+        with pytest.raises(SwiftcoreError, match=f"takes {key} as {kind}, not '{value}'"):
+            environment_factory(typed, {key: value}, name="typed")
+
+    def anything(**kwargs: Any) -> dict:  # takes any key, its values as given
+        return kwargs
+
+    assert environment_factory(anything, {"k": "v"})() == {"k": "v"}
+
+    def bare() -> None:
+        return None
+
+    with pytest.raises(SwiftcoreError, match=r"environment 'bare' does not take 'k'; it takes no options \(drop"):
+        environment_factory(bare, {"k": "v"}, name="bare")
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    """``swiftcore ARGS`` in-process: its exit code, and its output with the exception's message."""
+    from click.testing import CliRunner
+
+    from swiftcore.api.cli import cli
+
+    result = CliRunner().invoke(cli, list(args), env={"SWIFTCORE_PLUGINS": None, "SWIFTCORE_PLUGINS_STRICT": None})
+    return result.exit_code, result.output + (str(result.exception) if result.exception else "")
+
+
+def test_the_environment_option_flag_from_the_cli(tiny_dir: Path, tmp_path: Path) -> None:
+    """``--environment-option`` is in ``train --help`` (grpo and reinforce_pp), reaches the calculator's factory from
+    the command line (a value it refuses fails before the model loads, naming the option), and is refused without
+    ``--environment``, malformed, or with ``--recipe rloo``; no output directory is made."""
+    code, shown = _cli("train", "--help")
+    assert code == 0 and "--environment-option" in " ".join(shown.split()), shown
+    assert "The calculator takes max_calls=N" in " ".join(shown.split())
+    data = tmp_path / "calc.jsonl"
+    data.write_text(json.dumps({"prompt": "What is 6*7?", "answer": "42"}) + "\n")
+    out = tmp_path / "out"
+    base = ("train", "--model", str(tiny_dir), "--dataset", str(data), "--reward", "environment", "--max-steps", "1",
+            "--output-dir", str(out))  # fmt: skip
+    calc = ("--environment", "calculator")
+    for args, message in [
+        (("--recipe", "grpo", *calc, "--environment-option", "max_calls=-1"),
+         "--environment-option max_calls=-1: environment 'calculator' (rl"),
+        (("--recipe", "reinforce_pp", *calc, "--environment-option", "max_calls=two"),
+         "takes max_calls as a whole number or none, not 'two'"),
+        (("--recipe", "grpo", *calc, "--environment-option", "maxcalls=2"),
+         "does not take 'maxcalls'; it takes max_calls"),
+        (("--recipe", "grpo", *calc, "--environment-option", "max_calls"),
+         "--environment-option 'max_calls': expected KEY=VALUE"),
+        (("--recipe", "grpo", "--environment-option", "max_calls=2"), "give --environment NAME too"),
+        (("--recipe", "rloo", "--environment-option", "max_calls=2"), "--environment-option belongs to recipe"),
+    ]:  # fmt: skip
+        code, said = _cli(*base, *args)
+        assert code != 0 and message in said, (args, said)
+        assert not out.exists()
 
 
 def test_importing_the_environments_imports_no_torch() -> None:

@@ -2,8 +2,9 @@
 ``environment`` reward, and the episode loop that runs any environment inside a rollout.
 
 An environment is an :class:`~swiftcore.api.EnvironmentSpec` some plugin registers
-(``swiftcore_register_environments``); its factory makes one environment per episode, a gym env over chat messages
-(:class:`~swiftcore.api.protocols.EnvironmentProtocol`): ``reset(row)`` returns the prompt record (its
+(``swiftcore_register_environments``); its factory makes one environment per episode (called with the run's
+``--environment-option KEY=VALUE`` values as keyword arguments: :func:`environment_factory`), a gym env over chat
+messages (:class:`~swiftcore.api.protocols.EnvironmentProtocol`): ``reset(row)`` returns the prompt record (its
 ``messages`` and the ``tools`` the family's template shows the model), ``step(reply)`` takes the model's reply as
 the family's template parsed it (``content``, ``reasoning_content``, ``tool_calls``) and returns the tool messages
 to append, whether the episode is done, and a reward contribution.
@@ -22,6 +23,7 @@ Importing this module imports neither torch nor TRL.
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import logging
 import math
@@ -35,6 +37,7 @@ __all__ = [
     "Calculator",
     "CalculatorError",
     "EpisodeRollout",
+    "environment_factory",
     "environment_reward",
     "evaluate_expression",
     "tool_suffix_ids",
@@ -155,21 +158,34 @@ class Calculator:
 
     ``reset(row)`` returns the row's record with the calculator added to its ``tools``; ``step(reply)`` answers each
     tool call with a tool message (the value, or ``error: ...`` for a malformed call, an unknown tool, a bad or
-    refused expression) and ends the episode on a reply without tool calls. Its reward contribution comes on that
-    last reply: 1.0 when the row has an ``answer`` column, the reply's final answer equals it (the ``accuracy``
-    reward's matching) and at least one calculator call succeeded in the episode; else 0.0.
+    refused expression, or a call past ``max_calls``) and ends the episode on a reply without tool calls. Its reward
+    contribution comes on that last reply: 1.0 when the row has an ``answer`` column, the reply's final answer equals
+    it (the ``accuracy`` reward's matching) and at least one calculator call succeeded in the episode; else 0.0.
+
+    Args:
+        max_calls: the most tool calls an episode may make (``--environment-option max_calls=N``): every call
+            counts, malformed ones too, in the order the replies make them; the calls past it are answered
+            ``error: ...`` without being evaluated (and count as errors). None: no limit (``--max-turns`` and the
+            completion budget still bound an episode); 0: every call is refused.
+
+    Raises:
+        ValueError: ``max_calls`` is negative.
     """
 
     name = "calculator"
 
-    def __init__(self) -> None:
+    def __init__(self, max_calls: int | None = None) -> None:
+        if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
+            raise ValueError(f"max_calls: {max_calls!r} must be a whole number >= 0 (0: every call is refused)")
+        self.max_calls = max_calls
         self.answer: Any = None
+        self.calls = 0
         self.successes = 0
         self.errors = 0
 
     def reset(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """Start an episode on ``row`` (its record and columns); the prompt record, with the calculator tool."""
-        self.answer, self.successes, self.errors = row.get("answer"), 0, 0
+        self.answer, self.calls, self.successes, self.errors = row.get("answer"), 0, 0, 0
         record = {k: v for k, v in row.items() if k in ("messages", "chat_template_kwargs", "system")}
         tools = [t for t in row.get("tools") or () if _tool_name(t) != self.name]
         return {**record, "tools": [*tools, CALCULATOR_TOOL]}
@@ -183,7 +199,12 @@ class Calculator:
 
     def _answer(self, call: Any) -> dict[str, Any]:
         name = _tool_name(call) if isinstance(call, Mapping) else None
+        self.calls += 1
         try:
+            if self.max_calls is not None and self.calls > self.max_calls:
+                raise CalculatorError(
+                    f"no calls left: at most {self.max_calls} calculator call(s) per episode; give your answer"
+                )
             if name != self.name:
                 raise CalculatorError(f"unknown tool {name!r}; the only tool is 'calculator'")
             arguments = (call.get("function") or call).get("arguments")
@@ -224,6 +245,139 @@ def environment_reward(completions: Sequence[str], *, env_reward: Sequence[float
     return [float(r) for r in env_reward]
 
 
+# ---------------------------------------------------------------------------------------------- options
+
+
+def _option_types(annotation: Any, default: Any) -> tuple[type, ...]:
+    """The types a factory keyword takes, from its annotation (``int``, ``int | None``, ``Optional[float]``) or,
+    without a usable one, its default's type (a default of None: any string). Empty: any string."""
+    import types
+    import typing
+
+    if isinstance(annotation, type) and annotation is not inspect.Parameter.empty:
+        return (annotation,)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        if all(isinstance(a, type) for a in args):
+            return tuple(args)
+    if default is not inspect.Parameter.empty and default is not None:
+        return (type(default),)
+    return ()
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _convert(value: str, kinds: tuple[type, ...]) -> Any:
+    """``value`` (the string given) as the first of ``kinds`` it is; a ``ValueError`` if none."""
+    if not kinds or str in kinds:
+        return value
+    text = value.strip()
+    if type(None) in kinds and text.lower() in ("none", "null"):
+        return None
+    for kind in kinds:
+        if kind is bool and text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        if kind is int:
+            try:
+                return int(text)
+            except ValueError:
+                continue
+        if kind is float:
+            try:
+                number = float(text)
+            except ValueError:
+                continue
+            if math.isfinite(number):
+                return number
+        if kind not in (bool, int, float, type(None)):  # another class (a Path, an enum): built from the string
+            try:
+                return kind(text)
+            except (TypeError, ValueError):
+                continue
+    raise ValueError(value)
+
+
+def _type_names(kinds: tuple[type, ...]) -> str:
+    names = {bool: "true or false", int: "a whole number", float: "a finite number", type(None): "none"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def environment_factory(
+    factory: Callable[..., Any], options: Mapping[str, str], *, name: str = "?", provider: Any = None
+) -> Callable[[], Any]:
+    """The factory an episode loop calls, ``--environment-option KEY=VALUE`` bound to it as keyword arguments.
+
+    The options an environment takes are its factory's keyword parameters (a class: its ``__init__``'s), and each
+    value, given as a string, is converted to the type the parameter's annotation names (``int``, ``float``,
+    ``bool``, ``str``, or a union of those and None; without one, its default's type; else it stays a string).
+    A factory with ``**kwargs`` takes any key, its values as strings. With options, one environment is made here,
+    so a value the factory itself refuses (``ValueError``/``TypeError``) fails before any model is loaded.
+
+    Args:
+        factory: the resolved ``EnvironmentSpec.factory``.
+        options: key -> value, as :meth:`~swiftcore_recipe_rl.options.RolloutOptions.environment_options` gives.
+        name: the environment's name, for messages.
+        provider: its provider plugin, for messages.
+
+    Raises:
+        SwiftcoreError: a key the factory does not take (naming those it does), a value of the wrong type, or a value
+            the factory refuses.
+    """
+    import functools
+
+    from swiftcore.api import SwiftcoreError
+
+    if not options:
+        return factory
+    who = f"environment {name!r}" + (f" ({provider})" if provider else "")
+    try:
+        try:
+            signature = inspect.signature(factory, eval_str=True)
+        except (NameError, TypeError, SyntaxError):  # an annotation that does not evaluate: go by the defaults
+            signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a callable without a signature (a builtin): take the options as strings
+        signature = None
+    params = {} if signature is None else dict(signature.parameters)
+    any_key = signature is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    takes = {
+        key: p for key, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }  # fmt: skip
+    values: dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in takes:
+            if any_key:
+                values[key] = value
+                continue
+            accepted = ", ".join(sorted(takes)) if takes else "no options"
+            raise SwiftcoreError(
+                f"--environment-option {key}={value}: {who} does not take {key!r}; it takes {accepted}"
+                + ("" if takes else " (drop --environment-option)")
+            )
+        kinds = _option_types(takes[key].annotation, takes[key].default)
+        try:
+            values[key] = _convert(value, kinds)
+        except ValueError:
+            raise SwiftcoreError(
+                f"--environment-option {key}={value}: {who} takes {key} as {_type_names(kinds)}, not {value!r}; "
+                f"e.g. --environment-option {key}={_example(kinds)}"
+            ) from None
+    try:
+        factory(**values)
+    except (TypeError, ValueError) as exc:
+        given = " ".join(f"{k}={v}" for k, v in options.items())
+        raise SwiftcoreError(f"--environment-option {given}: {who} refused its options: {exc}") from None
+    return functools.partial(factory, **values)
+
+
+def _example(kinds: tuple[type, ...]) -> str:
+    for kind, example in ((int, "2"), (float, "0.5"), (bool, "true")):
+        if kind in kinds:
+            return example
+    return "VALUE"
+
+
 # ---------------------------------------------------------------------------------------------- the episode loop
 
 
@@ -258,7 +412,8 @@ class EpisodeRollout:
     """TRL's ``rollout_func(prompts, trainer)`` for ``--environment``: one episode per prompt (see the module).
 
     Args:
-        factory: makes one environment per episode (the resolved ``EnvironmentSpec.factory``).
+        factory: makes one environment per episode (the resolved ``EnvironmentSpec.factory``, its options bound:
+            :func:`environment_factory`).
         codec: the run's :class:`~swiftcore_recipe_rl.rollout.PromptCodec` (the template and tokenizer).
         rows: prompt text -> the record it was encoded from (its columns come from the batch's rows).
         max_turns: the most replies per episode.

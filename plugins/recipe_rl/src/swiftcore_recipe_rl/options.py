@@ -36,6 +36,7 @@ __all__ = [
     "SamplingOptions",
     "add_grpo_options",
     "add_rl_options",
+    "split_option",
 ]
 
 #: The GRPO loss aggregations this recipe offers (TRL 1.16's ``GRPOConfig.loss_type`` values of that family).
@@ -55,6 +56,33 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+#: The key of a ``--reward-option`` (``REWARD.KEY``, the reward possibly ``name@plugin``) and of an
+#: ``--environment-option`` (a keyword of the environment's factory).
+_REWARD_OPTION_KEY = re.compile(r"[a-z0-9][a-z0-9_.\-@]*\.[a-z0-9_]+")
+_ENVIRONMENT_OPTION_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_REWARD_OPTION_FORM = "REWARD.KEY=VALUE, e.g. format.pattern='^<answer>'"
+
+
+def split_option(item: str, *, flag: str, key: re.Pattern[str], expected: str) -> tuple[str, str]:
+    """``"KEY=VALUE"`` -> ``(KEY, VALUE)``: the one parser of the ``--reward-option`` and ``--environment-option``
+    values (the key stripped, the value kept as given: it may itself hold ``=``).
+
+    Args:
+        item: one value of the flag.
+        flag: the flag, for the message (``--environment-option``).
+        key: the pattern the whole key must match.
+        expected: the form and an example, for the message (``KEY=VALUE, e.g. max_calls=2``).
+
+    Raises:
+        ValueError: no ``=``, or a key that does not match ``key``.
+    """
+    name, sep, value = str(item).partition("=")
+    name = name.strip()
+    if not sep or not key.fullmatch(name):
+        raise ValueError(f"{flag} {item!r}: expected {expected}")
+    return name, value
 
 
 def _check_finite(options: Any, ranges: dict[str, tuple[float, float]], problems: list[str]) -> None:
@@ -129,6 +157,9 @@ class RolloutOptions(SamplingOptions):
         environment: a multi-turn environment by name (``grpo`` and ``reinforce_pp``; ``swiftcore plugins`` lists
             them): each rollout becomes an episode of replies and tool results (see
             :mod:`swiftcore_recipe_rl.environments`). Empty: single-turn rollouts.
+        environment_option: ``KEY=VALUE`` options of the environment, passed to its factory as keyword arguments
+            (``max_calls=2`` for the ``calculator``); the keys it takes, and their types, are its factory's keyword
+            parameters (checked when the run starts: :func:`~swiftcore_recipe_rl.environments.environment_factory`).
         max_turns: with ``environment``, the most replies per episode.
     """
 
@@ -143,6 +174,7 @@ class RolloutOptions(SamplingOptions):
     rollout_engine: str = "trainer"
     sync_bucket_mb: float = 64.0
     environment: str = ""
+    environment_option: tuple[str, ...] = ()
     max_turns: int = 3
 
     def _check(self, problems: list[str]) -> None:
@@ -154,6 +186,7 @@ class RolloutOptions(SamplingOptions):
         self.reward = _strings(self.reward)
         self.reward_option = _strings(self.reward_option)
         self.reward_weight = _strings(self.reward_weight)
+        self.environment_option = _strings(self.environment_option)
         if not self.reward:
             problems.append("--reward: name at least one reward (e.g. --reward format); `swiftcore rewards` lists them")
         if int(self.max_turns) < 1:
@@ -170,11 +203,22 @@ class RolloutOptions(SamplingOptions):
             )
         if not self.environment and any(r.partition("@")[0] == "environment" for r in self.reward):
             problems.append("--reward environment: scores an episode's environment; give --environment NAME")
-        # Syntax only (swiftcore_train.rewards parses them for the run).
+        if self.environment_option and not self.environment:
+            problems.append(
+                f"--environment-option {self.environment_option[0]!r}: options of an environment; give --environment "
+                "NAME too (e.g. --environment calculator --environment-option max_calls=2), or drop the option"
+            )
+        # Syntax only: swiftcore_train.rewards parses the reward options for the run, and the environment's
+        # factory decides which keys it takes and their types (swiftcore_recipe_rl.environments.environment_factory).
         for item in self.reward_option:
-            key, sep, _ = item.partition("=")
-            if not sep or not re.fullmatch(r"[a-z0-9][a-z0-9_.\-@]*\.[a-z0-9_]+", key.strip()):
-                problems.append(f"--reward-option {item!r}: expected REWARD.KEY=VALUE, e.g. format.pattern='^<answer>'")
+            try:
+                split_option(item, flag="--reward-option", key=_REWARD_OPTION_KEY, expected=_REWARD_OPTION_FORM)
+            except ValueError as exc:
+                problems.append(str(exc))
+        try:
+            self.environment_options()
+        except ValueError as exc:
+            problems.append(str(exc))
         try:
             self.weights()
         except ValueError as exc:
@@ -191,6 +235,19 @@ class RolloutOptions(SamplingOptions):
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             problems.append(f"--reward-timeout: {timeout!r} must be a positive number of seconds")
         super()._check(problems)
+
+    def environment_options(self) -> dict[str, str]:
+        """``--environment-option KEY=VALUE`` values as ``{key: value}``, the values as given (strings; the last
+        of a key given twice wins, as with ``--reward-option``).
+
+        Raises:
+            ValueError: a value that is not ``KEY=VALUE`` with a keyword name as its key.
+        """
+        expected = "KEY=VALUE, e.g. --environment-option max_calls=2"
+        return dict(
+            split_option(item, flag="--environment-option", key=_ENVIRONMENT_OPTION_KEY, expected=expected)
+            for item in self.environment_option
+        )
 
     def weights(self) -> dict[str, float]:
         """``--reward-weight NAME=W`` values as ``{name: weight}`` (a reward not named weighs 1)."""
@@ -350,6 +407,10 @@ _HELP = {
     "environment": "A multi-turn environment by name (grpo, reinforce_pp; `swiftcore plugins` lists them, e.g. "
     "calculator): each rollout generates, runs the tool calls the family's template parses, appends the results and "
     "generates again; only the model's tokens are trained.",
+    "environment_option": "An option of the --environment as KEY=VALUE (repeatable), passed to its factory as a "
+    "keyword argument and converted to the type that keyword declares; an unknown key is refused, naming the ones it "
+    "takes. The calculator takes max_calls=N: the most tool calls per episode; later ones are answered with an error "
+    "(default: no limit).",
     "max_turns": "With --environment: the most replies per episode.",
     "sync_bucket_mb": "Weight sync to the rollout engine with --tuner full: largest bucket in MiB (LoRA sends only "
     "the adapter).",
@@ -405,7 +466,7 @@ def add_rl_options(parser: Any, recipes: tuple[str, ...] = tuple(RL_RECIPES)) ->
     reward-driven recipes among them) and each recipe's own."""
     sampling = list(fields(SamplingOptions))
     rollout = [f for f in fields(RolloutOptions) if f.name not in {g.name for g in sampling}]
-    episodes = [f for f in rollout if f.name in ("environment", "max_turns")]
+    episodes = [f for f in rollout if f.name in ("environment", "environment_option", "max_turns")]
     rollout = [f for f in rollout if f not in episodes]
     rewarded = tuple(r for r in recipes if issubclass(RL_RECIPES[r], RolloutOptions))
     _add_fields(parser.getgroup("rl-sampling", "on-policy sampling (swiftcore-recipe-rl)", recipe=recipes), sampling)

@@ -143,6 +143,23 @@ def _refuse_unsupported(cfg: Any) -> None:
         raise SwiftcoreError(f"{', '.join(given)}: not supported by the {cfg.recipe} recipe yet; drop them")
 
 
+def _reward_record(record: dict, own: Any, cfg: Any) -> dict:
+    """``record`` (a prompt record as the policy is prompted with it) as the rewards get it: without the run's
+    ``--enable-thinking/--disable-thinking`` default, which :func:`_encode_prompts` added under the row's own
+    ``chat_template_kwargs`` (``own``: the row's, kept; what an environment's ``reset`` set itself is kept too).
+
+    That default is how the policy is prompted; a reward that renders the conversation for a model of its own (the
+    ``reward_model``) applies that model's defaults, and the row's own kwargs on top of them."""
+    if cfg.enable_thinking is None or (isinstance(own, dict) and "enable_thinking" in own):
+        return record
+    kwargs = dict(record.get("chat_template_kwargs") or {})
+    if kwargs.get("enable_thinking", None) is not cfg.enable_thinking:  # the environment's own choice: kept
+        return record
+    del kwargs["enable_thinking"]
+    out = {k: v for k, v in record.items() if k != "chat_template_kwargs"}
+    return {**out, "chat_template_kwargs": kwargs} if kwargs else out
+
+
 def _encode_prompts(
     rows: list,
     codec: Any,
@@ -150,11 +167,14 @@ def _encode_prompts(
     options: SamplingOptions,
     records: dict[str, dict] | None = None,
     episodes: Any = None,
+    reward_records: dict[str, dict] | None = None,
 ) -> tuple[list[dict], dict[str, list[int]]]:
     """The TRL dataset rows (``prompt`` text + reward columns) and the text -> template ids map; ``records``, when
     given, is filled with the text -> prompt record map (what a rollout engine encodes). With ``episodes`` (an
     :class:`~swiftcore_recipe_rl.environments.EpisodeRollout`) each prompt is what its environment's ``reset``
-    returns for the row, and ``episodes.rows`` is filled with the text -> row record map."""
+    returns for the row, and ``episodes.rows`` is filled with the text -> row record map. ``reward_records``, when
+    given, is filled with the text -> record map the rewards get (:func:`_reward_record`: the prompt record without
+    the run's thinking default)."""
     from swiftcore.api import SwiftcoreError
 
     room = cfg.max_length - options.max_completion_length
@@ -181,6 +201,8 @@ def _encode_prompts(
             )
         ids_of[text] = ids
         records[text] = record
+        if reward_records is not None:
+            reward_records[text] = _reward_record(record, row.record.get("chat_template_kwargs"), cfg)
         if episodes is not None:
             episodes.rows[text] = source
         dataset.append({"prompt": text, **row.columns})
@@ -219,17 +241,20 @@ def _attach_rollout_engine(
 
 
 def _episodes(options: SamplingOptions, plugins: Any, codec: Any) -> Any:
-    """``--environment NAME``: the episode loop over that environment's factory (None: single-turn rollouts)."""
+    """``--environment NAME``: the episode loop over that environment's factory, its ``--environment-option``
+    values bound to it and checked (None: single-turn rollouts)."""
     name = getattr(options, "environment", "")
     if not name:
         return None
     from swiftcore.api import resolve
-    from swiftcore_recipe_rl.environments import EpisodeRollout
+    from swiftcore_recipe_rl.environments import EpisodeRollout, environment_factory
 
     spec = plugins.registry.get("environment", name)
     factory = resolve(spec.factory, what=f"environment {spec.name!r} of {spec.provider}")
-    log.info("multi-turn episodes: environment %s (%s), at most %d replies each", spec.name, spec.provider,
-             options.max_turns)  # fmt: skip
+    env_options = options.environment_options()
+    factory = environment_factory(factory, env_options, name=spec.name, provider=spec.provider)
+    log.info("multi-turn episodes: environment %s (%s)%s, at most %d replies each", spec.name, spec.provider,
+             "".join(f" {k}={v}" for k, v in env_options.items()), options.max_turns)  # fmt: skip
     return EpisodeRollout(factory, codec, {}, max_turns=options.max_turns, name=spec.name)
 
 
@@ -317,7 +342,8 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
     codec = PromptCodec(template, tokenizer)
     episodes = _episodes(options, plugins, codec)
     prompt_records: dict[str, dict] = {}
-    dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options, prompt_records, episodes)
+    reward_records: dict[str, dict] = {}
+    dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options, prompt_records, episodes, reward_records)
     resume = _resume(cfg, output_dir)
     log.info(
         "%s: model %s (%s), template %s, %s, %d prompts x %d generations",
@@ -358,7 +384,7 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
             "teacher_model": load_model(teacher_spec, options.teacher_model, plugins, torch_dtype=dtype)
         }
     else:
-        method = {"reward_funcs": [TRLReward(r, codec, prompt_records) for r in rewards]}
+        method = {"reward_funcs": [TRLReward(r, codec, reward_records) for r in rewards]}
     trainer = trainer_class(recipe)(
         model=model,
         **method,

@@ -9,6 +9,12 @@ completion as its last assistant reply, rendered by the template the checkpoint 
 family's default) and encoded by the same sample path (the reply closed by the template's stop token and whatever
 the template writes after it). A completion with reasoning keeps it in the reply's text, as the template parses it.
 
+The chat-template defaults are the reward model's, not the policy's: the ``rm`` recipe encoded its pairs with
+``swiftcore_train.run.sample_encoder`` and that run's ``--enable-thinking/--disable-thinking`` (recorded in the
+checkpoint's manifest, ``swiftcore_args.json``, as ``swiftcore_args.enable_thinking``), so the reward encodes with
+the same encoder and the same recorded options. A policy trained in the other thinking mode still gets the score
+the reward model gives its own training-style encoding of the conversation.
+
 The model is loaded once per process (float32, eval mode, on the CPU) and scores one sequence at a time, so no
 padding enters a score. Like every reward it runs on the reward worker thread: a missing ``path``, a checkpoint
 that does not load, or a recipe that passes no ``records`` costs the batch the fallback reward and a logged error.
@@ -23,14 +29,15 @@ from typing import Any
 
 from swiftcore.api import SwiftcoreError
 
-__all__ = ["reward_model"]
+__all__ = ["reward_model", "rm_sample_encoder"]
 
 _LOCK = threading.Lock()  # one model per path, loaded once even when reward batches overlap
 
 
 @functools.lru_cache(maxsize=2)
-def _load(path: str) -> tuple[Any, Any, Any]:
-    """The reward model at ``path``, its tokenizer and its template (cached: read once per process)."""
+def _load(path: str) -> tuple[Any, Any]:
+    """The reward model at ``path`` and the sample encoder its ``rm`` run encoded its pairs with (its tokenizer, its
+    template, its run's chat-template defaults; cached: read once per process)."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
@@ -51,8 +58,29 @@ def _load(path: str) -> tuple[Any, Any, Any]:
             "model has one (train it with --recipe rm)"
         )
     plugins = load_plugins()
-    name = manifest_template(read_manifest(path), plugins) or resolve_model_spec(path, plugins).default_template
-    return model, load_tokenizer(path), get_template(name, plugins)
+    manifest = read_manifest(path)
+    name = manifest_template(manifest, plugins) or resolve_model_spec(path, plugins).default_template
+    return model, rm_sample_encoder(manifest, get_template(name, plugins), load_tokenizer(path))
+
+
+def rm_sample_encoder(manifest: Any, template: Any, tokenizer: Any) -> Any:
+    """The :class:`~swiftcore.api.template.SampleEncoder` the ``rm`` run of ``manifest`` encoded its training pairs
+    with: ``swiftcore_train.run.sample_encoder`` on that run's recorded options (``swiftcore_args``), so its
+    ``--enable-thinking/--disable-thinking`` is each record's default thinking mode, as it was in training.
+
+    ``generation_defaults`` (what inference on a checkpoint defaults to, when a run records them) are not used:
+    they are the mode most training replies were in, not the encoder's default. A checkpoint without a manifest
+    (not trained by swiftcore), or one whose run gave neither flag, gets no defaults (the template's own).
+    """
+    from types import SimpleNamespace
+
+    from swiftcore_train.run import sample_encoder
+
+    args = (manifest.record if manifest is not None else {}).get("swiftcore_args")
+    recorded = dict(args) if isinstance(args, Mapping) else {}
+    thinking = recorded.get("enable_thinking")
+    recorded["enable_thinking"] = thinking if isinstance(thinking, bool) else None
+    return sample_encoder(template, tokenizer, SimpleNamespace(**recorded))
 
 
 def reward_model(
@@ -65,16 +93,18 @@ def reward_model(
     """One reward-model score per completion (see the module docstring)."""
     import torch
 
-    from swiftcore.api.template import SampleEncoder
-
     path = (options or {}).get("path")
     if not path:
         raise SwiftcoreError("--reward reward_model needs --reward-option reward_model.path=RM_CHECKPOINT")
     if records is None:
         raise SwiftcoreError("--reward reward_model: the recipe passed no prompt records to score the replies with")
     with _LOCK:
-        model, tokenizer, template = _load(str(path))
-    encoder = SampleEncoder(template, tokenizer)
+        model, encoder = _load(str(path))
+    # The reward model's defaults first, the record's own chat_template_kwargs on top: the rm recipe let a pair's own
+    # kwargs win over its run's default in the same way, so a prompt row that asks for a mode is scored in that mode.
+    # The RL recipes pass the rows' own kwargs only, never the policy run's --enable-thinking default (see
+    # swiftcore_recipe_rl.recipe._reward_record): that default is how the policy is prompted, not how the reward model
+    # was trained, and applied here it would render the conversation unlike the reward model's training pairs.
     conversations = [
         {**record, "messages": [*record["messages"], {"role": "assistant", "content": completion}]}
         for record, completion in zip(records, completions, strict=True)

@@ -1,7 +1,9 @@
 """The run's rewards as TRL reward functions: decoded by the template, scored safely by the core's :class:`Reward`.
 
 TRL calls each reward function with ``prompts``, ``completions``, ``completion_ids`` and every dataset column; the
-adapter adds ``records`` (each prompt's chat record, so a reward can render the conversation with its reply).
+adapter adds ``records`` (each prompt's chat record, so a reward can render the conversation with its reply: the
+row's messages, tools and own ``chat_template_kwargs``, without the run's ``--enable-thinking/--disable-thinking``
+default, which is the policy's; a reward rendering for a model of its own applies that model's defaults).
 The adapter decodes the completion ids itself (:meth:`~swiftcore_recipe_rl.rollout.PromptCodec.decode`: the
 text a served reply would have) and hands the reward the columns, so a reward sees the same text in training
 as in serving. Faults are the core's to absorb (``swiftcore_train.rewards.Reward``): the fallback reward and a
