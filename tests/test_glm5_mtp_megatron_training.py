@@ -9,7 +9,6 @@ The MTP loss's exact value against a written-out reference is checked in the glm
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,48 +20,15 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
 
-def with_mtp_layer(base: Path, out: Path) -> Path:
-    """A copy of the tiny GLM-5 ``base`` with a release-style MTP layer, taken from a twin with one more layer."""
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
-
-    shutil.copytree(base, out)
-    config = json.loads((base / "config.json").read_text())
-    n, hidden = config["num_hidden_layers"], config["hidden_size"]
-    twin = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version")}
-    twin["num_hidden_layers"] = n + 1
-    for key in ("mlp_layer_types", "indexer_types", "layer_types"):
-        if isinstance(twin.get(key), list):
-            twin[key] = twin[key] + twin[key][-1:]
-    torch.manual_seed(5)
-    GlmMoeDsaForCausalLM(GlmMoeDsaConfig(**twin)).save_pretrained(out / "twin")
-    m = f"model.layers.{n}."
-    mtp = {k: v for k, v in load_file(out / "twin" / "model.safetensors").items() if k.startswith(m)}
-    shutil.rmtree(out / "twin")
-    tensors = load_file(out / "model.safetensors")
-    mtp.update(
-        {
-            m + "enorm.weight": torch.ones(hidden),
-            m + "hnorm.weight": torch.ones(hidden),
-            m + "eh_proj.weight": torch.randn(hidden, 2 * hidden) * 0.02,
-            m + "shared_head.norm.weight": torch.ones(hidden),
-            m + "embed_tokens.weight": tensors["model.embed_tokens.weight"].clone(),
-            m + "shared_head.head.weight": tensors["lm_head.weight"].clone(),
-        }
-    )
-    save_file({**tensors, **mtp}, out / "model.safetensors", metadata={"format": "pt"})
-    config["num_nextn_predict_layers"] = 1
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    return out
-
-
 def test_megatron_trains_the_mtp_layer_and_writes_it_back(tiny_model_dir, tmp_path: Path) -> None:
     import torch
     from safetensors.torch import load_file
+    from swiftcore_megatron.mtp_reference import with_mtp_layer
     from swiftcore_testing.processes import user_env
+    from transformers import GlmMoeDsaForCausalLM
 
-    model = with_mtp_layer(tiny_model_dir("glm5"), tmp_path / "glm5-mtp")
+    # A release-style MTP layer, taken from a twin with one more layer.
+    model = with_mtp_layer(tiny_model_dir("glm5"), tmp_path / "glm5-mtp", GlmMoeDsaForCausalLM, seed=5)
     data = tmp_path / "train.jsonl"
     data.write_text(
         "".join(

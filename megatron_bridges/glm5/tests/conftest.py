@@ -32,16 +32,35 @@ def _hub_offline() -> Iterator[None]:
         yield
 
 
-def build_glm5(out: Path, **overrides: Any) -> Path:
+def build_glm5(out: Path, *, mtp: bool = False, **overrides: Any) -> Path:
     """Save a random tiny ``GlmMoeDsaForCausalLM`` to ``out``, then perturb every tensor in place (norms start at
-    1, LayerNorm biases and the expert-score bias at 0 in HF's init: mistakes there would not show)."""
+    1, LayerNorm biases and the expert-score bias at 0 in HF's init: mistakes there would not show).
+
+    With ``mtp``, a release-style checkpoint: the model gets ``model.layers.3`` as its MTP layer
+    (:func:`swiftcore_megatron.mtp_reference.with_mtp_layer`) before it is perturbed, in the release's layout: the
+    layer itself (MLA, indexer, MoE) and DeepSeek-V3's glue, ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm``,
+    with ``embed_tokens`` / ``shared_head.head`` copies of the model's embedding and head. config.json says
+    ``num_nextn_predict_layers: 1``. transformers loads it as a 3-layer model (it drops the MTP layer).
+    """
     import torch
+    from swiftcore_megatron.mtp_reference import with_mtp_layer
     from swiftcore_megatron.perturb import perturb_checkpoint
     from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 
     torch.manual_seed(0)
     GlmMoeDsaForCausalLM(GlmMoeDsaConfig(**{**TINY, **overrides})).save_pretrained(out / "raw")
-    return perturb_checkpoint(out / "raw", out / "hf", seed=1)
+    if mtp:
+        with_mtp_layer(out / "raw", out / "raw_mtp", GlmMoeDsaForCausalLM, seed=0)
+    return perturb_checkpoint(out / ("raw_mtp" if mtp else "raw"), out / "hf", seed=1)
+
+
+def _bridge(hf: Path) -> Any:
+    """The installed bridge for ``hf``, resolved as ``swiftcore export`` does."""
+    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+
+    from swiftcore.api import load_plugins
+
+    return resolve_bridge(read_hf_config(hf), load_plugins(["bridge_glm5"]))[1]
 
 
 @pytest.fixture(scope="session")
@@ -52,108 +71,43 @@ def glm5_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def bridge(glm5_hf: Path) -> Any:
-    """The installed bridge for :func:`glm5_hf`, resolved as ``swiftcore export`` does."""
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
-
-    from swiftcore.api import load_plugins
-
-    return resolve_bridge(read_hf_config(glm5_hf), load_plugins(["bridge_glm5"]))[1]
-
-
-def _converted(hf: Path, bridge: Any, out: Path, tp: int, ep: int) -> Path:
-    from swiftcore_megatron.convert import hf_to_mcore
-
-    hf_to_mcore(hf, out, bridge, tp=tp, ep=ep)
-    return out
-
-
-@pytest.fixture(scope="session")
-def mcore_tp1(glm5_hf: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:func:`glm5_hf` converted at TP 1."""
-    return _converted(glm5_hf, bridge, tmp_path_factory.mktemp("mcore") / "tp1", 1, 1)
-
-
-@pytest.fixture(scope="session")
-def mcore_tp2(glm5_hf: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:func:`glm5_hf` converted at TP 2."""
-    return _converted(glm5_hf, bridge, tmp_path_factory.mktemp("mcore") / "tp2", 2, 1)
-
-
-@pytest.fixture(scope="session")
-def mcore_ep2(glm5_hf: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:func:`glm5_hf` converted at EP 2 (two experts per rank)."""
-    return _converted(glm5_hf, bridge, tmp_path_factory.mktemp("mcore") / "ep2", 1, 2)
-
-
-def build_glm5_mtp(out: Path) -> Path:
-    """A tiny GLM-5 release-style checkpoint with its MTP layer, perturbed.
-
-    A 4-layer model is cut to 3 layers plus ``model.layers.3`` as the MTP layer, in the release's layout: the
-    layer itself (MLA, indexer, MoE) and DeepSeek-V3's glue, ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm``,
-    with ``embed_tokens`` / ``shared_head.head`` copies of the model's embedding and head. config.json says
-    ``num_nextn_predict_layers: 1``. transformers loads it as a 3-layer model (it drops the MTP layer).
-    """
-    import json
-
-    import torch
-    from safetensors.torch import load_file, save_file
-    from swiftcore_megatron.perturb import perturb_checkpoint
-    from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
-
-    torch.manual_seed(0)
-    layers = TINY["num_hidden_layers"]
-    GlmMoeDsaForCausalLM(GlmMoeDsaConfig(**{**TINY, "num_hidden_layers": layers + 1})).save_pretrained(out / "raw")
-    tensors = load_file(out / "raw" / "model.safetensors")
-    hidden, mtp = TINY["hidden_size"], f"model.layers.{layers}."
-    tensors.update({
-        mtp + "enorm.weight": torch.ones(hidden), mtp + "hnorm.weight": torch.ones(hidden),
-        mtp + "eh_proj.weight": torch.randn(hidden, 2 * hidden) * 0.02,
-        mtp + "shared_head.norm.weight": torch.ones(hidden),
-        mtp + "embed_tokens.weight": tensors["model.embed_tokens.weight"].clone(),
-        mtp + "shared_head.head.weight": tensors["lm_head.weight"].clone(),
-    })
-    save_file(tensors, out / "raw" / "model.safetensors", metadata={"format": "pt"})
-    config = json.loads((out / "raw" / "config.json").read_text())
-    config.update(num_hidden_layers=layers, num_nextn_predict_layers=1)
-    for key in ("mlp_layer_types", "indexer_types", "layer_types"):
-        if isinstance(config.get(key), list):
-            config[key] = config[key][:layers]
-    (out / "raw" / "config.json").write_text(json.dumps(config, indent=2))
-    return perturb_checkpoint(out / "raw", out / "hf", seed=1)
+    """The installed bridge for :func:`glm5_hf`."""
+    return _bridge(glm5_hf)
 
 
 @pytest.fixture(scope="session")
 def glm5_mtp_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The perturbed tiny GLM-5 with its MTP layer (:func:`build_glm5_mtp`)."""
-    return build_glm5_mtp(tmp_path_factory.mktemp("glm5_mtp"))
+    """The perturbed tiny GLM-5 with its MTP layer (:func:`build_glm5` with ``mtp``)."""
+    return build_glm5(tmp_path_factory.mktemp("glm5_mtp"), mtp=True)
 
 
 @pytest.fixture(scope="session")
 def mtp_bridge(glm5_mtp_hf: Path) -> Any:
     """The installed bridge for :func:`glm5_mtp_hf`."""
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
-
-    from swiftcore.api import load_plugins
-
-    return resolve_bridge(read_hf_config(glm5_mtp_hf), load_plugins(["bridge_glm5"]))[1]
+    return _bridge(glm5_mtp_hf)
 
 
-@pytest.fixture(scope="session")
-def mtp_tp1(glm5_mtp_hf: Path, mtp_bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:func:`glm5_mtp_hf` converted at TP 1."""
-    return _converted(glm5_mtp_hf, mtp_bridge, tmp_path_factory.mktemp("mtp") / "tp1", 1, 1)
+def _conversion(checkpoint: str, bridge: str, tp: int, ep: int) -> Any:
+    """A session fixture: the ``checkpoint`` fixture's checkpoint converted by the ``bridge`` fixture's bridge at
+    TP ``tp`` and EP ``ep``."""
+
+    def converted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        from swiftcore_megatron.convert import hf_to_mcore
+
+        out = tmp_path_factory.mktemp(checkpoint) / f"tp{tp}_ep{ep}"
+        hf_to_mcore(request.getfixturevalue(checkpoint), out, request.getfixturevalue(bridge), tp=tp, ep=ep)
+        return out
+
+    converted.__doc__ = f":func:`{checkpoint}` converted at TP {tp}, EP {ep}."
+    return pytest.fixture(scope="session")(converted)
 
 
-@pytest.fixture(scope="session")
-def mtp_tp2(glm5_mtp_hf: Path, mtp_bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:func:`glm5_mtp_hf` converted at TP 2."""
-    return _converted(glm5_mtp_hf, mtp_bridge, tmp_path_factory.mktemp("mtp") / "tp2", 2, 1)
-
-
-@pytest.fixture(scope="session")
-def mtp_ep2(glm5_mtp_hf: Path, mtp_bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """:func:`glm5_mtp_hf` converted at EP 2."""
-    return _converted(glm5_mtp_hf, mtp_bridge, tmp_path_factory.mktemp("mtp") / "ep2", 1, 2)
+mcore_tp1 = _conversion("glm5_hf", "bridge", 1, 1)
+mcore_tp2 = _conversion("glm5_hf", "bridge", 2, 1)
+mcore_ep2 = _conversion("glm5_hf", "bridge", 1, 2)  # two experts per rank
+mtp_tp1 = _conversion("glm5_mtp_hf", "mtp_bridge", 1, 1)
+mtp_tp2 = _conversion("glm5_mtp_hf", "mtp_bridge", 2, 1)
+mtp_ep2 = _conversion("glm5_mtp_hf", "mtp_bridge", 1, 2)
 
 
 @pytest.fixture(scope="session")

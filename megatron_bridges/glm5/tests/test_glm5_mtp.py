@@ -10,9 +10,7 @@ tells the plausible mistakes apart.
 
 from __future__ import annotations
 
-import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from swiftcore_megatron import BridgeError, CheckpointError, ParallelismError
 from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
+from swiftcore_megatron.mtp_reference import load_one_layer, mcore_mtp_logits, mtp_reference_logits, one_layer_state
 from swiftcore_megatron.parity import DEFAULT_TOLERANCE, compare_logits, hf_logits, sample_tokens
 
 
@@ -32,12 +31,14 @@ def mtp_reference(
     The keywords make the negative controls: ``concat="he"`` swaps the concatenation, ``pre_norm`` feeds the hidden
     state before the model's final norm, ``mask_first`` zeroes position 0's embedding (vLLM's proposer does).
     """
-    from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+    return mtp_reference_logits(hf_dir, tokens, _one_layer, concat=concat, pre_norm=pre_norm, mask_first=mask_first)
 
-    config = json.loads((hf_dir / "config.json").read_text())
-    tensors = load_file(hf_dir / "model.safetensors")
-    h = f"model.layers.{config['num_hidden_layers']}."
-    main = GlmMoeDsaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+
+def _one_layer(config: dict[str, Any], tensors: dict[str, torch.Tensor], prefix: str) -> Any:
+    """The MTP layer as a one-layer ``GlmMoeDsaForCausalLM`` (an MoE layer with its own indexer), whose final norm is
+    ``shared_head.norm``."""
+    from transformers import GlmMoeDsaForCausalLM
+
     one = {
         **config,
         "num_hidden_layers": 1,
@@ -46,58 +47,10 @@ def mtp_reference(
         "indexer_types": ["full"],
         "layer_types": config["layer_types"][-1:],
     }
-    glue = ("enorm.", "hnorm.", "eh_proj.", "shared_head.", "embed_tokens.")
-    state = {
-        "model.layers.0." + k[len(h) :]: v
-        for k, v in tensors.items()
-        if k.startswith(h) and not k[len(h) :].startswith(glue)
-    }
-    state.update(
-        {
-            "model.norm.weight": tensors[h + "shared_head.norm.weight"],
-            "model.embed_tokens.weight": tensors["model.embed_tokens.weight"],
-            "lm_head.weight": tensors["lm_head.weight"],
-        }
-    )
-    with tempfile.TemporaryDirectory() as tmp:  # saved and loaded, so transformers fuses the experts as it loads
-        GlmMoeDsaConfig(**one).save_pretrained(tmp)
-        save_file(state, Path(tmp) / "model.safetensors", metadata={"format": "pt"})
-        layer = GlmMoeDsaForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
-        assert layer.model.layers[0].mlp.experts.gate_up_proj.shape[0] == config["n_routed_experts"]
-    norm_class, eps = type(main.model.norm), float(config["rms_norm_eps"])
-    enorm, hnorm = norm_class(config["hidden_size"], eps=eps), norm_class(config["hidden_size"], eps=eps)
-    enorm.weight.data, hnorm.weight.data = tensors[h + "enorm.weight"], tensors[h + "hnorm.weight"]
-    with torch.no_grad():
-        hidden = _before_final_norm(main, tokens) if pre_norm else main.model(input_ids=tokens).last_hidden_state
-        following = torch.roll(tokens, -1, dims=1)
-        following[:, -1] = 0  # megatron fills the last position with token 0
-        embedded = main.model.embed_tokens(following)
-        if mask_first:
-            embedded[:, 0] = 0
-        e, hh = enorm(embedded), hnorm(hidden)
-        joined = torch.cat([e, hh] if concat == "eh" else [hh, e], dim=-1)
-        return layer(inputs_embeds=joined @ tensors[h + "eh_proj.weight"].T).logits.float()
-
-
-def _before_final_norm(main: Any, tokens: torch.Tensor) -> torch.Tensor:
-    """The main model's last hidden state before its final norm (the final norm replaced by identity)."""
-    norm = main.model.norm
-    main.model.norm = torch.nn.Identity()
-    try:
-        return main.model(input_ids=tokens).last_hidden_state
-    finally:
-        main.model.norm = norm
-
-
-def _mcore_logits_tp1(bridge: Any, mcore_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from swiftcore_megatron.mtp import mtp_logits
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model
-
-    init_model_parallel(1, 1)
-    model = bridge.build_model(params_dtype=torch.float32)
-    load_into_model(model, {k: v.float() for k, v in load_mcore_state(mcore_dir, bridge).items()})
-    main, (depth,) = mtp_logits(model, tokens)
-    return main, depth
+    state = one_layer_state(tensors, prefix, final_norm="shared_head.norm", drop=("shared_head.", "embed_tokens."))
+    layer = load_one_layer(GlmMoeDsaForCausalLM, one, state)
+    assert layer.model.layers[0].mlp.experts.gate_up_proj.shape[0] == config["n_routed_experts"]
+    return layer
 
 
 def _ok(report: Any, what: str) -> None:
@@ -108,7 +61,11 @@ def _ok(report: Any, what: str) -> None:
 @pytest.fixture(scope="module")
 def tp1_logits(glm5_mtp_hf: Path, mtp_bridge: Any, mtp_tp1: Path) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """TP-1 megatron logits (main, MTP) at 16 and 48 tokens."""
-    return {seq: _mcore_logits_tp1(mtp_bridge, mtp_tp1, sample_tokens(256, seq=seq)) for seq in (16, 48)}
+    logits = {}
+    for seq in (16, 48):
+        main, (depth,) = mcore_mtp_logits(mtp_bridge, mtp_tp1, sample_tokens(256, seq=seq))
+        logits[seq] = main, depth
+    return logits
 
 
 @pytest.mark.parametrize("seq", [16, 48])

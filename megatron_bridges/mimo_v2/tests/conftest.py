@@ -85,37 +85,31 @@ def mimo_mtp(mimo_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     layer of that kind (the release names its pre-MLP norm ``pre_mlp_layernorm``), plus the glue (``enorm``,
     ``hnorm``, ``eh_proj``, ``final_layernorm``); norms and sinks are randomised like the model's.
     """
-    import json
-    import shutil
-
     import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import MiMoV2FlashConfig, MiMoV2FlashForCausalLM
+    from swiftcore_megatron.mtp_reference import with_mtp_layer
+    from transformers import MiMoV2FlashForCausalLM
 
-    out = tmp_path_factory.mktemp("mimo_mtp") / "hf"
-    shutil.copytree(mimo_tiny, out)
-    config = json.loads((out / "config.json").read_text())
-    n, hidden = config["num_hidden_layers"], config["hidden_size"]
-    twin = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version")}
-    twin.update(num_hidden_layers=n + 1, layer_types=[*config["layer_types"], "sliding_attention"],
-                mlp_layer_types=[*config["mlp_layer_types"], "dense"])  # fmt: skip
-    torch.manual_seed(11)
-    MiMoV2FlashForCausalLM(MiMoV2FlashConfig(**twin)).save_pretrained(out / "twin")
-    layer, mtp = f"model.layers.{n}.", "model.mtp.layers.0."
-    tensors = {mtp + k[len(layer):].replace("post_attention_layernorm", "pre_mlp_layernorm"): v
-               for k, v in load_file(out / "twin" / "model.safetensors").items() if k.startswith(layer)}  # fmt: skip
-    shutil.rmtree(out / "twin")
     gen = torch.Generator().manual_seed(12)
-    glue = ("enorm.weight", "hnorm.weight", "final_layernorm.weight")
-    tensors.update({mtp + name: torch.ones(hidden) for name in glue})
-    tensors[mtp + "eh_proj.weight"] = torch.randn(hidden, 2 * hidden, generator=gen) * 0.05
-    for key, tensor in tensors.items():
-        if "norm" in key or "attention_sink_bias" in key:
-            tensors[key] = tensor + 0.3 * torch.randn(tensor.shape, generator=gen) + ("sink" in key)
-    save_file({**load_file(out / "model.safetensors"), **tensors}, out / "model.safetensors", metadata={"format": "pt"})
-    config["num_nextn_predict_layers"] = 1
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    return out
+
+    def randomise(tensors: dict[str, torch.Tensor]) -> None:
+        for key, tensor in tensors.items():
+            if "norm" in key or "attention_sink_bias" in key:
+                tensors[key] = tensor + 0.3 * torch.randn(tensor.shape, generator=gen) + ("sink" in key)
+
+    return with_mtp_layer(
+        mimo_tiny,
+        tmp_path_factory.mktemp("mimo_mtp") / "hf",
+        MiMoV2FlashForCausalLM,
+        seed=11,
+        layer_kinds={"layer_types": "sliding_attention", "mlp_layer_types": "dense"},
+        prefix="model.mtp.layers.0.",
+        renames={"post_attention_layernorm": "pre_mlp_layernorm"},
+        final_norm="final_layernorm",
+        copies={},
+        eh_proj_std=0.05,
+        generator=gen,
+        edit=randomise,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ plausible mistakes apart.
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import shutil
 import tempfile
@@ -22,7 +22,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from swiftcore_megatron.checkpoint import rank_file
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
+from swiftcore_megatron.convert import hf_to_mcore, mcore_to_hf
+from swiftcore_megatron.mtp_reference import load_one_layer, mcore_mtp_logits, mtp_reference_logits, one_layer_state
 from swiftcore_megatron.parity import DEFAULT_TOLERANCE, compare_logits, hf_logits, sample_tokens
 
 SEQ = 24  # three sliding windows
@@ -32,38 +33,24 @@ MTP = "model.mtp.layers.0."
 def mtp_reference(hf_dir: Path, tokens: torch.Tensor, *, concat: str = "eh", window: bool = True) -> torch.Tensor:
     """The MTP layer's float32 logits from transformers' modules (see the module docstring); ``concat="he"`` swaps
     the concatenation and ``window=False`` runs the layer as a full-attention one (the negative controls)."""
-    from transformers import MiMoV2FlashConfig, MiMoV2FlashForCausalLM
+    return mtp_reference_logits(hf_dir, tokens, functools.partial(_one_layer, window=window), prefix=MTP, concat=concat)
 
-    config = json.loads((hf_dir / "config.json").read_text())
-    tensors = load_file(hf_dir / "model.safetensors")
-    main = MiMoV2FlashForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+
+def _one_layer(config: dict[str, Any], tensors: dict[str, torch.Tensor], prefix: str, *, window: bool) -> Any:
+    """The MTP layer as a one-layer ``MiMoV2FlashForCausalLM`` (sliding-window with sinks, or full attention without
+    them, and a dense MLP), whose final norm is the MTP layer's ``final_layernorm``."""
+    from transformers import MiMoV2FlashForCausalLM
+
     kind = "sliding_attention" if window else "full_attention"
     one = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version")}
     one.update(num_hidden_layers=1, layer_types=[kind], mlp_layer_types=["dense"])
-    glue = ("enorm.", "hnorm.", "eh_proj.", "final_layernorm.")
-    state = {"model.layers.0." + k[len(MTP):].replace("pre_mlp_layernorm", "post_attention_layernorm"): v
-             for k, v in tensors.items() if k.startswith(MTP) and not k[len(MTP):].startswith(glue)}  # fmt: skip
+    renames = {"pre_mlp_layernorm": "post_attention_layernorm"}
+    state = one_layer_state(tensors, prefix, final_norm="final_layernorm", renames=renames)
     if not window:
         state = {k: v for k, v in state.items() if "attention_sink_bias" not in k}
         state["model.layers.0.self_attn.k_proj.weight"] = state["model.layers.0.self_attn.k_proj.weight"][: 32 * 2]
         state["model.layers.0.self_attn.v_proj.weight"] = state["model.layers.0.self_attn.v_proj.weight"][: 16 * 2]
-    state.update({"model.norm.weight": tensors[MTP + "final_layernorm.weight"],
-                  "model.embed_tokens.weight": tensors["model.embed_tokens.weight"],
-                  "lm_head.weight": tensors["lm_head.weight"]})  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:  # saved and loaded, so transformers lays the weights out as it loads
-        MiMoV2FlashConfig(**one).save_pretrained(tmp)
-        save_file(state, Path(tmp) / "model.safetensors", metadata={"format": "pt"})
-        layer = MiMoV2FlashForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
-    norm_class, eps = type(main.model.norm), float(config["rms_norm_eps"])
-    enorm, hnorm = norm_class(config["hidden_size"], eps=eps), norm_class(config["hidden_size"], eps=eps)
-    enorm.weight.data, hnorm.weight.data = tensors[MTP + "enorm.weight"], tensors[MTP + "hnorm.weight"]
-    with torch.no_grad():
-        hidden = main.model(input_ids=tokens).last_hidden_state
-        following = torch.roll(tokens, -1, dims=1)
-        following[:, -1] = 0  # megatron fills the last position with token 0
-        e, h = enorm(main.model.embed_tokens(following)), hnorm(hidden)
-        joined = torch.cat([e, h] if concat == "eh" else [h, e], dim=-1)
-        return layer(inputs_embeds=joined @ tensors[MTP + "eh_proj.weight"].T).logits.float()
+    return load_one_layer(MiMoV2FlashForCausalLM, one, state)
 
 
 def _tokens() -> torch.Tensor:
@@ -93,13 +80,7 @@ def _run(mcore: Path, bridge: Any, tp: int, ep: int) -> dict[str, Any]:
     from swiftcore_megatron.runtime import free_port
 
     if tp * ep == 1:
-        from swiftcore_megatron.mtp import mtp_logits
-        from swiftcore_megatron.runtime import init_model_parallel, load_into_model
-
-        init_model_parallel(1, 1)
-        model = bridge.build_model(params_dtype=torch.float32)
-        load_into_model(model, load_mcore_state(mcore, bridge))
-        main, depths = mtp_logits(model, _tokens())
+        main, depths = mcore_mtp_logits(bridge, mcore, _tokens())
         return {"main": main, "mtp": depths}
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "logits.pt")

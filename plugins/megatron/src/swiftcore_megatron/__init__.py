@@ -13,6 +13,8 @@ Modules (import the one you need; this package imports neither torch nor megatro
 - :mod:`~swiftcore_megatron.resolve`: which installed bridge converts a checkpoint.
 - :mod:`~swiftcore_megatron.runtime`, :mod:`~swiftcore_megatron.parity`: run mcore models, check logits.
 - :mod:`~swiftcore_megatron.mtp`: a GPTModel whose multi-token-prediction layers also give logits without labels.
+- :mod:`~swiftcore_megatron.mtp_reference`: test helpers for MTP layers (a reference from transformers' modules,
+  megatron's MTP logits at TP 1, a tiny checkpoint with a release-style MTP layer).
 - :mod:`~swiftcore_megatron.perturb`: a copy of a tiny checkpoint with every tensor and rope base perturbed, so
   that parity tells every tensor apart (norms and biases of a random-init checkpoint are constants).
 - :mod:`~swiftcore_megatron.cpu_patches`: what megatron-core needs to run on a CPU.
