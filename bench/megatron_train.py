@@ -1,14 +1,15 @@
-"""Figure 6 (informational): ``swiftcore train --engine megatron`` at TP1 vs TP2, and the transformers engine.
+"""Figure 6 (informational): ``swiftcore train --engine megatron`` at TP1, TP2 and PP2, and the transformers engine.
 
 Same tiny Qwen3.5 (``make-tiny qwen3_5``), same chats (``conversations.mixed_length_corpus``), full fine-tuning,
 batch 2, fp32, ``--max-steps`` steps, one thread per process (``OMP_NUM_THREADS=1``). Runs alternate
-(transformers, megatron TP1, megatron TP2 under ``torchrun --nproc-per-node 2``, ...).
+(transformers, megatron TP1, megatron TP2 and PP2 under ``torchrun --nproc-per-node 2``, ...). PP2 runs each
+step's batch as one micro-batch, like the others, so its two stages take turns (no overlap to gain from).
 
 tokens/s = the engine's own ``tokens_per_second`` of its last log record (tokens of the trained batches over the
 training loop's time; start-up, loading and encoding not counted). Peak memory per rank = the megatron engine's
 ``peak_rss_mb`` record (each rank's ``VmHWM``); for the transformers engine the process tree's peak RSS.
 
-On a 2-core CPU with a model this small, TP2 cannot be faster (two processes share two cores and every layer
+On a 2-core CPU with a model this small, TP2 and PP2 cannot be faster (two processes share two cores and every layer
 adds collectives); the figure is the same measurement the GPU check prints on real hardware.
 
 Usage: ``python bench/megatron_train.py [--runs 3] [--steps 20]``; raw JSON goes to ``bench/raw/megatron_train.json``
@@ -30,7 +31,7 @@ from common import machine, replace_section, run_child, summarize, write_raw
 from conversations import mixed_length_corpus, write_jsonl
 
 BIN = Path(sys.executable).parent
-SERIES = ("transformers", "megatron_tp1", "megatron_tp2")
+SERIES = ("transformers", "megatron_tp1", "megatron_tp2", "megatron_pp2")
 BEGIN, END = "<!-- megatron-train:begin -->", "<!-- megatron-train:end -->"
 
 
@@ -45,7 +46,8 @@ def _command(series: str, model: Path, data: Path, out: Path, steps: int) -> lis
     from swiftcore_megatron.runtime import free_port
 
     launcher = [str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-port", str(free_port())]
-    return [*launcher, *train, "--engine", "megatron", "--tp", "2"]
+    option = {"megatron_tp2": "--tp", "megatron_pp2": "--pp"}[series]
+    return [*launcher, *train, "--engine", "megatron", option, "2"]
 
 
 def run(runs: int, steps: int) -> dict:
@@ -79,8 +81,9 @@ def run(runs: int, steps: int) -> dict:
 def render(raw: dict) -> str:
     """The Markdown section of figure 6."""
     names = {"transformers": "transformers engine, 1 process", "megatron_tp1": "megatron engine, TP1, 1 process",
-             "megatron_tp2": "megatron engine, TP2, 2 processes (torchrun, gloo)"}  # fmt: skip
-    lines = [BEGIN, "", "## 6. Megatron engine: TP1 vs TP2 (informational)", "",
+             "megatron_tp2": "megatron engine, TP2, 2 processes (torchrun, gloo)",
+             "megatron_pp2": "megatron engine, PP2, 2 processes (torchrun, gloo; 1F1B schedule)"}  # fmt: skip
+    lines = [BEGIN, "", "## 6. Megatron engine: TP1 vs TP2 vs PP2 (informational)", "",
              f"`bench/megatron_train.py`, {raw['runs']} alternating runs of {raw['steps']} steps, tiny Qwen3.5, full "
              f"fine-tuning, batch 2, fp32, one thread per process; {raw['machine']['date']}. Median (min–max).", "",
              "| series | tokens/s | peak RSS per rank (MB) |", "| --- | --- | --- |"]  # fmt: skip
@@ -91,10 +94,11 @@ def render(raw: dict) -> str:
     lines += [
         "",
         "Informational: a 0.5 M-parameter model on two shared cores. TP2 pays collectives in every layer and splits "
-        "no real compute, so it cannot be faster here; per-rank memory is mostly the imported libraries (torch, "
-        "transformers, megatron-core). The megatron engine's step is slower than the transformers engine's on "
-        "this model (megatron-core's PyTorch gated-DeltaNet path and per-layer overheads; not profiled yet). PP2 is "
-        "not measured: the engine refuses `--pp` so far.",
+        "no real compute, so it cannot be faster here; PP2 sends activations between its two stages, which take "
+        "turns on a step of one micro-batch. Per-rank memory is mostly the imported libraries (torch, "
+        "transformers, megatron-core), so splitting the weights saves little of it at this size. The megatron "
+        "engine's step is slower than the transformers engine's on this model (megatron-core's PyTorch "
+        "gated-DeltaNet path and per-layer overheads; not profiled yet).",
         "",
         END,
     ]

@@ -11,7 +11,8 @@ any fails:
    megatron-core GPTModel on the GPU; max |logit diff| <= 1e-5 and identical argmax.
 4. ``megatron_train_cuda``: ``swiftcore train --engine megatron`` (one rank, NCCL) on the tiny Qwen3.5 of 1 runs
    on the GPU; its first 5 losses equal the transformers engine's on the GPU to 1e-3 relative; tokens/s and
-   peak memory are reported.
+   peak memory are reported. On a machine with 2 GPUs or more, the same at ``--pp 2`` (two NCCL ranks under
+   torchrun, megatron-core's 1F1B schedule); with one GPU that part reports itself skipped.
 5. ``sp_attention_cuda``: the sequence-parallel plugin's low-memory attention (the kernel every SP mode runs)
    on the GPU equals the CPU's (output, log-sum-exp, gradients; packed samples, sliding window, GQA) to 1e-4,
    and the CUDA memory its forward keeps at 8192 tokens is at most half of sdpa's with the same mask.
@@ -143,19 +144,29 @@ def check_megatron_training(work: Path) -> None:
     common = ["train", "--model", str(work / "tiny"), "--dataset", str(work / "parity.jsonl"), "--tuner", "full",
               "--max-steps", "5", "--logging-steps", "1", "--batch-size", "4", "--learning-rate", "5e-4",
               "--no-plot"]  # fmt: skip
+    import torch
+
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2"]
+    runs = {"transformers": [*base, *common], "megatron": [*base, *common, "--engine", "megatron"]}
+    if torch.cuda.device_count() >= 2:  # NCCL refuses two ranks on one GPU
+        runs["megatron_pp2"] = [*torchrun, *runs["megatron"], "--pp", "2"]
     losses, outputs = {}, {}
-    for engine in ("transformers", "megatron"):
-        out = work / f"engine-{engine}"
-        proc = subprocess.run([*base, *common, "--engine", engine, "--output-dir", str(out)], capture_output=True,
-                              text=True, timeout=900)  # fmt: skip
-        outputs[engine] = (proc.stdout + proc.stderr)[-1500:]
+    for name, command in runs.items():
+        out = work / f"engine-{name}"
+        proc = subprocess.run([*command, "--output-dir", str(out)], capture_output=True, text=True, timeout=900)
+        outputs[name] = (proc.stdout + proc.stderr)[-1500:]
         log = (out / "logs.jsonl").read_text().splitlines() if proc.returncode == 0 else []
         rows = [json.loads(line) for line in log]
-        losses[engine] = [r["loss"] for r in rows if "loss" in r]
-    pairs = list(zip(losses["transformers"], losses["megatron"]))
-    worst = max((abs(a - b) / abs(a) for a, b in pairs), default=float("inf"))
-    report("megatron_train_cuda", len(pairs) == 5 and worst < 1e-3, worst_relative=worst, losses=losses,
-           output=outputs["megatron"] if len(pairs) < 5 else "")  # fmt: skip
+        losses[name] = [r["loss"] for r in rows if "loss" in r]
+    for name in ("megatron", "megatron_pp2"):
+        if name not in runs:
+            report(f"{name.replace('megatron', 'megatron_train')}_cuda", True, skipped="needs 2 GPUs")
+            continue
+        pairs = list(zip(losses["transformers"], losses[name]))
+        worst = max((abs(a - b) / abs(a) for a, b in pairs), default=float("inf"))
+        report(f"{name.replace('megatron', 'megatron_train')}_cuda", len(pairs) == 5 and worst < 1e-3,
+               worst_relative=worst, losses={k: losses[k] for k in ("transformers", name)},
+               output=outputs[name] if len(pairs) < 5 else "")  # fmt: skip
 
 
 def check_sp_attention(work: Path) -> None:

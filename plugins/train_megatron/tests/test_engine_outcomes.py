@@ -1,9 +1,11 @@
 """``swiftcore train --engine megatron`` against the transformers engine, on gloo with real torchrun processes.
 
-- Loss parity: the first 10 step losses at TP1, TP2 and EP2 equal the transformers trainer's on the same init
-  and data to 1e-4 relative (fp32), for Qwen3.5 dense, Qwen3.5-MoE and OLMoE.
-- kill -9 and resume from the megatron checkpoint: the remaining losses equal the uninterrupted run's.
-- The exported checkpoint is a plain transformers model whose logits equal the trained mcore model's to 1e-5.
+- Loss parity: the first 10 step losses at TP1, TP2, PP2 and EP2 equal the transformers trainer's on the same init
+  and data to 1e-4 relative (fp32), for Qwen3.5 dense, Qwen3.5-MoE and OLMoE; PP2 also with two micro-batches a
+  step (1F1B), with TP2 and with EP2, and with a tied embedding (its copies on the first and last stage).
+- kill -9 and resume from the megatron checkpoint (TP2, PP2): the remaining losses equal the uninterrupted run's.
+- The exported checkpoint is a plain transformers model whose logits equal the trained mcore model's to 1e-5,
+  also when the mcore model was saved as pipeline stages.
 """
 
 from __future__ import annotations
@@ -78,14 +80,38 @@ def _losses(output_dir: Path) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_model_dir, dataset, tmp_path_factory):
+def tied_qwen3_5(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny Qwen3.5 with its head tied to the embedding (``tie_word_embeddings``; no ``lm_head.weight``)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("tied") / "qwen3_5_tied"
+    shutil.copytree(tiny_model_dir("qwen3_5"), out)
+    config = json.loads((out / "config.json").read_text())
+    config["tie_word_embeddings"] = config["text_config"]["tie_word_embeddings"] = True
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    tensors = load_file(str(out / "model.safetensors"))
+    del tensors["lm_head.weight"]
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_of(tiny_model_dir, tied_qwen3_5):
+    """A family's tiny checkpoint; ``qwen3_5_tied`` is Qwen3.5 with a tied head."""
+    return lambda family: tied_qwen3_5 if family == "qwen3_5_tied" else tiny_model_dir(family)
+
+
+@pytest.fixture(scope="module")
+def reference(model_of, dataset, tmp_path_factory):
     """The transformers engine's run of a family (batch 2 on one process), made once per module."""
     made: dict[str, Path] = {}
 
     def run(family: str) -> Path:
         if family not in made:
             out = tmp_path_factory.mktemp("reference") / family
-            _run(_command(tiny_model_dir(family), dataset, out, batch_size=2))
+            _run(_command(model_of(family), dataset, out, batch_size=2))
             made[family] = out
         return made[family]
 
@@ -93,50 +119,71 @@ def reference(tiny_model_dir, dataset, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def megatron_run(tiny_model_dir, dataset, tmp_path_factory):
-    """A megatron run of a family at a layout, made once per module: ``megatron_run("qwen3_5", tp=2)``."""
+def megatron_run(model_of, dataset, tmp_path_factory):
+    """A megatron run of a family at a layout, made once per module: ``megatron_run("qwen3_5", tp=2)``.
+
+    ``accum=2`` trains each step's 2 samples as two micro-batches of one (the reference's one batch of 2 gives the
+    same loss: transformers weights accumulated losses by their tokens).
+    """
     made: dict[tuple, Path] = {}
 
-    def run(family: str, tp: int = 1, ep: int = 1) -> Path:
-        key = (family, tp, ep)
+    def run(family: str, tp: int = 1, ep: int = 1, pp: int = 1, accum: int = 1) -> Path:
+        key = (family, tp, ep, pp, accum)
         if key not in made:
-            out = tmp_path_factory.mktemp("megatron") / f"{family}-tp{tp}-ep{ep}"
+            out = tmp_path_factory.mktemp("megatron") / f"{family}-tp{tp}-ep{ep}-pp{pp}-ga{accum}"
             # Expert parallelism splits the data-parallel ranks: batch 1 on each of 2 ranks = the reference's 2.
-            ranks, batch = (tp * ep, 2 // ep)
-            extra = ("--engine", "megatron", "--tp", str(tp), "--ep", str(ep))
-            _run(_command(tiny_model_dir(family), dataset, out, batch_size=batch, ranks=ranks, extra=extra))
+            ranks, batch = (tp * pp * ep, 2 // ep // accum)
+            extra = ("--engine", "megatron", "--tp", str(tp), "--ep", str(ep), "--pp", str(pp))
+            extra += ("--gradient-accumulation-steps", str(accum))
+            _run(_command(model_of(family), dataset, out, batch_size=batch, ranks=ranks, extra=extra))
             made[key] = out
         return made[key]
 
     return run
 
 
-LAYOUTS = [
-    ("qwen3_5", 1, 1),
-    ("qwen3_5", 2, 1),
-    ("qwen3_5_moe", 1, 2),
-    ("qwen3_5_moe", 2, 1),  # MoE under TP trains with megatron's sequence parallelism
-    ("olmoe", 1, 1),
-    ("olmoe", 1, 2),
+LAYOUTS = [  # family, tp, ep, pp, gradient accumulation
+    ("qwen3_5", 1, 1, 1, 1),
+    ("qwen3_5", 2, 1, 1, 1),
+    ("qwen3_5", 1, 1, 2, 1),
+    ("qwen3_5", 1, 1, 2, 2),  # two micro-batches a step through the two stages (1F1B)
+    ("qwen3_5", 2, 1, 2, 1),  # four ranks
+    ("qwen3_5_tied", 1, 1, 2, 1),  # the embedding on stage 0 and its copy, the head, on stage 1
+    ("qwen3_5_moe", 1, 2, 1, 1),
+    ("qwen3_5_moe", 2, 1, 1, 1),  # MoE under TP trains with megatron's sequence parallelism
+    ("qwen3_5_moe", 1, 1, 2, 1),
+    ("qwen3_5_moe", 1, 2, 2, 1),  # four ranks: two stages, each split over two expert-parallel ranks
+    ("olmoe", 1, 1, 1, 1),
+    ("olmoe", 1, 2, 1, 1),
+    ("olmoe", 1, 1, 2, 1),
 ]
 
 
-@pytest.mark.parametrize(("family", "tp", "ep"), LAYOUTS, ids=[f"{f}-tp{t}-ep{e}" for f, t, e in LAYOUTS])
-def test_the_first_ten_losses_equal_the_transformers_engine(family, tp, ep, reference, megatron_run) -> None:
+@pytest.mark.parametrize(
+    ("family", "tp", "ep", "pp", "accum"),
+    LAYOUTS,
+    ids=[f"{f}-tp{t}-ep{e}-pp{p}" + ("-ga2" if a > 1 else "") for f, t, e, p, a in LAYOUTS],
+)
+def test_the_first_ten_losses_equal_the_transformers_engine(family, tp, ep, pp, accum, reference, megatron_run) -> None:
     expected = _losses(reference(family))
-    got = _losses(megatron_run(family, tp, ep))
+    got = _losses(megatron_run(family, tp, ep, pp, accum))
     assert sorted(got) == list(range(1, STEPS + 1)) == sorted(expected)
     worst = max(abs(got[s] - expected[s]) / abs(expected[s]) for s in expected)
     assert worst < 1e-4, {s: (expected[s], got[s]) for s in expected}
     assert expected[STEPS] < expected[1], "the reference must learn, or equal losses prove little"
 
 
-def test_kill_9_then_resume_gives_the_uninterrupted_losses(tiny_model_dir, dataset, megatron_run, tmp_path) -> None:
-    uninterrupted = _losses(megatron_run("qwen3_5", tp=2))
+@pytest.mark.parametrize("layout", [{"tp": 2}, {"pp": 2}], ids=["tp2", "pp2"])
+def test_kill_9_then_resume_gives_the_uninterrupted_losses(
+    layout, tiny_model_dir, dataset, megatron_run, tmp_path
+) -> None:
+    uninterrupted = _losses(megatron_run("qwen3_5", **layout))
     killed = tmp_path / "killed"
+    ((option, size),) = layout.items()
     command = _command(
-        tiny_model_dir("qwen3_5"), dataset, killed, batch_size=2, ranks=2, extra=("--engine", "megatron", "--tp", "2")
-    )
+        tiny_model_dir("qwen3_5"), dataset, killed, batch_size=2, ranks=2,
+        extra=("--engine", "megatron", f"--{option}", str(size)),
+    )  # fmt: skip
     proc = subprocess.Popen(
         command, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
@@ -159,9 +206,15 @@ def test_kill_9_then_resume_gives_the_uninterrupted_losses(tiny_model_dir, datas
     assert not (killed / ".staging").exists()
 
 
-def test_the_checkpoint_is_a_transformers_model_with_the_trained_logits(megatron_run, tiny_model_dir) -> None:
-    """checkpoint-10 of the TP2 run: transformers loads it plainly; its logits equal the mcore model's, built
-    from the checkpoint's megatron shards, to 1e-5; the weights moved away from the initial checkpoint."""
+@pytest.mark.parametrize(
+    ("family", "layout"),
+    [("qwen3_5", {"tp": 2}), ("qwen3_5", {"pp": 2}), ("qwen3_5_tied", {"pp": 2})],
+    ids=["tp2", "pp2", "tied-pp2"],
+)
+def test_the_checkpoint_is_a_transformers_model_with_the_trained_logits(family, layout, megatron_run, model_of) -> None:
+    """checkpoint-10 of a TP2 or PP2 run: transformers loads it plainly; its logits equal the mcore model's, built
+    from the checkpoint's megatron shards (or pipeline stages), to 1e-5; the weights moved away from the initial
+    checkpoint (the tied embedding too, which both stages trained)."""
     import torch
     from safetensors.torch import load_file
     from swiftcore_megatron.convert import load_mcore_state
@@ -170,16 +223,20 @@ def test_the_checkpoint_is_a_transformers_model_with_the_trained_logits(megatron
 
     from swiftcore._plugins import load_plugins
 
-    checkpoint = megatron_run("qwen3_5", tp=2) / f"checkpoint-{STEPS}"
+    checkpoint = megatron_run(family, **layout) / f"checkpoint-{STEPS}"
     _, bridge = resolve_bridge(read_hf_config(checkpoint), load_plugins(env={}))
     report = check_parity(checkpoint, bridge, load_mcore_state(checkpoint / "mcore", bridge))
     assert report.ok and report.max_abs <= 1e-5, str(report)
     trained = load_file(str(checkpoint / "model.safetensors"))
-    base = load_file(str(tiny_model_dir("qwen3_5") / "model.safetensors"))
-    key = "model.language_model.layers.0.mlp.down_proj.weight"
-    assert not torch.equal(trained[key], base[key])
+    base = load_file(str(model_of(family) / "model.safetensors"))
+    for key in ("model.language_model.layers.0.mlp.down_proj.weight", "model.language_model.embed_tokens.weight"):
+        assert not torch.equal(trained[key], base[key]), key
+    assert ("lm_head.weight" in trained) == (family == "qwen3_5")
+    stage_files = sorted(p.name for p in (checkpoint / "mcore" / "release").iterdir())
+    assert stage_files == (["mp_rank_00_000", "mp_rank_00_001"] if "pp" in layout else ["mp_rank_00", "mp_rank_01"])
     args = json.loads((checkpoint / "swiftcore_args.json").read_text())
-    assert args["engine"]["name"] == "megatron" and args["engine"]["tp"] == 2
+    assert args["engine"]["name"] == "megatron"
+    assert {k: args["engine"][k] for k in layout} == layout
 
 
 def test_validation_loss_falls_and_old_checkpoints_rotate(tiny_model_dir, dataset, tmp_path) -> None:

@@ -54,7 +54,9 @@ def _no_process_group_after():
         ("qwen3_5", 3, {"tp": 2}, "world size 3"),
         ("qwen3_5", 2, {"tp": 2, "pp": 1, "ep": 2}, "--ep 2: bridge 'qwen3_5' does not support expert parallelism"),
         ("qwen3_5_moe", 2, {"ep": 4}, "--ep 4 does not divide the 2 data-parallel rank(s)"),
-        ("qwen3_5", 2, {"pp": 2}, "--pp 2: pipeline parallelism is not supported"),
+        ("qwen3_5", 3, {"pp": 3}, "--pp 3 does not divide the model's 4 decoder layers"),
+        ("qwen3_5", 3, {"pp": 2}, "world size 3 (processes launched) is not a multiple of --tp 1 x --pp 2"),
+        ("gemma4", 2, {"pp": 2}, "--pp 2: bridge 'gemma4' does not build pipeline stages; use --pp 1 (and --tp"),
         ("qwen3_5", 3, {"tp": 3}, "--tp 3 does not divide config.json"),
         ("olmoe", 3, {"ep": 3}, "--ep 3 does not divide the"),
     ],
@@ -115,3 +117,19 @@ def test_parallel_sizes_below_one_are_refused_when_the_options_are_read(tiny_mod
     with pytest.raises(SwiftcoreError) as info:
         _train(tiny_model_dir("qwen3_5"), dataset, tmp_path / "out", tp=0)
     assert "--tp 0" in str(info.value) and "at least 1" in str(info.value)
+
+
+def test_pipeline_stages_are_refused_for_multi_token_prediction_layers(tiny_model_dir) -> None:
+    """GLM-5's bridge builds its MTP layer as megatron's MTP block, which the engine does not split into stages:
+    even a bridge that builds stages gets a clear refusal for such a checkpoint."""
+    from dataclasses import replace
+
+    from swiftcore_bridge_glm5.bridge import Glm5Bridge
+    from swiftcore_train_megatron.layout import ParallelLayout
+
+    config = json.loads((tiny_model_dir("glm5") / "config.json").read_text())
+    bridge = Glm5Bridge({**config, "num_nextn_predict_layers": 1})
+    spec = replace(load_plugins(env={}).registry.get("bridge", "glm5"), parallelism=("tp", "pp", "ep"))
+    with pytest.raises(SwiftcoreError) as info:
+        ParallelLayout(pp=2).check(bridge, spec, world=2)
+    assert "multi-token-prediction layers" in str(info.value) and "--pp 1" in str(info.value)

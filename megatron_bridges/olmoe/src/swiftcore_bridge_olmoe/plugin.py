@@ -15,7 +15,7 @@ def swiftcore_register_bridges() -> list[BridgeSpec]:
             name="olmoe",
             model_types=("olmoe",),
             factory="swiftcore_bridge_olmoe.bridge:OlmoeBridge",
-            parallelism=("tp", "ep"),
+            parallelism=("tp", "pp", "ep"),
             requires=("megatron-core>=0.16.1,<0.17",),
             description="OLMoE <-> megatron-core GPTModel (routed experts, whole-width q/k RMSNorm)",
         ),

@@ -15,7 +15,7 @@ def swiftcore_register_bridges() -> list[BridgeSpec]:
             name="qwen3_5",
             model_types=("qwen3_5", "qwen3_5_text"),
             factory="swiftcore_bridge_qwen3_5.bridge:Qwen3_5Bridge",
-            parallelism=("tp",),
+            parallelism=("tp", "pp"),
             requires=("megatron-core>=0.16.1,<0.17",),
             description=(
                 "Qwen3.5 language model (gated DeltaNet + gated attention) <-> megatron-core GPTModel; "
@@ -26,7 +26,7 @@ def swiftcore_register_bridges() -> list[BridgeSpec]:
             name="qwen3_5_moe",
             model_types=("qwen3_5_moe", "qwen3_5_moe_text"),
             factory="swiftcore_bridge_qwen3_5.bridge:Qwen3_5MoeBridge",
-            parallelism=("tp", "ep"),
+            parallelism=("tp", "pp", "ep"),
             requires=("megatron-core>=0.16.1,<0.17",),
             description=(
                 "Qwen3.5-MoE language model (gated DeltaNet + gated attention, routed and gated shared "

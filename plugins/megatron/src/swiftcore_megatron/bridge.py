@@ -128,23 +128,44 @@ class MegatronBridge:
     def build_model(self, *, tp: int = 1, ep: int = 1, params_dtype: Any = None) -> Any:
         """Build the megatron-core GPTModel on CPU (model parallel state must already be initialised).
 
+        Under pipeline parallelism (initialised with a pipeline size above 1) it is this rank's stage: its share
+        of the layers (a per-layer block spec cut to them, :class:`~swiftcore_megatron.pipeline.Stage`), the
+        embedding on the first stage, the final norm and head on the last.
+
         Args:
             tp: tensor-parallel size the process group was initialised with.
             ep: expert-parallel size.
             params_dtype: parameter dtype (default float32).
         """
+        import contextlib
+        import dataclasses
+
         from megatron.core.models.gpt import GPTModel
 
-        config = self.transformer_config(tp=tp, ep=ep, params_dtype=params_dtype)
-        spec = self.layer_spec(config)
-        mtp = self.mtp_block_spec(config, spec)
-        if mtp is not None:
-            from swiftcore_megatron.mtp import MtpGPTModel
+        from swiftcore_megatron.cpu_patches import pipeline_on_cpu
+        from swiftcore_megatron.pipeline import current_stage
 
-            return MtpGPTModel(config=config, transformer_layer_spec=spec, mtp_block_spec=mtp, pre_process=True,
-                               post_process=True, **self.model_kwargs())  # fmt: skip
-        return GPTModel(config=config, transformer_layer_spec=spec, pre_process=True, post_process=True,
-                        **self.model_kwargs())  # fmt: skip
+        config = self.transformer_config(tp=tp, ep=ep, params_dtype=params_dtype)
+        kwargs = self.model_kwargs()
+        stage = current_stage(config.num_layers, bool(kwargs.get("share_embeddings_and_output_weights")))
+        if stage.size > 1:
+            # batch_p2p_comm: batched isend/irecv corrupt interleaved exchanges on gloo; the plain ones serve.
+            config = dataclasses.replace(config, pipeline_model_parallel_size=stage.size,
+                                         pipeline_dtype=config.params_dtype, batch_p2p_comm=False)  # fmt: skip
+        spec = stage.block_spec(self.layer_spec(config))
+        mtp = self.mtp_block_spec(config, spec)
+        placement = {"pre_process": stage.first, "post_process": stage.last}
+        # A last stage's tied head is copied from the first stage with .cuda(): bridged on a CPU.
+        with pipeline_on_cpu() if stage.size > 1 else contextlib.nullcontext():
+            if mtp is not None:
+                if stage.size > 1:
+                    raise ParallelismError("a model with multi-token-prediction layers is not split into "
+                                           "pipeline stages yet; use a pipeline size of 1")  # fmt: skip
+                from swiftcore_megatron.mtp import MtpGPTModel
+
+                return MtpGPTModel(config=config, transformer_layer_spec=spec, mtp_block_spec=mtp, **placement,
+                                   **kwargs)  # fmt: skip
+            return GPTModel(config=config, transformer_layer_spec=spec, **placement, **kwargs)
 
 
 def _divisors(n: int) -> list[int]:

@@ -5,6 +5,10 @@ Megatron format written: the megatron "torch" (legacy) checkpoint, one plain sta
     OUT/latest_checkpointed_iteration.txt        "release"
     OUT/release/mp_rank_{tp:02d}/model_optim_rng.pt          (expert parallel: mp_rank_{tp:02d}_{ep:03d})
     OUT/swiftcore_mcore.json                     bridge, model_type, tp, ep, dtype (for --to-hf)
+
+A training run under pipeline parallelism writes a file per stage, ``mp_rank_{tp:02d}_{pp:03d}[_{ep:03d}]``, with
+the stage's own tensor names (megatron's: layers numbered from 0 in each stage; ``pp`` in the metadata); the
+readers below map them back to the whole model's (:mod:`swiftcore_megatron.pipeline`).
     OUT/hf/                                      config.json, tokenizer, generation config (for --to-hf)
     OUT/hf_passthrough/                          HF tensors carried unchanged (e.g. an audio tower), if any
 
@@ -47,9 +51,10 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
 
 
-def rank_file(root: Path, tp_rank: int, ep_rank: int, ep: int) -> Path:
-    """The rank's ``model_optim_rng.pt`` path, named as Megatron-LM's ``get_checkpoint_name`` names it."""
-    name = f"mp_rank_{tp_rank:02d}" + (f"_{ep_rank:03d}" if ep > 1 else "")
+def rank_file(root: Path, tp_rank: int, ep_rank: int, ep: int, *, pp_rank: int = 0, pp: int = 1) -> Path:
+    """The rank's ``model_optim_rng.pt`` path, named as Megatron-LM's ``get_checkpoint_name`` names it
+    (``mp_rank_TT[_PPP][_EEE]``: the pipeline stage's index only under pipeline parallelism)."""
+    name = f"mp_rank_{tp_rank:02d}" + (f"_{pp_rank:03d}" if pp > 1 else "") + (f"_{ep_rank:03d}" if ep > 1 else "")
     return root / "release" / name / "model_optim_rng.pt"
 
 
@@ -71,13 +76,16 @@ def read_metadata(root: Path) -> dict[str, Any]:
             f"{path} not found: --to-hf reads Megatron checkpoints written by 'swiftcore export --to-mcore'"
         )
     meta = json.loads(path.read_text(encoding="utf-8"))
+    pp = meta.setdefault("pp", 1)
     for tp_rank in range(meta["tp"]):
         for ep_rank in range(meta["ep"]):
-            f = rank_file(root, tp_rank, ep_rank, meta["ep"])
-            if not f.is_file():
-                raise CheckpointError(
-                    f"{f} is missing: the checkpoint was written for tp={meta['tp']}, ep={meta['ep']}; copy every rank"
-                )
+            for pp_rank in range(pp):
+                f = rank_file(root, tp_rank, ep_rank, meta["ep"], pp_rank=pp_rank, pp=pp)
+                if not f.is_file():
+                    raise CheckpointError(
+                        f"{f} is missing: the checkpoint was written for tp={meta['tp']}, pp={pp}, ep={meta['ep']}; "
+                        "copy every rank"
+                    )
     return meta
 
 

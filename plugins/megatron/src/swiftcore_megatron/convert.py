@@ -33,6 +33,7 @@ from swiftcore_megatron.checkpoint import (
 from swiftcore_megatron.errors import CheckpointError
 from swiftcore_megatron.mapping import Rule
 from swiftcore_megatron.memory import pin_mmap_threshold
+from swiftcore_megatron.pipeline import Stage, stages
 from swiftcore_megatron.torch_zip import LazyTorchFile, save_streaming
 
 __all__ = [
@@ -106,7 +107,14 @@ def _rank_tensor(rule: Rule, reader: HFReader, tp: int, tp_rank: int) -> Any:
 
 
 def rank_producers(
-    bridge: MegatronBridge, reader: HFReader, *, tp: int, ep: int, tp_rank: int, ep_rank: int
+    bridge: MegatronBridge,
+    reader: HFReader,
+    *,
+    tp: int,
+    ep: int,
+    tp_rank: int,
+    ep_rank: int,
+    stage: Stage | None = None,
 ) -> dict[str, Callable[[], Any]]:
     """``mcore key -> function producing that tensor`` for one rank; HF tensors are read when it is called.
 
@@ -115,13 +123,15 @@ def rank_producers(
         reader: the open HF checkpoint.
         tp: tensor-parallel size; ``tp_rank`` the rank to produce.
         ep: expert-parallel size; ``ep_rank`` the rank to produce.
+        stage: the rank's pipeline stage: only its tensors, under its names (default: the whole model).
     """
     experts = bridge.num_experts()
     local = experts // ep if experts else 1
     return {
-        rule.mcore_key(local): functools.partial(_rank_tensor, rule, reader, tp, tp_rank)
+        name: functools.partial(_rank_tensor, rule, reader, tp, tp_rank)
         for rule in bridge.rules()
         if rule.expert is None or rule.expert // local == ep_rank
+        for name in (stage.local_keys(rule.mcore_key(local)) if stage else [rule.mcore_key(local)])
     }
 
 
@@ -180,16 +190,20 @@ def write_checkpoint_extras(
     *,
     tp: int,
     ep: int,
+    pp: int = 1,
     bridge_name: str | None = None,
     dtype: str = "float32",
 ) -> None:
     """Write what a Megatron checkpoint holds beside its rank files (the HF config and tokenizer, the tensors
     carried through unchanged, swiftcore's metadata), so that :func:`mcore_to_hf` converts it back.
 
-    For rank files written by someone else than :func:`hf_to_mcore`: a training run saving its sharded model.
+    For rank files written by someone else than :func:`hf_to_mcore`: a training run saving its sharded model
+    (``pp`` pipeline stages: a file per stage, in the stages' own names).
     """
     with HFReader(Path(model_dir)) as reader:
-        _write_extras(Path(root), Path(model_dir), reader, bridge, tp=tp, ep=ep, bridge_name=bridge_name, dtype=dtype)
+        _write_extras(
+            Path(root), Path(model_dir), reader, bridge, tp=tp, ep=ep, pp=pp, bridge_name=bridge_name, dtype=dtype
+        )
 
 
 def _write_extras(
@@ -202,6 +216,7 @@ def _write_extras(
     ep: int,
     bridge_name: str | None,
     dtype: str,
+    pp: int = 1,
 ) -> None:
     passthrough = [k for k in reader.keys() if bridge.is_passthrough(k)]
     copy_hf_side_files(model_dir, root / HF_SUBDIR)
@@ -220,6 +235,7 @@ def _write_extras(
             "passthrough_tensors": len(passthrough),
             "tp": tp,
             "ep": ep,
+            "pp": pp,
             "dtype": dtype,
             "tensors": len(bridge.rules()),
             "hf_shard_bytes": reader.largest_file_bytes(),
@@ -227,13 +243,40 @@ def _write_extras(
     )
 
 
-def _load_ranks(mcore_dir: Path, meta: dict[str, Any]) -> dict[tuple[int, int], LazyTorchFile]:
-    """Open every rank file lazily: only the pickled structure is read, tensors on demand."""
+def _load_ranks(mcore_dir: Path, meta: dict[str, Any], bridge: MegatronBridge) -> dict[tuple[int, int], Any]:
+    """Open every rank file lazily: only the pickled structure is read, tensors on demand. Under pipeline
+    parallelism the stage files of a rank are read as one (:class:`_StagedRank`)."""
+    pp = meta.get("pp", 1)
+    ranks = [(tp_rank, ep_rank) for ep_rank in range(meta["ep"]) for tp_rank in range(meta["tp"])]
+    if pp == 1:
+        return {(t, e): LazyTorchFile(rank_file(mcore_dir, t, e, meta["ep"])) for t, e in ranks}
+    every = stages(bridge, pp)
     return {
-        (tp_rank, ep_rank): LazyTorchFile(rank_file(mcore_dir, tp_rank, ep_rank, meta["ep"]))
-        for ep_rank in range(meta["ep"])
-        for tp_rank in range(meta["tp"])
+        (t, e): _StagedRank(
+            [LazyTorchFile(rank_file(mcore_dir, t, e, meta["ep"], pp_rank=s.rank, pp=pp)) for s in every], every
+        )
+        for t, e in ranks
     }
+
+
+class _StagedRank:
+    """The pipeline stages' files of one tensor/expert-parallel rank, read as one file of the whole model's
+    tensor names (``obj["model"]``, ``load``: what :class:`LazyTorchFile` offers the readers)."""
+
+    def __init__(self, files: list[LazyTorchFile], every: list[Stage]) -> None:
+        self.path = files[0].path.parent.parent
+        model: dict[str, Any] = {}
+        for file, stage in zip(files, every, strict=True):
+            for local, handle in _model_state(file).items():
+                key = stage.global_key(local)
+                if key is not None:  # the last stage's copy of a tied embedding
+                    model[key] = (file, handle)
+        self.obj = {"model": model}
+
+    def load(self, handle: tuple[LazyTorchFile, Any]) -> Any:
+        """Read one tensor from the stage file that holds it."""
+        file, inner = handle
+        return file.load(inner)
 
 
 def _merged(rule: Rule, files: dict[tuple[int, int], LazyTorchFile], meta: dict[str, Any], local: int) -> Any:
@@ -275,7 +318,7 @@ def load_mcore_state(
     """
     root = Path(mcore_dir)
     meta = read_metadata(root)
-    files = _load_ranks(root, meta)
+    files = _load_ranks(root, meta, bridge)
     experts = bridge.num_experts()
     local_in = experts // meta["ep"] if experts else 1
     local_out = experts if experts else 1
@@ -307,7 +350,7 @@ def mcore_to_hf(
     root = Path(mcore_dir)
     check_output_dir(out_dir)
     meta = read_metadata(root)
-    files = _load_ranks(root, meta)
+    files = _load_ranks(root, meta, bridge)
     experts = bridge.num_experts()
     local = experts // meta["ep"] if experts else 1
     rules = bridge.rules()

@@ -8,8 +8,9 @@ available (on a GPU machine nothing is touched). Measured facts: ``../shared/not
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
-__all__ = ["apply_cpu_patches", "eager_on_cpu"]
+__all__ = ["apply_cpu_patches", "eager_on_cpu", "pipeline_on_cpu"]
 
 _applied = False
 
@@ -79,3 +80,38 @@ def eager_on_cpu() -> contextlib.AbstractContextManager[None]:
     import torch._dynamo
 
     return torch._dynamo.config.patch(disable=True)
+
+
+@contextlib.contextmanager
+def pipeline_on_cpu() -> Iterator[None]:
+    """A context in which megatron's pipeline-parallel code runs on a CPU (gloo); on a GPU it changes nothing.
+
+    - The schedules (``pipeline_parallel.schedules``) count tokens in tensors made with ``device="cuda"``: factory
+      calls naming CUDA make CPU tensors instead (a ``TorchFunctionMode``, for the calls inside the context only).
+    - ``p2p_communication`` calls ``torch.cuda.synchronize()`` after its exchanges: a no-op (gloo is synchronous).
+    - A last stage with a tied head copies the embedding from the first stage with ``weight.data.cuda()``
+      (``LanguageModule.setup_embeddings_and_output_layer``): ``Tensor.cuda`` returns the tensor itself.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    from torch.overrides import TorchFunctionMode
+
+    class _CudaFactoriesOnCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            device = kwargs.get("device")
+            if device is not None and torch.device(device).type == "cuda":
+                kwargs = {**kwargs, "device": "cpu"}
+            return func(*args, **kwargs)
+
+    synchronize, to_cuda = torch.cuda.synchronize, torch.Tensor.cuda
+    torch.cuda.synchronize = lambda *args, **kwargs: None  # type: ignore[assignment]
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    try:
+        with _CudaFactoriesOnCpu():
+            yield
+    finally:
+        torch.cuda.synchronize, torch.Tensor.cuda = synchronize, to_cuda  # type: ignore[method-assign]

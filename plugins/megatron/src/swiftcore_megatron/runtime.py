@@ -17,7 +17,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def init_model_parallel(tp: int = 1, ep: int = 1, *, seed: int = 1234, rank: int = 0, world_size: int = 1) -> None:
+def init_model_parallel(
+    tp: int = 1, ep: int = 1, *, pp: int = 1, seed: int = 1234, rank: int = 0, world_size: int = 1
+) -> None:
     """Initialise torch.distributed (gloo on CPU) and megatron's model-parallel state, once per process.
 
     A single process needs no launcher: MASTER_ADDR/PORT default to 127.0.0.1 and a free port.
@@ -26,6 +28,7 @@ def init_model_parallel(tp: int = 1, ep: int = 1, *, seed: int = 1234, rank: int
     Args:
         tp: tensor-parallel size.
         ep: expert-parallel size.
+        pp: pipeline-parallel size.
         seed: megatron's model-parallel RNG seed.
         rank: this process's rank (when not launched by torchrun).
         world_size: number of processes (when not launched by torchrun).
@@ -54,7 +57,9 @@ def init_model_parallel(tp: int = 1, ep: int = 1, *, seed: int = 1234, rank: int
         )
     if parallel_state.model_parallel_is_initialized():
         _destroy_model_parallel()
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, expert_model_parallel_size=ep)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=ep
+    )
     # inference_rng_tracker + force_reset_rng: no CUDA RNG state calls (works on CPU).
     model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
     torch.manual_seed(seed)

@@ -6,7 +6,8 @@ Layout of ``OUTPUT/checkpoint-N/``::
     swiftcore_args.json                                 the run's arguments and manifest (as every swiftcore run)
     trainer_state.json                                  global_step, epoch, the log so far
     mcore/                                              the Megatron checkpoint (``swiftcore_megatron.checkpoint``):
-        release/mp_rank_TT[_EEE]/model_optim_rng.pt     per rank: model, optimizer, scheduler, RNG, iteration
+        release/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt   per rank (and pipeline stage): model, optimizer,
+                                                        scheduler, RNG, iteration
         swiftcore_mcore.json, hf/, hf_passthrough/      what ``swiftcore export --to-hf`` converts it back with
 
 Every rank writes into ``OUTPUT/.staging``; rank 0 exports the Hugging Face model from the rank files with the
@@ -35,13 +36,14 @@ STATE_FILE = "trainer_state.json"
 STAGING_DIR = ".staging"
 
 
-def _rank_path(root: Path, ep: int) -> Path:
+def _rank_path(root: Path, ep: int, pp: int) -> Path:
     from megatron.core import parallel_state
     from swiftcore_megatron.checkpoint import rank_file
 
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     ep_rank = parallel_state.get_expert_model_parallel_rank()
-    return rank_file(root, tp_rank, ep_rank, ep)
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    return rank_file(root, tp_rank, ep_rank, ep, pp_rank=pp_rank, pp=pp)
 
 
 def save_checkpoint(
@@ -56,6 +58,7 @@ def save_checkpoint(
     model_dir: str,
     ep: int,
     tp: int,
+    pp: int = 1,
     trainer_state: dict[str, Any],
     extras: dict[str, str],
     save_total_limit: int | None,
@@ -80,7 +83,7 @@ def save_checkpoint(
     try:
         # One copy per distinct shard: the first of a set of data-parallel replicas writes it.
         if parallel_state.get_expert_data_parallel_rank() == 0:
-            path = _rank_path(mcore, ep)
+            path = _rank_path(mcore, ep, pp)
             path.parent.mkdir(parents=True, exist_ok=True)
             state = {
                 "model": model.state_dict(),
@@ -93,7 +96,8 @@ def save_checkpoint(
             torch.save(state, path)
         dist.barrier()
         if rank0:
-            _finish(output_dir, staging, mcore, name, bridge, bridge_name, model_dir, tp, ep, trainer_state, extras)
+            layout = (tp, ep, pp)
+            _finish(output_dir, staging, mcore, name, bridge, bridge_name, model_dir, layout, trainer_state, extras)
             from transformers.trainer_utils import rotate_checkpoints
 
             rotate_checkpoints(output_dir=str(output_dir), save_total_limit=save_total_limit, use_mtime=False)
@@ -115,15 +119,15 @@ def _finish(
     bridge: Any,
     bridge_name: str,
     model_dir: str,
-    tp: int,
-    ep: int,
+    layout: tuple[int, int, int],
     trainer_state: dict[str, Any],
     extras: dict[str, str],
 ) -> None:
     """Rank 0: the Megatron checkpoint's side files, its Hugging Face export, the run's files; then the rename."""
     from swiftcore_megatron.convert import mcore_to_hf, write_checkpoint_extras
 
-    write_checkpoint_extras(mcore, model_dir, bridge, tp=tp, ep=ep, bridge_name=bridge_name)
+    tp, ep, pp = layout
+    write_checkpoint_extras(mcore, model_dir, bridge, tp=tp, ep=ep, pp=pp, bridge_name=bridge_name)
     hf = staging / name
     mcore_to_hf(mcore, hf, bridge)
     os.replace(mcore, hf / MCORE_SUBDIR)
@@ -137,12 +141,14 @@ def _finish(
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def load_checkpoint(checkpoint: Path, *, model: Any, optimizer: Any, scheduler: Any, tp: int, ep: int) -> int:
+def load_checkpoint(
+    checkpoint: Path, *, model: Any, optimizer: Any, scheduler: Any, tp: int, ep: int, pp: int = 1
+) -> int:
     """Restore this rank's model, optimizer, scheduler and RNG from ``checkpoint``; return its step.
 
     Raises:
         SwiftcoreError: the checkpoint has no Megatron state (a transformers-engine checkpoint), or was saved at
-            another ``--tp``/``--ep``.
+            another ``--tp``/``--pp``/``--ep``.
     """
     import torch
     from swiftcore_megatron.checkpoint import read_metadata
@@ -159,12 +165,12 @@ def load_checkpoint(checkpoint: Path, *, model: Any, optimizer: Any, scheduler: 
         meta = read_metadata(root)
     except CheckpointError as exc:
         raise SwiftcoreError(f"--resume-from-checkpoint {str(checkpoint)!r}: {exc}") from exc
-    if (meta["tp"], meta["ep"]) != (tp, ep):
+    if (meta["tp"], meta["pp"], meta["ep"]) != (tp, pp, ep):
         raise SwiftcoreError(
-            f"--resume-from-checkpoint {str(checkpoint)!r} was saved at --tp {meta['tp']} --ep {meta['ep']}; this run "
-            f"is --tp {tp} --ep {ep}: resume with the layout it was saved at"
+            f"--resume-from-checkpoint {str(checkpoint)!r} was saved at --tp {meta['tp']} --pp {meta['pp']} --ep "
+            f"{meta['ep']}; this run is --tp {tp} --pp {pp} --ep {ep}: resume with the layout it was saved at"
         )
-    state = torch.load(_rank_path(root, ep), map_location="cpu", weights_only=False)
+    state = torch.load(_rank_path(root, ep, pp), map_location="cpu", weights_only=False)
     load_into_model(model, state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

@@ -9,7 +9,13 @@ is small and is done here with the same process groups and the same rules (megat
 - q/k layernorm gradients are summed over the tensor-parallel group (each rank saw only its heads), gradients
   marked ``average_gradients_across_tp_domain`` averaged;
 - the gradient norm counts each tensor once: tensor-parallel shards on every rank, replicated tensors on tensor-
-  parallel rank 0, and only on data-parallel rank 0 of their replicas.
+  parallel rank 0, and only on data-parallel rank 0 of their replicas;
+- under pipeline parallelism a tied embedding's copies on the first and last stage sum their gradients over the
+  embedding group, and the norm counts the first stage's.
+
+Under pipeline parallelism the micro-batches run through megatron-core's own schedule (1F1B,
+``get_forward_backward_func``); megatron's point-to-point exchanges work on gloo within
+:func:`swiftcore_megatron.cpu_patches.pipeline_on_cpu`.
 
 The loss is token-weighted over the whole optimiser step (every micro-batch of every data-parallel rank), so the
 step's loss and gradients are those of one process training the same samples: the mean over their label tokens.
@@ -22,6 +28,7 @@ trains them as megatron does: the MTP loss is added to the gradients only (the r
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +36,13 @@ __all__ = [
     "check_replicated_gradients",
     "clip_gradients",
     "gradient_norm",
+    "ModelInputs",
     "label_tokens",
     "load_sharded_model",
     "micro_batch_loss",
+    "model_inputs",
+    "pipeline_loss",
+    "reduce_tied_embedding",
     "build_model",
     "needs_sequence_parallel",
     "reduce_gradients",
@@ -44,19 +55,23 @@ IGNORE_INDEX = -100
 def load_sharded_model(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) -> Any:
     """Build this rank's megatron-core model (float32) and fill it from the HF checkpoint through the bridge.
 
-    Only this rank's shards are read (the bridge's rules, the same ones ``swiftcore export --to-mcore`` writes
-    rank files with); model-parallel state must be initialised.
+    Only this rank's shards (of its pipeline stage's tensors, under pipeline parallelism) are read (the bridge's
+    rules, the same ones ``swiftcore export --to-mcore`` writes rank files with); model-parallel state must be
+    initialised.
     """
     import torch
     from megatron.core import parallel_state
     from swiftcore_megatron.checkpoint import HFReader
     from swiftcore_megatron.convert import rank_producers
+    from swiftcore_megatron.pipeline import stages
     from swiftcore_megatron.runtime import load_into_model
 
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     ep_rank = parallel_state.get_expert_model_parallel_rank()
+    pp = parallel_state.get_pipeline_model_parallel_world_size()
+    stage = stages(bridge, pp)[parallel_state.get_pipeline_model_parallel_rank()] if pp > 1 else None
     with HFReader(Path(model_dir)) as reader:
-        producers = rank_producers(bridge, reader, tp=tp, ep=ep, tp_rank=tp_rank, ep_rank=ep_rank)
+        producers = rank_producers(bridge, reader, tp=tp, ep=ep, tp_rank=tp_rank, ep_rank=ep_rank, stage=stage)
         state = {key: _as_float32(make()) for key, make in producers.items()}
     model = build_model(bridge, tp=tp, ep=ep)
     load_into_model(model, state)
@@ -136,6 +151,36 @@ def micro_batch_loss(model: Any, samples: list[dict], pad_token_id: int, length:
         length: pad to this many positions (at least the longest sample): the micro-batches that expert-parallel
             ranks run together must have one shape, since the MoE dispatcher all-gathers their tokens.
     """
+    from swiftcore_megatron.cpu_patches import eager_on_cpu
+
+    inputs = model_inputs(samples, pad_token_id, length)
+    with eager_on_cpu():
+        return _summed_loss(inputs, model(**inputs.forward_kwargs()))
+
+
+@dataclass
+class ModelInputs:
+    """One micro-batch as the megatron model takes it: ids, positions, labels aligned to positions, loss mask."""
+
+    input_ids: Any
+    positions: Any
+    labels: Any
+    mask: Any
+
+    def forward_kwargs(self) -> dict[str, Any]:
+        """The GPTModel forward's arguments (padding and prompt positions carry no loss)."""
+        return {
+            "input_ids": self.input_ids,
+            "position_ids": self.positions,
+            "attention_mask": None,
+            "labels": self.labels.masked_fill(~self.mask, 0),
+            "loss_mask": self.mask.float(),
+        }
+
+
+def model_inputs(samples: list[dict], pad_token_id: int, length: int | None = None, rows: int = 0) -> ModelInputs:
+    """``samples`` right-padded into one batch of at least ``length`` positions and ``rows`` rows (rows of padding
+    carry no loss: the stages of a pipeline exchange activations of one shape), labels shifted for megatron."""
     import torch
     import torch.nn.functional as F
     from swiftcore_data import PaddingCollator
@@ -143,9 +188,10 @@ def micro_batch_loss(model: Any, samples: list[dict], pad_token_id: int, length:
     batch = PaddingCollator(pad_token_id)(samples)
     input_ids, hf_labels = batch["input_ids"], batch["labels"]
     extra = (length or 0) - input_ids.shape[1]
-    if extra > 0:
-        input_ids = F.pad(input_ids, (0, extra), value=pad_token_id)
-        hf_labels = F.pad(hf_labels, (0, extra), value=IGNORE_INDEX)
+    more_rows = rows - input_ids.shape[0]
+    if extra > 0 or more_rows > 0:
+        input_ids = F.pad(input_ids, (0, max(extra, 0), 0, max(more_rows, 0)), value=pad_token_id)
+        hf_labels = F.pad(hf_labels, (0, max(extra, 0), 0, max(more_rows, 0)), value=IGNORE_INDEX)
     labels = torch.full_like(hf_labels, IGNORE_INDEX)
     labels[:, :-1] = hf_labels[:, 1:]
     mask = labels != IGNORE_INDEX
@@ -153,17 +199,72 @@ def micro_batch_loss(model: Any, samples: list[dict], pad_token_id: int, length:
     if torch.cuda.is_available():
         input_ids, positions, labels, mask = (t.cuda() for t in (input_ids, positions, labels, mask))
     # Right padding under a causal mask changes nothing for the real tokens; padding carries no loss.
-    from swiftcore_megatron.cpu_patches import eager_on_cpu
+    return ModelInputs(input_ids, positions, labels, mask)
 
-    with eager_on_cpu():
-        per_token = model(
-            input_ids=input_ids,
-            position_ids=positions,
-            attention_mask=None,
-            labels=labels.masked_fill(~mask, 0),
-            loss_mask=mask.float(),
+
+def _summed_loss(inputs: ModelInputs, per_token: Any) -> Any:
+    return (per_token.float() * inputs.mask).sum()
+
+
+def pipeline_loss(model: Any, batches: list[ModelInputs], step_tokens: int, *, forward_only: bool = False) -> Any:
+    """The summed loss of ``batches`` through the pipeline stages with megatron-core's schedule (1F1B: each
+    stage starts a micro-batch's backward as soon as the last stage has its loss), gradients included unless
+    ``forward_only``. Every stage returns the sum (the last stage computes it).
+
+    The gradients are those of ``loss_sum / step_tokens``, as in the loop without a pipeline: megatron's per-token
+    loss mode leaves each micro-batch's sum unscaled, and ``grad_scale_func`` divides it by the step's tokens at
+    the start of the backward pass.
+    """
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from swiftcore_megatron.cpu_patches import eager_on_cpu, pipeline_on_cpu
+
+    model.config.calculate_per_token_loss = True
+    model.config.grad_scale_func = lambda loss: loss / max(step_tokens, 1)
+
+    def forward_step(data_iterator: Any, stage_model: Any) -> tuple[Any, Any]:
+        inputs = next(data_iterator)
+
+        def loss_func(per_token: Any) -> tuple[Any, Any, dict[str, Any]]:
+            loss = _summed_loss(inputs, per_token)
+            return loss, inputs.mask.sum().to(torch.int), {"loss_sum": loss.detach()}
+
+        return stage_model(**inputs.forward_kwargs()), loss_func
+
+    rows, length = batches[0].input_ids.shape
+    with eager_on_cpu(), pipeline_on_cpu():
+        results = get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=iter(batches),
+            model=[model],
+            num_microbatches=len(batches),
+            seq_length=length,
+            micro_batch_size=rows,
+            forward_only=forward_only,
         )
-    return (per_token.float() * mask).sum()
+    device = batches[0].input_ids.device
+    total = torch.zeros((), device=device)
+    for result in results:  # the last stage's; the others return none
+        total += result["loss_sum"].to(device)
+    dist.all_reduce(total, group=parallel_state.get_pipeline_model_parallel_group())
+    return total
+
+
+def reduce_tied_embedding(model: Any) -> None:
+    """Sum the gradients of a tied embedding's two copies, on the first and the last pipeline stage, so that both
+    take the same step (megatron's ``_allreduce_word_embedding_grads``); nothing to do without a pipeline."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    if parallel_state.get_pipeline_model_parallel_world_size() == 1 or not model.share_embeddings_and_output_weights:
+        return
+    if not (model.pre_process or model.post_process):
+        return
+    weight = model.shared_embedding_or_output_weight()
+    if weight.grad is not None:
+        dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
 
 
 def _grads(model: Any, *, expert: bool) -> list[Any]:
@@ -279,7 +380,8 @@ def gradient_norm(model: Any) -> float:
     device = next(model.parameters()).device  # NCCL reduces GPU tensors only
     square = torch.zeros((), dtype=torch.float64, device=device)
     for param in model.parameters():
-        if param.grad is None or not param_is_not_tensor_parallel_duplicate(param):
+        # A tied head's copy of the embedding on the last pipeline stage (``shared``) is counted on the first.
+        if param.grad is None or not param_is_not_tensor_parallel_duplicate(param) or getattr(param, "shared", False):
             continue
         if expert_owner if getattr(param, "allreduce", True) is False else dense_owner:
             square += param.grad.detach().double().pow(2).sum()

@@ -48,17 +48,14 @@ class ParallelLayout:
             world: the number of processes launched.
 
         Raises:
-            SwiftcoreError: a pipeline size above 1, a world size that is no multiple of the model-parallel
-                size, expert parallelism the bridge or the data-parallel size cannot give, or sizes that do not
-                divide the heads, kv heads, MLP width, vocabulary or experts.
+            SwiftcoreError: a world size that is no multiple of the model-parallel size, pipeline or expert
+                parallelism the bridge or the data-parallel size cannot give, or sizes that do not divide the
+                layers, heads, kv heads, MLP width, vocabulary or experts.
         """
         from swiftcore_megatron import ParallelismError
 
         if self.pp > 1:
-            raise SwiftcoreError(
-                f"--pp {self.pp}: pipeline parallelism is not supported by the megatron engine yet; use --pp 1 "
-                "(and --tp / --ep to split the model)"
-            )
+            self._check_pipeline(bridge, bridge_spec)
         model_parallel = self.tp * self.pp
         if world % model_parallel:
             raise SwiftcoreError(
@@ -80,3 +77,27 @@ class ParallelLayout:
             bridge.validate_parallelism(self.tp, self.ep)
         except ParallelismError as exc:
             raise SwiftcoreError(str(exc)) from exc
+
+    def _check_pipeline(self, bridge: Any, bridge_spec: Any) -> None:
+        """Refuse ``--pp`` for a bridge that does not build pipeline stages, a layer count it does not divide, and
+        multi-token-prediction layers (not split into stages yet)."""
+        from swiftcore_megatron.pipeline import stages
+
+        if "pp" not in bridge_spec.parallelism:
+            raise SwiftcoreError(
+                f"--pp {self.pp}: bridge {bridge_spec.name!r} does not build pipeline stages; use --pp 1 (and --tp"
+                + (" / --ep" if "ep" in bridge_spec.parallelism else "")
+                + " to split the model)"
+            )
+        if any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
+            raise SwiftcoreError(
+                f"--pp {self.pp}: this checkpoint has multi-token-prediction layers, which the megatron engine does "
+                "not split into pipeline stages yet; use --pp 1"
+            )
+        layers = stages(bridge, 1)[0].num_layers
+        if layers % self.pp:
+            usable = [d for d in range(1, layers + 1) if layers % d == 0]
+            raise SwiftcoreError(
+                f"--pp {self.pp} does not divide the model's {layers} decoder layers (every stage holds as many); "
+                f"use one of {usable}"
+            )

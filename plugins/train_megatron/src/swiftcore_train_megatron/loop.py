@@ -48,6 +48,7 @@ class TrainLoop:
             scheduler=self.scheduler,
             tp=self.layout.tp,
             ep=self.layout.ep,
+            pp=self.layout.pp,
         )
         state = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
         self.log_history = list(state.get("log_history", []))
@@ -123,7 +124,10 @@ class TrainLoop:
             gradient_norm,
             label_tokens,
             micro_batch_loss,
+            model_inputs,
+            pipeline_loss,
             reduce_gradients,
+            reduce_tied_embedding,
             scale_mtp_loss,
         )
 
@@ -132,19 +136,27 @@ class TrainLoop:
         step_tokens = sum(label_tokens(self._samples(mb)) for batches in per_rank for mb in batches)
         scale_mtp_loss(step_tokens)
         mine = per_rank[parallel_state.get_data_parallel_rank()]
-        loss_sum = torch.zeros((), device=next(self.model.parameters()).device)
-        for k, batch in enumerate(mine):
-            # Micro-batch k of every data-parallel rank padded to one length (expert parallelism gathers them).
-            length = self._padded(
-                max(len(self.train_samples[i]["input_ids"]) for batches in per_rank for i in batches[k])
-            )
-            loss = micro_batch_loss(self.model, self._samples(batch), self.pad_token_id, length)
-            (loss / max(step_tokens, 1)).backward()
-            loss_sum += loss.detach()
+        if self.layout.pp > 1:
+            # The stages exchange activations of one shape: every micro-batch of the step padded to the longest.
+            length = self._padded(max(len(s["input_ids"]) for b in per_rank for mb in b for s in self._samples(mb)))
+            rows = max(len(mb) for batches in per_rank for mb in batches)
+            inputs = [model_inputs(self._samples(batch), self.pad_token_id, length, rows) for batch in mine]
+            loss_sum = pipeline_loss(self.model, inputs, step_tokens)
+        else:
+            loss_sum = torch.zeros((), device=next(self.model.parameters()).device)
+            for k, batch in enumerate(mine):
+                # Micro-batch k of every data-parallel rank padded to one length (expert parallelism gathers them).
+                length = self._padded(
+                    max(len(self.train_samples[i]["input_ids"]) for batches in per_rank for i in batches[k])
+                )
+                loss = micro_batch_loss(self.model, self._samples(batch), self.pad_token_id, length)
+                (loss / max(step_tokens, 1)).backward()
+                loss_sum += loss.detach()
         dp_group = parallel_state.get_data_parallel_group()
         if dist.get_world_size(dp_group) > 1:
             dist.all_reduce(loss_sum, group=dp_group)
         reduce_gradients(self.model, self.bridge)
+        reduce_tied_embedding(self.model)
         if not self._checked:  # the first step of this process (also after a resume)
             check_replicated_gradients(self.model)
             self._checked = True
@@ -171,22 +183,29 @@ class TrainLoop:
         import torch.distributed as dist
         from megatron.core import parallel_state
 
-        from swiftcore_train_megatron.engine import label_tokens, micro_batch_loss
+        from swiftcore_train_megatron.engine import label_tokens, micro_batch_loss, model_inputs, pipeline_loss
 
         dp, rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
         # Over several data-parallel ranks, one sample a batch: every rank's batches then have one shape.
         size = self.cfg.batch_size if dp == 1 else 1
         batches = [self.val_samples[i : i + size] for i in range(0, len(self.val_samples), size)]
-        total = torch.zeros((), device=next(self.model.parameters()).device)
+        mine = batches[rank::dp]
+        longest = self._padded(max(len(s["input_ids"]) for s in self.val_samples))
+        # Every rank runs as many batches of one shape (expert parallelism gathers them); extras count nothing.
+        runs = [(mine[i] if i < len(mine) else batches[0], i < len(mine)) for i in range(-(-len(batches) // dp))]
         self.model.eval()
         with torch.no_grad():
-            longest = self._padded(max(len(s["input_ids"]) for s in self.val_samples))
-            mine = batches[rank::dp]
-            # Every rank runs as many batches of one shape (expert parallelism gathers them); extras count nothing.
-            for i in range(-(-len(batches) // dp)):
-                batch = mine[i] if i < len(mine) else batches[0]
-                loss = micro_batch_loss(self.model, batch, self.pad_token_id, longest)
-                total += loss if i < len(mine) else 0.0
+            if self.layout.pp > 1:
+                inputs = [model_inputs(batch, self.pad_token_id, longest, size) for batch, _ in runs]
+                for one, (_, counts) in zip(inputs, runs, strict=True):
+                    if not counts:
+                        one.mask.zero_()
+                total = pipeline_loss(self.model, inputs, 1, forward_only=True)
+            else:
+                total = torch.zeros((), device=next(self.model.parameters()).device)
+                for batch, counts in runs:
+                    loss = micro_batch_loss(self.model, batch, self.pad_token_id, longest)
+                    total += loss if counts else 0.0
         self.model.train()
         if dp > 1:
             dist.all_reduce(total, group=parallel_state.get_data_parallel_group())
@@ -223,6 +242,7 @@ class TrainLoop:
             model_dir=self.cfg.model,
             tp=self.layout.tp,
             ep=self.layout.ep,
+            pp=self.layout.pp,
             trainer_state=state,
             extras=self.extras,
             save_total_limit=self.cfg.save_total_limit,

@@ -22,7 +22,7 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             config="swiftcore_train_megatron.layout:ParallelLayout",
             tasks=("causal_lm",),
             description="supervised fine-tuning (full weights) on megatron-core through the family's bridge: "
-            "--tp, --ep under torchrun; checkpoints resume exactly and load in transformers",
+            "--tp, --pp, --ep under torchrun; checkpoints resume exactly and load in transformers",
         )
     ]
 
@@ -42,7 +42,9 @@ def swiftcore_addoption(parser: Any) -> None:
         "--pp",
         type=int,
         default=1,
-        help="Pipeline-parallel size (layers split into stages). Only 1 is supported by this engine so far.",
+        help="Pipeline-parallel size: the decoder layers split into this many stages of equal length, one per rank "
+        "(divides the layer count); micro-batches (--gradient-accumulation-steps) flow through them on "
+        "megatron-core's 1F1B schedule. World size = tp x pp x data-parallel replicas.",
     )
     group.addoption(
         "--ep",

@@ -91,7 +91,13 @@ def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> 
     if any(has_media(s) for s in train_samples + val_samples):
         raise SwiftcoreError("--engine megatron: image and audio samples are not supported by this engine yet")
     log.info(
-        "model %s, bridge %s, tp %d ep %d over %d rank(s)", spec.name, bridge_spec.name, layout.tp, layout.ep, world
+        "model %s, bridge %s, tp %d pp %d ep %d over %d rank(s)",
+        spec.name,
+        bridge_spec.name,
+        layout.tp,
+        layout.pp,
+        layout.ep,
+        world,
     )
 
     # Every check passed: only now the process group and the model.
@@ -99,7 +105,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> 
 
     from swiftcore_train_megatron.engine import load_sharded_model
 
-    init_model_parallel(layout.tp, layout.ep, seed=cfg.seed)
+    init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
     from swiftcore_train_megatron.schedule import Schedule
 
@@ -122,7 +128,14 @@ def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> 
         resumed_step=_resumed_step(resume),
         template=template_spec,
         generation_defaults=generation_defaults(train_records, template, cfg),
-        engine={"name": "megatron", "tp": layout.tp, "ep": layout.ep, "world_size": world, "bridge": bridge_spec.name},
+        engine={
+            "name": "megatron",
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "ep": layout.ep,
+            "world_size": world,
+            "bridge": bridge_spec.name,
+        },
     )
     from swiftcore_train_megatron.loop import TrainLoop
 
