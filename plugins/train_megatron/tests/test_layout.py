@@ -84,7 +84,7 @@ def test_a_family_without_a_bridge_is_refused_naming_the_way_out(tiny_model_dir,
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
-        ({"tuner": "lora"}, "--tuner lora: the megatron engine trains full weights only so far; add --tuner full"),
+        ({"tuner": "lora", "lora_exclude_modules": ("mlp",)}, "--lora-exclude-modules: not supported by the megatron"),
         ({"packing": True}, "--packing / --padding-free: not supported by the megatron engine yet"),
         ({"dtype": "bfloat16"}, "--dtype bfloat16"),
     ],
@@ -95,6 +95,16 @@ def test_options_the_engine_does_not_do_are_refused_by_name(
     with pytest.raises(SwiftcoreError) as info:
         _train(tiny_model_dir("qwen3_5"), dataset, tmp_path / "out", **options)
     assert expected in str(info.value)
+
+
+def test_lora_on_moe_under_tensor_parallelism_is_refused_naming_the_way_out(
+    tiny_model_dir, dataset, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SwiftcoreError) as info:
+        _train(tiny_model_dir("qwen3_5_moe"), dataset, tmp_path / "out", tuner="lora", tp=2)
+    assert "--tuner lora --tp 2" in str(info.value) and "--ep" in str(info.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_recipe_the_engine_does_not_train_says_which_it_does(tiny_model_dir, dataset, tmp_path) -> None:

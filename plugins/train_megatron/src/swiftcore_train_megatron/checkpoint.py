@@ -8,6 +8,10 @@ Layout of ``OUTPUT/checkpoint-N/``::
     mcore/                                              the Megatron checkpoint (``swiftcore_megatron.checkpoint``):
         release/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt   per rank (and pipeline stage): model, optimizer,
                                                         scheduler, RNG, iteration
+        swiftcore_lora.json                             with --tuner lora: the adapter's settings and layers
+
+With ``--tuner lora`` the checkpoint holds the peft adapter (``adapter_model.safetensors``, ``adapter_config.json``
+naming the base model) instead of the whole model.
         swiftcore_mcore.json, hf/, hf_passthrough/      what ``swiftcore export --to-hf`` converts it back with
 
 Every rank writes into ``OUTPUT/.staging``; rank 0 exports the Hugging Face model from the rank files with the
@@ -59,6 +63,7 @@ def save_checkpoint(
     ep: int,
     tp: int,
     pp: int = 1,
+    lora: tuple[Any, dict[str, bool]] | None = None,
     trainer_state: dict[str, Any],
     extras: dict[str, str],
     save_total_limit: int | None,
@@ -97,7 +102,8 @@ def save_checkpoint(
         dist.barrier()
         if rank0:
             layout = (tp, ep, pp)
-            _finish(output_dir, staging, mcore, name, bridge, bridge_name, model_dir, layout, trainer_state, extras)
+            _finish(output_dir, staging, mcore, name, bridge, bridge_name, model_dir, layout, trainer_state, extras,
+                    lora)  # fmt: skip
             from transformers.trainer_utils import rotate_checkpoints
 
             rotate_checkpoints(output_dir=str(output_dir), save_total_limit=save_total_limit, use_mtime=False)
@@ -122,14 +128,27 @@ def _finish(
     layout: tuple[int, int, int],
     trainer_state: dict[str, Any],
     extras: dict[str, str],
+    lora: tuple[Any, dict[str, bool]] | None,
 ) -> None:
-    """Rank 0: the Megatron checkpoint's side files, its Hugging Face export, the run's files; then the rename."""
+    """Rank 0: the Megatron checkpoint's side files, its Hugging Face export (the whole model, or with LoRA the
+    peft adapter of the base model), the run's files; then the rename."""
+    from swiftcore_megatron.checkpoint import copy_hf_side_files
     from swiftcore_megatron.convert import mcore_to_hf, write_checkpoint_extras
 
     tp, ep, pp = layout
     write_checkpoint_extras(mcore, model_dir, bridge, tp=tp, ep=ep, pp=pp, bridge_name=bridge_name)
     hf = staging / name
-    mcore_to_hf(mcore, hf, bridge)
+    if lora is None:
+        mcore_to_hf(mcore, hf, bridge)
+    else:
+        from swiftcore_train_megatron.lora import export_adapter, write_lora_record
+
+        write_lora_record(mcore, *lora)
+        export_adapter(mcore, hf, bridge, base_model=str(Path(model_dir).resolve()))
+        # The tokenizer and chat template beside the adapter, as a transformers-engine LoRA checkpoint has them;
+        # no config.json: the directory is an adapter of the base model, not a model.
+        copy_hf_side_files(Path(model_dir), hf)
+        (hf / "config.json").unlink(missing_ok=True)
     os.replace(mcore, hf / MCORE_SUBDIR)
     (hf / STATE_FILE).write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
     for file_name, text in extras.items():

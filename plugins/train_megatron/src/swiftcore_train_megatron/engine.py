@@ -45,6 +45,7 @@ __all__ = [
     "reduce_tied_embedding",
     "build_model",
     "needs_sequence_parallel",
+    "pipeline_stage",
     "reduce_gradients",
     "scale_mtp_loss",
 ]
@@ -63,13 +64,11 @@ def load_sharded_model(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) 
     from megatron.core import parallel_state
     from swiftcore_megatron.checkpoint import HFReader
     from swiftcore_megatron.convert import rank_producers
-    from swiftcore_megatron.pipeline import stages
     from swiftcore_megatron.runtime import load_into_model
 
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     ep_rank = parallel_state.get_expert_model_parallel_rank()
-    pp = parallel_state.get_pipeline_model_parallel_world_size()
-    stage = stages(bridge, pp)[parallel_state.get_pipeline_model_parallel_rank()] if pp > 1 else None
+    stage = pipeline_stage(bridge)
     with HFReader(Path(model_dir)) as reader:
         producers = rank_producers(bridge, reader, tp=tp, ep=ep, tp_rank=tp_rank, ep_rank=ep_rank, stage=stage)
         state = {key: _as_float32(make()) for key, make in producers.items()}
@@ -78,6 +77,15 @@ def load_sharded_model(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) 
     if torch.cuda.is_available():  # built on the CPU (use_cpu_initialization), trained on this rank's GPU
         model.cuda()
     return model
+
+
+def pipeline_stage(bridge: Any) -> Any:
+    """This rank's :class:`~swiftcore_megatron.pipeline.Stage` under pipeline parallelism, else None."""
+    from megatron.core import parallel_state
+    from swiftcore_megatron.pipeline import stages
+
+    pp = parallel_state.get_pipeline_model_parallel_world_size()
+    return stages(bridge, pp)[parallel_state.get_pipeline_model_parallel_rank()] if pp > 1 else None
 
 
 def needs_sequence_parallel(bridge: Any, tp: int) -> bool:

@@ -33,6 +33,7 @@ class TrainLoop:
     bridge_name: str
     layout: ParallelLayout
     extras: dict[str, str]
+    lora: tuple[Any, dict[str, bool]] | None = None  # (LoraSettings, adapted layers) with --tuner lora
     step: int = 0
     log_history: list[dict[str, Any]] = field(default_factory=list)
     _checked: bool = False
@@ -243,6 +244,7 @@ class TrainLoop:
             tp=self.layout.tp,
             ep=self.layout.ep,
             pp=self.layout.pp,
+            lora=self.lora,
             trainer_state=state,
             extras=self.extras,
             save_total_limit=self.cfg.save_total_limit,

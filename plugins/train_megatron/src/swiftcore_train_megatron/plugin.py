@@ -21,7 +21,7 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             run="swiftcore_train_megatron.recipe:run_megatron_sft",
             config="swiftcore_train_megatron.layout:ParallelLayout",
             tasks=("causal_lm",),
-            description="supervised fine-tuning (full weights) on megatron-core through the family's bridge: "
+            description="supervised fine-tuning (full weights or LoRA) on megatron-core through the family's bridge: "
             "--tp, --pp, --ep under torchrun; checkpoints resume exactly and load in transformers",
         )
     ]

@@ -37,8 +37,9 @@ log = logging.getLogger("swiftcore.train.megatron")
 def _refuse_unsupported(cfg: TrainConfig) -> None:
     """Options the megatron engine does not do yet: refused by name before anything loads."""
     problems = []
-    if cfg.tuner != "full":
-        problems.append(f"--tuner {cfg.tuner}: the megatron engine trains full weights only so far; add --tuner full")
+    if cfg.tuner == "lora" and cfg.lora_exclude_modules:
+        problems.append("--lora-exclude-modules: not supported by the megatron engine yet; name the layers to adapt "
+                        "with --target-modules instead")  # fmt: skip
     if cfg.packing or cfg.padding_free:
         problems.append("--packing / --padding-free: not supported by the megatron engine yet; leave them off")
     if cfg.dtype != "float32":
@@ -75,6 +76,14 @@ def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> 
     bridge_spec, bridge = _bridge(cfg, spec, plugins)
     world = world_size()
     layout.check(bridge, bridge_spec, world)
+    from swiftcore_train_megatron.engine import needs_sequence_parallel
+
+    if cfg.tuner == "lora" and needs_sequence_parallel(bridge, layout.tp):
+        raise SwiftcoreError(
+            f"--engine megatron --tuner lora --tp {layout.tp}: MoE layers train under tensor parallelism with "
+            "sequence parallelism, which this engine's LoRA does not support yet; split the experts with --ep "
+            "instead (--tp 1), or train full weights (--tuner full)"
+        )
     resume = resolve_resume(cfg, output_dir, spec)
     if is_main_process():
         from swiftcore_train.output_dir import plan_output_dir
@@ -107,6 +116,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> 
 
     init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    lora = _add_lora(cfg, spec, bridge, model) if cfg.tuner == "lora" else None
     from swiftcore_train_megatron.schedule import Schedule
 
     schedule = Schedule(
@@ -153,10 +163,29 @@ def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> 
         bridge_name=bridge_spec.name,
         layout=layout,
         extras={"swiftcore_args.json": json.dumps(args_record, indent=2)},
+        lora=lora,
     )
     if resume is not None:
         loop.resume(resume)
     return loop.run()
+
+
+def _add_lora(cfg: TrainConfig, spec: Any, bridge: Any, model: Any) -> tuple[Any, dict[str, bool]]:
+    """LoRA on this rank's layers (``swiftcore_train_megatron.lora``): the settings and every adapted layer of the
+    whole model (each pipeline stage adapts its own; all ranks learn all of them)."""
+    import torch.distributed as dist
+
+    from swiftcore_train_megatron.engine import pipeline_stage
+    from swiftcore_train_megatron.lora import LoraSettings, add_lora
+
+    targets = tuple(cfg.target_modules or spec.lora_target_modules)
+    settings = LoraSettings(rank=cfg.lora_rank, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, targets=targets)
+    mine = add_lora(model, bridge, settings, seed=cfg.seed, stage=pipeline_stage(bridge))
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    modules = {name: column for rank in every for name, column in rank.items()}
+    log.info("LoRA r=%d alpha=%d on %d layer(s)", settings.rank, settings.alpha, len(modules))
+    return settings, dict(sorted(modules.items()))
 
 
 def _resumed_step(checkpoint: Path | None) -> int | None:

@@ -1,0 +1,236 @@
+"""LoRA on megatron-core's tensor-parallel linear layers, and its export as a peft adapter of the Hugging Face model.
+
+Each adapted layer keeps its weight (frozen) and gains two tensors, ``lora_A`` (``r x in``) and ``lora_B``
+(``out x r``), sharded like the layer: a column-parallel layer (q/k/v, gate/up, ...) splits ``lora_B`` by output
+rows as its weight is split and keeps ``lora_A`` whole on every rank; a row-parallel one (the attention output,
+down projection) splits ``lora_A`` by input columns and keeps ``lora_B`` whole. A forward hook adds
+``lora_B(lora_A(x)) * alpha / r`` to the layer's output, with megatron's own region functions on the rank-``r``
+activations (``copy_to`` before the column-parallel ``lora_B``, ``reduce_from`` after the row-parallel
+``lora_A``), so every replicated LoRA tensor gets the same gradient on every tensor-parallel rank and the
+engine's gradient rules need nothing new. The layer's weight keeps its name, so the bridge's rules still name it.
+
+The adapter is exported through the bridge's rules: a fused mcore layer (``linear_qkv`` = q, k, v) is several HF
+layers whose weights are row blocks of the fused one, so each HF layer's adapter is the shared ``lora_A`` and its
+own rows of ``lora_B`` (``fuse.to_hf`` applied to ``lora_B``): exactly the fused layer's update. A layer whose
+rule does more than pick rows is left out of LoRA, checked numerically when the adapter is added.
+
+Why not peft's own Megatron support (``LoraConfig(megatron_config=..., megatron_core="megatron.core")``): in peft
+0.21.2 its dispatch raises ``KeyError: 'fan_in_fan_out'`` before it builds a layer, and its ``LoraParallelLinear``
+feeds a parallel ``lora_B`` the ``(output, bias)`` tuple megatron's parallel layers return. The adapter written
+here is plain peft's format, loaded by ``PeftModel.from_pretrained``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LORA_FILE",
+    "LoraSettings",
+    "add_lora",
+    "adapted_modules",
+    "export_adapter",
+    "merged_lora",
+    "write_lora_record",
+]
+
+LORA_FILE = "swiftcore_lora.json"
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """The adapter's rank, alpha and dropout (``--lora-rank``, ``--lora-alpha``, ``--lora-dropout``) and which
+    layers it adapts (``--target-modules``: HF module names or their last parts; empty or ``all-linear``: every
+    linear layer of the decoder outside the MoE experts and routers)."""
+
+    rank: int = 8
+    alpha: int = 32
+    dropout: float = 0.0
+    targets: tuple[str, ...] = ()
+
+    @property
+    def scaling(self) -> float:
+        """The factor of the low-rank update (peft's ``lora_alpha / r``)."""
+        return self.alpha / self.rank
+
+    def wants(self, hf_modules: list[str]) -> bool:
+        """Whether a layer made of these HF modules is adapted."""
+        if not self.targets or self.targets == ("all-linear",):
+            return True
+        return any(m == t or m.endswith("." + t) for m in hf_modules for t in self.targets)
+
+
+def _rules_by_key(bridge: Any) -> dict[str, Any]:
+    return {rule.mcore: rule for rule in bridge.rules() if rule.expert is None}
+
+
+def _picks_rows(rule: Any, rows: int, rank: int) -> bool:
+    """Whether the rule's HF weights are row blocks of the mcore weight (``rows`` rows), so that an update
+    ``B @ A`` is ``B``'s blocks times ``A`` in HF terms; tried on random tensors of a small width."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    b = torch.randn(rows, rank, generator=generator, dtype=torch.float64)
+    a = torch.randn(rank, 3, generator=generator, dtype=torch.float64)
+    try:
+        whole, parts = rule.fuse.to_hf(b @ a), rule.fuse.to_hf(b)
+    except Exception:  # a fuse that cannot take this shape is no row pick either
+        return False
+    return len(whole) == len(parts) == len(rule.hf) and all(
+        w.shape[0] == p.shape[0] and torch.allclose(w, p @ a) for w, p in zip(whole, parts, strict=True)
+    )
+
+
+def adapted_modules(model: Any) -> list[str]:
+    """The names of ``model``'s layers that carry a LoRA adapter."""
+    return [name for name, module in model.named_modules() if hasattr(module, "lora_A")]
+
+
+def add_lora(model: Any, bridge: Any, settings: LoraSettings, *, seed: int, stage: Any = None) -> dict[str, bool]:
+    """Freeze ``model`` and add LoRA to its decoder's tensor-parallel linear layers (see the module docstring);
+    return the adapted layers (this rank's, by the whole model's names), each with whether it is column-parallel.
+
+    ``lora_A`` starts as peft's (Kaiming-uniform, the same on every rank: drawn whole from ``seed`` and the
+    layer's name, then split) and ``lora_B`` at zero, so the model starts as the base model.
+
+    Raises:
+        SwiftcoreError: no layer could be adapted (``--target-modules`` matched none).
+    """
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+    from swiftcore.api import SwiftcoreError
+
+    for param in model.parameters():
+        param.requires_grad_(False)
+    rules = _rules_by_key(bridge)
+    tp, tp_rank = parallel_state.get_tensor_model_parallel_world_size(), parallel_state.get_tensor_model_parallel_rank()
+    adapted: dict[str, bool] = {}
+    for local, module in model.named_modules():
+        column = isinstance(module, ColumnParallelLinear) and not module.gather_output
+        row = isinstance(module, RowParallelLinear) and module.input_is_parallel
+        name = stage.global_key(local) if stage is not None else local
+        rule = rules.get(f"{name}.weight") if name else None
+        if not (column or row) or rule is None or not name.startswith("decoder.layers."):
+            continue  # the embedding, the head, experts (their rules are per expert) and routers stay frozen
+        if not settings.wants([key.removesuffix(".weight") for key in rule.hf]):
+            continue
+        out_full, in_full = module.output_size, module.input_size
+        if not _picks_rows(rule, out_full, settings.rank):
+            continue
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + sum(map(ord, name)) * 7919 + len(name))
+        a_full = torch.empty(settings.rank, in_full)
+        torch.nn.init.kaiming_uniform_(a_full, a=math.sqrt(5), generator=generator)
+        device = module.weight.device
+        if column:
+            lora_a = a_full
+            lora_b = torch.zeros(module.weight.shape[0], settings.rank)
+        else:
+            lora_a = rule.shard.split(a_full, tp, what=name)[tp_rank].contiguous()
+            lora_b = torch.zeros(out_full, settings.rank)
+        module.lora_A = torch.nn.Parameter(lora_a.to(device))
+        module.lora_B = torch.nn.Parameter(lora_b.to(device))
+        sharded = module.lora_B if column else module.lora_A
+        set_tensor_model_parallel_attributes(sharded, is_parallel=True, dim=0 if column else 1, stride=1)
+        module.lora_scaling, module.lora_dropout, module.lora_column = settings.scaling, settings.dropout, column
+        module.register_forward_hook(_add_low_rank_update)
+        adapted[name] = column
+    if not adapted:
+        raise SwiftcoreError(
+            f"--tuner lora: no linear layer of the decoder matched --target-modules {' '.join(settings.targets)}; "
+            "name HF modules (e.g. q_proj v_proj) or leave --target-modules out for every linear layer"
+        )
+    return adapted
+
+
+def _add_low_rank_update(module: Any, args: tuple, output: Any) -> Any:
+    """The forward hook: the layer's ``(output, bias)`` with ``lora_B(lora_A(x)) * scaling`` added."""
+    import torch.nn.functional as F
+    from megatron.core.tensor_parallel.mappings import (
+        copy_to_tensor_model_parallel_region,
+        reduce_from_tensor_model_parallel_region,
+    )
+
+    x = F.dropout(args[0], p=module.lora_dropout, training=module.training) if module.lora_dropout else args[0]
+    low = F.linear(x, module.lora_A)
+    # Column-parallel: lora_B's rows are split, so the gradient reaching the whole low-rank activation is summed
+    # over the ranks (copy_to); row-parallel: lora_A saw this rank's input columns, so its output is summed.
+    if module.lora_column:
+        low = copy_to_tensor_model_parallel_region(low)
+    else:
+        low = reduce_from_tensor_model_parallel_region(low)
+    update = F.linear(low, module.lora_B) * module.lora_scaling
+    result, bias = output
+    return result + update, bias
+
+
+def merged_lora(mcore_dir: Path, bridge: Any) -> dict[str, tuple[Any, Any, bool]]:
+    """The trained LoRA of a megatron checkpoint (its rank files, or pipeline-stage files, and its
+    ``swiftcore_lora.json``), merged over tensor-parallel ranks: ``{layer: (lora_A, lora_B, column_parallel)}``,
+    by the whole model's layer names."""
+    import torch
+    from swiftcore_megatron.checkpoint import rank_file, read_metadata
+    from swiftcore_megatron.pipeline import stages
+
+    meta = read_metadata(mcore_dir)
+    modules = json.loads((mcore_dir / LORA_FILE).read_text(encoding="utf-8"))["modules"]
+    shards: dict[str, list[Any]] = {}
+    for tp_rank in range(meta["tp"]):
+        for stage in stages(bridge, meta["pp"]):
+            path = rank_file(mcore_dir, tp_rank, 0, meta["ep"], pp_rank=stage.rank, pp=meta["pp"])
+            state = torch.load(path, map_location="cpu", weights_only=False)["model"]
+            for local, tensor in state.items():
+                if local.endswith((".lora_A", ".lora_B")):
+                    shards.setdefault(stage.global_key(local) or local, []).append(tensor)
+    rules = _rules_by_key(bridge)
+    merged = {}
+    for name, column in modules.items():
+        rule, a, b = rules[f"{name}.weight"], shards[f"{name}.lora_A"], shards[f"{name}.lora_B"]
+        # The split half is merged as the layer's weight is (the rule's shard); the other is the same on every rank.
+        lora_a = a[0] if column else rule.shard.merge(a, what=name)
+        lora_b = rule.shard.merge(b, what=name) if column else b[0]
+        merged[name] = (lora_a, lora_b, column)
+    return merged
+
+
+def export_adapter(mcore_dir: Path, out_dir: Path, bridge: Any, base_model: str) -> list[str]:
+    """Write ``out_dir/adapter_model.safetensors`` and ``adapter_config.json``: the trained LoRA of a megatron
+    checkpoint (:func:`merged_lora`) as a peft adapter of the HF model ``base_model``; return the HF modules
+    adapted. A fused layer's adapter becomes one per HF layer: the shared ``lora_A`` and its rows of ``lora_B``."""
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    record = json.loads((mcore_dir / LORA_FILE).read_text(encoding="utf-8"))
+    rules = _rules_by_key(bridge)
+    tensors, targets = {}, []
+    for name, (lora_a, lora_b, _) in merged_lora(mcore_dir, bridge).items():
+        rule = rules[f"{name}.weight"]
+        for hf_key, part in zip(rule.hf, rule.fuse.to_hf(lora_b), strict=True):
+            module = hf_key.removesuffix(".weight")
+            tensors[f"base_model.model.{module}.lora_A.weight"] = lora_a.clone()  # one copy per HF layer
+            tensors[f"base_model.model.{module}.lora_B.weight"] = part.contiguous()
+            targets.append(module)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out_dir / "adapter_model.safetensors"), metadata={"format": "pt"})
+    LoraConfig(
+        r=record["rank"],
+        lora_alpha=record["alpha"],
+        lora_dropout=record["dropout"],
+        target_modules=sorted(targets),
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=str(base_model),
+    ).save_pretrained(str(out_dir))
+    return sorted(targets)
+
+
+def write_lora_record(mcore_dir: Path, settings: LoraSettings, modules: dict[str, bool]) -> None:
+    """Record beside a checkpoint's rank files what :func:`merged_lora` needs: the settings and the adapted
+    layers (the whole model's, gathered from every pipeline stage by the caller)."""
+    record = {"rank": settings.rank, "alpha": settings.alpha, "dropout": settings.dropout, "modules": modules}
+    (mcore_dir / LORA_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
