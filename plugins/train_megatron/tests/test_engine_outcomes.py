@@ -1,8 +1,9 @@
 """``swiftcore train --engine megatron`` against the transformers engine, on gloo with real torchrun processes.
 
 - Loss parity: the first 10 step losses at TP1, TP2, PP2 and EP2 equal the transformers trainer's on the same init
-  and data to 1e-4 relative (fp32), for Qwen3.5 dense, Qwen3.5-MoE and OLMoE; PP2 also with two micro-batches a
-  step (1F1B), with TP2 and with EP2, and with a tied embedding (its copies on the first and last stage).
+  and data to 1e-4 relative (fp32), for Qwen3.5 dense, Qwen3.5-MoE and OLMoE (TP2 and PP2 for all three, EP2 for
+  the two MoE families); PP2 also with two micro-batches a step (1F1B), with TP2 and with EP2, and with a tied
+  embedding (its copies on the first and last stage).
 - kill -9 and resume from the megatron checkpoint (TP2, PP2): the remaining losses equal the uninterrupted run's.
 - The exported checkpoint is a plain transformers model whose logits equal the trained mcore model's to 1e-5,
   also when the mcore model was saved as pipeline stages.
@@ -154,6 +155,7 @@ LAYOUTS = [  # family, tp, ep, pp, gradient accumulation
     ("qwen3_5_moe", 1, 1, 2, 1),
     ("qwen3_5_moe", 1, 2, 2, 1),  # four ranks: two stages, each split over two expert-parallel ranks
     ("olmoe", 1, 1, 1, 1),
+    ("olmoe", 2, 1, 1, 1),  # sequence parallelism with the local spec's torch norms (sequence_parallel_norms)
     ("olmoe", 1, 2, 1, 1),
     ("olmoe", 1, 1, 2, 1),
 ]

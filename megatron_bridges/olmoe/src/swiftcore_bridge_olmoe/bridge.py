@@ -32,6 +32,9 @@ class OlmoeBridge(GPTMoEBridge):
     """
 
     model_types = ("olmoe",)
+    #: Trains at --tp > 1 (with sequence parallelism, megatron's rule for MoE): losses equal the transformers
+    #: engine's (plugins/train_megatron/tests/test_engine_outcomes.py).
+    sequence_parallel_norms = True
 
     def select_config(self, hf_config: dict[str, Any]) -> dict[str, Any]:
         """config.json, with the expert width under the name the MoE bridge reads (``moe_intermediate_size``)."""

@@ -35,6 +35,7 @@ class MegatronBridge:
         passthrough_prefixes: HF tensor-name prefixes carried through unchanged (towers of a
             multimodal model that stay Hugging Face modules); stored beside the Megatron weights.
         tp_partial_gradients: replicated tensors whose gradients training sums over tensor-parallel ranks.
+        sequence_parallel_norms: whether the local spec's torch norms may build under sequence parallelism.
         hf_config: the checkpoint's parsed ``config.json``.
         config: the part of it describing the Megatron model (:meth:`select_config`).
     """
@@ -45,6 +46,11 @@ class MegatronBridge:
     #: in part (a norm applied per head, after the heads are split), so training sums them over the ranks. The
     #: q/k layernorms of ``qk_layernorm`` are summed by megatron's rule and need not be listed.
     tp_partial_gradients: ClassVar[tuple[str, ...]] = ()
+    #: Whether the model trains under sequence parallelism (megatron's rule for MoE under tensor parallelism) with
+    #: the local spec's torch norms, which refuse it although they need nothing for it
+    #: (:mod:`swiftcore_megatron.norms`). A bridge sets it once its other layers are checked under it: every layer
+    #: that is not per token must split the sequence correctly too.
+    sequence_parallel_norms: ClassVar[bool] = False
 
     def __init__(self, hf_config: Mapping[str, Any]) -> None:
         self.hf_config = dict(hf_config)
@@ -153,6 +159,10 @@ class MegatronBridge:
             config = dataclasses.replace(config, pipeline_model_parallel_size=stage.size,
                                          pipeline_dtype=config.params_dtype, batch_p2p_comm=False)  # fmt: skip
         spec = stage.block_spec(self.layer_spec(config))
+        if config.sequence_parallel and self.sequence_parallel_norms:
+            from swiftcore_megatron.norms import with_sequence_parallel_norms
+
+            spec = with_sequence_parallel_norms(spec)
         mtp = self.mtp_block_spec(config, spec)
         placement = {"pre_process": stage.first, "post_process": stage.last}
         # A last stage's tied head is copied from the first stage with .cuda(): bridged on a CPU.

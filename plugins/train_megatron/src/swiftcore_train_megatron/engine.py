@@ -111,7 +111,7 @@ def build_model(bridge: Any, *, tp: int, ep: int) -> Any:
     try:
         return _per_token_mtp_loss(bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32))
     except AssertionError as exc:
-        # e.g. OLMoE's norms (megatron's WrappedTorchNorm) assert that they do not support it.
+        # e.g. MiMo-V2's norms (megatron's WrappedTorchNorm; its bridge has no sequence_parallel_norms) assert so.
         raise SwiftcoreError(
             f"--tp {tp}: megatron-core trains MoE layers under tensor parallelism only with sequence parallelism, "
             f"which this model's layers do not support ({exc}); split it with --ep instead (--tp 1)"
