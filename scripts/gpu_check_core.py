@@ -150,7 +150,7 @@ def check_megatron_training(work: Path) -> None:
     runs = {"transformers": [*base, *common], "megatron": [*base, *common, "--engine", "megatron"]}
     if torch.cuda.device_count() >= 2:  # NCCL refuses two ranks on one GPU
         runs["megatron_pp2"] = [*torchrun, *runs["megatron"], "--pp", "2"]
-    losses, outputs = {}, {}
+    losses, outputs, speed, memory = {}, {}, {}, {}
     for name, command in runs.items():
         out = work / f"engine-{name}"
         proc = subprocess.run([*command, "--output-dir", str(out)], capture_output=True, text=True, timeout=900)
@@ -158,6 +158,8 @@ def check_megatron_training(work: Path) -> None:
         log = (out / "logs.jsonl").read_text().splitlines() if proc.returncode == 0 else []
         rows = [json.loads(line) for line in log]
         losses[name] = [r["loss"] for r in rows if "loss" in r]
+        speed[name] = next((r["tokens_per_second"] for r in reversed(rows) if "tokens_per_second" in r), None)
+        memory[name] = next((r["peak_gpu_mb"] for r in rows if "peak_gpu_mb" in r), None)
     for name in ("megatron", "megatron_pp2"):
         if name not in runs:
             report(f"{name.replace('megatron', 'megatron_train')}_cuda", True, skipped="needs 2 GPUs")
@@ -166,6 +168,7 @@ def check_megatron_training(work: Path) -> None:
         worst = max((abs(a - b) / abs(a) for a, b in pairs), default=float("inf"))
         report(f"{name.replace('megatron', 'megatron_train')}_cuda", len(pairs) == 5 and worst < 1e-3,
                worst_relative=worst, losses={k: losses[k] for k in ("transformers", name)},
+               tokens_per_second={k: speed[k] for k in ("transformers", name)}, peak_gpu_mb_per_rank=memory[name],
                output=outputs[name] if len(pairs) < 5 else "")  # fmt: skip
 
 

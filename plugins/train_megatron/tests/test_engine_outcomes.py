@@ -150,6 +150,7 @@ LAYOUTS = [  # family, tp, ep, pp, gradient accumulation
     ("qwen3_5", 1, 1, 2, 2),  # two micro-batches a step through the two stages (1F1B)
     ("qwen3_5", 2, 1, 2, 1),  # four ranks
     ("qwen3_5_tied", 1, 1, 2, 1),  # the embedding on stage 0 and its copy, the head, on stage 1
+    ("qwen3_5_moe", 1, 1, 1, 1),
     ("qwen3_5_moe", 1, 2, 1, 1),
     ("qwen3_5_moe", 2, 1, 1, 1),  # MoE under TP trains with megatron's sequence parallelism
     ("qwen3_5_moe", 1, 1, 2, 1),
