@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,6 @@ __all__ = [
     "LORA_FILE",
     "LoraSettings",
     "add_lora",
-    "adapted_modules",
     "export_adapter",
     "merged_lora",
     "write_lora_record",
@@ -85,11 +85,6 @@ def _picks_rows(rule: Any, rows: int, rank: int) -> bool:
     )
 
 
-def adapted_modules(model: Any) -> list[str]:
-    """The names of ``model``'s layers that carry a LoRA adapter."""
-    return [name for name, module in model.named_modules() if hasattr(module, "lora_A")]
-
-
 def add_lora(model: Any, bridge: Any, settings: LoraSettings, *, seed: int, stage: Any = None) -> dict[str, bool]:
     """Freeze ``model`` and add LoRA to its decoder's tensor-parallel linear layers (see the module docstring);
     return the adapted layers (this rank's, by the whole model's names), each with whether it is column-parallel.
@@ -124,7 +119,7 @@ def add_lora(model: Any, bridge: Any, settings: LoraSettings, *, seed: int, stag
         out_full, in_full = module.output_size, module.input_size
         if not _picks_rows(rule, out_full, settings.rank):
             continue
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + sum(map(ord, name)) * 7919 + len(name))
+        generator = torch.Generator().manual_seed(seed * 2**32 + zlib.crc32(name.encode()))
         a_full = torch.empty(settings.rank, in_full)
         torch.nn.init.kaiming_uniform_(a_full, a=math.sqrt(5), generator=generator)
         device = module.weight.device
