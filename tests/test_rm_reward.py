@@ -7,7 +7,10 @@
   step's rollouts, and a missing ``path`` costs the fallback with a logged error, never the run;
 - the chat-template defaults are the reward model's (its run's ``--disable-thinking``, from its manifest), not the
   policy's: a policy run with ``--enable-thinking`` gets exactly the checkpoint's score of its own training-style
-  encoding, and a prompt row's own ``chat_template_kwargs`` still apply on top.
+  encoding, and a prompt row's own ``chat_template_kwargs`` still apply on top;
+- with ``--environment`` the reward scores the whole episode (the prompt with its tools, each tool call and tool
+  result, the final reply), exactly as the checkpoint scores the rm recipe's encoding of that conversation, not the
+  prompt + final reply alone.
 """
 
 from __future__ import annotations
@@ -48,12 +51,19 @@ def rm_checkpoint(tiny_model_dir: Any, plugins: Any, tmp_path_factory: pytest.Te
     return Path(run_rm(cfg, plugins).last_checkpoint)
 
 
-def _rm_encoding(checkpoint: Path, plugins: Any, replies: list[str], **row: Any) -> list[list[int]]:
-    """The ``rm`` recipe's own encoding of each reply after ``QUESTION`` (its training pairs' chosen side), with the
+def _rm_encoding(
+    checkpoint: Path, plugins: Any, replies: list[str], prompt: list[dict] = QUESTION, **row: Any
+) -> list[list[int]]:
+    """The ``rm`` recipe's own encoding of each reply after ``prompt`` (its training pairs' chosen side), with the
     reward model's run options (``--disable-thinking``); ``row``: more columns of each pair
-    (``chat_template_kwargs``)."""
+    (``chat_template_kwargs``, ``tools``).
+
+    A prompt whose last round holds a tool call and its result (an episode's) is encoded by the recipe's own
+    encoder (``encoding._encode``: the ids ``encode_rm_pairs`` keeps), without ``encode_rm_pairs``' check that the
+    loss falls on the last reply alone: Qwen3.5's last round spans the tool-calling reply too, so that check
+    refuses such a pair, while the ids, the whole rendered conversation, are what the reward model scores."""
     from swiftcore_recipe_preference.data import parse_pair
-    from swiftcore_recipe_preference.encoding import encode_rm_pairs
+    from swiftcore_recipe_preference.encoding import _encode, encode_rm_pairs
     from swiftcore_train.config import TrainConfig
 
     from swiftcore.api.models import load_tokenizer
@@ -61,9 +71,11 @@ def _rm_encoding(checkpoint: Path, plugins: Any, replies: list[str], **row: Any)
 
     tokenizer, template = load_tokenizer(str(checkpoint)), get_template("qwen3_5", plugins)
     cfg = TrainConfig(model=str(checkpoint), dataset=("unused",), max_length=1024, enable_thinking=False)
-    rows = [{"prompt": QUESTION, "chosen": r, "rejected": "x", **row} for r in replies]
-    encoded = encode_rm_pairs([parse_pair(row, f"pair {i}") for i, row in enumerate(rows)], template, tokenizer, cfg)
-    return [sample["chosen_ids"] for sample in encoded]
+    rows = [{"prompt": prompt, "chosen": r, "rejected": "x", **row} for r in replies]
+    pairs = [parse_pair(row, f"pair {i}") for i, row in enumerate(rows)]
+    if prompt[-1]["role"] == "tool":
+        return [list(chosen.input_ids) for chosen, _ in _encode(pairs, template, tokenizer, cfg)]
+    return [sample["chosen_ids"] for sample in encode_rm_pairs(pairs, template, tokenizer, cfg)]
 
 
 def _grpo_step(
@@ -74,11 +86,16 @@ def _grpo_step(
     options: dict[str, str],
     enable_thinking: bool,
     replies: list[str] | None = None,
+    turns: list[list[str]] | None = None,
+    max_length: int = 512,
+    **grpo_options: Any,
 ) -> tuple[list[dict], dict[str, Any]]:
     """One GRPO step of the tiny Qwen3.5 rewarded by ``reward_model`` (``options``: its ``--reward-option`` values):
-    the run's log records and the step's rollout batch (``_generate_and_score_completions``' output, and the
-    prompt ids the policy generated from as ``prompt_ids``). ``replies``: the completions, scripted (each ended by
-    the stop token), instead of the tiny model's own."""
+    the run's log records and the step's rollout batch (``_generate_and_score_completions``' output, the prompt ids
+    the policy generated from as ``prompt_ids``, and the reward values, one list per completion, as ``rewards``).
+    ``replies``: the completions, scripted (each ended by the stop token), instead of the tiny model's own;
+    ``turns``: the completions of each generation call in turn, scripted (a multi-turn episode's later replies come
+    from later calls); ``grpo_options``: more :class:`GRPOOptions` (``environment``...)."""
     from swiftcore_recipe_rl import trainer as trainer_module
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
@@ -95,28 +112,39 @@ def _grpo_step(
 
     real_generate = cls._generate_single_turn
 
+    real_rewards = cls._calculate_rewards
+
+    def rewards(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real_rewards(self, *args, **kwargs)
+        seen.setdefault("rewards", out.tolist())
+        return out
+
     def generate(self: Any, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
         seen.setdefault("prompt_ids", [list(p) for p in prompt_ids])
-        if replies is None:
+        calls = seen["calls"] = seen.get("calls", 0) + 1
+        script = replies if turns is None else turns[calls - 1]
+        if script is None:
             return real_generate(self, prompt_ids, *args, **kwargs)
         tokenizer = self.processing_class
-        ids = [tokenizer.encode(r + "<|im_end|>", add_special_tokens=False) for r in replies]
+        ids = [tokenizer.encode(r + "<|im_end|>", add_special_tokens=False) for r in script]
         return [list(ids[i % len(ids)]) for i in range(len(prompt_ids))], None
 
     cfg = TrainConfig(model=str(tiny_model_dir("qwen3_5")), dataset=(str(data),), output_dir=str(out),
                       tuner="lora", max_steps=1, batch_size=1, logging_steps=1, save_steps=10_000, seed=0,
-                      plot=False, max_length=512, enable_thinking=enable_thinking)  # fmt: skip
+                      plot=False, max_length=max_length, enable_thinking=enable_thinking)  # fmt: skip
+    sampling = {"num_generations": 2, "max_completion_length": 8, **grpo_options}
     grpo = GRPOOptions(reward=("reward_model",), reward_option=tuple(f"reward_model.{k}={v}" for k, v in
-                       options.items()), num_generations=2, max_completion_length=8)  # fmt: skip
+                       options.items()), **sampling)  # fmt: skip
     mp = pytest.MonkeyPatch()
     mp.setattr(cls, "_generate_and_score_completions", score)
     mp.setattr(cls, "_generate_single_turn", generate)
+    mp.setattr(cls, "_calculate_rewards", rewards)
     try:
         run(cfg, plugins, grpo)
     finally:
         mp.undo()
     logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
-    return logs, {**(seen.get("out") or {}), "prompt_ids": seen.get("prompt_ids")}
+    return logs, {**(seen.get("out") or {}), "prompt_ids": seen.get("prompt_ids"), "rewards": seen.get("rewards")}
 
 
 def _rollout_texts(batch: dict[str, Any], tiny_model_dir: Any, plugins: Any) -> list[str]:
@@ -225,3 +253,50 @@ def test_a_thinking_policy_run_gets_the_rms_own_score_of_its_training_encoding(
 
     tokenizer = load_tokenizer(str(tiny_model_dir("qwen3_5")))
     assert tokenizer.decode(batch["prompt_ids"][0]).endswith("<|im_start|>assistant\n<think>\n")
+
+
+#: The first reply of the tool-calling episode: a calculator call in Qwen3.5's XML syntax, scripted (a tiny random
+#: model emits no tool call).
+CALCULATOR_CALL = (
+    "<tool_call>\n<function=calculator>\n<parameter=expression>\n6*7\n</parameter>\n</function>\n</tool_call>"
+)
+
+
+def test_an_episode_is_scored_on_its_whole_conversation(
+    rm_checkpoint: Path, plugins: Any, tiny_model_dir: Any, tmp_path: Path
+) -> None:
+    """A GRPO step with ``--environment calculator``: the first episode calls the calculator, gets 42 back and
+    answers "a"; the second answers "e" at once (all scripted). Each reward is the checkpoint's score of the rm
+    recipe's encoding of its whole episode (the prompt with the calculator tool shown, the parsed call, the tool
+    result, the final reply), and the tool-calling episode's differs from the score of its prompt + final reply."""
+    from swiftcore_recipe_rl.environments import CALCULATOR_TOOL
+
+    from swiftcore.api.models import load_tokenizer
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"prompt": QUESTION}) + "\n")
+    logs, batch = _grpo_step(
+        tiny_model_dir, plugins, data, tmp_path / "run", {"path": str(rm_checkpoint)}, False,
+        turns=[[CALCULATOR_CALL, "e"], ["a"]], max_length=1024, environment="calculator", max_turns=2,
+        max_completion_length=96,
+    )  # fmt: skip
+    tokenizer = load_tokenizer(str(tiny_model_dir("qwen3_5")))
+    assert "<tool_response>\n42\n</tool_response>" in tokenizer.decode(batch["completion_ids"][0])  # it ran
+
+    call = {"type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": "6*7"})}}
+    episode = [*QUESTION, {"role": "assistant", "content": "", "tool_calls": [call]},
+               {"role": "tool", "name": "calculator", "content": "42"}]  # fmt: skip
+    tools = {"tools": [CALCULATOR_TOOL]}  # the calculator's prompt shows its tool; the rm pair carries it too
+    [whole] = _rm_encoding(rm_checkpoint, plugins, ["a"], prompt=episode, **tools)
+    alone, direct = _rm_encoding(rm_checkpoint, plugins, ["a", "e"], **tools)
+    expected = [_rm_score(rm_checkpoint, whole), _rm_score(rm_checkpoint, direct)]
+    without_tools = _rm_score(rm_checkpoint, alone)
+    got = [r for [r] in batch["rewards"]]
+    [mean] = [r["rewards/reward_model/mean"] for r in logs if "rewards/reward_model/mean" in r]
+    print(f"rewards {got}, logged mean {mean}; the checkpoint's {expected}, prompt + final reply alone "
+          f"{without_tools}")  # fmt: skip
+    assert all(abs(a - b) <= 1e-5 for a, b in zip(got, expected, strict=True)), (got, expected)
+    assert abs(mean - sum(expected) / 2) <= 1e-5, (mean, expected)
+    # The tool turns count: the prompt + final reply alone (what the reward scored before episodes reached it)
+    # scores otherwise.
+    assert abs(expected[0] - without_tools) > 1e-3, (expected, without_tools)

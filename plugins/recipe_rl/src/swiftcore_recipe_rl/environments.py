@@ -46,9 +46,9 @@ __all__ = [
 log = logging.getLogger("swiftcore.rl")
 
 #: What the rewards get by keyword from a multi-turn rollout, one value per completion: ``messages`` (the episode's
-#: conversation: the prompt's messages, then each parsed reply and tool message), ``tool_calls`` (how many tool
-#: results were fed back to the model), ``turns`` (replies generated) and ``env_reward`` (the sum of the
-#: environment's step rewards).
+#: conversation: the prompt's messages, then each parsed reply and tool message, ending with the last reply; the
+#: ``reward_model`` reward scores it), ``tool_calls`` (how many tool results were fed back to the model), ``turns``
+#: (replies generated) and ``env_reward`` (the sum of the environment's step rewards).
 EPISODE_KEYWORDS = ("messages", "tool_calls", "turns", "env_reward")
 
 # ---------------------------------------------------------------------------------------------- the calculator

@@ -9,6 +9,15 @@ completion as its last assistant reply, rendered by the template the checkpoint 
 family's default) and encoded by the same sample path (the reply closed by the template's stop token and whatever
 the template writes after it). A completion with reasoning keeps it in the reply's text, as the template parses it.
 
+With ``--environment`` the completion is an episode's last reply, and the conversation scored is the whole episode:
+the ``messages`` keyword the episode loop passes (:data:`~swiftcore_recipe_rl.environments.EPISODE_KEYWORDS`: the
+prompt's messages, each earlier reply as the family's template parsed it, its ``tool_calls`` and
+``reasoning_content`` included, and each tool message), with the completion as its last assistant reply, in place
+of the prompt's messages alone; the record's ``tools`` and ``chat_template_kwargs`` still come from ``records``.
+Single-turn runs pass no ``messages``: the conversation is the prompt's messages and the completion, as above.
+(The episode is rendered and encoded by the same sample path; the ``rm`` recipe itself trains on no such pair on
+Qwen3.5, whose last round then spans the tool-calling reply too, so its pair check refuses it.)
+
 The chat-template defaults are the reward model's, not the policy's: the ``rm`` recipe encoded its pairs with
 ``swiftcore_train.run.sample_encoder`` and that run's ``--enable-thinking/--disable-thinking`` (recorded in the
 checkpoint's manifest, ``swiftcore_args.json``, as ``swiftcore_args.enable_thinking``), so the reward encodes with
@@ -83,14 +92,39 @@ def rm_sample_encoder(manifest: Any, template: Any, tokenizer: Any) -> Any:
     return sample_encoder(template, tokenizer, SimpleNamespace(**recorded))
 
 
+def _conversation(record: Mapping[str, Any], completion: str, episode: Sequence[Any] | None) -> dict[str, Any]:
+    """The record the reward model scores: ``record`` with ``completion`` as its last assistant reply, after the
+    prompt's messages (single-turn: ``episode`` None) or after the episode's messages up to its last reply."""
+    if episode is None:
+        return {**record, "messages": [*record["messages"], {"role": "assistant", "content": completion}]}
+    # The episode loop ends the episode's messages with the last reply as the template parsed it; that reply is the
+    # completion, scored as text (reasoning kept in it) exactly as a single-turn completion is, so it is replaced.
+    turns = list(episode)
+    if turns and isinstance(turns[-1], Mapping) and turns[-1].get("role") == "assistant":
+        turns.pop()
+    # None values dropped as the rm recipe's row normalisation drops them (an assistant turn without a call
+    # carries tool_calls=None here), so an earlier turn renders as it would have in a training pair.
+    history = [{k: v for k, v in m.items() if v is not None} if isinstance(m, Mapping) else m for m in turns]
+    return {**record, "messages": [*history, {"role": "assistant", "content": completion}]}
+
+
 def reward_model(
     completions: Sequence[str],
     *,
     records: Sequence[Mapping[str, Any]] | None = None,
+    messages: Sequence[Sequence[Any]] | None = None,
     options: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> list[float]:
-    """One reward-model score per completion (see the module docstring)."""
+    """One reward-model score per completion (see the module docstring).
+
+    Args:
+        completions: the replies to score (with ``--environment``: each episode's last reply).
+        records: each completion's prompt record (the RL recipes pass it).
+        messages: with ``--environment``, each completion's episode conversation (the episode loop passes it);
+            None in single-turn runs.
+        options: the ``--reward-option reward_model.KEY=VALUE`` values (``path``).
+    """
     import torch
 
     path = (options or {}).get("path")
@@ -105,9 +139,10 @@ def reward_model(
     # The RL recipes pass the rows' own kwargs only, never the policy run's --enable-thinking default (see
     # swiftcore_recipe_rl.recipe._reward_record): that default is how the policy is prompted, not how the reward model
     # was trained, and applied here it would render the conversation unlike the reward model's training pairs.
+    episodes = [None] * len(completions) if messages is None else list(messages)
     conversations = [
-        {**record, "messages": [*record["messages"], {"role": "assistant", "content": completion}]}
-        for record, completion in zip(records, completions, strict=True)
+        _conversation(record, completion, episode)
+        for record, completion, episode in zip(records, completions, episodes, strict=True)
     ]
     scores = []
     with torch.inference_mode():
