@@ -252,3 +252,26 @@ def test_validation_loss_falls_and_old_checkpoints_rotate(tiny_model_dir, datase
     evals = {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
     assert sorted(evals) == [5, 10] and evals[10] < evals[5], evals
     assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{STEPS}"]
+
+
+def test_validation_loss_through_the_pipeline_equals_one_stages(tiny_model_dir, dataset, tmp_path) -> None:
+    """At PP2 the validation batches run through the schedule forward only; 5 samples in batches of 2 leave a
+    last batch of one, padded with a row that carries no loss: the eval losses equal the one-process run's."""
+    val = tmp_path / "val.jsonl"
+    val.write_text("".join(dataset.read_text().splitlines(keepends=True)[:5]))
+    evals = {}
+    for pp in (1, 2):
+        out = tmp_path / f"pp{pp}"
+        extra = ("--engine", "megatron", "--pp", str(pp), "--val-dataset", str(val), "--eval-steps", "2")
+        _run(
+            [
+                *_command(tiny_model_dir("qwen3_5"), dataset, out, batch_size=2, ranks=pp, extra=extra),
+                "--max-steps",
+                "4",
+            ]
+        )
+        rows = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+        evals[pp] = {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
+    assert sorted(evals[2]) == [2, 4]
+    for step, loss in evals[1].items():
+        assert evals[2][step] == pytest.approx(loss, rel=1e-6), (step, evals)
