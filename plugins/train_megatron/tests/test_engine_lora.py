@@ -26,22 +26,6 @@ STEPS = 10
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "train.jsonl"
-    rows = [
-        {
-            "messages": [
-                {"role": "user", "content": f"What is {i} plus {2 * i + 1}?"},
-                {"role": "assistant", "content": f"{i} plus {2 * i + 1} is {3 * i + 1}."},
-            ]
-        }
-        for i in range(24)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-@pytest.fixture(scope="module")
 def lora_run(tiny_model_dir, dataset, tmp_path_factory):
     """``lora_run(tp=2)``: a LoRA run of the tiny Qwen3.5 at a layout, made once per module."""
     made: dict[tuple, Path] = {}

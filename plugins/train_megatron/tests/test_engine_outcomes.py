@@ -32,22 +32,6 @@ def _env() -> dict[str, str]:
     return user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "train.jsonl"
-    rows = [
-        {
-            "messages": [
-                {"role": "user", "content": f"What is {i} plus {2 * i + 1}?"},
-                {"role": "assistant", "content": f"{i} plus {2 * i + 1} is {3 * i + 1}."},
-            ]
-        }
-        for i in range(24)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 def _command(model: Path, dataset: Path, out: Path, *, batch_size: int, ranks: int = 1, extra: tuple = ()) -> list:
     train = [
         "train",
