@@ -142,8 +142,8 @@ def test_served_prompt_is_the_training_sample(case: str, engine_for: Any, tmp_pa
     seen: dict[str, Any] = {}
     encode = engine.encode
 
-    def spy_encode(request: Any) -> Any:
-        seen["prompt"] = encode(request)
+    def spy_encode(request: Any, **kwargs: Any) -> Any:
+        seen["prompt"] = encode(request, **kwargs)
         return seen["prompt"]
 
     def first_forward(module: Any, args: Any, out: Any) -> None:
@@ -328,8 +328,8 @@ def _pixels(engine: Any, monkeypatch: Any) -> list[Any]:
     seen: list[Any] = []
     encode = engine.encode
 
-    def spy(request: Any) -> Any:
-        prompt = encode(request)
+    def spy(request: Any, **kwargs: Any) -> Any:
+        prompt = encode(request, **kwargs)
         seen.append(prompt.media["pixel_values"])
         return prompt
 
@@ -527,3 +527,88 @@ def test_transcriptions_route_refuses_what_it_cannot_transcribe(engine_for: Any)
         assert post(client, wav, model="other").status_code == 404
     with _client(engine_for("qwen3_5")) as client:
         assert "model 'm' does not accept audio" in _error(post(client, wav))
+
+
+def test_text_requests_are_not_held_behind_media_being_decoded(engine_for: Any, monkeypatch: Any) -> None:
+    """An image request whose decoding is held back (a gate in ``load_image``) does not hold up a text request:
+    media is decoded in the server's pool, not on the engine's thread; and the pool is bounded (429 when full)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import swiftcore_media
+    from fastapi.testclient import TestClient
+    from swiftcore_serve import ServerConfig, build_app
+
+    engine = engine_for("qwen3_5")
+    gate, decoding = threading.Event(), threading.Event()
+    real_load = swiftcore_media.load_image
+
+    def held_load(value: Any, what: str = "") -> Any:
+        decoding.set()
+        assert gate.wait(120), "the test never opened the gate"
+        return real_load(value, what)
+
+    monkeypatch.setattr(swiftcore_media, "load_image", held_load)
+    text = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hello"}]}
+    image = [_image_url(_png()), {"type": "text", "text": "What is this?"}]
+    with TestClient(build_app(engine, ServerConfig(model_name="m", max_queue=1, media_workers=1))) as client:
+        with ThreadPoolExecutor(2) as pool:
+            try:
+                held = pool.submit(_post, client, image)
+                assert decoding.wait(60), "the image request never started decoding"
+                # The pool (one request at most: max_queue=1) is full: the next media request is refused at once.
+                refused = _post(client, image)
+                assert refused.status_code == 429, refused.text
+                assert "decoding 1 media requests already" in refused.json()["error"]["message"]
+                # On the engine's thread the image's decoding would block this one until the gate opens.
+                answer = pool.submit(client.post, "/v1/chat/completions", json=text).result(timeout=60)
+                assert answer.status_code == 200, answer.text
+                assert not held.done()  # the image request is still being decoded
+            finally:
+                gate.set()
+            assert held.result(timeout=120).status_code == 200
+
+
+def test_media_and_text_requests_get_engine_calls_of_their_own(engine_for: Any, tmp_path: Any, monkeypatch) -> None:
+    """Queued image A, text T, image B (the engine busy meanwhile): three engine calls, A, then T (text goes next
+    after a call that served media), then B; never one batch of all three."""
+    import asyncio
+    import threading
+
+    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_serve.worker import EngineWorker
+
+    engine = engine_for("qwen3_5")
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(_png())
+    calls: list[list[str]] = []
+    stream_many = engine.stream_many
+
+    def spy(requests: Any) -> Any:
+        calls.append([r.request_id for r in requests])
+        return stream_many(requests)
+
+    monkeypatch.setattr(engine, "stream_many", spy)
+    sampling = SamplingParams(max_new_tokens=2)
+    image = [{"type": "image", "image": str(picture)}, {"type": "text", "text": "What is this?"}]
+
+    def request(name: str, content: Any) -> Request:
+        return Request(record={"messages": [{"role": "user", "content": content}]}, sampling=sampling, request_id=name)
+
+    async def main() -> list[Any]:
+        worker = EngineWorker(engine)
+        gate = threading.Event()
+        try:
+            busy = asyncio.ensure_future(worker.call(lambda: gate.wait(60)))
+            jobs = [asyncio.ensure_future(worker.generate(request(name, content)))
+                    for name, content in (("A", image), ("T", "Hello"), ("B", image))]  # fmt: skip
+            await asyncio.sleep(0.2)  # all three are queued behind the busy call
+            gate.set()
+            await busy
+            return await asyncio.gather(*jobs)
+        finally:
+            worker.close()
+
+    results = asyncio.run(main())
+    assert all(r.error is None for r in results), [r.error for r in results]
+    assert calls == [["A"], ["T"], ["B"]]

@@ -21,9 +21,11 @@ token ids: :meth:`Engine._generate_ids`, and optionally :meth:`Engine._stream_id
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,7 +34,7 @@ from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
 from swiftcore_infer.prepare import prepare_ahead
 from swiftcore_infer.types import Generation, Request, SamplingParams, StreamDelta
 
-__all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine"]
+__all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine", "EncodingTools"]
 
 logger = logging.getLogger("swiftcore.infer")
 
@@ -40,6 +42,23 @@ logger = logging.getLogger("swiftcore.infer")
 BASE_MODEL = "base"
 #: The name given to the adapter passed to the engine's constructor.
 DEFAULT_ADAPTER = "default"
+
+
+@dataclass(frozen=True)
+class EncodingTools:
+    """A tokenizer and media preparer of one thread's own, for :meth:`Engine.encode` off the engine's thread.
+
+    Rust tokenizers refuse to be used by two threads at once ("Already borrowed"), and a processor calls its
+    tokenizer, so a thread that encodes while the engine thread decodes needs copies of both
+    (:meth:`Engine.encoding_tools`).
+
+    Attributes:
+        tokenizer: a copy of the engine's tokenizer.
+        preparer: a :class:`~swiftcore_media.MediaPreparer` over that copy (None for a text-only model).
+    """
+
+    tokenizer: Any
+    preparer: Any = None
 
 
 class Engine:
@@ -189,7 +208,22 @@ class Engine:
                     raise InvalidRequestError(f"this model's processor cannot be built: {exc}") from exc
             return self._media
 
-    def _with_media(self, record: Any, policy: Any = None) -> tuple[Any, Any]:
+    def encoding_tools(self) -> EncodingTools:
+        """Copies of the tokenizer and media preparer for a thread that encodes requests beside the engine's
+        thread (a server's media pool: :meth:`encode` with ``tools``), so neither waits for the other's
+        tokenizer. Encoding with them gives the same prompt as the engine's own."""
+        tokenizer = copy.deepcopy(self.tokenizer)
+        preparer = None
+        if self.media_modalities and self.accepts_media:
+            from swiftcore_media import MediaError, prepare_media
+
+            try:
+                preparer = prepare_media(self.spec, self.base_dir, tokenizer)
+            except MediaError as exc:
+                raise InvalidRequestError(f"this model's processor cannot be built: {exc}") from exc
+        return EncodingTools(tokenizer, preparer)
+
+    def _with_media(self, record: Any, policy: Any = None, tools: EncodingTools | None = None) -> tuple[Any, Any]:
         """``(record, preparer)``: a record with its media decoded and the preparer that expands them (its tags
         become parts in :meth:`SampleEncoder.prepare`, as in training), or ``(record, None)`` when it has no
         media. Refuses media the model or the backend cannot take."""
@@ -213,14 +247,20 @@ class Engine:
                 "--backend transformers",
                 param="messages",
             )
-        preparer = self.media_preparer()
+        preparer = tools.preparer if tools is not None else self.media_preparer()
         where = f"record {record['id']!r}: " if record.get("id") is not None else ""
         return decode_media(record, preparer.sampling_rate, where, policy), preparer
 
-    def encode(self, request: Request) -> list[int]:
+    def encode(self, request: Request, *, tools: EncodingTools | None = None) -> list[int]:
         """The prompt token ids of ``request`` (template-encoded for a chat record); for a record with
         images or audio a :class:`~swiftcore_infer.media.Prompt` (ids and media tensors), encoded by
-        training's sample path. The result is also kept in ``request.encoded``.
+        training's sample path. The result is also kept in ``request.encoded``, and the engine's generation
+        calls use it rather than encoding the request again.
+
+        Args:
+            request: the request.
+            tools: this thread's own tokenizer and preparer (:meth:`encoding_tools`), when the calling thread
+                is not the engine's; None: the engine's own.
 
         Raises:
             InvalidRequestError: the record cannot be rendered, its media cannot be read or is of a type the
@@ -233,12 +273,13 @@ class Engine:
         from swiftcore_infer.media import Prompt
 
         self._adapter_for(request)
+        tokenizer = tools.tokenizer if tools is not None else self.tokenizer
         if request.record is not None:
-            record, preparer = self._with_media(request.record, request.media_policy)
+            record, preparer = self._with_media(request.record, request.media_policy, tools)
             # Training's sample path (SampleEncoder): the same record preparation and template, with the chat
             # defaults the checkpoint (or the adapter) was trained with.
             defaults = self._chat_defaults.get(self._adapter_for(request)) or {}
-            encoder = SampleEncoder(self.template, self.tokenizer, media=preparer, chat_defaults=defaults)
+            encoder = SampleEncoder(self.template, tokenizer, media=preparer, chat_defaults=defaults)
             try:
                 ids, media = encoder.prompt(record)
             except (TemplateError, MediaError) as exc:
@@ -246,7 +287,7 @@ class Engine:
             if media is not None:
                 ids = Prompt(ids, media)
         elif isinstance(request.prompt, str):
-            ids = list(self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
+            ids = list(tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
         else:
             ids = list(request.prompt or [])
             vocab = len(self.tokenizer)
@@ -263,6 +304,11 @@ class Engine:
             )
         request.encoded = ids
         return ids
+
+    def _prompt(self, request: Request) -> list[int]:
+        """The request's prompt: the one it was encoded into already (a server's media pool encodes ahead of the
+        engine thread), else :meth:`encode`'s."""
+        return request.encoded if request.encoded is not None else self.encode(request)
 
     def _adapter_for(self, request: Request) -> str | None:
         """The adapter a request runs with (None = base model)."""
@@ -313,7 +359,7 @@ class Engine:
         if "generate" not in self.capabilities:
             raise UnsupportedError(f"backend {self.backend!r} does not generate text (an embedding or pooling runner)")
         results: list[Generation | None] = [None] * len(requests)
-        for batch in prepare_ahead(requests, self.encode, batch_size):
+        for batch in prepare_ahead(requests, self._prompt, batch_size):
             ready: list[tuple[int, list[int]]] = []
             for index, encoded in batch:
                 if isinstance(encoded, Exception):
@@ -420,7 +466,7 @@ class Engine:
         """
         if "stream" not in self.capabilities:
             raise UnsupportedError(f"backend {self.backend!r} cannot stream")
-        self.encode(request)  # raise now, before the caller starts a stream
+        self._prompt(request)  # raise now, before the caller starts a stream
         return self._stream_one(request)
 
     def _stream_one(self, request: Request) -> Iterator[StreamDelta]:
@@ -448,7 +494,7 @@ class Engine:
         states: list[_StreamState] = []
         for index, request in enumerate(requests):
             try:
-                prompt = self.encode(request)
+                prompt = self._prompt(request)
                 adapter = self._adapter_for(request)
             except Exception as exc:
                 yield index, exc
@@ -602,7 +648,7 @@ class Engine:
             raise UnsupportedError(f"backend {self.backend!r} does not generate text (an embedding or pooling runner)")
         if not requests:
             return []
-        prompts = [self.encode(request) for request in requests]
+        prompts = [self._prompt(request) for request in requests]
         adapters = [self._adapter_for(request) for request in requests]
         raw = self._generate_ids(prompts, [r.sampling for r in requests], adapters)
         out = []

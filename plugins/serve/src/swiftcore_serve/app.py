@@ -41,6 +41,7 @@ from swiftcore_infer.media import MediaPolicy, media_kinds, openai_media_parts, 
 from swiftcore_infer.types import Generation, Request, SamplingParams
 
 from swiftcore_serve.guard import RequestGuard, error_body, has_api_key
+from swiftcore_serve.media_pool import MediaEncodePool
 from swiftcore_serve.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -110,6 +111,9 @@ class ServerConfig:
             its length in tokens times the longest token in the vocabulary).
         media: what requests' images and audio may be (local files, remote URLs, limits): a
             :class:`~swiftcore_infer.media.MediaPolicy`.
+        media_workers: threads that decode and encode requests with images or audio before they queue for
+            the engine (:mod:`swiftcore_serve.media_pool`), so text requests do not wait for that work; 0 does it
+            on the engine's thread (one thread fewer; a text request may then wait behind an image's decoding).
     """
 
     model_name: str
@@ -123,6 +127,7 @@ class ServerConfig:
     allowed_hosts: Sequence[str] = ()
     max_prompt_chars: int | None = None
     media: MediaPolicy = field(default_factory=MediaPolicy)
+    media_workers: int = 2
 
 
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying", "schema": {"type": "integer"}}}
@@ -282,6 +287,17 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
     worker = EngineWorker(engine, max_queue=config.max_queue, max_batch=config.max_batch)
     limits = _PromptLimits(engine, config.max_prompt_chars)
     media_modalities = tuple(getattr(engine, "media_modalities", ()))
+    # Only a model that takes media needs the pool; media sent to any other is refused by the engine's encode.
+    media_pool = (
+        MediaEncodePool(engine, workers=config.media_workers, max_waiting=config.max_queue)
+        if media_modalities and config.media_workers > 0 and hasattr(engine, "encoding_tools")
+        else None
+    )
+
+    async def encode_media(request: Request) -> None:
+        """Encode a request with media on the pool, ahead of the engine thread (text requests skip it)."""
+        if media_pool is not None and media_kinds(request.record):
+            await media_pool.encode(request)
 
     class _JSONRequest(HttpRequest):
         """Parses bodies with pydantic's JSON parser instead of ``json.loads``.
@@ -311,6 +327,8 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         yield
+        if media_pool is not None:
+            media_pool.close()
         worker.close()
 
     app = FastAPI(
@@ -464,6 +482,7 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
             request_id=f"chatcmpl-{uuid.uuid4().hex}",
             media_policy=config.media,
         )
+        await encode_media(request)
         if body.stream:
             include_usage = bool((body.stream_options or {}).get("include_usage"))
             return await _sse(http, chat_chunks(request, body.model, include_usage))
@@ -571,6 +590,7 @@ def build_app(engine: Any, config: ServerConfig) -> Any:
             request_id=f"transcription-{uuid.uuid4().hex}",
             media_policy=policy,
         )
+        await encode_media(request)
         try:
             generation = await _unless_disconnected(http, worker.generate(request))
         except _ClientGone:

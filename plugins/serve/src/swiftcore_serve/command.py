@@ -186,6 +186,14 @@ def _read_key_file(path: Path) -> str:
     type=click.FloatRange(min=0, min_open=True),
     help="Decoded length of one audio clip; longer gets HTTP 400.",
 )
+@click.option(
+    "--media-workers",
+    default=2,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Threads that decode requests' images and audio (and run the processor) before they queue for the "
+    "engine, so text requests do not wait behind that work (0: on the engine's thread).",
+)
 @click.option("--docs", is_flag=True, help="Serve /docs, /redoc and /openapi.json (they need the key too).")
 @click.option(
     "--max-batch",
@@ -233,6 +241,7 @@ def deploy(
     max_media_mb: float,
     max_image_pixels: int,
     max_audio_seconds: float,
+    media_workers: int,
     docs: bool,
     max_batch: int,
     default_max_tokens: int,
@@ -297,6 +306,7 @@ def deploy(
             max_image_pixels=max_image_pixels,
             max_audio_seconds=max_audio_seconds,
         ),
+        media_workers=media_workers,
     )
     shown = f"[{host}]" if ":" in host else host
     guard = "API key required" if api_key else "no API key"

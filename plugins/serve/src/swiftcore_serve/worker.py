@@ -5,6 +5,11 @@ loop must never block on a forward pass. So the HTTP handlers put jobs on a boun
 server answers 429) and await their results; the worker thread takes jobs in order and batches the
 generation requests that are waiting together into one engine call.
 
+Requests with images or audio and text-only requests never share an engine call, and when a call has served
+media, a waiting text request goes next, before older media requests: a text reply then waits for at most the
+call in progress instead of sharing a batch with (and the cost of) the prefill of hundreds of image tokens. The
+call after that takes the queue in order again, so media requests are never starved by a stream of text.
+
 Every job can be abandoned: when its client goes away the handler's await is cancelled, the job leaves the
 queue at once (its slot is free for the next request), and a job the engine is already running stops at
 its next token. That is why generation, streamed or not, runs through :meth:`Engine.stream_many` wherever
@@ -116,6 +121,18 @@ class _Call(_Job):
 _END = object()
 
 
+def _has_media(job: _Job) -> bool:
+    """Whether ``job`` generates from a prompt with images or audio (encoded already, or still in its record)."""
+    from swiftcore_infer.media import Prompt, media_kinds
+
+    request = getattr(job, "request", None)
+    if request is None:
+        return False
+    if request.encoded is not None:
+        return isinstance(request.encoded, Prompt)
+    return bool(request.record is not None and media_kinds(request.record))
+
+
 def _resolve(
     loop: asyncio.AbstractEventLoop, future: asyncio.Future, value: Any = None, error: BaseException | None = None
 ) -> None:
@@ -163,6 +180,8 @@ class EngineWorker:
         self._ready = threading.Condition()
         self._closed = False
         self._stream_batches = _streams_in_batches(engine)
+        #: Whether the last engine call served media (then a waiting text request goes first).
+        self._served_media = False
         self._thread = threading.Thread(target=self._run, name="swiftcore-engine", daemon=True)
         self._thread.start()
 
@@ -250,24 +269,33 @@ class EngineWorker:
     # ------------------------------------------------------------------ the engine thread
 
     def _take(self) -> _Job | None:
-        """The next job (None once closed and drained)."""
+        """The next job (None once closed and drained): the oldest, or right after a call that served media,
+        the oldest text generation."""
         with self._ready:
             while not self._jobs:
                 if self._closed:
                     return None
                 self._ready.wait()
+            if self._served_media:
+                self._served_media = False  # the next call takes the queue in order again
+                for index, job in enumerate(self._jobs):
+                    if isinstance(job, (_Generate, _Stream)) and not _has_media(job):
+                        del self._jobs[index]
+                        return job
             return self._jobs.popleft()
 
     def _batch_with(self, first: _Generate | _Stream) -> list[_Job]:
-        """``first`` and the generation jobs right behind it that can share its engine call."""
+        """``first`` and the generation jobs right behind it that can share its engine call (media and text
+        requests apart)."""
         batch: list[_Job] = [first]
+        media = _has_media(first)
         with self._ready:
             while self._jobs and len(batch) < self.max_batch:
                 job = self._jobs[0]
                 same_call = isinstance(job, type(first)) or (
                     self._stream_batches and isinstance(job, (_Generate, _Stream))
                 )
-                if not same_call:
+                if not same_call or _has_media(job) != media:
                     break
                 batch.append(self._jobs.popleft())
         return batch
@@ -282,6 +310,7 @@ class EngineWorker:
                     self._run_call(job)
                 elif isinstance(job, (_Generate, _Stream)):
                     batch = [j for j in self._batch_with(job) if not j.cancelled.is_set()]
+                    self._served_media = any(_has_media(j) for j in batch)
                     if batch and isinstance(batch[0], _Generate) and not self._stream_batches:
                         self._generate_at_once(batch)
                     elif batch:
