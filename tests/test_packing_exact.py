@@ -341,3 +341,32 @@ def test_boundaries_that_do_not_fit_the_batch_are_refused(hooked: Any) -> None:
     with pytest.raises(QwenError, match=r"layer 0\): cu_seq_lens_q=.* does not cover") as raised, torch.no_grad():
         model(**{key: value for key, value in batch.items() if key not in ("labels", "seq_lens")})
     assert isinstance(raised.value, SwiftcoreError)
+
+
+@pytest.mark.parametrize("family", list(CASES))
+def test_packed_sdpa_runs_each_sample_alone_and_is_exact(
+    family: str, checkpoints: Any, plugins: Any, hooked: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer's packed attention (``swiftcore_data.packed_attention``: sdpa per sample, no T x T mask) gives
+    the unpacked losses and gradients; every softmax-attention layer of the packed row takes its per-sample path
+    (transformers' masked sdpa is never called on it)."""
+    from swiftcore_data import packed_attention
+    from transformers.integrations import sdpa_attention
+
+    _, samples, alone = hooked(family)
+    model = _load(family, checkpoints, plugins)
+    if family == "deepseek_v4":  # its attention (compressors, indexer, sinks) is eager-only: left as it is
+        assert model.config._attn_implementation == "eager" and not packed_attention.use_packed_attention(model)
+        return
+    assert packed_attention.use_packed_attention(model)
+    assert model.config.get_text_config()._attn_implementation == packed_attention.PACKED_SDPA
+    handed_on: list[int] = []
+    real = sdpa_attention.sdpa_attention_forward
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        handed_on.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", counted)
+    _assert_same(_packed(model, PaddingFreeCollator()(samples)), alone)
+    assert not handed_on
