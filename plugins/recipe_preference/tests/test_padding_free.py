@@ -76,6 +76,14 @@ def _loss_and_grads(trainer: Any, samples: list[dict]) -> tuple[float, dict[str,
     return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+#: Largest gradient difference, relative to the largest gradient. Gemma 4 scales attention scores by 1 (q/k norms
+#: instead of 1/sqrt(d)), where float32 sdpa's own error is ~2.5e-5 of its gradients (measured against float64,
+#: the masked and the causal kernel alike); the padded batch runs sdpa under a mask, the packed row each sample's
+#: span causally (swiftcore_data.packed_attention), so their roundings differ by that much (2.4e-5 and 3.1e-5
+#: seen). A leak between samples differs by orders of magnitude more.
+GRADIENT_TOLERANCE = {"qwen3_5": 1e-5, "gemma4": 1e-4}
+
+
 @pytest.mark.parametrize("recipe", ["dpo", "kto"])
 @pytest.mark.parametrize("family", ["qwen3_5", "gemma4"])
 def test_padding_free_loss_and_gradients_equal_the_padded_batch(
@@ -92,7 +100,7 @@ def test_padding_free_loss_and_gradients_equal_the_padded_batch(
     worst = max(float((got_grads[n] - g).abs().max()) for n, g in want_grads.items()) / scale
     print(f"{recipe} {family}: padded {want:.8f} padding-free {got:.8f} |diff| {abs(got - want):.2e}, grad {worst:.1e}")
     assert got == pytest.approx(want, abs=1e-5)
-    assert want_grads.keys() == got_grads.keys() and worst <= 1e-5
+    assert want_grads.keys() == got_grads.keys() and worst <= GRADIENT_TOLERANCE[family]
 
 
 def test_padding_free_runs_one_packed_row(tmp_path: Path, tiny_model_dir, plugins, write_jsonl) -> None:

@@ -40,12 +40,18 @@ def packed_sdpa_attention(
     **kwargs: Any,
 ) -> tuple[Any, None]:
     """transformers' attention-function signature: ``query`` ``[1, heads, T, dim]``, ``key`` / ``value``
-    ``[1, kv_heads, T, dim]`` of one packed row with ``cu_seq_lens_q`` in ``kwargs``; returns ``[1, T, heads,
-    dim]``. Anything else is handed to transformers' sdpa unchanged."""
+    ``[1, kv_heads, T, dim]`` of one packed row whose samples ``cu_seq_lens_q`` (or, without it, restarts of
+    ``position_ids``) mark; returns ``[1, T, heads, dim]``. Anything else is handed to transformers' sdpa
+    unchanged."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     cu = kwargs.get("cu_seq_lens_q")
+    position_ids = kwargs.get("position_ids")
+    if cu is None and position_ids is not None and position_ids.dim() == 2 and position_ids.shape[0] == 1:
+        from swiftcore_data.packed_layers import packed_cu_seq_lens
+
+        cu = packed_cu_seq_lens(position_ids)  # samples restart at 0 (TRL's padding-free batches carry no cu_seq_lens)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     per_sample = (
         cu is not None

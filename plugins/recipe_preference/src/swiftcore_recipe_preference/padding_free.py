@@ -7,9 +7,10 @@ the policy, the reference and the KL pass alike. :func:`pack_fused_forward` wrap
 of the padded rows are concatenated into one row with per-sequence ``position_ids`` and flash-attention's
 ``cu_seq_lens_*`` (what :class:`swiftcore_data.PaddingFreeCollator` gives SFT), the model runs on that, and the
 per-token outputs are laid back out as the padded rows TRL reads. TRL's loss code runs unchanged; no compute
-is spent on padding. transformers builds the block-diagonal mask from ``position_ids`` (sdpa, eager) or uses
-``cu_seq_lens`` (flash-attention); a family whose layers mix tokens otherwise patches them at load
-(:mod:`swiftcore_data.packed_layers`), as for SFT.
+is spent on padding. A model on sdpa switches to :mod:`swiftcore_data.packed_attention` (each sample's span on
+its own, as for SFT) rather than sdpa under a block-diagonal mask over the whole row; flash-attention uses
+``cu_seq_lens``, eager the mask transformers builds from ``position_ids``. A family whose layers mix tokens
+otherwise patches them at load (:mod:`swiftcore_data.packed_layers`), as for SFT.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ def pack_fused_forward(model: Any) -> None:
 
     Calls without ``fused_lm_head=True`` (generation, an ordinary forward) or without an attention mask pass
     through unchanged. Each row's real tokens must be contiguous (left or right padding), as TRL's collators
-    make them.
+    make them. A model on sdpa gets :func:`~swiftcore_data.packed_attention.use_packed_attention`.
     """
     import torch
+    from swiftcore_data.packed_attention import use_packed_attention
+
+    use_packed_attention(model)
 
     fused = model.forward
 
