@@ -225,6 +225,16 @@ def test_qwen3_5_packed_with_position_ids_only(hooked: Any) -> None:
     _assert_same(_packed(model, {key: batch[key] for key in keep}), alone)
 
 
+def test_qwen3_5_packed_as_one_padded_batch(hooked: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accelerator path of the DeltaNet patch (samples re-laid as one right-padded batch) is exact too; on a
+    CPU the samples run one by one."""
+    from swiftcore_plugin_qwen3_5 import packing
+
+    monkeypatch.setattr(packing, "SAMPLE_BY_SAMPLE_DEVICES", ())
+    model, samples, alone = hooked("qwen3_5")
+    _assert_same(_packed(model, PaddingFreeCollator()(samples)), alone)
+
+
 def test_gemma4_packed_with_eager_attention(checkpoints: Any, plugins: Any) -> None:
     """Eager attention (often preferred for Gemma fine-tuning) gets the same block-diagonal sliding mask."""
     model = _load("gemma4", checkpoints, plugins, attn_implementation="eager")

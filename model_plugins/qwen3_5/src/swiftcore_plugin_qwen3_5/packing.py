@@ -10,13 +10,13 @@ kernel, which would restart the recurrence, but not to the causal conv, and its 
 
 What: :func:`patch_packed_linear_attention` wraps each gated DeltaNet layer's ``forward``. When the
 layer gets a packed row (``cu_seq_lens_q`` in its kwargs, no cache, no padding mask), the row is cut
-at the sample boundaries and re-laid as a right-padded batch of samples, run through the original
-forward once, and the padding is dropped again. Right padding is exact for a causal layer: no real
-token ever sees a padding token, and each sample starts from a zero conv window and a zero state,
-as when it runs alone. The text model also gets a forward pre-hook that derives ``cu_seq_lens_*`` from
-``position_ids`` restarts when the caller sent only ``position_ids`` (as transformers'
-``DataCollatorWithFlattening`` does by default), the same rule transformers uses to build the
-block-diagonal attention mask.
+at the sample boundaries; on a CPU each sample runs through the original forward alone, elsewhere they
+are re-laid as a right-padded batch, run through it once, and the padding is dropped again. Right
+padding is exact for a causal layer: no real token ever sees a padding token, and each sample starts
+from a zero conv window and a zero state, as when it runs alone. The text model also gets a forward
+pre-hook that derives ``cu_seq_lens_*`` from ``position_ids`` restarts when the caller sent only
+``position_ids`` (as transformers' ``DataCollatorWithFlattening`` does by default), the same rule
+transformers uses to build the block-diagonal attention mask.
 
 When it can be removed: once transformers' gated DeltaNet restarts both the conv and the recurrence
 at ``cu_seq_lens_q`` boundaries in its PyTorch fallbacks as well as in its kernels (checked against
@@ -50,6 +50,8 @@ __all__ = [
 
 logger = logging.getLogger("swiftcore.plugins.qwen3_5")
 
+#: Device types where a packed row's samples run through the layer one by one (elsewhere: one padded batch).
+SAMPLE_BY_SAMPLE_DEVICES = ("cpu",)
 #: transformers versions whose gated DeltaNet this patch was checked against (and needs it).
 TRANSFORMERS_RANGE = ">=5.19,<6"
 
@@ -106,6 +108,13 @@ def _packed_forward(
         raise PackedBatchError(f"{type(self).__name__} (layer {self.layer_idx}): {err}") from None
     if segments is None:  # one sample per row: nothing is packed
         return unpacked(hidden_states, **rest)
+    if hidden_states.device.type in SAMPLE_BY_SAMPLE_DEVICES:
+        # On a CPU each sample alone is faster than the padded batch below: the PyTorch delta rule's work grows
+        # with the tokens it is given, padding included (one packed step of 8 samples of 64-1024 tokens: 1.6x,
+        # bench/packed_attention.py). On an accelerator one batched call is kept (not measured here).
+        flat = hidden_states.reshape(1, batch * seq_len, hidden)
+        parts = [unpacked(flat[:, start:end], **rest) for _, start, end in segments]
+        return torch.cat(parts, dim=1).reshape(batch, seq_len, -1)
     lengths = torch.tensor([end - start for _, start, end in segments], device=hidden_states.device)
     # Re-lay the flattened samples as a right-padded batch [n_samples, longest, hidden]; `keep` marks real
     # tokens, which come out of the boolean indexing in their packed order.
