@@ -16,6 +16,10 @@ any fails:
 5. ``sp_attention_cuda``: the sequence-parallel plugin's low-memory attention (the kernel every SP mode runs)
    on the GPU equals the CPU's (output, log-sum-exp, gradients; packed samples, sliding window, GQA) to 1e-4,
    and the CUDA memory its forward keeps at 8192 tokens is at most half of sdpa's with the same mask.
+6. ``packed_cuda``: ``tests/test_packing_exact.py`` on CUDA (``SWIFTCORE_TEST_DEVICE=cuda``, TF32 off): packed rows give
+   the unpacked losses and gradients for every family, through Qwen3.5's DeltaNet patch on its accelerator path (one
+   right-padded batch of the samples) and the trainer's packed attention on CUDA's sdpa kernels; the negative
+   controls still leak without the hooks.
 """
 
 from __future__ import annotations
@@ -208,6 +212,17 @@ def check_sp_attention(work: Path) -> None:
            kept_mib=kept)  # fmt: skip
 
 
+def check_packed(work: Path) -> None:
+    """Check 6 (``work`` unused): the packing exactness tests, run by pytest on CUDA."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "SWIFTCORE_TEST_DEVICE": "cuda"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_packing_exact.py"]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    report("packed_cuda", proc.returncode == 0, summary=lines[-1] if lines else "",
+           output="\n".join(lines[-40:]) if proc.returncode else "")  # fmt: skip
+
+
 def main() -> int:
     """Run every check; exit 1 when one fails."""
     import torch
@@ -217,7 +232,8 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for check in (check_train_and_infer, check_megatron, check_megatron_training, check_sp_attention):
+        for check in (check_train_and_infer, check_megatron, check_megatron_training, check_sp_attention,
+                      check_packed):
             try:
                 check(work)
             except Exception as exc:  # report every check, whatever breaks

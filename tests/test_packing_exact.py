@@ -18,6 +18,10 @@ within 1e-5 + 1e-5 x its largest entry (summation-order noise scales with the te
 hook, Qwen3.5's linear attention and DeepSeek-V4's compressors mix the samples, and the worst
 difference is over 100 times the tolerance.
 
+On a GPU (``SWIFTCORE_TEST_DEVICE=cuda``, run by ``scripts/gpu_check_core.py``) the same tests run on CUDA, with
+TF32 off so float32 stays float32: there Qwen3.5's DeltaNet patch takes its accelerator path (the samples re-laid
+as one right-padded batch) and the packed attention runs CUDA's sdpa kernels.
+
 DeepSeek-V4's indexer picks its top-k blocks with a discrete ``topk``: a sample that runs at a
 different sequence length can pick differently on near-ties, which is why its patch runs each sample
 at exactly the length it has alone (and why the unpatched model differs even on the first sample).
@@ -25,6 +29,7 @@ at exactly the length it has alone (and why the unpatched model differs even on 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -42,6 +47,11 @@ import swiftcore  # noqa: E402
 from swiftcore.models import load_model, model_class_for, read_hf_config  # noqa: E402
 
 IGNORE = -100
+#: Where the models and batches run: ``cpu`` in the suite, ``cuda`` in the GPU check.
+DEVICE = os.environ.get("SWIFTCORE_TEST_DEVICE", "cpu")
+if DEVICE.startswith("cuda"):  # TF32 would round float32 matmuls and convolutions to 10-bit mantissas
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 # float32 on 2 CPU cores: packed and unpacked runs differ only by summation order.
 RTOL = ATOL = 1e-5
 
@@ -144,16 +154,22 @@ def _unpacked(model: Any, samples: list[dict[str, list[int]]]) -> tuple[list[flo
     model.zero_grad(set_to_none=True)
     losses = []
     for sample in samples:
-        logits = model(input_ids=torch.tensor([sample["input_ids"]]), use_cache=False).logits[0]
-        loss = _summed_loss(logits, torch.tensor(sample["labels"]))
+        logits = model(input_ids=torch.tensor([sample["input_ids"]], device=DEVICE), use_cache=False).logits[0]
+        loss = _summed_loss(logits, torch.tensor(sample["labels"], device=DEVICE))
         loss.backward()
         losses.append(loss.item())
     return losses, _grads(model)
 
 
+def _on_device(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` with its tensors on :data:`DEVICE`."""
+    return {key: value.to(DEVICE) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+
+
 def _packed(model: Any, batch: dict[str, Any]) -> tuple[list[float], dict[str, Any]]:
     """Per-sample summed losses of one packed row, and the gradients of their sum."""
     model.zero_grad(set_to_none=True)
+    batch = _on_device(batch)
     labels = batch["labels"][0]
     inputs = {key: value for key, value in batch.items() if key not in ("labels", "seq_lens")}
     logits = model(**inputs).logits[0]
@@ -169,7 +185,7 @@ def _packed(model: Any, batch: dict[str, Any]) -> tuple[list[float], dict[str, A
 def _load(family: str, checkpoints: Any, plugins: Any, *, hooks: bool = True, **kwargs: Any) -> Any:
     spec = plugins.registry.get("model", family)
     model = load_model(spec, checkpoints(family), plugins if hooks else None, torch_dtype="float32", **kwargs)
-    return model.train()
+    return model.to(DEVICE).train()
 
 
 def _vocab(model: Any) -> int:
@@ -346,7 +362,7 @@ def test_boundaries_that_do_not_fit_the_batch_are_refused(hooked: Any) -> None:
     with pytest.raises(DeepseekError, match="spans rows"):
         packed_segments(None, torch.tensor([0, 3, 8]), 2, 4)
     model, samples, _ = hooked("qwen3_5")
-    batch = PaddingFreeCollator()(samples)
+    batch = _on_device(PaddingFreeCollator()(samples))
     batch["cu_seq_lens_q"] = batch["cu_seq_lens_q"][:-1]  # drops the last sample's end
     with pytest.raises(QwenError, match=r"layer 0\): cu_seq_lens_q=.* does not cover") as raised, torch.no_grad():
         model(**{key: value for key, value in batch.items() if key not in ("labels", "seq_lens")})
