@@ -92,17 +92,22 @@ def test_report_shows_dpo_figure_refusal_and_failure() -> None:
 def test_media_latency_figure_renders_percentiles_and_ratios() -> None:
     import media_latency
 
-    raw = {
-        "machine": {"date": "2026-12-03"}, "seconds": 60.0, "text_n": 4, "image_streams": 8, "image_size": 448,
-        "rounds": 1, "max_tokens": 8, "text_alone_s": [0.1, 0.1, 0.2, 0.3], "text_with_images_s": [0.5, 0.4, 0.6, 1.0],
+    phases = {
+        "text_alone_s": [0.1, 0.1, 0.2, 0.3], "text_with_images_s": [0.5, 0.4, 0.6, 1.0],
         "images_with_text": {"finished": 20, "seconds": 2.0}, "images_alone": {"finished": 30, "seconds": 2.0},
     }  # fmt: skip
+    pooled = {**phases, "text_with_images_s": [0.2, 0.2, 0.4, 0.5]}
+    raw = {"machine": {"date": "2026-12-03"}, "seconds": 60.0, "text_n": 4, "image_streams": 8, "image_size": 448,
+           "rounds": 1, "max_tokens": 8, "by_media_workers": {"0": phases, "2": pooled}}  # fmt: skip
     text = media_latency.render(raw)
     assert text.startswith(media_latency.BEGIN) and text.endswith(media_latency.END)
-    assert "| text alone | 0.200 | 0.300 | — |" in text  # p50 of 4 values: the nearest rank
-    assert "| text beside 8 image requests in flight | 0.600 | 1.000 | 10.00 |" in text
-    assert "| images alone (8 in flight) | — | — | 15.00 |" in text
-    assert "**3.00x**" in text
+    # p50 of 4 values: the nearest rank
+    assert "| media on the engine's thread (`--media-workers 0`) | 0.200 / 0.300 | 0.600 / 1.000 | 3.00x | 10.00 " \
+        "| 15.00 |" in text
+    assert "| `--media-workers 2` | 0.200 / 0.300 | 0.400 / 0.500 | 2.00x |" in text
+    # A raw file from before the pool: one server, media on the engine's thread.
+    old = media_latency.render({k: v for k, v in raw.items() if k != "by_media_workers"} | phases)
+    assert "| media on the engine's thread (`--media-workers 0`) | 0.200 / 0.300 | 0.600 / 1.000 | 3.00x |" in old
 
 
 def test_convert_figure_renders_ratios_and_the_profile_of_a_miss() -> None:
