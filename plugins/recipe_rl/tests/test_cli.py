@@ -116,6 +116,7 @@ def test_plugins_lists_a_third_party_reward_plugin_and_checks_it(acme: Path, tmp
         "recipe": ["gkd", "grpo", "reinforce_pp", "rloo"],
         "environment": ["calculator"],
         "reward": ["environment", "reward_model"],
+        "command": ["rollout"],
     }
     checked = _swiftcore("plugins", "--check", "acme", cwd=tmp_path, site=acme)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -62,6 +62,7 @@ def _flag(name: str) -> str:
 #: ``--environment-option`` (a keyword of the environment's factory).
 _REWARD_OPTION_KEY = re.compile(r"[a-z0-9][a-z0-9_.\-@]*\.[a-z0-9_]+")
 _ENVIRONMENT_OPTION_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SERVER_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 _REWARD_OPTION_FORM = "REWARD.KEY=VALUE, e.g. format.pattern='^<answer>'"
 
 
@@ -154,6 +155,10 @@ class RolloutOptions(SamplingOptions):
             ``transformers`` or ``vllm`` (a swiftcore engine of that backend colocated in the trainer's process,
             synced to the policy before each generation round; see :mod:`swiftcore_recipe_rl.sync`).
         sync_bucket_mb: with a rollout engine and ``--tuner full``, the largest bucket of the weight sync (MiB).
+        rollout_server: the URL of a ``swiftcore rollout`` server that generates the rollouts instead of an engine in
+            the trainer's process (server mode; see :mod:`swiftcore_recipe_rl.remote`). Empty: no server.
+        rollout_server_timeout: seconds a call to the rollout server may take (a rollout round, a sync) before the
+            run stops as if the server had died.
         environment: a multi-turn environment by name (``grpo`` and ``reinforce_pp``; ``swiftcore plugins`` lists
             them): each rollout becomes an episode of replies and tool results (see
             :mod:`swiftcore_recipe_rl.environments`). Empty: single-turn rollouts.
@@ -173,6 +178,8 @@ class RolloutOptions(SamplingOptions):
     mask_truncated_completions: bool = False
     rollout_engine: str = "trainer"
     sync_bucket_mb: float = 64.0
+    rollout_server: str = ""
+    rollout_server_timeout: float = 600.0
     environment: str = ""
     environment_option: tuple[str, ...] = ()
     max_turns: int = 3
@@ -182,7 +189,8 @@ class RolloutOptions(SamplingOptions):
 
         if self.rollout_engine not in ROLLOUT_ENGINES:
             problems.append(f"--rollout-engine: {self.rollout_engine!r} is not one of {', '.join(ROLLOUT_ENGINES)}")
-        _check_finite(self, {"sync_bucket_mb": (0.0, math.inf)}, problems)
+        _check_finite(self, {"sync_bucket_mb": (0.0, math.inf), "rollout_server_timeout": (0.0, math.inf)}, problems)
+        self._check_rollout_server(problems)
         self.reward = _strings(self.reward)
         self.reward_option = _strings(self.reward_option)
         self.reward_weight = _strings(self.reward_weight)
@@ -200,6 +208,11 @@ class RolloutOptions(SamplingOptions):
             problems.append(
                 "--environment with --rollout-engine vllm: not supported yet (its episodes are untested on vLLM); "
                 "use --rollout-engine trainer or transformers"
+            )
+        if self.environment and self.rollout_server:
+            problems.append(
+                "--environment with --rollout-server: not supported yet (episodes through a rollout server are "
+                "untested); use --rollout-engine trainer or transformers"
             )
         if not self.environment and any(r.partition("@")[0] == "environment" for r in self.reward):
             problems.append("--reward environment: scores an episode's environment; give --environment NAME")
@@ -235,6 +248,19 @@ class RolloutOptions(SamplingOptions):
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             problems.append(f"--reward-timeout: {timeout!r} must be a positive number of seconds")
         super()._check(problems)
+
+    def _check_rollout_server(self, problems: list[str]) -> None:
+        """``--rollout-server``: an http(s) URL, and the only rollout engine (it is one)."""
+        url = self.rollout_server
+        if not url:
+            return
+        if not _SERVER_URL.fullmatch(url):
+            problems.append(f"--rollout-server: {url!r} is not an http(s) URL such as http://127.0.0.1:8001")
+        if self.rollout_engine != "trainer":
+            problems.append(
+                f"--rollout-server with --rollout-engine {self.rollout_engine}: the server is the rollout engine; "
+                "drop --rollout-engine (or drop --rollout-server to run that engine in the trainer's process)"
+            )
 
     def environment_options(self) -> dict[str, str]:
         """``--environment-option KEY=VALUE`` values as ``{key: value}``, the values as given (strings; the last
@@ -404,6 +430,11 @@ _HELP = {
     "mask_truncated_completions": "Leave completions cut at --max-completion-length out of the loss.",
     "rollout_engine": "Who generates rollouts: trainer (TRL's generate), or transformers or vllm (a swiftcore engine "
     "of that backend in the trainer's process, synced to the policy before each generation round).",
+    "rollout_server": "URL of a `swiftcore rollout` server (e.g. http://127.0.0.1:8001) that generates the rollouts "
+    "instead of the trainer: it must serve this --model and --template; the policy's weights are pushed to it before "
+    "each generation round (LoRA: the adapter only). Not with --rollout-engine.",
+    "rollout_server_timeout": "Seconds a call to the --rollout-server may take (a rollout round, a sync bucket); "
+    "longer stops the run as if the server had died (resume with --resume-from-checkpoint latest).",
     "environment": "A multi-turn environment by name (grpo, reinforce_pp; `swiftcore plugins` lists them, e.g. "
     "calculator): each rollout generates, runs the tool calls the family's template parses, appends the results and "
     "generates again; only the model's tokens are trained.",

@@ -1,11 +1,12 @@
 """Hook implementations of swiftcore-recipe-rl: the ``grpo``, ``rloo``, ``reinforce_pp`` and ``gkd`` recipes and their
-options, the ``calculator`` environment, and the ``environment`` and ``reward_model`` rewards, as plain data."""
+options, the ``calculator`` environment, the ``environment`` and ``reward_model`` rewards, and the ``swiftcore
+rollout`` command (server mode's rollout server), as plain data."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.api import EnvironmentSpec, RecipeSpec, RewardSpec, hookimpl
+from swiftcore.api import CommandSpec, EnvironmentSpec, RecipeSpec, RewardSpec, hookimpl
 
 SWIFTCORE_API = "1.4"  # the environment plugin kind (swiftcore_register_environments, EnvironmentSpec) came in 1.4
 
@@ -75,6 +76,18 @@ def swiftcore_register_rewards() -> list[RewardSpec]:
             options=("path",),
             description="the score of a --recipe rm checkpoint (--reward-option reward_model.path=DIR)",
         ),
+    ]
+
+
+@hookimpl
+def swiftcore_register_commands() -> list[CommandSpec]:
+    """``swiftcore rollout``: serve a policy's rollouts to a trainer (``swiftcore train --rollout-server URL``)."""
+    return [
+        CommandSpec(
+            name="rollout",
+            target="swiftcore_recipe_rl.rollout_command:rollout",
+            short_help="Serve rollouts to an online-RL trainer that pushes its weights (--rollout-server).",
+        )
     ]
 
 

@@ -213,6 +213,22 @@ def _encode_prompts(
     return dataset, ids_of
 
 
+def _connect_rollout_server(options: SamplingOptions, cfg: Any, template: str) -> Any:
+    """``--rollout-server URL``: the server, checked (answers, serves this base checkpoint and template) before
+    the model loads, so a wrong server fails in a second; None without the option."""
+    url = getattr(options, "rollout_server", "")
+    if not url:
+        return None
+    from swiftcore_recipe_rl.remote import connect_rollout_server
+
+    engine = connect_rollout_server(
+        url, cfg.model, template=template, lora=cfg.tuner != "full", timeout=options.rollout_server_timeout
+    )
+    log.info("rollouts: swiftcore rollout server %s (%s, weight version %d)", url, engine.info["backend"],
+             engine.weight_version)  # fmt: skip
+    return engine
+
+
 def _attach_rollout_engine(
     trainer: Any,
     options: RolloutOptions,
@@ -221,21 +237,27 @@ def _attach_rollout_engine(
     template: str,
     prompt_ids: dict[str, list[int]],
     prompt_records: dict[str, dict],
+    engine: Any = None,
 ) -> None:
-    """``--rollout-engine NAME``: a colocated engine of that backend on the policy's base checkpoint, given the
-    policy's adapter, synced before each generation round (:mod:`swiftcore_recipe_rl.sync`)."""
+    """The rollout engine: ``engine`` when given (a :class:`~swiftcore_recipe_rl.remote.RemoteRolloutEngine`,
+    ``--rollout-server``), else for ``--rollout-engine NAME`` a colocated engine of that backend on the policy's
+    base checkpoint; given the policy's adapter, synced before each generation round
+    (:mod:`swiftcore_recipe_rl.sync`)."""
     from swiftcore_recipe_rl.sync import WeightSync, create_rollout_engine
 
-    engine = create_rollout_engine(
-        options.rollout_engine, cfg, plugins, template=template, device=str(trainer.accelerator.device)
-    )
+    where = f"at {options.rollout_server}" if engine is not None else "colocated"
+    if engine is None:
+        engine = create_rollout_engine(
+            options.rollout_engine, cfg, plugins, template=template, device=str(trainer.accelerator.device)
+        )
     trainer.rollout_engine = engine
     trainer.weight_sync = WeightSync(engine, bucket_mb=options.sync_bucket_mb)
     trainer.weight_sync.attach(trainer.model)
     trainer.prompt_records = {tuple(prompt_ids[text]): record for text, record in prompt_records.items()}
     log.info(
-        "rollouts: %s engine colocated, %s weight sync before each generation round",
-        options.rollout_engine,
+        "rollouts: %s engine %s, %s weight sync before each generation round",
+        options.rollout_engine if where == "colocated" else "swiftcore rollout",
+        where,
         "LoRA-only" if hasattr(trainer.model, "peft_config") else f"bucketed ({options.sync_bucket_mb:g} MiB)",
     )
 
@@ -340,6 +362,7 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
     check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     codec = PromptCodec(template, tokenizer)
+    remote = _connect_rollout_server(options, cfg, template_spec.name)
     episodes = _episodes(options, plugins, codec)
     prompt_records: dict[str, dict] = {}
     reward_records: dict[str, dict] = {}
@@ -396,8 +419,10 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
     trainer.prompt_ids = prompt_ids
     if episodes is not None:
         trainer.rollout_func = episodes  # TRL's hook for custom rollouts: one episode per prompt
-    if isinstance(options, RolloutOptions) and options.rollout_engine != "trainer":
-        _attach_rollout_engine(trainer, options, cfg, plugins, template_spec.name, prompt_ids, prompt_records)
+    if isinstance(options, RolloutOptions) and (remote is not None or options.rollout_engine != "trainer"):
+        _attach_rollout_engine(
+            trainer, options, cfg, plugins, template_spec.name, prompt_ids, prompt_records, engine=remote
+        )
     if recipe == "reinforce_pp":
         trainer.baseline = options.reinforce_pp_baseline
     resumed_step = None

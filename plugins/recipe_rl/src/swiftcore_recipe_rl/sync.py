@@ -182,9 +182,18 @@ def block_of(name: str) -> str:
     return name
 
 
-def create_rollout_engine(name: str, cfg: Any, plugins: Any, *, template: str, device: str | None = None) -> Any:
+def create_rollout_engine(
+    name: str,
+    cfg: Any,
+    plugins: Any,
+    *,
+    template: str | None,
+    device: str | None = None,
+    flag: str = "--rollout-engine",
+) -> Any:
     """The colocated rollout engine of backend ``name`` on the policy's base checkpoint (``--model``), with the
-    run's template, model type and dtype: what ``swiftcore deploy --backend NAME`` would serve.
+    run's template, model type and dtype: what ``swiftcore deploy --backend NAME`` would serve. ``swiftcore
+    rollout`` builds its engine here too (``flag``: the option that named the backend, for the message).
 
     Raises:
         SwiftcoreError: the backend cannot sync weights (no ``update_weights`` capability).
@@ -200,7 +209,7 @@ def create_rollout_engine(name: str, cfg: Any, plugins: Any, *, template: str, d
     )
     if "update_weights" not in getattr(engine, "capabilities", ()):
         engine.close()
-        raise SwiftcoreError(f"--rollout-engine {name}: backend {name!r} cannot receive the trainer's weights")
+        raise SwiftcoreError(f"{flag} {name}: backend {name!r} cannot receive the trainer's weights")
     return engine
 
 
