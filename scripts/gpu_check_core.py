@@ -20,6 +20,13 @@ any fails:
    the unpacked losses and gradients for every family, through Qwen3.5's DeltaNet patch on its accelerator path (one
    right-padded batch of the samples) and the trainer's packed attention on CUDA's sdpa kernels; the negative
    controls still leak without the hooks.
+7. ``rl_rollouts_cuda``: recipe-rl's rollout-engine and rollout-server tests on a CUDA machine, where TRL puts the
+   policy on the GPU and the colocated engine (``--rollout-engine transformers``) and ``swiftcore rollout`` take the
+   GPU too: after every LoRA and full sync the engine's greedy tokens equal the policy's, the dead-server resume.
+   Needs TRL and its dependencies (carried wheels); without them the check reports itself skipped.
+
+``scripts/gpu_check_core.sh NAME ...`` runs only the named checks (``train_and_infer``, ``megatron``,
+``megatron_training``, ``sp_attention``, ``packed``, ``rl_rollouts``; 4 needs 1's model and data).
 """
 
 from __future__ import annotations
@@ -223,8 +230,28 @@ def check_packed(work: Path) -> None:
            output="\n".join(lines[-40:]) if proc.returncode else "")  # fmt: skip
 
 
+def check_rl_rollouts(work: Path) -> None:
+    """Check 7 (``work`` unused): recipe-rl's rollout tests, run by pytest with the GPU visible."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        report("rl_rollouts_cuda", True, skipped="trl is not installed (carry trl, datasets and their wheels)")
+        return
+    root = Path(__file__).resolve().parent.parent
+    tests = ["plugins/recipe_rl/tests/test_rollout_engine.py", "plugins/recipe_rl/tests/test_rollout_server.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    report("rl_rollouts_cuda", proc.returncode == 0, summary=lines[-1] if lines else "",
+           output="\n".join(lines[-60:]) if proc.returncode else "")  # fmt: skip
+
+
+CHECKS = (check_train_and_infer, check_megatron, check_megatron_training, check_sp_attention, check_packed,
+          check_rl_rollouts)  # fmt: skip
+
+
 def main() -> int:
-    """Run every check; exit 1 when one fails."""
+    """Run every check (or the ones named on the command line); exit 1 when one fails."""
     import torch
 
     if not torch.cuda.is_available():
@@ -232,8 +259,10 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for check in (check_train_and_infer, check_megatron, check_megatron_training, check_sp_attention,
-                      check_packed):
+        only = set(sys.argv[1:])
+        for check in CHECKS:
+            if only and check.__name__.removeprefix("check_") not in only:
+                continue
             try:
                 check(work)
             except Exception as exc:  # report every check, whatever breaks

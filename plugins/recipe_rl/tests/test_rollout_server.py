@@ -32,6 +32,8 @@ from typing import Any
 import pytest
 
 GREEDY_TOKENS = 6
+#: The CLI of this interpreter (no console script needed: the GPU check runs these tests from a --target install).
+SWIFTCORE = [sys.executable, "-m", "swiftcore.cli.main"]
 
 
 class RolloutServer:
@@ -49,7 +51,7 @@ class RolloutServer:
         """Start it and wait until ``/health`` answers."""
         import httpx
 
-        command = [str(Path(sys.executable).with_name("swiftcore")), "rollout", "--model", str(self.model_dir),
+        command = [*SWIFTCORE, "rollout", "--model", str(self.model_dir),
                    "--port", str(self.port), "--log-level", "warning"]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         with self.log.open("a") as out:
@@ -279,7 +281,7 @@ def _train(args: list[str], log: Path) -> subprocess.Popen:
     """``swiftcore train ARGS`` in a subprocess, its output to ``log``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     with log.open("w") as out:
-        return subprocess.Popen([str(Path(sys.executable).with_name("swiftcore")), "train", *args], stdout=out,
+        return subprocess.Popen([*SWIFTCORE, "train", *args], stdout=out,
                                 stderr=subprocess.STDOUT, env=env)  # fmt: skip
 
 
