@@ -127,6 +127,13 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "pip install ./template_plugins/mimo ./model_plugins/mimo_v2": "installs into the test environment; the "
         "paths are checked instead",
     },
+    "plugins/recipe_rl/README.md": {
+        "swiftcore rollout --model ./tiny --port 8001": "a server that runs until stopped, for the trainer beside it; "
+        "plugins/recipe_rl/tests/test_rollout_server.py starts swiftcore rollout for real and trains against it",
+        "swiftcore train --recipe grpo --model ./tiny --dataset prompts.jsonl --reward format --rollout-server "
+        "http://127.0.0.1:8001 --output-dir out": "needs the rollout server of the command before it; "
+        "plugins/recipe_rl/tests/test_rollout_server.py runs this command (and kills and restarts the server)",
+    },
     "plugins/scaffold/README.md": {
         "pip install ./plugins/scaffold": "installs into the test environment; the path is checked instead",
     },

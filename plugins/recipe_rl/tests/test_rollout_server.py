@@ -176,6 +176,11 @@ def _check_sync_logs(logs: list[dict], steps: int) -> list[float]:
     rows = [row for row in logs if "sync_s" in row and "loss" in row]
     assert [row["step"] for row in rows] == list(range(1, steps + 1))
     assert all(row["sync_s"] > 0 and row["sync_bytes"] > 0 for row in rows)
+    # Where each step's time went (StepTiming): rollouts (sync left out), their tokens, the rewards.
+    completions = 2 * 4  # --batch-size 2 prompts x --num-generations 4
+    for row in rows:
+        assert 0 < row["rollout_s"] and 0 < row["reward_s"] and row["rollout_s"] + row["sync_s"] < row["step_time"]
+        assert row["rollout_tokens"] == pytest.approx(row["completions/mean_length"] * completions)
     return [row["sync_bytes"] for row in rows]
 
 

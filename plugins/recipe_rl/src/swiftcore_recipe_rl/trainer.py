@@ -132,6 +132,45 @@ def _engine_rollouts() -> type:
 
 
 @cache
+def _step_timing() -> type:
+    """The mixin that logs where a generation round's time goes (see :class:`StepTiming`)."""
+    import time
+
+    class StepTiming:
+        """Per generation round, in ``logs.jsonl``: ``rollout_s`` (generating the completions, by TRL's generate, a
+        rollout engine or an environment's episodes, the weight sync before it left out: that is ``sync_s``),
+        ``rollout_tokens`` (completion tokens generated) and ``reward_s`` (every reward function of the round).
+        With TRL's ``step_time`` (the whole optimiser step) they split a step into rollout, reward, sync and the
+        rest (log-probs, loss, backward, optimiser), which ``bench/rl_steps.py`` reports.
+
+        Why here rather than TRL's ``profiling_context``: that one reports to wandb/mlflow/trackio only, never to the
+        trainer's own logs.
+        """
+
+        def _generate(self, prompts: list) -> Any:
+            sync = getattr(self, "weight_sync", None)
+            synced = len(sync.history) if sync is not None else 0
+            start = time.perf_counter()
+            out = super()._generate(prompts)
+            seconds = time.perf_counter() - start
+            if sync is not None:
+                seconds -= sum(stats.seconds for stats in sync.history[synced:])
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["rollout_s"].append(seconds)
+            self._metrics[mode]["rollout_tokens"].append(float(sum(len(ids) for ids in out[1])))
+            return out
+
+        def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+            start = time.perf_counter()
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["reward_s"].append(time.perf_counter() - start)
+            return rewards
+
+    return StepTiming
+
+
+@cache
 def _environment_episodes() -> type:
     """The mixin that lets a multi-turn rollout (``--environment``, TRL's ``rollout_func``) see the batch's rows."""
 
@@ -160,7 +199,9 @@ def grpo_trainer_class() -> type:
     from swiftcore_train.trainer import SwiftTrainer
     from trl import GRPOTrainer
 
-    class SwiftGRPOTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), _environment_episodes(), GRPOTrainer):
+    class SwiftGRPOTrainer(
+        SwiftTrainer, _template_prompts(), _step_timing(), _engine_rollouts(), _environment_episodes(), GRPOTrainer
+    ):
         """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally a rollout engine and
         multi-turn episodes)."""
 
@@ -174,7 +215,7 @@ def rloo_trainer_class() -> type:
     from swiftcore_train.trainer import SwiftTrainer
     from trl import RLOOTrainer
 
-    class SwiftRLOOTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), RLOOTrainer):
+    class SwiftRLOOTrainer(SwiftTrainer, _template_prompts(), _step_timing(), _engine_rollouts(), RLOOTrainer):
         """RLOOTrainer on template-encoded prompts, with swiftcore's checkpoints."""
 
         _returns_logprobs = False
