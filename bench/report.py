@@ -285,6 +285,11 @@ def write_results() -> Path:
         import convert
 
         convert.write_section(json.loads(conversion.read_text()))
+    rl = RAW / "rl_steps.json"
+    if rl.exists():  # figure 10, rendered by its own script
+        import rl_steps
+
+        rl_steps.write_section(json.loads(rl.read_text()))
     return RESULTS
 
 

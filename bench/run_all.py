@@ -4,7 +4,8 @@ Sized to finish within 30 minutes on a fresh 2-core machine, peer set-up (about 
 (DPO, ``msswift_dpo.py``, 3 x 3 runs) adds 10-20 minutes (20 on a loaded shared 2-core machine), figure 6
 (the megatron engine, ``megatron_train.py``) about 4, figure 7 (sequence-parallel memory,
 ``sequence_parallel_memory.py``) about 10, figure 8 (text latency beside image requests, ``media_latency.py``)
-about 2, figure 9 (conversion against a copy, ``convert.py``) about 1. Options
+about 2, figure 9 (conversion against a copy, ``convert.py``) about 1, figure 10 (online RL step time,
+``rl_steps.py``) about 2. Options
 are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
 :func:`msswift_dpo.run` (``--dpo-runs``, ``--dpo-pairs``); ``--figures`` without ``dpo``
 skips figure 5 (its last raw JSON stays).
@@ -22,6 +23,7 @@ import msswift_compare
 import msswift_dpo
 import peers
 import report
+import rl_steps
 import sequence_parallel_memory
 from common import write_raw
 
@@ -30,7 +32,7 @@ def main() -> None:
     """Run the whole benchmark and print the RESULTS.md table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
-    own = ("dpo", "megatron", "sp_memory", "media", "convert")  # the figures with a script of their own
+    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl")  # the figures with a script of their own
     parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
@@ -62,6 +64,8 @@ def main() -> None:
         write_raw("media_latency", media_latency.run(24, 8, 448, 2))
     if "convert" in figures:  # figure 9 (bench/raw/convert.json)
         write_raw("convert", convert.run(1.0, (1, 2)))
+    if "rl" in figures:  # figure 10 (bench/raw/rl_steps.json)
+        write_raw("rl_steps", rl_steps.run_all(6, 1))
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

@@ -127,3 +127,22 @@ def test_convert_figure_renders_ratios_and_the_profile_of_a_miss() -> None:
     missed = convert.render({**raw, "profile": profile})
     assert "profile of one more mcore -> HF run at TP 1 (3.50 s" in missed
     assert "| `write (x.py:1)` | 3 | 1.500 |" in missed
+
+
+def test_rl_steps_figure_splits_the_step_and_compares_the_syncs() -> None:
+    import rl_steps
+
+    def steps(sync_s: float, sync_bytes: float) -> list[dict]:
+        row = {"step_time": 2.0, "rollout_s": 1.0, "reward_s": 0.1, "sync_s": sync_s, "sync_bytes": sync_bytes,
+               "rollout_tokens": 200.0}  # fmt: skip
+        return [row, row]
+
+    raw = {"machine": {"date": "2026-12-04", "cores": 2}, "seconds": 90.0, "steps": 5, "rounds": 1, "runs": {
+        "hidden 64 / lora": {"size": "hidden 64", "tuner": "lora", "parameters": 560_000, "steps": steps(0.1, 1e5)},
+        "hidden 64 / full": {"size": "hidden 64", "tuner": "full", "parameters": 560_000, "steps": steps(0.4, 2e6)},
+    }}  # fmt: skip
+    text = rl_steps.render(raw)
+    assert text.startswith(rl_steps.BEGIN) and text.endswith(rl_steps.END)
+    # rest = 2.0 - 1.0 - 0.1 - 0.1; tokens/s = 400 / 2.0
+    assert "| hidden 64 / lora | 0.56 M | 2.000 | 1.000 (50%) | 0.100 (5%) | 0.100 (5%) | 0.800 (40%) | 200 |" in text
+    assert "hidden 64: full sync 20.0x the LoRA sync's bytes, 4.0x its time" in text

@@ -147,17 +147,28 @@ class TransformersEngine(Engine):
     # ------------------------------------------------------------------ generation
 
     def _adapter_kwargs(self, adapters: list[str | None]) -> dict[str, Any]:
-        if not self._is_peft or self._one_adapter_per_batch:
+        """peft's ``adapter_names`` for a batch that mixes adapters (or adapters and the base model); nothing for a
+        batch of one adapter, which :meth:`_adapter_active` switches on instead."""
+        if not self._is_peft or self._one_adapter_per_batch or len(set(adapters)) == 1:
             return {}
         return {"adapter_names": [a or _PEFT_BASE for a in adapters]}
 
     def _adapter_active(self, adapters: list[str | None]) -> Any:
-        """A context in which the model runs the batch's one adapter (or the base model), where peft cannot mix
-        adapters in a batch; a no-op otherwise (:meth:`_adapter_kwargs` passes ``adapter_names`` instead)."""
-        if not self._is_peft or not self._one_adapter_per_batch:
+        """A context in which the model runs the batch's one adapter (or the base model); a no-op for a batch that
+        mixes them (:meth:`_adapter_kwargs` passes ``adapter_names`` instead).
+
+        Why a batch of one adapter does not pass ``adapter_names`` too: peft's mixed-batch forward splits every
+        LoRA layer's input by adapter and gathers it back, work a batch of one adapter (online RL's rollouts, every
+        request on the policy's adapter) does not need; with the adapter set active peft runs its plain LoRA forward.
+        Measured side by side on the tiny Qwen3.5 (16 sampled rollouts of 16 tokens, rank-8 adapter on every linear
+        layer, median of 5 over 4 alternating rounds): 1.20 s against 1.30 s. Parameter-level LoRA
+        (``ParamWrapper``) refuses ``adapter_names`` altogether, so such a model always gets one adapter per batch."""
+        if not self._is_peft:
             return contextlib.nullcontext()
-        if len(set(adapters)) != 1:  # pragma: no cover - _groups keeps one adapter per batch for such a model
-            raise RuntimeError("a model with parameter-level LoRA cannot mix adapters in one batch")
+        if len(set(adapters)) != 1:
+            if self._one_adapter_per_batch:  # pragma: no cover - _groups keeps one adapter per batch for such a model
+                raise RuntimeError("a model with parameter-level LoRA cannot mix adapters in one batch")
+            return contextlib.nullcontext()
         if adapters[0] is None:
             return self.model.disable_adapter()
         self.model.set_adapter(adapters[0])
