@@ -294,29 +294,23 @@ def create_app(service: RolloutService, *, max_body_bytes: int) -> Any:
             return error(400, f"/rollouts: the body is not JSON ({exc})")
         return await answer("/rollouts", service.rollouts, payload)
 
-    def named(request: Request) -> str | None:
+    async def adapter_call(request: Request, route: str, func: Callable[..., Any]) -> Any:
+        """``func(name, body)`` for a route that takes an adapter's name (``?name=``) and its tensors."""
+        body = await body_of(request)
+        if not isinstance(body, bytes):
+            return body
         name = request.query_params.get("name", "")
-        return name or None
+        if not name:
+            return error(400, f"{route}: give the adapter's name (?name=policy)")
+        return await answer(route, func, name, body)
 
     @app.post("/load_adapter")
     async def load_adapter(request: Request) -> Any:
-        body = await body_of(request)
-        if not isinstance(body, bytes):
-            return body
-        name = named(request)
-        if name is None:
-            return error(400, "/load_adapter: give the adapter's name (?name=policy)")
-        return await answer("/load_adapter", service.load_adapter, name, body)
+        return await adapter_call(request, "/load_adapter", service.load_adapter)
 
     @app.post("/update_adapter")
     async def update_adapter(request: Request) -> Any:
-        body = await body_of(request)
-        if not isinstance(body, bytes):
-            return body
-        name = named(request)
-        if name is None:
-            return error(400, "/update_adapter: give the adapter's name (?name=policy)")
-        return await answer("/update_adapter", service.update_adapter, name, body)
+        return await adapter_call(request, "/update_adapter", service.update_adapter)
 
     @app.post("/update_weights")
     async def update_weights(request: Request) -> Any:
