@@ -41,7 +41,9 @@ __all__ = [
     "hf_to_mcore",
     "load_mcore_state",
     "mcore_to_hf",
+    "open_ranks",
     "rank_producers",
+    "tp_shards",
     "write_checkpoint_extras",
 ]
 
@@ -243,9 +245,16 @@ def _write_extras(
     )
 
 
-def _load_ranks(mcore_dir: Path, meta: dict[str, Any], bridge: MegatronBridge) -> dict[tuple[int, int], Any]:
-    """Open every rank file lazily: only the pickled structure is read, tensors on demand. Under pipeline
-    parallelism the stage files of a rank are read as one (:class:`_StagedRank`)."""
+def open_ranks(mcore_dir: Path, meta: dict[str, Any], bridge: MegatronBridge) -> dict[tuple[int, int], Any]:
+    """Every rank file of a checkpoint, opened lazily, by ``(tp_rank, ep_rank)``: only the pickled structure is
+    read, tensors on demand (:func:`tp_shards`). Under pipeline parallelism the stage files of a rank are read as
+    one file of the whole model's tensor names (:class:`_StagedRank`).
+
+    Args:
+        mcore_dir: the checkpoint directory (its ``release/`` or ``iter_*`` rank files).
+        meta: its :func:`~swiftcore_megatron.checkpoint.read_metadata`.
+        bridge: the family's bridge (its pipeline stages name the layers).
+    """
     pp = meta.get("pp", 1)
     ranks = [(tp_rank, ep_rank) for ep_rank in range(meta["ep"]) for tp_rank in range(meta["tp"])]
     if pp == 1:
@@ -279,18 +288,28 @@ class _StagedRank:
         return file.load(inner)
 
 
-def _merged(rule: Rule, files: dict[tuple[int, int], LazyTorchFile], meta: dict[str, Any], local: int) -> Any:
-    """The full mcore tensor of ``rule``, merged over TP ranks (from its expert-parallel rank)."""
-    ep_rank = rule.expert // local if rule.expert is not None else 0
-    key = rule.mcore_key(local)
+def tp_shards(files: dict[tuple[int, int], Any], key: str, tp: int, ep_rank: int = 0) -> list[Any]:
+    """Tensor ``key`` (the whole model's name) of every tensor-parallel rank of ``ep_rank``, in rank order, read
+    from the files :func:`open_ranks` opened.
+
+    Raises:
+        CheckpointError: a rank file lacks the tensor.
+    """
     shards = []
-    for tp_rank in range(meta["tp"]):
+    for tp_rank in range(tp):
         file = files[(tp_rank, ep_rank)]
         handle = _model_state(file).get(key)
         if handle is None:
             raise CheckpointError(f"{file.path}: tensor {key!r} is missing")
         shards.append(file.load(handle))
-    return rule.shard.merge(shards, what=key)
+    return shards
+
+
+def _merged(rule: Rule, files: dict[tuple[int, int], LazyTorchFile], meta: dict[str, Any], local: int) -> Any:
+    """The full mcore tensor of ``rule``, merged over TP ranks (from its expert-parallel rank)."""
+    ep_rank = rule.expert // local if rule.expert is not None else 0
+    key = rule.mcore_key(local)
+    return rule.shard.merge(tp_shards(files, key, meta["tp"], ep_rank), what=key)
 
 
 def _model_state(file: LazyTorchFile) -> dict[str, Any]:
@@ -318,7 +337,7 @@ def load_mcore_state(
     """
     root = Path(mcore_dir)
     meta = read_metadata(root)
-    files = _load_ranks(root, meta, bridge)
+    files = open_ranks(root, meta, bridge)
     experts = bridge.num_experts()
     local_in = experts // meta["ep"] if experts else 1
     local_out = experts if experts else 1
@@ -350,7 +369,7 @@ def mcore_to_hf(
     root = Path(mcore_dir)
     check_output_dir(out_dir)
     meta = read_metadata(root)
-    files = _load_ranks(root, meta, bridge)
+    files = open_ranks(root, meta, bridge)
     experts = bridge.num_experts()
     local = experts // meta["ep"] if experts else 1
     rules = bridge.rules()

@@ -169,24 +169,19 @@ def merged_lora(mcore_dir: Path, bridge: Any) -> dict[str, tuple[Any, Any, bool]
     """The trained LoRA of a megatron checkpoint (its rank files, or pipeline-stage files, and its
     ``swiftcore_lora.json``), merged over tensor-parallel ranks: ``{layer: (lora_A, lora_B, column_parallel)}``,
     by the whole model's layer names."""
-    import torch
-    from swiftcore_megatron.checkpoint import rank_file, read_metadata
-    from swiftcore_megatron.pipeline import stages
+    from swiftcore_megatron.checkpoint import read_metadata
+    from swiftcore_megatron.convert import open_ranks, tp_shards
 
     meta = read_metadata(mcore_dir)
     modules = json.loads((mcore_dir / LORA_FILE).read_text(encoding="utf-8"))["modules"]
-    shards: dict[str, list[Any]] = {}
-    for tp_rank in range(meta["tp"]):
-        for stage in stages(bridge, meta["pp"]):
-            path = rank_file(mcore_dir, tp_rank, 0, meta["ep"], pp_rank=stage.rank, pp=meta["pp"])
-            state = torch.load(path, map_location="cpu", weights_only=False)["model"]
-            for local, tensor in state.items():
-                if local.endswith((".lora_A", ".lora_B")):
-                    shards.setdefault(stage.global_key(local) or local, []).append(tensor)
+    # The rank files opened lazily, as the HF export reads them: only the LoRA tensors are loaded, never the
+    # frozen weights or the optimizer state beside them.
+    files = open_ranks(mcore_dir, meta, bridge)
     rules = _rules_by_key(bridge)
     merged = {}
     for name, column in modules.items():
-        rule, a, b = rules[f"{name}.weight"], shards[f"{name}.lora_A"], shards[f"{name}.lora_B"]
+        rule = rules[f"{name}.weight"]
+        a, b = (tp_shards(files, f"{name}.{part}", meta["tp"]) for part in ("lora_A", "lora_B"))
         # The split half is merged as the layer's weight is (the rule's shard); the other is the same on every rank.
         lora_a = a[0] if column else rule.shard.merge(a, what=name)
         lora_b = rule.shard.merge(b, what=name) if column else b[0]
