@@ -23,6 +23,7 @@ here is plain peft's format, loaded by ``PeftModel.from_pretrained``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import zlib
 from dataclasses import dataclass
@@ -107,6 +108,7 @@ def add_lora(model: Any, bridge: Any, settings: LoraSettings, *, seed: int, stag
     rules = _rules_by_key(bridge)
     tp, tp_rank = parallel_state.get_tensor_model_parallel_world_size(), parallel_state.get_tensor_model_parallel_rank()
     adapted: dict[str, bool] = {}
+    frozen: list[str] = []  # wanted, but their HF weights are no row blocks of the mcore weight
     for local, module in model.named_modules():
         column = isinstance(module, ColumnParallelLinear) and not module.gather_output
         row = isinstance(module, RowParallelLinear) and module.input_is_parallel
@@ -118,6 +120,7 @@ def add_lora(model: Any, bridge: Any, settings: LoraSettings, *, seed: int, stag
             continue
         out_full, in_full = module.output_size, module.input_size
         if not _picks_rows(rule, out_full, settings.rank):
+            frozen.append(name)
             continue
         generator = torch.Generator().manual_seed(seed * 2**32 + zlib.crc32(name.encode()))
         a_full = torch.empty(settings.rank, in_full)
@@ -136,6 +139,12 @@ def add_lora(model: Any, bridge: Any, settings: LoraSettings, *, seed: int, stag
         module.lora_scaling, module.lora_dropout, module.lora_column = settings.scaling, settings.dropout, column
         module.register_forward_hook(_add_low_rank_update)
         adapted[name] = column
+    if frozen:
+        logging.getLogger("swiftcore.train.megatron").warning(
+            "--tuner lora: %d wanted layer(s) stay frozen: their HF weights are not row blocks of the fused megatron "
+            "weight, so a LoRA update of it has no peft adapter of the HF model (%s%s)",
+            len(frozen), ", ".join(frozen[:4]), " ..." if len(frozen) > 4 else "",
+        )  # fmt: skip
     if not adapted:
         raise SwiftcoreError(
             f"--tuner lora: no linear layer of the decoder matched --target-modules {' '.join(settings.targets)}; "
