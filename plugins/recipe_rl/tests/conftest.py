@@ -1,9 +1,15 @@
 """Fixtures of swiftcore-recipe-rl's tests: the tiny qwen3_5 checkpoint (built once per session by the repository's
-``tiny_model_dir``), the installed plugins, and one trainer per RL recipe on it for the fixed-batch loss checks."""
+``tiny_model_dir``), the installed plugins, one trainer per RL recipe on it for the fixed-batch loss checks, and
+``swiftcore rollout`` servers (server mode) as subprocesses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +129,66 @@ def gkd_trainer(tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path_factor
         train_dataset=Dataset.from_list([{"prompt": "p"}] * 4),
         processing_class=tokenizer,
     )
+
+
+class RolloutServer:
+    """``swiftcore rollout --model DIR`` as a subprocess on a free port of this machine, restartable on that port."""
+
+    def __init__(self, model_dir: Path, log: Path) -> None:
+        self.model_dir, self.log = model_dir, log
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start it and wait until ``/health`` answers."""
+        import httpx
+
+        command = [sys.executable, "-m", "swiftcore.cli.main", "rollout", "--model", str(self.model_dir),
+                   "--port", str(self.port), "--log-level", "warning"]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        with self.log.open("a") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"swiftcore rollout exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        pytest.fail(f"swiftcore rollout did not answer within {timeout:g} s:\n{self.log.read_text()[-4000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL it (a crash: no shutdown of its own)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def health(self) -> dict[str, Any]:
+        import httpx
+
+        return httpx.get(f"{self.url}/health", timeout=10).json()
+
+
+@pytest.fixture(scope="module")
+def rollout_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path], RolloutServer]]:
+    """``start(model_dir) -> RolloutServer``: a ``swiftcore rollout`` subprocess on that checkpoint, started and
+    answering; every server a module started is killed after it."""
+    started: list[RolloutServer] = []
+
+    def start(model_dir: Path) -> RolloutServer:
+        served = RolloutServer(model_dir, tmp_path_factory.mktemp("rollout-server") / "server.log")
+        started.append(served)
+        served.start()
+        return served
+
+    try:
+        yield start
+    finally:
+        for served in started:
+            served.kill()

@@ -343,12 +343,18 @@ QWEN35_CALL = (
 )
 
 
-def test_a_tool_call_is_parsed_executed_rendered_and_masked(tiny_dir: Path, plugins: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("rollouts", ["trainer", "server"])
+def test_a_tool_call_is_parsed_executed_rendered_and_masked(
+    rollouts: str, tiny_dir: Path, plugins: Any, tmp_path: Path, rollout_servers: Any
+) -> None:
     """One GRPO rollout batch on the tiny qwen3_5: the first reply is scripted (a tiny random model emits no tool
     call); after the tool result one episode answers 42 (scripted) and the other is the model's own. The reply is
     parsed by the qwen3_5 template, the calculator answers 42, the next turn's input is exactly the template's
     encoding of the conversation with the tool message, the loss mask is 0 on the tool tokens and 1 on the model's,
-    and the environment rewards the episode that answered 42 after its call (1) and not the other (0)."""
+    and the environment rewards the episode that answered 42 after its call (1) and not the other (0).
+
+    ``server``: the model's own reply comes from a ``swiftcore rollout`` server (``--rollout-server``), the later
+    turn sent to it as token ids."""
     from swiftcore_recipe_rl import trainer as trainer_module
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
@@ -392,8 +398,10 @@ def test_a_tool_call_is_parsed_executed_rendered_and_masked(tiny_dir: Path, plug
         model=str(tiny_dir), dataset=(str(data),), output_dir=str(tmp_path / "out"), tuner="lora", max_steps=1,
         batch_size=1, logging_steps=1, save_steps=10_000, seed=0, plot=False, max_length=1024, enable_thinking=False,
     )  # fmt: skip
+    served = rollout_servers(tiny_dir) if rollouts == "server" else None
     options = GRPOOptions(
-        reward=("environment",), environment="calculator", max_turns=2, num_generations=2, max_completion_length=96
+        reward=("environment",), environment="calculator", max_turns=2, num_generations=2, max_completion_length=96,
+        **({"rollout_server": served.url} if served else {}),
     )
     mp = pytest.MonkeyPatch()
     mp.setattr(cls, "_generate_single_turn", generate)
@@ -403,6 +411,8 @@ def test_a_tool_call_is_parsed_executed_rendered_and_masked(tiny_dir: Path, plug
     finally:
         mp.undo()
 
+    if served is not None:  # the policy's adapter went to the server, which generated the model's own reply
+        assert served.health()["weight_version"] >= 2 and len(served.health()["adapters"]) == 1
     first, second = seen["inputs"][:2]
     record = {**row, "chat_template_kwargs": {"enable_thinking": False}}
     from swiftcore_recipe_rl.environments import CALCULATOR_TOOL

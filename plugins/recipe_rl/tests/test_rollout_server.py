@@ -25,7 +25,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,59 +35,10 @@ GREEDY_TOKENS = 6
 SWIFTCORE = [sys.executable, "-m", "swiftcore.cli.main"]
 
 
-class RolloutServer:
-    """``swiftcore rollout --model DIR`` as a subprocess on a free port of this machine, restartable on that port."""
-
-    def __init__(self, model_dir: Path, log: Path) -> None:
-        self.model_dir, self.log = model_dir, log
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 180.0) -> None:
-        """Start it and wait until ``/health`` answers."""
-        import httpx
-
-        command = [*SWIFTCORE, "rollout", "--model", str(self.model_dir),
-                   "--port", str(self.port), "--log-level", "warning"]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        with self.log.open("a") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"swiftcore rollout exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        pytest.fail(f"swiftcore rollout did not answer within {timeout:g} s:\n{self.log.read_text()[-4000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL it (a crash: no shutdown of its own)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-
-    def health(self) -> dict[str, Any]:
-        import httpx
-
-        return httpx.get(f"{self.url}/health", timeout=10).json()
-
-
 @pytest.fixture(scope="module")
-def server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutServer]:
-    """The module's rollout server on the tiny checkpoint."""
-    served = RolloutServer(tiny_dir, tmp_path_factory.mktemp("rollout-server") / "server.log")
-    served.start()
-    try:
-        yield served
-    finally:
-        served.kill()
+def server(tiny_dir: Path, rollout_servers: Any) -> Any:
+    """The module's rollout server on the tiny checkpoint (conftest's ``Any``)."""
+    return rollout_servers(tiny_dir)
 
 
 def _dataset(tmp_path: Path) -> str:
@@ -131,7 +81,7 @@ def _logs(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
 
 
-def _run_with_checks(tuner: str, lr: float, server: RolloutServer, tiny_dir: Path, plugins: Any, tmp_path: Path,
+def _run_with_checks(tuner: str, lr: float, server: Any, tiny_dir: Path, plugins: Any, tmp_path: Path,
                      monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict], dict[str, Any]]:  # fmt: skip
     """A 3-step GRPO run through ``server``; after every sync the server's greedy tokens are compared with the
     trainer model's. Returns the logs and what the checks saw."""
@@ -185,7 +135,7 @@ def _check_sync_logs(logs: list[dict], steps: int) -> list[float]:
 
 
 def test_lora_run_through_the_server_matches_the_policy_after_every_sync(
-    server: RolloutServer, tiny_dir: Path, plugins: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: Any, tiny_dir: Path, plugins: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = server.health()["weight_version"]
     logs, seen = _run_with_checks("lora", 5e-2, server, tiny_dir, plugins, tmp_path, monkeypatch)
@@ -202,7 +152,7 @@ def test_lora_run_through_the_server_matches_the_policy_after_every_sync(
 
 
 def test_a_later_lora_run_with_other_settings_gets_an_adapter_of_its_own(
-    server: RolloutServer, tiny_dir: Path, plugins: Any, tmp_path: Path
+    server: Any, tiny_dir: Path, plugins: Any, tmp_path: Path
 ) -> None:
     """Another rank on the same server: served next to the first run's adapter (named by its config's digest),
     not refused because an adapter of the policy's name exists with another config."""
@@ -215,7 +165,7 @@ def test_a_later_lora_run_with_other_settings_gets_an_adapter_of_its_own(
     assert before < after and len(after - before) == 1, (before, after)
 
 
-def test_bad_requests_get_4xx_naming_the_problem(server: RolloutServer, tiny_dir: Path, plugins: Any) -> None:
+def test_bad_requests_get_4xx_naming_the_problem(server: Any, tiny_dir: Path, plugins: Any) -> None:
     import httpx
     import torch
     from safetensors.torch import save
@@ -258,7 +208,7 @@ def test_bad_requests_get_4xx_naming_the_problem(server: RolloutServer, tiny_dir
 
 
 def test_a_server_of_another_base_model_or_none_is_refused_at_start(
-    server: RolloutServer, teacher_dir: Path, plugins: Any, tmp_path: Path
+    server: Any, teacher_dir: Path, plugins: Any, tmp_path: Path
 ) -> None:
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
@@ -276,8 +226,6 @@ def test_a_server_of_another_base_model_or_none_is_refused_at_start(
         run(_config(teacher_dir, tmp_path), plugins, _options(nobody))
     with pytest.raises(ValueError, match="--rollout-server with --rollout-engine transformers"):
         GRPOOptions(reward=("format",), rollout_server=server.url, rollout_engine="transformers")
-    with pytest.raises(ValueError, match="--environment with --rollout-server: not supported yet"):
-        GRPOOptions(reward=("format",), rollout_server=server.url, environment="calculator")
     with pytest.raises(ValueError, match="is not an http"):
         GRPOOptions(reward=("format",), rollout_server="localhost:8001")
 
@@ -291,7 +239,7 @@ def _train(args: list[str], log: Path) -> subprocess.Popen:
 
 
 def test_a_killed_server_stops_the_run_and_resume_continues_it(
-    server: RolloutServer, tiny_dir: Path, tmp_path: Path
+    server: Any, tiny_dir: Path, tmp_path: Path
 ) -> None:
     """Through the CLI: the server is SIGKILLed once checkpoint-2 exists; the run exits 2 with one line naming the
     URL and the way back, having taken no step past its last checkpoint; once the server is restarted,
@@ -333,7 +281,7 @@ def test_a_killed_server_stops_the_run_and_resume_continues_it(
 
 
 def test_full_fine_tuning_through_the_server_matches_the_policy_after_every_sync(
-    server: RolloutServer, tiny_dir: Path, plugins: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: Any, tiny_dir: Path, plugins: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     logs, seen = _run_with_checks("full", 1e-3, server, tiny_dir, plugins, tmp_path, monkeypatch)
     assert len(seen["equal"]) == 3 and all(seen["equal"]), seen["equal"]

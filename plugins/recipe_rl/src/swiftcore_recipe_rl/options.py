@@ -209,11 +209,6 @@ class RolloutOptions(SamplingOptions):
                 "--environment with --rollout-engine vllm: not supported yet (its episodes are untested on vLLM); "
                 "use --rollout-engine trainer or transformers"
             )
-        if self.environment and self.rollout_server:
-            problems.append(
-                "--environment with --rollout-server: not supported yet (episodes through a rollout server are "
-                "untested); use --rollout-engine trainer or transformers"
-            )
         if not self.environment and any(r.partition("@")[0] == "environment" for r in self.reward):
             problems.append("--reward environment: scores an episode's environment; give --environment NAME")
         if self.environment_option and not self.environment:
