@@ -169,3 +169,23 @@ def test_stream_many_equals_generate(vllm: Any) -> None:
         assert mine[-1].final.token_ids == want.token_ids
         assert "".join(p.text for p in mine) == want.text
     assert not vllm.llm.llm_engine.has_unfinished_requests()
+
+
+def test_rollout_logprobs_equal_a_forward_pass(vllm: Any, setup: Any) -> None:
+    """``generate_rollouts(logprobs=True)``: vLLM's log-prob of each token it sampled equals the transformers model's
+    over prompt + rollout (temperature 1: vLLM's default raw log-probs are then the sampling distribution's)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(setup.model_dir, dtype=torch.float32)  # no adapter anywhere
+
+    sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)
+    requests = [Request(record=r, sampling=sampling) for r in _records(3)]
+    out = vllm.generate_rollouts(requests, logprobs=True)
+    for (generation, ids), request in zip(out, requests, strict=True):
+        assert generation.logprobs is not None and len(generation.logprobs) == len(ids)
+        prompt = list(request.encoded)
+        with torch.no_grad():
+            logits = base(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
+        expected = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-3), (generation.logprobs, expected)

@@ -80,3 +80,50 @@ def test_generate_rollouts_returns_the_served_reply_and_its_raw_ids(engine: Any)
         assert request.encoded is not None
     with pytest.raises(InvalidRequestError):
         engine.generate_rollouts([Request(prompt=[10**9], sampling=sampling)])
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(max_new_tokens=10, temperature=0.7, seed=3),
+        SamplingParams(max_new_tokens=10, temperature=1.3, top_k=5, seed=4),
+    ],
+    ids=["temperature", "top-k"],
+)
+def test_rollout_logprobs_are_the_sampling_distributions(engine: Any, sampling: SamplingParams) -> None:
+    """``logprobs=True``: each rollout token's log-probability under the distribution it was drawn from, equal to a
+    forward pass of the model over prompt + rollout (logits / temperature, top-k renormalised) to 1e-4."""
+    import torch
+
+    requests = [Request(record=r, sampling=sampling) for r in _records(3)]
+    out = engine.generate_rollouts(requests, logprobs=True)
+    for (generation, ids), request in zip(out, requests, strict=True):
+        assert generation.logprobs is not None and len(generation.logprobs) == len(ids)
+        prompt = list(request.encoded)
+        with torch.no_grad():
+            logits = engine.model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
+        logits = logits / sampling.temperature
+        if sampling.top_k:
+            kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        expected = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4), (generation.logprobs, expected)
+    assert all(g.logprobs is None for g, _ in engine.generate_rollouts(requests))  # not asked: none
+
+
+def test_rollout_logprobs_are_refused_by_a_backend_without_them() -> None:
+    from swiftcore_infer.engine import Engine
+
+    class IdsOnly(Engine):
+        backend = "toy"
+        capabilities = frozenset({"generate"})
+
+        def _prompt(self, request: Any) -> list[int]:
+            return [1]
+
+        def _adapter_for(self, request: Any) -> None:
+            return None
+
+    toy = IdsOnly.__new__(IdsOnly)
+    with pytest.raises(UnsupportedError, match="log-probabilities"):
+        toy.generate_rollouts([Request(prompt=[1])], logprobs=True)

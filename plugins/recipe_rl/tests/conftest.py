@@ -70,6 +70,12 @@ def make_trainer(recipe: str, tiny_dir: Path, plugins: Any, output_dir: Path, **
 
 
 @pytest.fixture(scope="session")
+def trainer_factory() -> Callable[..., Any]:
+    """:func:`make_trainer`, for a test that needs a trainer with options of its own."""
+    return make_trainer
+
+
+@pytest.fixture(scope="session")
 def grpo_trainer(tiny_dir: Path, plugins: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A ``SwiftGRPOTrainer`` on the tiny model (LoRA), groups of 4, rewarded by the ``r`` column."""
     return make_trainer("grpo", tiny_dir, plugins, tmp_path_factory.mktemp("grpo"))

@@ -357,6 +357,29 @@ class VllmEngine(Engine):
         )
         return [list(out.outputs[0].token_ids) for out in outputs]
 
+    def _generate_ids_with_logprobs(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        from vllm.inputs import TokensPrompt
+
+        if self.runner != "generate":
+            raise UnsupportedError("this vLLM engine was started with runner='pooling': it only embeds")
+        # logprobs=0: the sampled token's own log-probability only. Which distribution it is taken from is the
+        # engine's ``logprobs_mode`` (``processed_logprobs`` for RL rollout engines: see create_rollout_engine).
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            [to_vllm_sampling(p, self.stop_token_ids, logprobs=0) for p in params],
+            lora_request=[self._lora(a) for a in adapters],
+            use_tqdm=False,
+        )
+        ids, logprobs = [], []
+        for out in outputs:
+            sample = out.outputs[0]
+            ids.append(list(sample.token_ids))
+            steps = sample.logprobs or []  # one {token id: Logprob} per generated token
+            logprobs.append([float(step[t].logprob) for t, step in zip(sample.token_ids, steps, strict=False)])
+        return ids, logprobs
+
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> Iterator[tuple[int, list[int]]]:

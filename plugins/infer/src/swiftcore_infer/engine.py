@@ -633,16 +633,27 @@ class Engine:
         self._update_adapter(name, dict(tensors))
         return len(tensors)
 
-    def generate_rollouts(self, requests: Sequence[Request]) -> list[tuple[Generation, list[int]]]:
+    def generate_rollouts(
+        self, requests: Sequence[Request], *, logprobs: bool = False
+    ) -> list[tuple[Generation, list[int]]]:
         """Serve ``requests`` in one batch as :meth:`generate_requests` does, and also return each one's generated
         ids up to and including the stop token that ended it (the ids a trainer scores: RL rollouts).
 
         Unlike :meth:`generate_requests`, nothing is isolated: a request that cannot be encoded, or a failing
         batch, raises, since a rollout that silently lost a sample would bias the step.
 
+        Args:
+            requests: the rollout requests.
+            logprobs: also return each generated token's log-probability under the distribution it was sampled
+                from (after temperature, top-k and top-p: vLLM's ``processed_logprobs``), as
+                ``Generation.logprobs``: what a trainer's importance-sampling correction compares with its own.
+
         Returns:
             ``(generation, ids)`` per request, in order: the parsed reply (cut, decoded and parsed by the template
             as served) and the raw ids (the stop token kept; at most ``max_new_tokens``).
+
+        Raises:
+            UnsupportedError: the backend cannot generate, or (``logprobs``) cannot report sampling log-probs.
         """
         if "generate" not in self.capabilities:
             raise UnsupportedError(f"backend {self.backend!r} does not generate text (an embedding or pooling runner)")
@@ -650,13 +661,20 @@ class Engine:
             return []
         prompts = [self._prompt(request) for request in requests]
         adapters = [self._adapter_for(request) for request in requests]
-        raw = self._generate_ids(prompts, [r.sampling for r in requests], adapters)
+        params = [r.sampling for r in requests]
+        if logprobs:
+            raw, raw_logprobs = self._generate_ids_with_logprobs(prompts, params, adapters)
+        else:
+            raw, raw_logprobs = self._generate_ids(prompts, params, adapters), None
         out = []
-        for request, prompt, generated in zip(requests, prompts, raw, strict=True):
+        for row, (request, prompt, generated) in enumerate(zip(requests, prompts, raw, strict=True)):
             generated = list(generated)
             stop_at = next((i for i, t in enumerate(generated) if t in self.stop_token_ids), None)
             kept = generated[: stop_at + 1] if stop_at is not None else generated[: request.sampling.max_new_tokens]
-            out.append((self.finish(request, prompt, generated), kept))
+            generation = self.finish(request, prompt, generated)
+            if raw_logprobs is not None:
+                generation.logprobs = [float(x) for x in raw_logprobs[row][: len(kept)]]
+            out.append((generation, kept))
         return out
 
     def close(self) -> None:
@@ -675,6 +693,16 @@ class Engine:
     ) -> list[list[int]]:
         """Generate for a batch of prompts; return each one's new token ids (may include a stop token)."""
         raise NotImplementedError
+
+    def _generate_ids_with_logprobs(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """As :meth:`_generate_ids`, plus each new token's log-probability under the distribution it was sampled
+        from (after temperature, top-k and top-p). Optional: the default refuses."""
+        raise UnsupportedError(
+            f"backend {self.backend!r} does not report the log-probabilities of the tokens it samples "
+            "(needed for the importance-sampling correction of RL rollouts)"
+        )
 
     def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
         """Yield new token ids of one prompt as they are generated (default: all at once at the end)."""

@@ -250,16 +250,32 @@ class TransformersEngine(Engine):
     def _generate_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> list[list[int]]:
+        return self._generate(prompts, params, adapters, logprobs=False)[0]
+
+    def _generate_ids_with_logprobs(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        ids, logprobs = self._generate(prompts, params, adapters, logprobs=True)
+        return ids, logprobs  # type: ignore[return-value]
+
+    def _generate(
+        self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None], *, logprobs: bool
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """Each prompt's new ids and, with ``logprobs``, each new token's log-probability under the scores
+        ``generate`` sampled it from (``output_scores``: the logits after every processor, temperature, top-k and
+        top-p included, so the same distribution as vLLM's ``processed_logprobs``)."""
         import torch
 
         # Rows are batched when they sample alike; each row is cut to its own max_new_tokens afterwards.
         out: list[list[int]] = [[] for _ in prompts]
+        out_logprobs: list[list[float]] = [[] for _ in prompts]
         for rows in self._groups(prompts, params, adapters):
             first = params[rows[0]]
             if first.seed is not None:
                 torch.manual_seed(first.seed)
             input_ids, attention_mask = self._batch_tensors([prompts[i] for i in rows])
             media = self._media_kwargs([prompts[i] for i in rows])
+            extra = {"output_scores": True, "return_dict_in_generate": True} if logprobs else {}
             with torch.inference_mode(), self._adapter_active([adapters[i] for i in rows]):
                 generated = self.model.generate(
                     input_ids=input_ids,
@@ -267,10 +283,24 @@ class TransformersEngine(Engine):
                     **media,
                     **self._generate_kwargs(first, max(params[i].max_new_tokens for i in rows)),
                     **self._adapter_kwargs([adapters[i] for i in rows]),
+                    **extra,
                 )
-            for i, row in zip(rows, generated[:, input_ids.shape[1] :].tolist(), strict=True):
+            sequences = generated.sequences if logprobs else generated
+            new = sequences[:, input_ids.shape[1] :]
+            for i, row in zip(rows, new.tolist(), strict=True):
                 out[i] = row[: params[i].max_new_tokens]
-        return out
+            if logprobs:
+                # One (rows, vocab) score tensor per generated step; only the sampled token's entry is kept.
+                picked = torch.stack(
+                    [
+                        torch.log_softmax(scores.float(), dim=-1).gather(-1, new[:, t, None]).squeeze(-1)
+                        for t, scores in enumerate(generated.scores)
+                    ],
+                    dim=1,
+                )
+                for i, row in zip(rows, picked.tolist(), strict=True):
+                    out_logprobs[i] = row[: params[i].max_new_tokens]
+        return out, (out_logprobs if logprobs else None)
 
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]

@@ -113,6 +113,9 @@ class Generation:
         token_ids: the generated token ids (without the stop token).
         error: why the request failed.
         error_status: the HTTP status that error maps to (400 for a bad request).
+        logprobs: for an RL rollout that asked for them (``Engine.generate_rollouts(..., logprobs=True)``), each
+            generated token's log-probability under the distribution it was sampled from, the stop token included
+            (one per rollout id); None otherwise.
     """
 
     text: str
@@ -125,6 +128,7 @@ class Generation:
     token_ids: list[int] = field(default_factory=list)
     error: str | None = None
     error_status: int = 0
+    logprobs: list[float] | None = None
 
     @property
     def ok(self) -> bool:

@@ -26,6 +26,8 @@ from typing import Any
 __all__ = [
     "ENVIRONMENT_RECIPES",
     "GRPO_LOSS_TYPES",
+    "IMPORTANCE_SAMPLING_MODES",
+    "IMPORTANCE_SAMPLING_RECIPES",
     "RL_RECIPES",
     "SCALE_REWARDS",
     "GRPOOptions",
@@ -43,6 +45,12 @@ __all__ = [
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 #: The recipes that run multi-turn episodes (``--environment``): those on TRL's GRPOTrainer, which masks tool results.
 ENVIRONMENT_RECIPES = ("grpo", "reinforce_pp")
+#: The importance-sampling corrections of engine rollouts (TRL 1.16's ``vllm_importance_sampling_mode`` values), and
+#: ``auto`` (``token_truncate`` with ``--async-rollouts``, else ``none``) and ``none``.
+IMPORTANCE_SAMPLING_MODES = ("auto", "none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+#: The recipes that can correct engine rollouts by importance sampling: those on TRL's GRPOTrainer, which has the
+#: correction (its RLOOTrainer has none).
+IMPORTANCE_SAMPLING_RECIPES = ("grpo", "reinforce_pp")
 #: How rewards are scaled into advantages (TRL's ``scale_rewards``).
 SCALE_REWARDS = ("group", "batch", "none")
 
@@ -166,6 +174,13 @@ class RolloutOptions(SamplingOptions):
             (``max_calls=2`` for the ``calculator``); the keys it takes, and their types, are its factory's keyword
             parameters (checked when the run starts: :func:`~swiftcore_recipe_rl.environments.environment_factory`).
         max_turns: with ``environment``, the most replies per episode.
+        async_rollouts: with a rollout engine or server (``grpo``, ``reinforce_pp``), generate and score the next
+            generation round while the policy trains on this one (:mod:`swiftcore_recipe_rl.prefetch`); its
+            rollouts are then up to one round stale, which the importance-sampling correction accounts for.
+        rollout_importance_sampling: one of :data:`IMPORTANCE_SAMPLING_MODES`: weigh each rollout token's loss by
+            the current policy's probability of it over the engine's sampling probability, truncated at (or masked
+            above) ``rollout_is_clip_max`` per token or per sequence (TRL's correction of vLLM rollouts).
+        rollout_is_clip_max: the importance ratio's upper bound.
     """
 
     reward: tuple[str, ...] = ()
@@ -183,6 +198,9 @@ class RolloutOptions(SamplingOptions):
     environment: str = ""
     environment_option: tuple[str, ...] = ()
     max_turns: int = 3
+    async_rollouts: bool = False
+    rollout_importance_sampling: str = "auto"
+    rollout_is_clip_max: float = 3.0
 
     def _check(self, problems: list[str]) -> None:
         from swiftcore_recipe_rl.sync import ROLLOUT_ENGINES
@@ -191,6 +209,7 @@ class RolloutOptions(SamplingOptions):
             problems.append(f"--rollout-engine: {self.rollout_engine!r} is not one of {', '.join(ROLLOUT_ENGINES)}")
         _check_finite(self, {"sync_bucket_mb": (0.0, math.inf), "rollout_server_timeout": (0.0, math.inf)}, problems)
         self._check_rollout_server(problems)
+        self._check_async(problems)
         self.reward = _strings(self.reward)
         self.reward_option = _strings(self.reward_option)
         self.reward_weight = _strings(self.reward_weight)
@@ -256,6 +275,45 @@ class RolloutOptions(SamplingOptions):
                 f"--rollout-server with --rollout-engine {self.rollout_engine}: the server is the rollout engine; "
                 "drop --rollout-engine (or drop --rollout-server to run that engine in the trainer's process)"
             )
+
+    def _check_async(self, problems: list[str]) -> None:
+        """``--async-rollouts`` and ``--rollout-importance-sampling``: an engine generates the rollouts (the sampling
+        log-probs are its), the recipe is on TRL's GRPOTrainer, single-turn rollouts."""
+        mode = self.rollout_importance_sampling
+        if mode not in IMPORTANCE_SAMPLING_MODES:
+            problems.append(
+                f"--rollout-importance-sampling: {mode!r} is not one of {', '.join(IMPORTANCE_SAMPLING_MODES)}"
+            )
+            return
+        _check_finite(self, {"rollout_is_clip_max": (0.0, math.inf)}, problems)
+        asked = ["--async-rollouts"] if self.async_rollouts else []
+        if mode not in ("auto", "none"):
+            asked.append(f"--rollout-importance-sampling {mode}")
+        if not asked:
+            return
+        if self.rollout_engine == "trainer" and not self.rollout_server:
+            problems.append(
+                f"{' and '.join(asked)}: needs a swiftcore rollout engine (--rollout-engine transformers or vllm, or "
+                "--rollout-server URL): TRL's own generation neither runs ahead nor reports sampling log-probs"
+            )
+        if self.recipe not in IMPORTANCE_SAMPLING_RECIPES:
+            problems.append(
+                f"{' and '.join(asked)}: not supported by {self.recipe} (TRL 1.16's RLOOTrainer has no "
+                f"importance-sampling correction for rollouts of another policy); use --recipe "
+                f"{' or '.join(IMPORTANCE_SAMPLING_RECIPES)}"
+            )
+        if self.async_rollouts and self.environment:
+            problems.append(
+                "--async-rollouts with --environment: not supported yet (an episode's later turns need this step's "
+                "tool results); drop one of them"
+            )
+
+    def importance_sampling_mode(self) -> str | None:
+        """TRL's ``vllm_importance_sampling_mode`` for this run (``auto`` resolved), or None for no correction."""
+        mode = self.rollout_importance_sampling
+        if mode == "auto":
+            mode = "token_truncate" if self.async_rollouts else "none"
+        return None if mode == "none" else mode
 
     def environment_options(self) -> dict[str, str]:
         """``--environment-option KEY=VALUE`` values as ``{key: value}``, the values as given (strings; the last
@@ -438,6 +496,14 @@ _HELP = {
     "takes. The calculator takes max_calls=N: the most tool calls per episode; later ones are answered with an error "
     "(default: no limit).",
     "max_turns": "With --environment: the most replies per episode.",
+    "async_rollouts": "With --rollout-engine or --rollout-server (grpo, reinforce_pp): generate and score the next "
+    "round's rollouts while the policy trains on this round's; they are then up to one round stale (logged as "
+    "rollout_staleness), corrected by --rollout-importance-sampling.",
+    "rollout_importance_sampling": "Correct engine rollouts for the gap between the engine's sampling and the policy "
+    "being trained (staleness, numerics): " + ", ".join(IMPORTANCE_SAMPLING_MODES[2:]) + " (TRL's modes: truncate "
+    "clips the ratio at --rollout-is-clip-max, mask zeroes tokens or sequences above it), none, or auto "
+    "(token_truncate with --async-rollouts, else none).",
+    "rollout_is_clip_max": "Upper bound of the importance ratio of --rollout-importance-sampling.",
     "sync_bucket_mb": "Weight sync to the rollout engine with --tuner full: largest bucket in MiB (LoRA sends only "
     "the adapter).",
     "grpo_loss_type": f"GRPO loss aggregation: {', '.join(GRPO_LOSS_TYPES)}.",

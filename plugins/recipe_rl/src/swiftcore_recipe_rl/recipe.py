@@ -62,6 +62,13 @@ def _rl_config(
             mask_truncated_completions=options.mask_truncated_completions,
             reward_weights=[weights.get(name, 1.0) for name in reward_names],
         )
+        mode = options.importance_sampling_mode()
+        if mode is not None:  # TRL's correction of vLLM rollouts, fed the engine's sampling log-probs (trainer.py)
+            rollout.update(
+                vllm_importance_sampling_correction=True,
+                vllm_importance_sampling_mode=mode,
+                vllm_importance_sampling_clip_max=options.rollout_is_clip_max,
+            )
     return training_arguments(
         cfg,
         output_dir,
@@ -254,11 +261,19 @@ def _attach_rollout_engine(
     trainer.weight_sync = WeightSync(engine, bucket_mb=options.sync_bucket_mb)
     trainer.weight_sync.attach(trainer.model)
     trainer.prompt_records = {tuple(prompt_ids[text]): record for text, record in prompt_records.items()}
+    trainer.async_rollouts = options.async_rollouts
+    trainer.importance_sampling = options.importance_sampling_mode() is not None
     log.info(
-        "rollouts: %s engine %s, %s weight sync before each generation round",
+        "rollouts: %s engine %s, %s weight sync before each generation round%s%s",
         options.rollout_engine if where == "colocated" else "swiftcore rollout",
         where,
         "LoRA-only" if hasattr(trainer.model, "peft_config") else f"bucketed ({options.sync_bucket_mb:g} MiB)",
+        "; each round generated and scored while the step before trains (at most one round stale)"
+        if options.async_rollouts
+        else "",
+        f"; importance sampling {options.importance_sampling_mode()} at {options.rollout_is_clip_max:g}"
+        if trainer.importance_sampling
+        else "",
     )
 
 

@@ -20,7 +20,9 @@ column).
 
 The adapter is an ``async`` callable that runs the reward on a worker thread, so TRL (which gathers async reward
 functions with ``asyncio.gather``) runs the run's rewards concurrently with each other: a reward waiting on a
-remote model or a sandbox does not hold up the others. Overlapping them with the next rollout is a later step.
+remote model or a sandbox does not hold up the others. With ``--async-rollouts`` a round's rewards are scored on the
+rollout worker as soon as its rollouts are generated (:meth:`TRLReward.score_ahead`), overlapping the training of
+the step before; TRL's call for that round then gets the kept scores.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class TRLReward:
         self.codec = codec
         self.records = records or {}
         self.__name__ = reward.name  # TRL logs rewards/<__name__>/mean
+        self._ahead: tuple[Any, list[float], int] | None = None
 
     async def __call__(
         self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
@@ -58,7 +61,27 @@ class TRLReward:
     def score(
         self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
     ) -> list[float]:
-        """The synchronous scoring :meth:`__call__` runs (TRL's ``completions`` are ignored: see the module)."""
+        """The synchronous scoring :meth:`__call__` runs (TRL's ``completions`` are ignored: see the module); the
+        scores :meth:`score_ahead` kept for these prompts and ids when there are some."""
+        ahead, self._ahead = self._ahead, None
+        key = _key(prompts, completion_ids)
+        if ahead is not None and ahead[0] == key and kwargs.get("final_completion") is None:
+            _, scores, faults = ahead
+        else:
+            scores, faults = self._score(prompts, completion_ids, kwargs)
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric(f"reward_faults/{self.reward.name}", float(faults))
+        return scores
+
+    def score_ahead(self, prompts: list[Any], completion_ids: list[list[int]], **columns: Any) -> None:
+        """Score a round before TRL asks for it (async rollouts, on the rollout worker) and keep the scores for
+        TRL's call with the same prompts and completion ids."""
+        scores, faults = self._score(prompts, completion_ids, columns)
+        self._ahead = (_key(prompts, completion_ids), scores, faults)
+
+    def _score(self, prompts: list[Any], completion_ids: list[list[int]], kwargs: dict[str, Any]) -> tuple[list, int]:
+        """``(scores, faults)``: the reward's scores (never raises) and how many of them were fallbacks."""
         finals = kwargs.get("final_completion")  # a multi-turn episode: the reward scores its last reply
         texts = list(finals) if finals is not None else [self.codec.decode(ids) for ids in completion_ids]
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_ONLY}
@@ -66,7 +89,9 @@ class TRLReward:
         if self.records:  # the prompt's chat record, for rewards that render the conversation (reward_model)
             columns.setdefault("records", [self.records.get(p) for p in prompts])
         scores = self.reward(texts, prompts=list(prompts), completion_ids=[list(i) for i in completion_ids], **columns)
-        log_metric = kwargs.get("log_metric")
-        if callable(log_metric):
-            log_metric(f"reward_faults/{self.reward.name}", float(self.reward.faults - before))
-        return scores
+        return scores, self.reward.faults - before
+
+
+def _key(prompts: list[Any], completion_ids: list[list[int]]) -> tuple:
+    """What identifies a round's samples: its prompts and completion ids, in order."""
+    return tuple(prompts), tuple(tuple(int(t) for t in ids) for ids in completion_ids)

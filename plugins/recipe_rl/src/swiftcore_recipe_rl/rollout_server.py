@@ -109,9 +109,16 @@ class RolloutService:
         }
 
     def rollouts(self, payload: Any) -> dict[str, Any]:
-        """``POST /rollouts``: each request encoded (a bad one is named by its index), then one batch."""
+        """``POST /rollouts``: each request encoded (a bad one is named by its index), then one batch; with
+        ``"logprobs": true`` each rollout also carries its sampled tokens' log-probs."""
         if not isinstance(payload, dict) or not isinstance(payload.get("requests"), list):
             raise WireError('expected {"requests": [{"prompt": [token ids], "sampling": {...}}, ...]}')
+        unknown = sorted(set(payload) - {"requests", "logprobs"})
+        if unknown:
+            raise WireError(f"unknown field(s) {', '.join(map(repr, unknown))}; known: 'requests', 'logprobs'")
+        logprobs = payload.get("logprobs", False)
+        if not isinstance(logprobs, bool):
+            raise WireError(f"logprobs: expected true or false, got {logprobs!r}")
         requests = [request_from_json(item, f"requests[{i}]") for i, item in enumerate(payload["requests"])]
         from swiftcore_infer.errors import InvalidRequestError
 
@@ -120,7 +127,7 @@ class RolloutService:
                 self.engine.encode(request)
             except InvalidRequestError as exc:
                 raise WireError(f"requests[{index}]: {exc}") from exc
-        out = self.engine.generate_rollouts(requests)
+        out = self.engine.generate_rollouts(requests, logprobs=logprobs)
         rollouts = [
             generation_to_json(generation, list(request.encoded), ids)
             for request, (generation, ids) in zip(requests, out, strict=True)

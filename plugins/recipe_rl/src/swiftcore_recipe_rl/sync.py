@@ -203,7 +203,9 @@ def create_rollout_engine(
     from swiftcore.api import SwiftcoreError
 
     # vLLM places itself (its own device and memory settings); the transformers engine goes where the trainer is.
-    placement = {"device": device} if name == "transformers" else {}
+    # vLLM reports sampled tokens' log-probs as processed (after temperature, top-k, top-p) only when started so; the
+    # transformers engine always does (its output_scores are processed): the importance-sampling correction needs them.
+    placement = {"device": device} if name == "transformers" else {"logprobs_mode": "processed_logprobs"}
     engine = create_engine(
         name, cfg.model, plugins, template=template, model_type=cfg.model_type, dtype=cfg.dtype, **placement
     )

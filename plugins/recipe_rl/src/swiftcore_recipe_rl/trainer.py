@@ -52,12 +52,13 @@ def _template_prompts() -> type:
 
 @cache
 def _engine_rollouts() -> type:
-    """The mixin that generates rollouts with a colocated swiftcore engine (``--rollout-engine transformers``)."""
+    """The mixin that generates rollouts with a swiftcore engine (``--rollout-engine``, ``--rollout-server``)."""
     from swiftcore.api import SwiftcoreError
+    from swiftcore_recipe_rl.prefetch import Lookahead, RolloutPrefetch
 
     class EngineRollouts:
         """A TRL online trainer whose completions come from a swiftcore inference engine, synced to the policy
-        before each generation round.
+        before each generation round; optionally one round ahead (``async_rollouts``) and importance-corrected.
 
         Why ``_generate_single_turn`` and nothing else: it is TRL's one call from prompt ids to completion ids
         (GRPOTrainer and RLOOTrainer both have it; their vLLM path is a branch inside it). Above it TRL still
@@ -65,25 +66,69 @@ def _engine_rollouts() -> type:
         trainer computes log-probs, advantages and the loss on exactly the ids returned here. TRL's ``rollout_func``
         would also replace the prompt encoding and its vLLM weight sync hooks, which we do not need.
 
+        The importance-sampling correction (``importance_sampling``) is TRL's own: GRPOTrainer corrects its vLLM
+        rollouts with the sampling log-probs vLLM returns (``vllm_importance_sampling_*``), and guards that code
+        with ``use_vllm``. The engine returns the same log-probs (``generate_rollouts(logprobs=True)``), so
+        :attr:`use_vllm` reads True outside generation while the correction is on: TRL then recomputes the
+        policy's log-probs of each rollout, forms the truncated (or masked) ratio and weighs the loss with it.
+        Inside generation it reads False, so TRL never reaches for a vLLM client of its own.
+
         Set by the recipe (None: TRL's own generation): ``rollout_engine`` (an engine), ``weight_sync``
         (:class:`~swiftcore_recipe_rl.sync.WeightSync`), ``prompt_records`` (template ids -> the prompt record,
-        so the engine encodes and parses it as served).
+        so the engine encodes and parses it as served), ``async_rollouts`` and ``importance_sampling``.
         """
 
         rollout_engine: Any = None
         weight_sync: Any = None
         prompt_records: dict[tuple[int, ...], dict] = {}
+        async_rollouts: bool = False
+        importance_sampling: bool = False
         _synced_step: int | None = None
         _returns_logprobs = True  # GRPOTrainer's returns (ids, logprobs); RLOOTrainer's the ids alone
+        _use_vllm = False
+        _in_generation = False
+        _lookahead: Any = None
+        _item_index = -1
+        _prefetch: Any = None
+
+        @property
+        def use_vllm(self) -> bool:
+            """TRL's own vLLM generation (always off in swiftcore), or the importance-sampling correction outside
+            generation (see the class)."""
+            return self._use_vllm or (self.importance_sampling and not self._in_generation)
+
+        @use_vllm.setter
+        def use_vllm(self, value: bool) -> None:
+            self._use_vllm = bool(value)
+
+        def _generate(self, prompts: list) -> Any:
+            self._in_generation = True
+            try:
+                return super()._generate(prompts)
+            finally:
+                self._in_generation = False
 
         def _generate_single_turn(self, prompt_ids: Any, images: Any, multimodal_fields: Any, *args: Any, **kw: Any):
             if self.rollout_engine is None:
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kw)
             if images or multimodal_fields:
                 raise SwiftcoreError("--rollout-engine: prompts with images or audio are not supported yet")
-            self.sync_rollout_engine()
-            completion_ids = [ids for _, ids in self.engine_rollouts(prompt_ids)]
-            return (completion_ids, None) if self._returns_logprobs else completion_ids
+            mode = "train" if self.model.training else "eval"
+            taken = self._prefetch.take(prompt_ids) if self._prefetch is not None else None
+            if taken is not None:
+                rollouts, weights_step = taken
+            else:
+                self.sync_rollout_engine()
+                rollouts, weights_step = self.engine_rollouts(prompt_ids), self.state.global_step
+            if self.async_rollouts:
+                self._metrics[mode]["rollout_staleness"].append(float(self.state.global_step - weights_step))
+                if mode == "train":
+                    self._prefetch_next_round()
+            completion_ids = [ids for _, ids in rollouts]
+            if not self._returns_logprobs:
+                return completion_ids
+            logprobs = [g.logprobs for g, _ in rollouts] if self.importance_sampling else None
+            return completion_ids, logprobs
 
         def sync_rollout_engine(self) -> Any:
             """Push the policy's weights to the engine once per optimiser step (the first round included); log
@@ -100,7 +145,8 @@ def _engine_rollouts() -> type:
 
         def engine_rollouts(self, prompt_ids: list[list[int]]) -> list[tuple[Any, list[int]]]:
             """``(Generation, completion ids)`` per prompt from the engine, sampled as TRL's config says; each
-            completion keeps the stop token that ended it, as TRL's own generation does."""
+            completion keeps the stop token that ended it, as TRL's own generation does (and, with the
+            importance-sampling correction on, each generation carries its tokens' sampling log-probs)."""
             from swiftcore_infer.types import Request, SamplingParams
 
             args = self.args
@@ -119,7 +165,10 @@ def _engine_rollouts() -> type:
                     requests.append(Request(record=record, sampling=sampling, adapter=adapter))
                 else:  # a prompt the recipe did not encode (tests): its ids as they are
                     requests.append(Request(prompt=[int(t) for t in ids], sampling=sampling, adapter=adapter))
-            out = self.rollout_engine.generate_rollouts(requests)
+            if self.importance_sampling:
+                out = self.rollout_engine.generate_rollouts(requests, logprobs=True)
+            else:
+                out = self.rollout_engine.generate_rollouts(requests)
             for request, ids in zip(requests, prompt_ids, strict=True):
                 if list(request.encoded) != [int(t) for t in ids]:
                     raise SwiftcoreError(
@@ -127,6 +176,52 @@ def _engine_rollouts() -> type:
                         "the checkpoint's chat defaults differ); pass the same --template and thinking mode"
                     )
             return out
+
+        # ------------------------------------------------------------------ async rollouts
+
+        def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+            if self.async_rollouts:  # the epoch's batches, readable ahead of the loop (a new epoch: a new wrapper)
+                if self._lookahead is None or self._lookahead.source is not epoch_iterator:
+                    self._lookahead, self._item_index = Lookahead(epoch_iterator), -1
+                epoch_iterator = self._lookahead
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+        def _prepare_inputs(self, generation_batch: Any) -> Any:
+            if self.async_rollouts and self.model.training and self._lookahead is not None:
+                self._item_index += 1  # the loop hands TRL one batch per call, in the order it read them
+            return super()._prepare_inputs(generation_batch)
+
+        def _prefetch_next_round(self) -> None:
+            """Start the next generation round on the worker, on this step's weights (synced first; the worker is
+            idle: this round was just taken). Nothing starts when the epoch has no further round."""
+            generate_every = self.args.steps_per_generation * self.num_iterations
+            rows = self._lookahead.peek(self._item_index + generate_every) if self._lookahead is not None else None
+            if not rows or not all(isinstance(r, dict) and r.get("prompt") in self.prompt_ids for r in rows):
+                return
+            prompt_ids = [list(self.prompt_ids[r["prompt"]]) for r in rows]
+            self.sync_rollout_engine()
+            if self._prefetch is None:
+                self._prefetch = RolloutPrefetch()
+            self._prefetch.submit(lambda: self._generate_ahead(prompt_ids, rows), prompt_ids, self.state.global_step)
+
+        def _generate_ahead(self, prompt_ids: list[list[int]], rows: list[dict]) -> list[tuple[Any, list[int]]]:
+            """On the worker: the round's rollouts, then its rewards (scored now and kept for TRL's call, so they
+            overlap training too)."""
+            rollouts = self.engine_rollouts(prompt_ids)
+            prompts = [r["prompt"] for r in rows]
+            columns = {k: [r[k] for r in rows] for k in rows[0] if k not in ("prompt", "completion", "completion_ids")}
+            for func in getattr(self, "reward_funcs", ()):
+                if hasattr(func, "score_ahead"):
+                    func.score_ahead(prompts, [ids for _, ids in rollouts], **columns)
+            return rollouts
+
+        def train(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().train(*args, **kwargs)
+            finally:
+                if self._prefetch is not None:
+                    self._prefetch.close()
+                self._lookahead = None
 
     return EngineRollouts
 

@@ -32,7 +32,7 @@ SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "s
 #: The :class:`~swiftcore_infer.types.Generation` fields a rollout result carries.
 _GENERATION_FIELDS = (
     "text", "content", "reasoning_content", "tool_calls", "prompt_tokens", "completion_tokens", "finish_reason",
-    "token_ids",
+    "token_ids", "logprobs",
 )  # fmt: skip
 
 
@@ -145,5 +145,5 @@ def generation_from_json(item: dict[str, Any]) -> tuple[Any, list[int], list[int
     """``(Generation, prompt ids, completion ids)`` of one rollout result."""
     from swiftcore_infer.types import Generation
 
-    generation = Generation(**{name: item[name] for name in _GENERATION_FIELDS})
+    generation = Generation(**{name: item.get(name) for name in _GENERATION_FIELDS if name in item})
     return generation, list(item["prompt_ids"]), list(item["completion_ids"])
