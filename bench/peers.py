@@ -5,8 +5,11 @@ ms-swift is a benchmark dependency only; swiftcore never imports it. Steps (each
 1. ``python3 -m venv .venv-peers``;
 2. torch 2.13.0 first, from the local CPU wheel (pip's find-links): a bare ``torch`` requirement
    would pull a multi-GB CUDA build;
-3. ``ms-swift==4.6.0`` with the transformers/peft it accepts (it pins transformers <5.20, peft <0.21)
-   and ``qwen_vl_utils`` (ms-swift's Qwen3.5 loader refuses to start without it);
+3. ``ms-swift==4.6.0`` with the transformers/peft it accepts (it pins transformers <5.20, peft <0.21),
+   ``qwen_vl_utils`` (ms-swift's Qwen3.5 loader refuses to start without it) and ``msgspec`` (ms-swift's GRPO
+   trainer imports it, ``swift/rlhf_trainers/utils.py:18``, without declaring it: vLLM brings it on a GPU box;
+   without it ``swift rlhf --rlhf_type grpo`` dies with ``ModuleNotFoundError: No module named 'msgspec'``);
+   an environment built before ``msgspec`` was added gets it when it is reused (:data:`LATER`);
 4. remove torchvision/torchaudio/triton if anything pulled them: PyPI's torchvision is a CUDA build
    whose ops fail to register next to a CPU torch, which breaks ``import transformers``;
 5. ``qwen_vl_utils`` imports torchvision at module level although only its video readers use it: make
@@ -31,7 +34,10 @@ PYTHON = VENV / "bin" / "python"
 SWIFT = VENV / "bin" / "swift"
 STAMP = VENV / ".swiftcore-bench-ready"
 RAW = ROOT / "bench" / "raw" / "peers.json"
-PINS = ["ms-swift==4.6.0", "transformers==5.19.0", "peft>=0.20,<0.21", "qwen_vl_utils==0.0.14"]
+PINS = ["ms-swift==4.6.0", "transformers==5.19.0", "peft>=0.20,<0.21", "qwen_vl_utils==0.0.14", "msgspec==0.23.0"]
+#: Packages added to :data:`PINS` after environments were built with it (module -> requirement): a reused
+#: environment that lacks one gets it (figure 11, ms-swift's GRPO, needs ``msgspec``).
+LATER = {"msgspec": "msgspec==0.23.0"}
 _OLD_IMPORT = ("import torchvision\nfrom packaging import version\nfrom PIL import Image\nimport numpy as np\n"
                "from torchvision import io, transforms\nfrom torchvision.transforms import InterpolationMode\n")
 _NEW_IMPORT = ("from packaging import version\nfrom PIL import Image\nimport numpy as np\n"
@@ -59,6 +65,16 @@ def patch_qwen_vl_utils() -> bool:
     return True
 
 
+def add_missing() -> list[str]:
+    """Install the :data:`LATER` packages a reused environment lacks; return their module names."""
+    code = "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))"
+    missing = subprocess.run([str(PYTHON), "-c", code, *LATER], capture_output=True, text=True,
+                             check=True).stdout.split()
+    if missing:
+        _pip(*(LATER[m] for m in missing))
+    return missing
+
+
 def versions() -> dict[str, str]:
     """Versions of the peer environment's main packages."""
     code = ("import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
@@ -80,6 +96,9 @@ def ensure_peers(force: bool = False) -> dict:
     if STAMP.exists():
         info = json.loads(STAMP.read_text())
         info["reused"] = True
+        added = add_missing()
+        if added:
+            info["added_on_reuse"] = added
         return info
     start = time.perf_counter()
     # From a venv's interpreter, ``-m venv`` builds on the base interpreter: no nesting.

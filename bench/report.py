@@ -1,4 +1,5 @@
-"""Write ``bench/RESULTS.md`` from ``bench/raw/msswift_compare.json``, ``msswift_dpo.json`` and ``peers.json``.
+"""Write ``bench/RESULTS.md`` from ``bench/raw/msswift_compare.json``, ``msswift_dpo.json`` and ``peers.json``; the
+figures with a script of their own (6-11) render their sections from their raw JSON.
 
 Every number in the table comes from the raw JSON; a figure that failed or that ms-swift refused is
 written as such, with the reason, never as a number.
@@ -290,6 +291,11 @@ def write_results() -> Path:
         import rl_steps
 
         rl_steps.write_section(json.loads(rl.read_text()))
+    grpo = RAW / "msswift_grpo.json"
+    if grpo.exists():  # figure 11, rendered by its own script
+        import msswift_grpo
+
+        msswift_grpo.write_section(json.loads(grpo.read_text()))
     return RESULTS
 
 

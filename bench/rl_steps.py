@@ -10,7 +10,8 @@ out of the means (start-up). Sizes: the stock tiny Qwen3.5 (``swiftcore make-tin
 with hidden 256 (intermediate 768); both random, the real tokenizer and template. The runs alternate (``--rounds``),
 their step means pooled.
 
-ms-swift's ``swift rlhf --rlhf_type grpo`` is not run beside it yet (see the figure's note).
+ms-swift's ``swift rlhf --rlhf_type grpo`` runs beside swiftcore's GRPO in figure 11 (``msswift_grpo.py``: the stock
+tiny model, LoRA, both as child processes, alternating).
 
 Usage: ``python bench/rl_steps.py [--steps 6] [--rounds 1]``; raw JSON goes to ``bench/raw/rl_steps.json`` and the
 figure replaces the ``rl-steps`` section of RESULTS.md.
@@ -137,8 +138,8 @@ def render(raw: dict[str, Any]) -> str:
             ratios.append(f"{size}: full sync {_mean(full, 'sync_bytes') / _mean(lora, 'sync_bytes'):.1f}x the LoRA "
                           f"sync's bytes, {_mean(full, 'sync_s') / _mean(lora, 'sync_s'):.1f}x its time")  # fmt: skip
     lines += ["", "Side by side in this run: " + "; ".join(ratios) + ".", "",
-              "Not yet beside it: ms-swift's `swift rlhf --rlhf_type grpo` on the same model (the peer environment "
-              "runs ms-swift's SFT and DPO in figures 1-5; its GRPO on a CPU was not tried yet).", "", END]  # fmt: skip
+              "ms-swift's `swift rlhf --rlhf_type grpo` beside this recipe on the same model: figure 11 "
+              "(`bench/msswift_grpo.py`).", "", END]  # fmt: skip
     return "\n".join(lines)
 
 

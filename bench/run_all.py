@@ -5,10 +5,10 @@ Sized to finish within 30 minutes on a fresh 2-core machine, peer set-up (about 
 (the megatron engine, ``megatron_train.py``) about 4, figure 7 (sequence-parallel memory,
 ``sequence_parallel_memory.py``) about 10, figure 8 (text latency beside image requests, ``media_latency.py``)
 about 2, figure 9 (conversion against a copy, ``convert.py``) about 1, figure 10 (online RL step time,
-``rl_steps.py``) about 2. Options
-are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
+``rl_steps.py``) about 2, figure 11 (GRPO beside ms-swift's, ``msswift_grpo.py``, 3 rounds of 3 runs) about 6.
+Options are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
 :func:`msswift_dpo.run` (``--dpo-runs``, ``--dpo-pairs``); ``--figures`` without ``dpo``
-skips figure 5 (its last raw JSON stays).
+skips figure 5 (its last raw JSON stays), and likewise for the other figures with a script of their own.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import media_latency
 import megatron_train
 import msswift_compare
 import msswift_dpo
+import msswift_grpo
 import peers
 import report
 import rl_steps
@@ -32,7 +33,7 @@ def main() -> None:
     """Run the whole benchmark and print the RESULTS.md table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
-    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl")  # the figures with a script of their own
+    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo")  # the figures with a script of their own
     parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
@@ -41,6 +42,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--dpo-runs", type=int, default=3, help="alternating runs of figure 5 (DPO)")
     parser.add_argument("--dpo-pairs", type=int, default=120, help="pairs in figure 5's epoch (>= 30 steps)")
+    parser.add_argument("--grpo-rounds", type=int, default=3, help="alternating rounds of figure 11 (GRPO)")
+    parser.add_argument("--grpo-steps", type=int, default=6, help="steps per run of figure 11 (the first left out)")
     args = parser.parse_args()
     start = time.perf_counter()
     info = peers.ensure_peers()
@@ -66,6 +69,10 @@ def main() -> None:
         write_raw("convert", convert.run(1.0, (1, 2)))
     if "rl" in figures:  # figure 10 (bench/raw/rl_steps.json)
         write_raw("rl_steps", rl_steps.run_all(6, 1))
+    if "grpo" in figures:  # figure 11 (bench/raw/msswift_grpo.json)
+        msswift_grpo.run(args.grpo_rounds, args.grpo_steps,
+                         command=f"make bench (bench/run_all.py --grpo-rounds {args.grpo_rounds} --grpo-steps "
+                         f"{args.grpo_steps})")
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

@@ -146,3 +146,57 @@ def test_rl_steps_figure_splits_the_step_and_compares_the_syncs() -> None:
     # rest = 2.0 - 1.0 - 0.1 - 0.1; tokens/s = 400 / 2.0
     assert "| hidden 64 / lora | 0.56 M | 2.000 | 1.000 (50%) | 0.100 (5%) | 0.100 (5%) | 0.800 (40%) | 200 |" in text
     assert "hidden 64: full sync 20.0x the LoRA sync's bytes, 4.0x its time" in text
+
+
+def test_msswift_grpo_reads_both_logs_and_renders_ratios_check_and_a_refusal(tmp_path: Path) -> None:
+    import msswift_grpo as g
+
+    def row(step: float, **more: float) -> dict:
+        return {"step_time": step, "reward": 0.5, "completions/mean_length": 16.0, **more}
+
+    ours = [row(3.0, rollout_s=1.0, rollout_tokens=256.0, reward_s=0.01, sync_s=0.02), {"train_runtime": 9.0}]
+    theirs = row(2.0, **{"bench/rollout_s": 0.5, "bench/rollout_tokens": 256.0, "bench/reward_s": 0.001})
+    (tmp_path / "sc").mkdir()
+    (tmp_path / "sc" / "logs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ours))
+    (tmp_path / "ms" / "v0-1").mkdir(parents=True)
+    (tmp_path / "ms" / "v0-1" / "logging.jsonl").write_text(json.dumps(theirs) + "\n")
+    assert g.read_swiftcore_log(tmp_path / "sc")[0]["sync_s"] == 0.02  # the summary row is not a step
+    assert g.read_msswift_log(tmp_path / "ms") == [
+        {"step_time": 2.0, "rollout_s": 0.5, "rollout_tokens": 256.0, "reward_s": 0.001, "reward": 0.5,
+         "completions/mean_length": 16.0}]
+
+    stats = {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    first = {"first_reward": 0.78125, "first_mean_length": 16.0}
+    series = {k: stats for k in g.SERIES}
+    raw = {"machine": {"date": "today", "cores": 2}, "rounds": 3, "seconds": 60.0, "command": "python x.py",
+           "setup": g.default_setup(6, 1), "check_setup": g.check_setup(g.default_setup(6, 1)),
+           "step_s": series, "rollout_s": series, "rollout_tokens_per_s": series, "reward_s": series,
+           "sync_s": series, "peak_rss_mb": series, "wall_s": series,
+           "ratio_msswift_over_swiftcore_trainer": stats, "ratio_msswift_over_swiftcore_engine": stats,
+           "ratio_rollout_tokens_per_s_swiftcore_trainer_over_msswift": stats,
+           "first_step": {k: first for k in g.SERIES},
+           "check_prompts": {"prompts": 32, "identical": 32, "example": "p"},
+           "tree": {"commit": "abc1234", "uncommitted": ["plugins/recipe_rl/x.py"]}}
+    text = g.render(raw)
+    assert text.startswith(g.BEGIN) and text.endswith(g.END)
+    assert f"| {g.LABELS['msswift']} | 2.000 (1.000–3.000) | 2.000 (1.000–3.000) | 2 (1–3) |" in text
+    assert "| — | n/a | 2 (1–3) |" in text  # no per-run rows: no rest
+    one = {"step_s": 2.0, "rollout_s": 1.0, "reward_s": 0.25, "sync_s": 0.25}
+    sync = {k: {"median": 0.02, "min": 0.02, "max": 0.02} for k in g.SERIES}
+    with_rest = g.render({**raw, "per_run": {"swiftcore_engine": [one]}, "sync_s": sync})
+    assert "| 0.020 (0.020–0.020) | 0.500 (0.500–0.500) |" in with_rest  # rest = 2.0 - 1.0 - 0.25 - 0.25
+    assert "ms-swift's step time / swiftcore's 2.00x (1.00–3.00) with TRL's generate" in text
+    assert "msswift 0.78125 (mean length 16.0)" in text and "equal on every series that ran" in text
+    assert "for 32 of 32 prompts" in text and "uncommitted changes in `plugins/recipe_rl/x.py`" in text
+
+    refused = {**raw, "first_step": {"swiftcore_trainer": first, "msswift": {"refused": "ImportError: no vllm"},
+                                     "swiftcore_engine": {**first, "first_reward": 0.5}},
+               "msswift_error": {"refused": "ImportError: no vllm", "returncode": 1}}
+    for key in ("step_s", "rollout_s", "rollout_tokens_per_s", "reward_s", "sync_s", "peak_rss_mb", "wall_s"):
+        refused[key] = {k: v for k, v in series.items() if k != "msswift"}
+    text = g.render(refused)
+    assert f"| {g.LABELS['msswift']} | could not run |" in text
+    assert "ms-swift could not run GRPO here: `ImportError: no vllm` (exit 1" in text and "Ratios" not in text
+    assert "msswift n/a" in text and "NOT equal" in text
+    failed = g.render({"machine": {"date": "today"}, "command": "python x.py", "error": "RuntimeError: boom"})
+    assert "FAILED: `RuntimeError: boom`" in failed and "| series |" not in failed
