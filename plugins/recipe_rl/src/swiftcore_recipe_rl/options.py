@@ -181,6 +181,8 @@ class RolloutOptions(SamplingOptions):
             the current policy's probability of it over the engine's sampling probability, truncated at (or masked
             above) ``rollout_is_clip_max`` per token or per sequence (TRL's correction of vLLM rollouts).
         rollout_is_clip_max: the importance ratio's upper bound.
+        ray: run the trainer, the rollout engine and each reward as Ray actors (:mod:`swiftcore_recipe_rl.ray_actors`;
+            a local cluster, or the one ``RAY_ADDRESS`` names).
     """
 
     reward: tuple[str, ...] = ()
@@ -201,6 +203,7 @@ class RolloutOptions(SamplingOptions):
     async_rollouts: bool = False
     rollout_importance_sampling: str = "auto"
     rollout_is_clip_max: float = 3.0
+    ray: bool = False
 
     def _check(self, problems: list[str]) -> None:
         from swiftcore_recipe_rl.sync import ROLLOUT_ENGINES
@@ -270,6 +273,10 @@ class RolloutOptions(SamplingOptions):
             return
         if not _SERVER_URL.fullmatch(url):
             problems.append(f"--rollout-server: {url!r} is not an http(s) URL such as http://127.0.0.1:8001")
+        if self.ray:
+            problems.append(
+                "--rollout-server with --ray: --ray starts its own rollout worker (of --rollout-engine); drop one"
+            )
         if self.rollout_engine != "trainer":
             problems.append(
                 f"--rollout-server with --rollout-engine {self.rollout_engine}: the server is the rollout engine; "
@@ -291,10 +298,11 @@ class RolloutOptions(SamplingOptions):
             asked.append(f"--rollout-importance-sampling {mode}")
         if not asked:
             return
-        if self.rollout_engine == "trainer" and not self.rollout_server:
+        if self.rollout_engine == "trainer" and not self.rollout_server and not self.ray:
             problems.append(
-                f"{' and '.join(asked)}: needs a swiftcore rollout engine (--rollout-engine transformers or vllm, or "
-                "--rollout-server URL): TRL's own generation neither runs ahead nor reports sampling log-probs"
+                f"{' and '.join(asked)}: needs a swiftcore rollout engine (--rollout-engine transformers or vllm, "
+                "--rollout-server URL, or --ray): TRL's own generation neither runs ahead nor reports sampling "
+                "log-probs"
             )
         if self.recipe not in IMPORTANCE_SAMPLING_RECIPES:
             problems.append(
@@ -504,6 +512,8 @@ _HELP = {
     "clips the ratio at --rollout-is-clip-max, mask zeroes tokens or sequences above it), none, or auto "
     "(token_truncate with --async-rollouts, else none).",
     "rollout_is_clip_max": "Upper bound of the importance ratio of --rollout-importance-sampling.",
+    "ray": "Run the trainer, the rollout engine (--rollout-engine; transformers when it is trainer) and each reward as "
+    "Ray actors (pip install ray): a local Ray cluster, or the one RAY_ADDRESS names. Not with --rollout-server.",
     "sync_bucket_mb": "Weight sync to the rollout engine with --tuner full: largest bucket in MiB (LoRA sends only "
     "the adapter).",
     "grpo_loss_type": f"GRPO loss aggregation: {', '.join(GRPO_LOSS_TYPES)}.",

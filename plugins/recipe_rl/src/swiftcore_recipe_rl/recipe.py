@@ -252,7 +252,7 @@ def _attach_rollout_engine(
     (:mod:`swiftcore_recipe_rl.sync`)."""
     from swiftcore_recipe_rl.sync import WeightSync, create_rollout_engine
 
-    where = f"at {options.rollout_server}" if engine is not None else "colocated"
+    where = f"at {engine.url}" if engine is not None else "colocated"
     if engine is None:
         engine = create_rollout_engine(
             options.rollout_engine, cfg, plugins, template=template, device=str(trainer.accelerator.device)
@@ -383,6 +383,13 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
     reward_records: dict[str, dict] = {}
     dataset_rows, prompt_ids = _encode_prompts(rows, codec, cfg, options, prompt_records, episodes, reward_records)
     resume = _resume(cfg, output_dir)
+    on_ray = getattr(options, "ray", False)
+    if on_ray:
+        from swiftcore_recipe_rl.ray_actors import inside_ray_trainer, run_on_ray, start_reward_workers
+
+        if not inside_ray_trainer():  # everything is checked: the trainer actor runs the rest
+            return run_on_ray(recipe, cfg, plugins, options)
+        rewards = start_reward_workers(plugins, options.reward, rewards)
     log.info(
         "%s: model %s (%s), template %s, %s, %d prompts x %d generations",
         recipe,
@@ -434,6 +441,12 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
     trainer.prompt_ids = prompt_ids
     if episodes is not None:
         trainer.rollout_func = episodes  # TRL's hook for custom rollouts: one episode per prompt
+    if on_ray:  # the rollout worker: --rollout-engine's backend (the transformers engine for trainer)
+        from swiftcore_recipe_rl.ray_actors import placement, start_rollout_worker
+
+        backend = options.rollout_engine if options.rollout_engine != "trainer" else "transformers"
+        remote = start_rollout_worker(plugins, backend, cfg, template_spec.name,
+                                      timeout=options.rollout_server_timeout)  # fmt: skip
     if isinstance(options, RolloutOptions) and (remote is not None or options.rollout_engine != "trainer"):
         _attach_rollout_engine(
             trainer, options, cfg, plugins, template_spec.name, prompt_ids, prompt_records, engine=remote
@@ -454,6 +467,7 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
         resumed_step=resumed_step,
         template=template_spec,
         rewards=[{"name": r.name, "provider": str(r.spec.provider), "options": r.options} for r in rewards],
+        **({"ray": placement(remote, rewards)} if on_ray else {}),
         **{recipe: asdict(options)},
     )
     trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}

@@ -49,14 +49,9 @@ class RemoteRolloutEngine:
     """
 
     def __init__(self, url: str, *, timeout: float = 600.0) -> None:
-        import httpx
-
-        quiet = logging.getLogger("httpx")
-        if quiet.level == logging.NOTSET:  # httpx logs every request at INFO: a line per sync bucket and rollout round
-            quiet.setLevel(logging.WARNING)
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+        self._open()
         self.adapters: dict[str, str] = {}
         self.served_names: dict[str, str] = {}
         self.info = self.health()
@@ -64,7 +59,7 @@ class RemoteRolloutEngine:
         if missing:
             from swiftcore.api import SwiftcoreError
 
-            self._client.close()
+            self.close()
             raise SwiftcoreError(f"{self.url}/health answered without {', '.join(missing)}: is it a `swiftcore "
                                  "rollout` server?")  # fmt: skip
         self.weight_version = int(self.info["weight_version"])
@@ -74,14 +69,23 @@ class RemoteRolloutEngine:
         self.pad_token_id = self.info["pad_token_id"]
         self.max_model_len = self.info["max_model_len"]
 
-    # ------------------------------------------------------------------ HTTP
+    # ------------------------------------------------------------------ transport (HTTP; a Ray actor in ray_actors)
 
-    def _call(self, method: str, route: str, **kwargs: Any) -> dict[str, Any]:
-        """One call to the server; its JSON answer.
+    def _open(self) -> None:
+        """Open the connection (an HTTP client)."""
+        import httpx
+
+        quiet = logging.getLogger("httpx")
+        if quiet.level == logging.NOTSET:  # httpx logs every request at INFO: a line per sync bucket and rollout round
+            quiet.setLevel(logging.WARNING)
+        timeout = self.timeout
+        self._client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+
+    def _send(self, method: str, route: str, **kwargs: Any) -> tuple[int, Any, str]:
+        """One request: ``(status, JSON answer or None, the answer's text)``.
 
         Raises:
-            SwiftcoreError: the server did not answer (unreachable, died, timed out), or refused the call (its
-                message quoted).
+            SwiftcoreError: no answer (unreachable, died, timed out).
         """
         import httpx
 
@@ -97,13 +101,22 @@ class RemoteRolloutEngine:
         try:
             payload = response.json()
         except ValueError:
-            payload = {}
-        if response.status_code >= 400:
+            payload = None
+        return response.status_code, payload, response.text[:500] or response.reason_phrase
+
+    def _call(self, method: str, route: str, **kwargs: Any) -> dict[str, Any]:
+        """One call to the server; its JSON answer.
+
+        Raises:
+            SwiftcoreError: the server did not answer (unreachable, died, timed out), or refused the call (its
+                message quoted).
+        """
+        from swiftcore.api import SwiftcoreError
+
+        status, payload, text = self._send(method, route, **kwargs)
+        if status >= 400:
             message = (payload.get("error") or {}).get("message") if isinstance(payload, dict) else None
-            raise SwiftcoreError(
-                f"rollout server {self.url}: {route} answered HTTP {response.status_code}: "
-                f"{message or response.text[:500] or response.reason_phrase}"
-            )
+            raise SwiftcoreError(f"rollout server {self.url}: {route} answered HTTP {status}: {message or text}")
         if not isinstance(payload, dict):
             raise SwiftcoreError(f"rollout server {self.url}: {route} answered something other than a JSON object")
         if "weight_version" in payload:
@@ -191,7 +204,9 @@ class RemoteRolloutEngine:
 
     def close(self) -> None:
         """Close the HTTP connection (the server and its engine keep running)."""
-        self._client.close()
+        client = getattr(self, "_client", None)
+        if client is not None:
+            client.close()
 
 
 def connect_rollout_server(
