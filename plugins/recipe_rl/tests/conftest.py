@@ -30,6 +30,39 @@ def tiny_dir(tiny_model_dir: Callable[[str], Path]) -> Path:
     return tiny_model_dir("qwen3_5")
 
 
+#: The toy task's reward option: a reply that starts with a vowel earns 1 (the ``format`` reward).
+VOWEL = r"format.pattern=^\s*[aeiouAEIOU]"
+
+
+def vowel_task(recipe: str, tiny_dir: Path, work: Path, *, steps: int, lr: float, **options: Any) -> tuple[Any, Any]:
+    """The learning tests' toy task: ``(TrainConfig, options)`` of a run of ``recipe`` that teaches the tiny model to
+    start its reply with a vowel (16 prompts, 2 a step, 8 completions of up to 4 tokens, LoRA, constant ``lr``, seed
+    0, logs every step into ``work / "out"``); ``options`` are the recipe's own on top."""
+    import json
+
+    from swiftcore_recipe_rl.options import RL_RECIPES
+    from swiftcore_train.config import TrainConfig
+
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
+    cfg = TrainConfig(
+        model=str(tiny_dir), dataset=(str(data),), output_dir=str(work / "out"), tuner="lora", learning_rate=lr,
+        lr_scheduler="constant", max_steps=steps, batch_size=2, logging_steps=1, save_steps=10_000, seed=0,
+        plot=False,
+    )  # fmt: skip
+    method = RL_RECIPES[recipe](
+        reward=("format",), reward_option=(VOWEL,), num_generations=8, max_completion_length=4, **options
+    )
+    return cfg, method
+
+
+@pytest.fixture(scope="session")
+def vowel() -> Callable[..., tuple[Any, Any]]:
+    """:func:`vowel_task`."""
+    return vowel_task
+
+
 def column_reward(completions: list[str], *, r: list[float], **kwargs: Any) -> list[float]:
     """A reward that returns the row's ``r`` column: fixed rewards for the fixed-batch checks."""
     return [float(x) for x in r]

@@ -151,12 +151,10 @@ def test_importance_ratio_and_loss_equal_a_hand_computation(
     engine.close()
 
 
-def _run(tiny_dir: Path, plugins: Any, out: Path, data: Path, *, asynchronous: bool, steps: int) -> dict[str, Any]:
-    from swiftcore_recipe_rl.options import GRPOOptions
+def _run(tiny_dir: Path, plugins: Any, work: Path, vowel: Any, *, asynchronous: bool, steps: int) -> dict[str, Any]:
     from swiftcore_recipe_rl.recipe import run
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.trainer import grpo_trainer_class
-    from swiftcore_train.config import TrainConfig
 
     trained: list[list[str]] = []
     scored_on: list[str] = []
@@ -171,32 +169,25 @@ def _run(tiny_dir: Path, plugins: Any, out: Path, data: Path, *, asynchronous: b
         scored_on.append(threading.current_thread().name)
         return original_score(self, *args)
 
-    cfg = TrainConfig(
-        model=str(tiny_dir), dataset=(str(data),), output_dir=str(out), tuner="lora", learning_rate=5e-3,
-        lr_scheduler="constant", max_steps=steps, batch_size=2, logging_steps=1, save_steps=10_000, seed=0,
-        plot=False,
-    )  # fmt: skip
-    options = GRPOOptions(
-        reward=("format",), reward_option=(r"format.pattern=^\s*[aeiouAEIOU]",), num_generations=8,
-        max_completion_length=4, grpo_loss_type="grpo", rollout_engine="transformers", async_rollouts=asynchronous,
+    cfg, options = vowel(
+        "grpo", tiny_dir, work, steps=steps, lr=5e-3, grpo_loss_type="grpo", rollout_engine="transformers",
+        async_rollouts=asynchronous,
     )  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cls, "_calculate_rewards", calculate)
         mp.setattr(TRLReward, "_score", score)
         result = run(cfg, plugins, options)
     assert result.global_step == steps
-    logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+    logs = [json.loads(line) for line in (work / "out" / "logs.jsonl").read_text().splitlines()]
     return {"logs": [row for row in logs if "rewards/format/mean" in row], "trained": trained, "scored_on": scored_on}
 
 
 @pytest.mark.slow
 def test_async_rollouts_learn_one_round_ahead_and_train_on_every_round_once(
-    tiny_dir: Path, plugins: Any, tmp_path: Path
+    tiny_dir: Path, plugins: Any, tmp_path: Path, vowel: Any
 ) -> None:
     steps = 8
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
-    run = _run(tiny_dir, plugins, tmp_path / "async", data, asynchronous=True, steps=steps)
+    run = _run(tiny_dir, plugins, tmp_path / "async", vowel, asynchronous=True, steps=steps)
     logs = run["logs"]
     rewards = [row["rewards/format/mean"] for row in logs]
     before, after = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
@@ -212,5 +203,5 @@ def test_async_rollouts_learn_one_round_ahead_and_train_on_every_round_once(
     assert not run["scored_on"][0].startswith("swiftcore-rollout")
     assert all(name.startswith("swiftcore-rollout") for name in run["scored_on"][1:steps]), run["scored_on"]
 
-    plain = _run(tiny_dir, plugins, tmp_path / "sync", data, asynchronous=False, steps=steps)
+    plain = _run(tiny_dir, plugins, tmp_path / "sync", vowel, asynchronous=False, steps=steps)
     assert run["trained"] == plain["trained"] and len(run["trained"]) == steps

@@ -73,9 +73,12 @@ def test_gkd_loss_equals_the_generalised_jsd(gkd_trainer: Any, beta: float, monk
     assert want.item() > 1e-3 and diff < 1e-5
 
 
+@pytest.mark.parametrize("rollout_engine", ["trainer", "transformers"])
 def test_gkd_lowers_the_held_out_divergence_to_the_teacher(
-    tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path: Path
+    rollout_engine: str, tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path: Path
 ) -> None:
+    """The student's completions from TRL's generate, or from swiftcore's transformers engine synced to the student
+    (all its weights, ``--tuner full``) before each generation round."""
     import torch
     from swiftcore_recipe_rl.options import GKDOptions
     from swiftcore_recipe_rl.recipe import run_gkd
@@ -91,7 +94,9 @@ def test_gkd_lowers_the_held_out_divergence_to_the_teacher(
         model=str(tiny_dir), dataset=(str(data),), output_dir=str(out), tuner="full", learning_rate=5e-3,
         lr_scheduler="constant", max_steps=steps, batch_size=4, logging_steps=1, save_steps=steps, seed=0, plot=False,
     )  # fmt: skip
-    options = GKDOptions(teacher_model=str(teacher_dir), gkd_beta=0.5, max_completion_length=8)
+    options = GKDOptions(
+        teacher_model=str(teacher_dir), gkd_beta=0.5, max_completion_length=8, rollout_engine=rollout_engine
+    )
 
     def load(path: Path) -> Any:
         return load_model(resolve_model_spec(str(path), plugins), str(path), plugins).eval()
@@ -113,7 +118,11 @@ def test_gkd_lowers_the_held_out_divergence_to_the_teacher(
         after = divergence(completion_logits(trained, ids, 6), teacher_logits, mask, 0.5).item()
     logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
     losses = [row["loss"] for row in logs if "loss" in row and row.get("step")]
-    print(f"gkd: held-out JSD(0.5) to the teacher {before:.4f} -> {after:.4f} in {steps} steps; train loss {losses}")
+    synced = [row["sync_bytes"] for row in logs if "sync_bytes" in row]
+    print(f"gkd ({rollout_engine}): held-out JSD(0.5) to the teacher {before:.4f} -> {after:.4f} in {steps} steps; "
+          f"{len(synced)} syncs; train loss {losses}")  # fmt: skip
     assert result.global_step == steps
+    if rollout_engine == "transformers":  # the engine generated: it got the student's weights before each round
+        assert len(synced) >= steps // 2 and all(b > 0 for b in synced), synced
     assert after < 0.8 * before, (before, after)  # measured: 0.297 -> 0.20 (16 steps)
     assert json.loads((out / "args.json").read_text())["gkd"]["teacher_model"] == str(teacher_dir)

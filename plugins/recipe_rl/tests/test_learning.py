@@ -20,35 +20,13 @@ STEPS = 20
 MARGIN = 0.4
 
 
-def test_grpo_raises_the_mean_reward_on_a_toy_verifiable_task(tiny_dir: Path, plugins: Any, tmp_path: Path) -> None:
-    from swiftcore_recipe_rl.options import GRPOOptions
+def test_grpo_raises_the_mean_reward_on_a_toy_verifiable_task(
+    tiny_dir: Path, plugins: Any, tmp_path: Path, vowel: Any
+) -> None:
     from swiftcore_recipe_rl.recipe import run
-    from swiftcore_train.config import TrainConfig
 
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
+    cfg, options = vowel("grpo", tiny_dir, tmp_path, steps=STEPS, lr=2e-2, grpo_loss_type="grpo")
     out = tmp_path / "out"
-    cfg = TrainConfig(
-        model=str(tiny_dir),
-        dataset=(str(data),),
-        output_dir=str(out),
-        tuner="lora",
-        learning_rate=2e-2,
-        lr_scheduler="constant",
-        max_steps=STEPS,
-        batch_size=2,
-        logging_steps=1,
-        save_steps=10_000,
-        seed=0,
-        plot=False,
-    )
-    options = GRPOOptions(
-        reward=("format",),
-        reward_option=(r"format.pattern=^\s*[aeiouAEIOU]",),
-        num_generations=8,
-        max_completion_length=4,
-        grpo_loss_type="grpo",
-    )
     start = time.perf_counter()
     result = run(cfg, plugins, options)
     seconds = time.perf_counter() - start
@@ -76,25 +54,13 @@ METHODS: dict[str, tuple[int, dict[str, Any]]] = {
 
 @pytest.mark.parametrize("recipe", list(METHODS))
 def test_rloo_and_reinforce_pp_raise_the_mean_reward_on_the_toy_task(
-    recipe: str, tiny_dir: Path, plugins: Any, tmp_path: Path
+    recipe: str, tiny_dir: Path, plugins: Any, tmp_path: Path, vowel: Any
 ) -> None:
-    from swiftcore_recipe_rl.options import RL_RECIPES
     from swiftcore_recipe_rl.recipe import run_recipe
-    from swiftcore_train.config import TrainConfig
 
     steps, method = METHODS[recipe]
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
+    cfg, options = vowel(recipe, tiny_dir, tmp_path, steps=steps, lr=2e-2, **method)
     out = tmp_path / "out"
-    cfg = TrainConfig(
-        model=str(tiny_dir), dataset=(str(data),), output_dir=str(out), tuner="lora", learning_rate=2e-2,
-        lr_scheduler="constant", max_steps=steps, batch_size=2, logging_steps=1, save_steps=10_000, seed=0,
-        plot=False,
-    )  # fmt: skip
-    options = RL_RECIPES[recipe](
-        reward=("format",), reward_option=(r"format.pattern=^\s*[aeiouAEIOU]",), num_generations=8,
-        max_completion_length=4, **method,
-    )  # fmt: skip
     start = time.perf_counter()
     result = run_recipe(recipe, cfg, plugins, options)
     seconds = time.perf_counter() - start

@@ -35,25 +35,15 @@ def ray_cluster() -> Iterator[Any]:
 
 @pytest.mark.slow
 def test_grpo_on_ray_places_trainer_rollouts_and_rewards_in_workers_and_learns(
-    ray_cluster: Any, tiny_dir: Path, plugins: Any, tmp_path: Path
+    ray_cluster: Any, tiny_dir: Path, plugins: Any, tmp_path: Path, vowel: Any
 ) -> None:
-    from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
-    from swiftcore_train.config import TrainConfig
 
     steps = 8
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
+    cfg, options = vowel(
+        "grpo", tiny_dir, tmp_path, steps=steps, lr=5e-3, grpo_loss_type="grpo", ray=True, async_rollouts=True
+    )
     out = tmp_path / "out"
-    cfg = TrainConfig(
-        model=str(tiny_dir), dataset=(str(data),), output_dir=str(out), tuner="lora", learning_rate=5e-3,
-        lr_scheduler="constant", max_steps=steps, batch_size=2, logging_steps=1, save_steps=10_000, seed=0,
-        plot=False,
-    )  # fmt: skip
-    options = GRPOOptions(
-        reward=("format",), reward_option=(r"format.pattern=^\s*[aeiouAEIOU]",), num_generations=8,
-        max_completion_length=4, grpo_loss_type="grpo", ray=True, async_rollouts=True,
-    )  # fmt: skip
     result = run(cfg, plugins, options)
     assert result.global_step == steps
 

@@ -116,12 +116,24 @@ class SamplingOptions:
         rollout_temperature: sampling temperature of the rollouts.
         rollout_top_p: nucleus sampling of the rollouts (1: off).
         rollout_top_k: top-k sampling of the rollouts (0: off).
+        rollout_engine: who generates the rollouts: ``trainer`` (TRL's own ``generate`` on the policy), or
+            ``transformers`` or ``vllm`` (a swiftcore engine of that backend colocated in the trainer's process,
+            synced to the policy before each generation round; see :mod:`swiftcore_recipe_rl.sync`).
+        sync_bucket_mb: with a rollout engine and ``--tuner full``, the largest bucket of the weight sync (MiB).
+        rollout_server: the URL of a ``swiftcore rollout`` server that generates the rollouts instead of an engine in
+            the trainer's process (server mode; see :mod:`swiftcore_recipe_rl.remote`). Empty: no server.
+        rollout_server_timeout: seconds a call to the rollout server may take (a rollout round, a sync) before the
+            run stops as if the server had died.
     """
 
     max_completion_length: int = 256
     rollout_temperature: float = 1.0
     rollout_top_p: float = 1.0
     rollout_top_k: int = 0
+    rollout_engine: str = "trainer"
+    sync_bucket_mb: float = 64.0
+    rollout_server: str = ""
+    rollout_server_timeout: float = 600.0
 
     #: The recipe these options belong to (not a flag).
     recipe = "rl"
@@ -133,6 +145,12 @@ class SamplingOptions:
             raise ValueError("; ".join(problems))
 
     def _check(self, problems: list[str]) -> None:
+        from swiftcore_recipe_rl.sync import ROLLOUT_ENGINES
+
+        if self.rollout_engine not in ROLLOUT_ENGINES:
+            problems.append(f"--rollout-engine: {self.rollout_engine!r} is not one of {', '.join(ROLLOUT_ENGINES)}")
+        _check_finite(self, {"sync_bucket_mb": (0.0, math.inf), "rollout_server_timeout": (0.0, math.inf)}, problems)
+        self._check_rollout_server(problems)
         if int(self.max_completion_length) < 1:
             problems.append("--max-completion-length: must be at least 1")
         _check_finite(self, {"rollout_temperature": (0.0, math.inf), "rollout_top_p": (0.0, 1.0 + 1e-12)}, problems)
@@ -142,6 +160,23 @@ class SamplingOptions:
 
     def _check_method(self, problems: list[str]) -> None:
         """The method's own checks (subclasses)."""
+
+    def _check_rollout_server(self, problems: list[str]) -> None:
+        """``--rollout-server``: an http(s) URL, and the only rollout engine (it is one)."""
+        url = self.rollout_server
+        if not url:
+            return
+        if not _SERVER_URL.fullmatch(url):
+            problems.append(f"--rollout-server: {url!r} is not an http(s) URL such as http://127.0.0.1:8001")
+        if getattr(self, "ray", False):
+            problems.append(
+                "--rollout-server with --ray: --ray starts its own rollout worker (of --rollout-engine); drop one"
+            )
+        if self.rollout_engine != "trainer":
+            problems.append(
+                f"--rollout-server with --rollout-engine {self.rollout_engine}: the server is the rollout engine; "
+                "drop --rollout-engine (or drop --rollout-server to run that engine in the trainer's process)"
+            )
 
 
 @dataclass
@@ -159,14 +194,6 @@ class RolloutOptions(SamplingOptions):
         num_generations: completions sampled per prompt (the group whose rewards are compared).
         num_iterations: optimisation passes over each batch of rollouts (the clipped ratio matters above 1).
         mask_truncated_completions: leave completions that hit ``max_completion_length`` out of the loss.
-        rollout_engine: who generates the rollouts: ``trainer`` (TRL's own ``generate`` on the policy), or
-            ``transformers`` or ``vllm`` (a swiftcore engine of that backend colocated in the trainer's process,
-            synced to the policy before each generation round; see :mod:`swiftcore_recipe_rl.sync`).
-        sync_bucket_mb: with a rollout engine and ``--tuner full``, the largest bucket of the weight sync (MiB).
-        rollout_server: the URL of a ``swiftcore rollout`` server that generates the rollouts instead of an engine in
-            the trainer's process (server mode; see :mod:`swiftcore_recipe_rl.remote`). Empty: no server.
-        rollout_server_timeout: seconds a call to the rollout server may take (a rollout round, a sync) before the
-            run stops as if the server had died.
         environment: a multi-turn environment by name (``grpo`` and ``reinforce_pp``; ``swiftcore plugins`` lists
             them): each rollout becomes an episode of replies and tool results (see
             :mod:`swiftcore_recipe_rl.environments`). Empty: single-turn rollouts.
@@ -193,10 +220,6 @@ class RolloutOptions(SamplingOptions):
     num_generations: int = 8
     num_iterations: int = 1
     mask_truncated_completions: bool = False
-    rollout_engine: str = "trainer"
-    sync_bucket_mb: float = 64.0
-    rollout_server: str = ""
-    rollout_server_timeout: float = 600.0
     environment: str = ""
     environment_option: tuple[str, ...] = ()
     max_turns: int = 3
@@ -206,12 +229,6 @@ class RolloutOptions(SamplingOptions):
     ray: bool = False
 
     def _check(self, problems: list[str]) -> None:
-        from swiftcore_recipe_rl.sync import ROLLOUT_ENGINES
-
-        if self.rollout_engine not in ROLLOUT_ENGINES:
-            problems.append(f"--rollout-engine: {self.rollout_engine!r} is not one of {', '.join(ROLLOUT_ENGINES)}")
-        _check_finite(self, {"sync_bucket_mb": (0.0, math.inf), "rollout_server_timeout": (0.0, math.inf)}, problems)
-        self._check_rollout_server(problems)
         self._check_async(problems)
         self.reward = _strings(self.reward)
         self.reward_option = _strings(self.reward_option)
@@ -265,23 +282,6 @@ class RolloutOptions(SamplingOptions):
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             problems.append(f"--reward-timeout: {timeout!r} must be a positive number of seconds")
         super()._check(problems)
-
-    def _check_rollout_server(self, problems: list[str]) -> None:
-        """``--rollout-server``: an http(s) URL, and the only rollout engine (it is one)."""
-        url = self.rollout_server
-        if not url:
-            return
-        if not _SERVER_URL.fullmatch(url):
-            problems.append(f"--rollout-server: {url!r} is not an http(s) URL such as http://127.0.0.1:8001")
-        if self.ray:
-            problems.append(
-                "--rollout-server with --ray: --ray starts its own rollout worker (of --rollout-engine); drop one"
-            )
-        if self.rollout_engine != "trainer":
-            problems.append(
-                f"--rollout-server with --rollout-engine {self.rollout_engine}: the server is the rollout engine; "
-                "drop --rollout-engine (or drop --rollout-server to run that engine in the trainer's process)"
-            )
 
     def _check_async(self, problems: list[str]) -> None:
         """``--async-rollouts`` and ``--rollout-importance-sampling``: an engine generates the rollouts (the sampling

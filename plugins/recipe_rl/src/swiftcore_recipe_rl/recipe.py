@@ -238,7 +238,7 @@ def _connect_rollout_server(options: SamplingOptions, cfg: Any, template: str) -
 
 def _attach_rollout_engine(
     trainer: Any,
-    options: RolloutOptions,
+    options: SamplingOptions,
     cfg: Any,
     plugins: Any,
     template: str,
@@ -261,19 +261,18 @@ def _attach_rollout_engine(
     trainer.weight_sync = WeightSync(engine, bucket_mb=options.sync_bucket_mb)
     trainer.weight_sync.attach(trainer.model)
     trainer.prompt_records = {tuple(prompt_ids[text]): record for text, record in prompt_records.items()}
-    trainer.async_rollouts = options.async_rollouts
-    trainer.importance_sampling = options.importance_sampling_mode() is not None
+    trainer.async_rollouts = getattr(options, "async_rollouts", False)
+    mode = options.importance_sampling_mode() if isinstance(options, RolloutOptions) else None
+    trainer.importance_sampling = mode is not None
     log.info(
         "rollouts: %s engine %s, %s weight sync before each generation round%s%s",
         options.rollout_engine if where == "colocated" else "swiftcore rollout",
         where,
         "LoRA-only" if hasattr(trainer.model, "peft_config") else f"bucketed ({options.sync_bucket_mb:g} MiB)",
         "; each round generated and scored while the step before trains (at most one round stale)"
-        if options.async_rollouts
+        if trainer.async_rollouts
         else "",
-        f"; importance sampling {options.importance_sampling_mode()} at {options.rollout_is_clip_max:g}"
-        if trainer.importance_sampling
-        else "",
+        f"; importance sampling {mode} at {options.rollout_is_clip_max:g}" if mode else "",
     )
 
 
@@ -447,7 +446,7 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
         backend = options.rollout_engine if options.rollout_engine != "trainer" else "transformers"
         remote = start_rollout_worker(plugins, backend, cfg, template_spec.name,
                                       timeout=options.rollout_server_timeout)  # fmt: skip
-    if isinstance(options, RolloutOptions) and (remote is not None or options.rollout_engine != "trainer"):
+    if remote is not None or options.rollout_engine != "trainer":
         _attach_rollout_engine(
             trainer, options, cfg, plugins, template_spec.name, prompt_ids, prompt_records, engine=remote
         )

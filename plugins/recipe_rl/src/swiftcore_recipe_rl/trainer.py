@@ -457,8 +457,11 @@ def gkd_trainer_class() -> type:
     from swiftcore_train.trainer import SwiftTrainer
     from trl import DistillationTrainer
 
-    class SwiftGKDTrainer(SwiftTrainer, _template_prompts(), DistillationTrainer):
-        """DistillationTrainer on template-encoded prompts, with swiftcore's checkpoints."""
+    class SwiftGKDTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), DistillationTrainer):
+        """DistillationTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally the student's
+        completions from a rollout engine or server, synced to the student before each generation round)."""
+
+        _returns_logprobs = False  # DistillationTrainer's _generate_single_turn returns the ids alone
 
     return SwiftGKDTrainer
 
