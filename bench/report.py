@@ -1,5 +1,5 @@
 """Write ``bench/RESULTS.md`` from ``bench/raw/msswift_compare.json``, ``msswift_dpo.json`` and ``peers.json``; the
-figures with a script of their own (6-11) render their sections from their raw JSON.
+figures with a script of their own (6-12) render their sections from their raw JSON.
 
 Every number in the table comes from the raw JSON; a figure that failed or that ms-swift refused is
 written as such, with the reason, never as a number.
@@ -124,9 +124,10 @@ def _dpo_notes(dpo: dict[str, Any] | None) -> list[str]:
         same = (f" First-step logps/chosen padding-free vs padded: {b['first_logps_chosen']:.5f} vs "
                 f"{a['first_logps_chosen']:.5f}.") if a and b else ""
         out.append(f"- Figure 5, swiftcore `--padding-free` / padded (per-pair ratio): {_r(pf)}. On this model and CPU "
-                   "packing has little to save: Qwen3.5's gated-DeltaNet (linear-attention) layers re-lay a packed "
-                   "row as a right-padded batch of its sequences to stay exact (`swiftcore_plugin_qwen3_5.packing`), "
-                   "so they pay the padding anyway, and the softmax-attention layers (sdpa, no flash-attention on "
+                   "packing has little to save: Qwen3.5's gated-DeltaNet (linear-attention) layers run a packed "
+                   "row's sequences one by one on a CPU (elsewhere they re-lay them as a right-padded batch) to stay "
+                   "exact (`swiftcore_plugin_qwen3_5.packing`), so they do not gain from the padding packing saves, "
+                   "and the softmax-attention layers (sdpa, no flash-attention on "
                    "CPU) run one row of all 2 x batch sequences under a block-diagonal mask, O(total²) instead of "
                    "rows x longest²; the pairs are short, so little padding is saved (read from the code, not "
                    "profiled)." + same)
@@ -296,6 +297,11 @@ def write_results() -> Path:
         import msswift_grpo
 
         msswift_grpo.write_section(json.loads(grpo.read_text()))
+    serve = RAW / "serve_compare.json"
+    if serve.exists():  # figure 12, rendered by its own script
+        import serve_compare
+
+        serve_compare.write_section(json.loads(serve.read_text()))
     return RESULTS
 
 

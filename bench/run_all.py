@@ -5,7 +5,9 @@ Sized to finish within 30 minutes on a fresh 2-core machine, peer set-up (about 
 (the megatron engine, ``megatron_train.py``) about 4, figure 7 (sequence-parallel memory,
 ``sequence_parallel_memory.py``) about 10, figure 8 (text latency beside image requests, ``media_latency.py``)
 about 2, figure 9 (conversion against a copy, ``convert.py``) about 1, figure 10 (online RL step time,
-``rl_steps.py``) about 2, figure 11 (GRPO beside ms-swift's, ``msswift_grpo.py``, 3 rounds of 3 runs) about 6.
+``rl_steps.py``) about 2, figure 11 (GRPO beside ms-swift's, ``msswift_grpo.py``, 3 rounds of 3 runs) about 6,
+figure 12 (serving beside ``swift deploy`` and ``vllm serve``, ``serve_compare.py``, 3 rounds) about 14, figure 13
+(scaling: encode time vs conversation length, train tokens/s vs sequence length, ``scaling.py``) about 10.
 Options are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
 :func:`msswift_dpo.run` (``--dpo-runs``, ``--dpo-pairs``); ``--figures`` without ``dpo``
 skips figure 5 (its last raw JSON stays), and likewise for the other figures with a script of their own.
@@ -25,7 +27,9 @@ import msswift_grpo
 import peers
 import report
 import rl_steps
+import scaling
 import sequence_parallel_memory
+import serve_compare
 from common import write_raw
 
 
@@ -33,7 +37,7 @@ def main() -> None:
     """Run the whole benchmark and print the RESULTS.md table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
-    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo")  # the figures with a script of their own
+    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo", "serve", "scaling")  # own scripts
     parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
@@ -44,6 +48,7 @@ def main() -> None:
     parser.add_argument("--dpo-pairs", type=int, default=120, help="pairs in figure 5's epoch (>= 30 steps)")
     parser.add_argument("--grpo-rounds", type=int, default=3, help="alternating rounds of figure 11 (GRPO)")
     parser.add_argument("--grpo-steps", type=int, default=6, help="steps per run of figure 11 (the first left out)")
+    parser.add_argument("--serve-rounds", type=int, default=3, help="rounds of figure 12 (fresh servers each)")
     args = parser.parse_args()
     start = time.perf_counter()
     info = peers.ensure_peers()
@@ -73,6 +78,14 @@ def main() -> None:
         msswift_grpo.run(args.grpo_rounds, args.grpo_steps,
                          command=f"make bench (bench/run_all.py --grpo-rounds {args.grpo_rounds} --grpo-steps "
                          f"{args.grpo_steps})")
+    if "serve" in figures:  # figure 12 (bench/raw/serve_compare.json, bench/serve_scaling.png)
+        serve_compare.run(args.serve_rounds,
+                          command=f"make bench (bench/run_all.py --serve-rounds {args.serve_rounds})")
+    if "scaling" in figures:  # figure 13 (bench/raw/scaling.json, bench/scaling_*.png)
+        raw = scaling.run(3, train_runs=2, command="make bench (bench/run_all.py --figures scaling)")
+        write_raw("scaling", raw)
+        scaling.plot(raw)
+        scaling.write_section(raw)
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

@@ -77,7 +77,7 @@ sys.path.insert(0, str(HERE))
 from conversations import chat_corpus  # noqa: E402
 
 FLOOR = ("Rust tokenizers.Tokenizer.encode_batch(all rendered texts) + .ids: the batching swiftcore's "
-         "encode_batch uses (one call per 512 texts there, all cores)")
+         "encode_batch uses (one call per 8192 texts there, all cores)")
 
 
 def _make_tiny(template: str) -> str:

