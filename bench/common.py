@@ -56,6 +56,18 @@ def alternate(runs: int, systems: dict[str, Callable[[], float]]) -> dict[str, l
     return out
 
 
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall and CPU (all threads) seconds of ``fn()``, from a collected heap; the result is freed after."""
+    import gc
+
+    gc.collect()
+    start, start_cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    out = time.perf_counter() - start, time.process_time() - start_cpu
+    del result
+    return out
+
+
 def summarize(values: Sequence[float]) -> dict[str, float]:
     """Median, min, max and count of ``values``."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}

@@ -103,14 +103,20 @@ def mixed_length_corpus(n: int, seed: int = 0, *, max_turns: int = 24) -> list[d
     for i in range(n):
         turns = max(1, round(2 ** rng.uniform(0, max_turns.bit_length() - 1)))
         turns = min(turns, max_turns)
-        messages: list[dict[str, Any]] = []
-        if rng.random() < 0.5:
-            messages.append({"role": "system", "content": rng.choice(p["systems"])})
-        for t in range(turns):
-            q, a = rng.choice(p["pairs"])
-            messages += [{"role": "user", "content": f"{q} ({i}.{t})"}, {"role": "assistant", "content": a}]
-        out.append({"messages": messages})
+        out.append(one_chat(rng, p, i, turns))
     return out
+
+
+def one_chat(rng: random.Random, pieces: dict[str, Any], index: int, turns: int) -> dict[str, Any]:
+    """A chat of ``turns`` user/assistant turns from the reference corpus' ``pieces``, a system prompt with
+    probability 1/2, each user turn made unique by ``(index.turn)``."""
+    messages: list[dict[str, Any]] = []
+    if rng.random() < 0.5:
+        messages.append({"role": "system", "content": rng.choice(pieces["systems"])})
+    for t in range(turns):
+        q, a = rng.choice(pieces["pairs"])
+        messages += [{"role": "user", "content": f"{q} ({index}.{t})"}, {"role": "assistant", "content": a}]
+    return {"messages": messages}
 
 
 def prompt_corpus(n: int, seed: int = 0) -> list[dict[str, Any]]:

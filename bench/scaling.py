@@ -42,11 +42,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, machine, pair_ratio, replace_section, run_child, summarize, write_raw
+from common import ROOT, machine, pair_ratio, replace_section, run_child, summarize, timed, write_raw
 
 BEGIN, END = "<!-- scaling:begin -->", "<!-- scaling:end -->"
 HERE = Path(__file__).resolve().parent
@@ -99,20 +99,11 @@ __all__ = [
 def turn_corpus(n: int, turns: int, seed: int = 0) -> list[dict[str, Any]]:
     """``n`` plain chats of exactly ``turns`` user/assistant turns from the reference corpus' pieces; a system
     prompt in half of them (as :func:`conversations.mixed_length_corpus`); every user turn made unique."""
-    from conversations import _pieces
+    from conversations import _pieces, one_chat
 
     rng = random.Random(seed * 1000 + turns)
     p = _pieces()
-    rows = []
-    for i in range(n):
-        messages: list[dict[str, Any]] = []
-        if rng.random() < 0.5:
-            messages.append({"role": "system", "content": rng.choice(p["systems"])})
-        for t in range(turns):
-            q, a = rng.choice(p["pairs"])
-            messages += [{"role": "user", "content": f"{q} ({i}.{t})"}, {"role": "assistant", "content": a}]
-        rows.append({"messages": messages})
-    return rows
+    return [one_chat(rng, p, i, turns) for i in range(n)]
 
 
 def length_rows(tpl: Any, tok: Any, length: int, count: int, seed: int = 0) -> tuple[list[dict], list[int]]:
@@ -207,16 +198,6 @@ def _plugins(family: str) -> Any:
 # ---------------------------------------------------------------------------------------------- encode
 
 
-def _timed(fn: Callable[[], object]) -> tuple[float, float]:
-    """Wall and CPU (all threads) seconds of ``fn()`` from a collected heap; the result is freed after."""
-    gc.collect()
-    start, start_cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    out = time.perf_counter() - start, time.process_time() - start_cpu
-    del result
-    return out
-
-
 def encode_scaling(templates: Sequence[str], turns: Sequence[int], runs: int, work: Path) -> dict[str, Any]:
     """µs/sample of ``encode_batch`` and of the floor for each template and number of turns."""
     from swiftcore.models import load_tokenizer
@@ -244,7 +225,7 @@ def encode_scaling(templates: Sequence[str], turns: Sequence[int], runs: int, wo
                     ],
                 }
                 for side in ("swiftcore", "floor") if r % 2 == 0 else ("floor", "swiftcore"):
-                    times[side].append(_timed(pair[side]))
+                    times[side].append(timed(pair[side]))
             us = {
                 s: {"wall": [w * 1e6 / n for w, _ in v], "cpu": [c * 1e6 / n for _, c in v]} for s, v in times.items()
             }

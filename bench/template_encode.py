@@ -66,7 +66,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,6 +73,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from common import timed  # noqa: E402
 from conversations import chat_corpus  # noqa: E402
 
 FLOOR = ("Rust tokenizers.Tokenizer.encode_batch(all rendered texts) + .ids: the batching swiftcore's "
@@ -85,16 +85,6 @@ def _make_tiny(template: str) -> str:
     out = os.path.join(tempfile.mkdtemp(prefix="swiftcore-bench-"), f"tiny-{template}")
     subprocess.run([sys.executable, "-m", "swiftcore.cli.main", "make-tiny", template, out, "--force"],
                    check=True, stdout=subprocess.DEVNULL)
-    return out
-
-
-def _timed(fn: Callable[[], object]) -> tuple[float, float]:
-    """Wall and CPU (all threads) seconds of ``fn()``, from a collected heap; the result is freed after."""
-    gc.collect()
-    start, start_cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    out = time.perf_counter() - start, time.process_time() - start_cpu
-    del result
     return out
 
 
@@ -123,7 +113,7 @@ def stages(tpl: Any, tok: Any, records: list[dict]) -> dict[str, float]:
     try:
         for _ in range(3):
             for name, fn in parts.items():
-                out[name].append(_timed(fn)[1] * 1e6 / n)
+                out[name].append(timed(fn)[1] * 1e6 / n)
     finally:
         if was:
             gc.enable()
@@ -139,7 +129,7 @@ def _ab_child(template: str, n: int, model: str) -> None:
     tpl = get_template(template, swiftcore.load_plugins())
     tok = load_tokenizer(model)
     records = chat_corpus(n, seed=0)
-    wall, cpu = _timed(lambda: tpl.encode_batch(tok, records))
+    wall, cpu = timed(lambda: tpl.encode_batch(tok, records))
     print(json.dumps({"wall": wall * 1e6 / n, "cpu": cpu * 1e6 / n, "source": swiftcore.__file__}))
 
 
@@ -200,9 +190,9 @@ def main() -> None:
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in methods}
     for _ in range(args.runs):
         for name, fn in methods.items():
-            times[name].append(_timed(fn))
+            times[name].append(timed(fn))
     convs = [normalize_record(r) for r in records]  # the official template needs mapping arguments
-    hf = _timed(lambda: [tok.apply_chat_template(c.messages, tools=c.tools, tokenize=True, **c.kwargs)
+    hf = timed(lambda: [tok.apply_chat_template(c.messages, tools=c.tools, tokenize=True, **c.kwargs)
                          for c in convs])
 
     tokens = sum(len(e) for e in backend.encode_batch(texts, add_special_tokens=False)) / n
