@@ -175,6 +175,7 @@ def test_rollout_logprobs_equal_a_forward_pass(vllm: Any, setup: Any) -> None:
     """``generate_rollouts(logprobs=True)``: vLLM's log-prob of each token it sampled equals the transformers model's
     over prompt + rollout (temperature 1: vLLM's default raw log-probs are then the sampling distribution's)."""
     import torch
+    from swiftcore_testing.engines import sampled_logprobs
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(setup.model_dir, dtype=torch.float32)  # no adapter anywhere
@@ -184,8 +185,5 @@ def test_rollout_logprobs_equal_a_forward_pass(vllm: Any, setup: Any) -> None:
     out = vllm.generate_rollouts(requests, logprobs=True)
     for (generation, ids), request in zip(out, requests, strict=True):
         assert generation.logprobs is not None and len(generation.logprobs) == len(ids)
-        prompt = list(request.encoded)
-        with torch.no_grad():
-            logits = base(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
-        expected = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+        expected = sampled_logprobs(base, list(request.encoded), ids)
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-3), (generation.logprobs, expected)

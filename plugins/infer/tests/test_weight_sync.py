@@ -94,19 +94,15 @@ def test_rollout_logprobs_are_the_sampling_distributions(engine: Any, sampling: 
     """``logprobs=True``: each rollout token's log-probability under the distribution it was drawn from, equal to a
     forward pass of the model over prompt + rollout (logits / temperature, top-k renormalised) to 1e-4."""
     import torch
+    from swiftcore_testing.engines import sampled_logprobs
 
     requests = [Request(record=r, sampling=sampling) for r in _records(3)]
     out = engine.generate_rollouts(requests, logprobs=True)
     for (generation, ids), request in zip(out, requests, strict=True):
         assert generation.logprobs is not None and len(generation.logprobs) == len(ids)
-        prompt = list(request.encoded)
-        with torch.no_grad():
-            logits = engine.model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
-        logits = logits / sampling.temperature
-        if sampling.top_k:
-            kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        expected = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+        expected = sampled_logprobs(
+            engine.model, list(request.encoded), ids, temperature=sampling.temperature, top_k=sampling.top_k
+        )
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4), (generation.logprobs, expected)
     assert all(g.logprobs is None for g, _ in engine.generate_rollouts(requests))  # not asked: none
 

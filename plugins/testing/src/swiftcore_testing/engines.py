@@ -29,6 +29,7 @@ __all__ = [
     "ServerThread",
     "make_tiny_qwen3",
     "plugins_with_tiny_qwen3",
+    "sampled_logprobs",
     "swiftcore_register_models",
     "train_tiny_lora",
 ]
@@ -232,3 +233,17 @@ def train_tiny_lora(
         plugins=tuple(plugins.resolved_specs),
     )
     return Path(run_training(cfg, plugins).last_checkpoint)
+
+
+def sampled_logprobs(model: Any, prompt: list[int], ids: list[int], *, temperature: float = 1.0, top_k: int = 0) -> Any:
+    """The reference for an engine's rollout log-probs: each of ``ids``' log-probability under ``model``'s
+    next-token distribution after ``prompt`` and the ids before it (one forward pass), the logits divided by
+    ``temperature`` and, with ``top_k``, all but the ``top_k`` largest masked out (what a sampler draws from)."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float() / temperature
+    if top_k:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
