@@ -34,10 +34,12 @@ def tiny_dir(tiny_model_dir: Callable[[str], Path]) -> Path:
 VOWEL = r"format.pattern=^\s*[aeiouAEIOU]"
 
 
-def vowel_task(recipe: str, tiny_dir: Path, work: Path, *, steps: int, lr: float, **options: Any) -> tuple[Any, Any]:
+def vowel_task(
+    recipe: str, tiny_dir: Path, work: Path, *, steps: int, lr: float, prompts: int = 16, **options: Any
+) -> tuple[Any, Any]:
     """The learning tests' toy task: ``(TrainConfig, options)`` of a run of ``recipe`` that teaches the tiny model to
-    start its reply with a vowel (16 prompts, 2 a step, 8 completions of up to 4 tokens, LoRA, constant ``lr``, seed
-    0, logs every step into ``work / "out"``); ``options`` are the recipe's own on top."""
+    start its reply with a vowel (``prompts`` prompts, 2 a step, 8 completions of up to 4 tokens, LoRA, constant
+    ``lr``, seed 0, logs every step into ``work / "out"``); ``options`` are the recipe's own on top."""
     import json
 
     from swiftcore_recipe_rl.options import RL_RECIPES
@@ -45,7 +47,7 @@ def vowel_task(recipe: str, tiny_dir: Path, work: Path, *, steps: int, lr: float
 
     work.mkdir(parents=True, exist_ok=True)
     data = work / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
+    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(prompts)))
     cfg = TrainConfig(
         model=str(tiny_dir), dataset=(str(data),), output_dir=str(work / "out"), tuner="lora", learning_rate=lr,
         lr_scheduler="constant", max_steps=steps, batch_size=2, logging_steps=1, save_steps=10_000, seed=0,
