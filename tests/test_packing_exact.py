@@ -12,6 +12,9 @@ not reach the code that packing can break:
   so both compressors and the sparse indexer (top-8 of up to 11 blocks) see several windows;
 * Qwen3.5: one sample longer than the 64-token chunk of the gated delta rule.
 
+GLM-5 and MiMo-V2-Flash run their stock tiny configs on samples longer than what matters (GLM-5's 16-key DSA top-k,
+MiMo's 8-token sliding window with attention sinks) and shorter.
+
 Tolerance (float32): summed losses within 1e-5 (absolute and relative); each parameter's gradient
 within 1e-5 + 1e-5 x its largest entry (summation-order noise scales with the tensor, see
 ``_assert_close_to_scale``). A negative control shows the comparison catches a leak: without the
@@ -80,9 +83,16 @@ CASES = {
         overrides={"compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}},
     ),
     "qwen3_asr": Case(lengths=(12, 30, 7)),
+    "glm5": Case(lengths=(21, 13, 30)),  # longer than the indexer's top-16 and shorter: sparse and dense rows
+    "mimo_v2_flash": Case(lengths=(21, 13, 30)),  # longer than the 8-token sliding window with attention sinks
+    "olmoe": Case(lengths=(21, 13, 30)),
 }
 # Families whose stock transformers layers leak across packed samples (what their hooks fix).
-LEAKY = ("qwen3_5", "deepseek_v4")
+LEAKY = ("qwen3_5", "deepseek_v4", "glm5")
+# Families whose attention runs eager (no sdpa): packed training takes swiftcore_data.packed_attention.PACKED_EAGER.
+EAGER = ("deepseek_v4", "mimo_v2_flash")
+# Families whose plugin keeps transformers' attention for packed training (GLM-5: its sparse mask needs the name).
+KEPT = ("glm5",)
 
 
 @pytest.fixture(scope="session")
@@ -275,7 +285,11 @@ def test_packed_lora_training_is_exact(family: str, checkpoints: Any, plugins: A
     from peft import LoraConfig, get_peft_model
 
     # Adapters on the projections feeding the patched layers and on their outputs.
-    targets = {"qwen3_5": ["in_proj_qkv", "out_proj", "q_proj"], "deepseek_v4": ["q_b_proj", "kv_proj", "o_b_proj"]}
+    targets = {
+        "qwen3_5": ["in_proj_qkv", "out_proj", "q_proj"],
+        "deepseek_v4": ["q_b_proj", "kv_proj", "o_b_proj"],
+        "glm5": ["q_b_proj", "kv_b_proj", "o_proj"],
+    }
     model = _load(family, checkpoints, plugins)
     torch.manual_seed(0)
     # Random B matrices (not zeros), so the adapters change the outputs and carry gradients of their own.
@@ -309,12 +323,14 @@ def test_without_the_hook_packed_samples_leak(family: str, checkpoints: Any, plu
 
 def test_hooks_patch_every_layer_that_needs_it_once(hooked: Any) -> None:
     from swiftcore_plugin_deepseek_v4.packing import patch_packed_compressed_attention
+    from swiftcore_plugin_glm5.packing import patch_packed_dsa_attention
     from swiftcore_plugin_qwen3_5.packing import patch_packed_linear_attention
 
     for family, patch, kind in (
         ("qwen3_5", patch_packed_linear_attention, "GatedDeltaNet"),
         ("qwen3_5_moe", patch_packed_linear_attention, "GatedDeltaNet"),
         ("deepseek_v4", patch_packed_compressed_attention, "Attention"),
+        ("glm5", patch_packed_dsa_attention, "DsaAttention"),
     ):
         model = hooked(family)[0]
         layers = [m for m in model.modules() if type(m).__name__.endswith(kind) and "Vision" not in type(m).__name__]
@@ -370,33 +386,45 @@ def test_boundaries_that_do_not_fit_the_batch_are_refused(hooked: Any) -> None:
 
 
 @pytest.mark.parametrize("family", list(CASES))
-def test_packed_sdpa_runs_each_sample_alone_and_is_exact(
+def test_packed_attention_runs_each_sample_alone_and_is_exact(
     family: str, checkpoints: Any, plugins: Any, hooked: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The trainer's packed attention (``swiftcore_data.packed_attention``: sdpa per sample, no T x T mask) gives
-    the unpacked losses and gradients; every softmax-attention layer of the packed row takes its per-sample path
-    (transformers' masked sdpa is never called on it)."""
+    """The trainer's packed attention (``swiftcore_data.packed_attention``: sdpa, or the model's own eager function,
+    per sample, no T x T mask) gives the unpacked losses and gradients, and no attention call of the packed row
+    spans more than one sample (transformers' masked sdpa or eager attention never sees the whole row). GLM-5 keeps
+    transformers' sdpa (its sparse top-k mask exists only under that name): its plugin already runs each sample's
+    attention alone."""
     from swiftcore_data import packed_attention
     from transformers.integrations import sdpa_attention
 
     _, samples, alone = hooked(family)
     model = _load(family, checkpoints, plugins)
-    if family == "deepseek_v4":  # its attention (compressors, indexer, sinks) is eager-only: left as it is
-        assert model.config._attn_implementation == "eager" and not packed_attention.use_packed_attention(model)
-        return
-    assert packed_attention.use_packed_attention(model)
-    assert model.config.get_text_config()._attn_implementation == packed_attention.PACKED_SDPA
-    handed_on: list[int] = []
-    real = sdpa_attention.sdpa_attention_forward
+    before = model.config.get_text_config()._attn_implementation
+    assert before == ("eager" if family in EAGER else "sdpa")
+    assert packed_attention.use_packed_attention(model) == (family not in KEPT)
+    expected = packed_attention.PACKED_EAGER if family in EAGER else packed_attention.PACKED_SDPA
+    assert model.config.get_text_config()._attn_implementation == (before if family in KEPT else expected)
+    queries: list[int] = []  # the query length of every call that reached transformers' own attention
+    real_sdpa, real_eager_of = sdpa_attention.sdpa_attention_forward, packed_attention._eager_function
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        handed_on.append(1)
-        return real(*args, **kwargs)
+    def sdpa(module: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        queries.append(query.shape[2])
+        return real_sdpa(module, query, *args, **kwargs)
 
-    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", counted)
+    def eager_of(module: Any) -> Any:
+        real = real_eager_of(module)
+
+        def eager(module: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            queries.append(query.shape[2])
+            return real(module, query, *args, **kwargs)
+
+        return eager
+
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", sdpa)
+    monkeypatch.setattr(packed_attention, "_eager_function", eager_of)
     batch = PaddingFreeCollator()(samples)
     _assert_same(_packed(model, batch), alone)
     # TRL's padding-free batches: the samples only in position_ids' restarts.
     keep = ("input_ids", "labels", "position_ids", "use_cache")
     _assert_same(_packed(model, {key: batch[key] for key in keep}), alone)
-    assert not handed_on
+    assert max(queries, default=0) <= max(CASES[family].lengths), f"an attention call spanned the row: {queries}"

@@ -27,7 +27,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from swiftcore_data.packed_layers import PACKING_KWARGS, PackedBatchError, packed_segments, wrap_forward
+from swiftcore_data.packed_layers import (
+    PACKING_KWARGS,
+    PackedBatchError,
+    packed_segments,
+    row_slice,
+    slice_rotary,
+    wrap_forward,
+)
 from swiftcore_data.packed_layers import transformers_in_range as _transformers_in
 
 __all__ = [
@@ -42,20 +49,6 @@ logger = logging.getLogger("swiftcore.plugins.deepseek_v4")
 
 #: transformers versions whose DeepSeek-V4 attention this patch was checked against (and needs it).
 TRANSFORMERS_RANGE = ">=5.19,<6"
-
-
-def _rows(tensor: Any, row: int, start: int, end: int) -> Any:
-    """``tensor[row, start:end]`` keeping the batch dim (a broadcast batch of 1 serves every row)."""
-    row = row if tensor.shape[0] > 1 else 0
-    return tensor[row : row + 1, start:end]
-
-
-def _slice_rotary(position_embeddings: Any, row: int, start: int, end: int) -> Any:
-    """One sample's slice of the rotary tables: a ``(cos, sin)`` pair or a ``{rope type: (cos, sin)}`` dict."""
-    if isinstance(position_embeddings, dict):
-        return {key: _slice_rotary(value, row, start, end) for key, value in position_embeddings.items()}
-    cos, sin = position_embeddings
-    return _rows(cos, row, start, end), _rows(sin, row, start, end)
 
 
 def _packed_forward(
@@ -83,11 +76,11 @@ def _packed_forward(
     for row, start, end in segments:
         mask = attention_mask
         if isinstance(mask, torch.Tensor):
-            mask = _rows(mask, row, 0, None)[..., start:end, start:end]
+            mask = row_slice(mask, row, 0, None)[..., start:end, start:end]
         output, _ = unpacked(
             hidden_states[row : row + 1, start:end],
-            _slice_rotary(position_embeddings, row, start, end),
-            None if position_ids is None else _rows(position_ids, row, start, end),
+            slice_rotary(position_embeddings, row, start, end),
+            None if position_ids is None else row_slice(position_ids, row, start, end),
             mask,
             None,
             **rest,

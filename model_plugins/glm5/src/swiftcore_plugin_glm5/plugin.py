@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from swiftcore.api import ModelParts, ModelSpec, hookimpl
 
 SWIFTCORE_API = "1.0"
@@ -33,3 +35,14 @@ def swiftcore_register_models() -> list[ModelSpec]:
             description="GLM-5: MLA + DSA sparse attention (lightning indexer), 1 shared + 256 routed experts top-8",
         ),
     ]
+
+
+@hookimpl
+def swiftcore_post_model_load(model: Any, spec: ModelSpec, model_dir: str) -> None:
+    """Make the DSA attention layers exact on packed (padding-free) batches; see ``packing``."""
+    if spec.name != "glm5":
+        return
+    # Imported here: the patch needs transformers, which importing this plugin must not load.
+    from swiftcore_plugin_glm5.packing import patch_packed_dsa_attention
+
+    patch_packed_dsa_attention(model)

@@ -21,10 +21,14 @@ from typing import Any
 from swiftcore.api import SwiftcoreError
 
 __all__ = [
+    "KEEP_ATTENTION",
     "PACKING_KWARGS",
     "PackedBatchError",
     "packed_cu_seq_lens",
     "packed_segments",
+    "keep_attention_implementation",
+    "row_slice",
+    "slice_rotary",
     "transformers_in_range",
     "wrap_forward",
 ]
@@ -36,6 +40,10 @@ PACKING_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_
 PATCHED_MARK = "_swiftcore_packing_patched"
 #: Where :func:`wrap_forward` keeps the forward the instance had before.
 UNPACKED_FORWARD = "_swiftcore_unpacked_forward"
+#: Set (to the reason) on a model whose attention implementation must not be switched for packed training
+#: (``swiftcore_data.packed_attention.use_packed_attention`` leaves it as it is): see
+#: :func:`keep_attention_implementation`.
+KEEP_ATTENTION = "_swiftcore_keep_attn_implementation"
 
 
 class PackedBatchError(SwiftcoreError):
@@ -111,6 +119,28 @@ def packed_segments(position_ids: Any, cu_seq_lens: Any, batch: int, seq_len: in
             )
         segments.append((row, start - row * seq_len, end - row * seq_len))
     return segments
+
+
+def row_slice(tensor: Any, row: int, start: int, end: int | None) -> Any:
+    """``tensor[row, start:end]`` keeping the batch dim (a broadcast batch of 1 serves every row)."""
+    row = row if tensor.shape[0] > 1 else 0
+    return tensor[row : row + 1, start:end]
+
+
+def slice_rotary(position_embeddings: Any, row: int, start: int, end: int) -> Any:
+    """One sample's slice of the rotary tables: a ``(cos, sin)`` pair or a ``{rope type: (cos, sin)}`` dict."""
+    if isinstance(position_embeddings, dict):
+        return {key: slice_rotary(value, row, start, end) for key, value in position_embeddings.items()}
+    cos, sin = position_embeddings
+    return row_slice(cos, row, start, end), row_slice(sin, row, start, end)
+
+
+def keep_attention_implementation(model: Any, why: str) -> None:
+    """Mark ``model`` so that packed training keeps its attention implementation (sdpa or eager) instead of the
+    per-sample one of ``swiftcore_data.packed_attention``: for a model whose modeling code branches on the
+    implementation's name (GLM-5 builds its sparse top-k mask only under "eager" and "sdpa"), or whose attention
+    layers a family patch already runs per sample. ``why`` is logged when the switch is skipped."""
+    setattr(model, KEEP_ATTENTION, why)
 
 
 def transformers_in_range(specifier: str) -> bool:

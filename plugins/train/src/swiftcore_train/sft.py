@@ -94,7 +94,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         raise SwiftcoreError("--packing / --padding-free do not support image or audio samples yet; leave them off")
 
     import torch
-    from swiftcore_data.packed_attention import PACKED_SDPA, use_packed_attention
+    from swiftcore_data.packed_attention import use_packed_attention
 
     from swiftcore_train.loss import token_weighted_loss
     from swiftcore_train.trainer import JsonlLogCallback, SwiftTrainer, training_arguments
@@ -103,8 +103,8 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     torch.manual_seed(cfg.seed)
     model = load_model(spec, cfg.model, plugins, torch_dtype="float32" if cfg.dtype == "float32" else cfg.dtype)
     if (cfg.packing or cfg.padding_free) and use_packed_attention(model):
-        # sdpa would mask a packed row as one T x T block-diagonal; each sample's own span costs sum(length²).
-        log.info("packed rows: softmax attention runs sample by sample (%s)", PACKED_SDPA)
+        # sdpa or eager would mask a packed row as one T x T block-diagonal; each sample's own span costs sum(length²).
+        log.info("packed rows: softmax attention runs sample by sample (%s)", model.config._attn_implementation)
     model = apply_tuner(model, spec, cfg)
     log.info(trainable_summary(model))
     if cfg.gradient_checkpointing and cfg.tuner == "lora":
