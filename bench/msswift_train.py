@@ -67,13 +67,17 @@ def _msswift_log(out_dir: Path) -> dict[str, Any]:
 
 
 def msswift_sft(model: Path, data: Path, setup: TrainSetup, *, out_dir: Path, extra: tuple[str, ...] = (),
-                max_steps: int = -1) -> dict[str, Any]:
+                max_steps: int = -1, model_type: str = "qwen3_5", template: str = "qwen3_5",
+                env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``swift sft`` once with the same settings as :func:`swiftcore_train`; measure it.
+
+    ``model_type`` and ``template`` are ms-swift's names for the family (a local tiny checkpoint needs both);
+    ``env`` replaces the child's environment (``OMP_NUM_THREADS``, say).
 
     Returns the measurements, or ``{"refused": message}`` when ms-swift exits with an error.
     """
     shutil.rmtree(out_dir, ignore_errors=True)
-    argv = [str(PEER_SWIFT), "sft", "--model", str(model), "--model_type", "qwen3_5", "--template", "qwen3_5",
+    argv = [str(PEER_SWIFT), "sft", "--model", str(model), "--model_type", model_type, "--template", template,
             "--external_plugins", str(PLUGIN), "--dataset", str(data), "--tuner_type", "lora",
             "--lora_rank", str(setup["lora_rank"]), "--lora_alpha", str(setup["lora_alpha"]),
             "--target_modules", "all-linear", "--per_device_train_batch_size", str(setup["batch_size"]),
@@ -83,7 +87,7 @@ def msswift_sft(model: Path, data: Path, setup: TrainSetup, *, out_dir: Path, ex
             "--dataloader_num_workers", "0", "--dataset_num_proc", "1", "--lazy_tokenize", "false",
             "--split_dataset_ratio", "0", "--report_to", "none", "--torch_dtype", "float32", "--seed", "42",
             "--save_only_model", "true", *extra]
-    child = run_child(argv, cwd=out_dir.parent)
+    child = run_child(argv, cwd=out_dir.parent, env=env)
     if child.returncode != 0:
         lines = [ln for ln in child.output.splitlines() if "Error" in ln or "error" in ln]
         return {"refused": (lines[-1] if lines else child.output[-500:]).strip(), "returncode": child.returncode}

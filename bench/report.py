@@ -302,6 +302,16 @@ def write_results() -> Path:
         import serve_compare
 
         serve_compare.write_section(json.loads(serve.read_text()))
+    scaling_raw = RAW / "scaling.json"
+    if scaling_raw.exists():  # figure 13, rendered by its own script (its plots are made when it runs)
+        import scaling
+
+        scaling.write_section(json.loads(scaling_raw.read_text()))
+    families = RAW / "train_families.json"
+    if families.exists():  # figure 14, rendered by its own script
+        import train_families
+
+        train_families.write_section(json.loads(families.read_text()))
     return RESULTS
 
 

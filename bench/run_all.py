@@ -7,7 +7,8 @@ Sized to finish within 30 minutes on a fresh 2-core machine, peer set-up (about 
 about 2, figure 9 (conversion against a copy, ``convert.py``) about 1, figure 10 (online RL step time,
 ``rl_steps.py``) about 2, figure 11 (GRPO beside ms-swift's, ``msswift_grpo.py``, 3 rounds of 3 runs) about 6,
 figure 12 (serving beside ``swift deploy`` and ``vllm serve``, ``serve_compare.py``, 3 rounds) about 14, figure 13
-(scaling: encode time vs conversation length, train tokens/s vs sequence length, ``scaling.py``) about 10.
+(scaling: encode time vs conversation length, train tokens/s vs sequence length, ``scaling.py``) about 10, figure
+14 (100-step training per family, padded vs packed vs ms-swift, ``train_families.py``) about 45.
 Options are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
 :func:`msswift_dpo.run` (``--dpo-runs``, ``--dpo-pairs``); ``--figures`` without ``dpo``
 skips figure 5 (its last raw JSON stays), and likewise for the other figures with a script of their own.
@@ -16,7 +17,9 @@ skips figure 5 (its last raw JSON stays), and likewise for the other figures wit
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 import convert
 import media_latency
@@ -30,6 +33,7 @@ import rl_steps
 import scaling
 import sequence_parallel_memory
 import serve_compare
+import train_families
 from common import write_raw
 
 
@@ -37,7 +41,7 @@ def main() -> None:
     """Run the whole benchmark and print the RESULTS.md table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
-    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo", "serve", "scaling")  # own scripts
+    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo", "serve", "scaling", "families")
     parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
@@ -86,6 +90,11 @@ def main() -> None:
         write_raw("scaling", raw)
         scaling.plot(raw)
         scaling.write_section(raw)
+    if "families" in figures:  # figure 14 (bench/raw/train_families.json)
+        with tempfile.TemporaryDirectory(prefix="swiftcore-bench-families-") as work:
+            train_families.run(list(train_families.FAMILIES), steps=100, batch_size=args.batch_size, max_length=1024,
+                               packed_length=512, max_turns=4, target_params=10e6, threads=None, work=Path(work),
+                               command="make bench (bench/run_all.py --figures families)")
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

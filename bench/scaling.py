@@ -85,6 +85,8 @@ __all__ = [
     "encode_scaling",
     "length_rows",
     "plot",
+    "profile_lines",
+    "profile_step",
     "render",
     "run",
     "train_scaling",
@@ -337,7 +339,7 @@ def _one_run(
     }
 
 
-def _profile(plugins: Any, model_dir: Path, rows: list[dict], batch: int, length: int) -> dict[str, Any]:
+def profile_step(plugins: Any, model_dir: Path, rows: list[dict], batch: int, length: int) -> dict[str, Any]:
     """Forward + backward of the same ``batch`` samples padded and packed (the LoRA model as trained): wall
     seconds of one step each after a warm-up step each, then ``torch.profiler``'s top operators by self CPU
     time of one more step each (kept short: at L=2048 a padded step takes seconds)."""
@@ -387,6 +389,24 @@ def _profile(plugins: Any, model_dir: Path, rows: list[dict], batch: int, length
             "rows": [{"op": e.key, "calls": e.count, "self_cpu_ms": e.self_cpu_time_total / 1e3} for e in top],
         }
     return out
+
+
+def profile_lines(prof: dict[str, Any], heading: str) -> list[str]:
+    """A :func:`profile_step` result as RESULTS.md lines: ``heading``, the two step times, the operator table."""
+    pad, pack = prof["seconds"]["padded"], prof["seconds"]["packed"]
+    lines = [
+        f"{heading}: one forward + backward of the same {len(prof['lengths'])} samples "
+        f"({', '.join(map(str, prof['lengths']))} tokens), padded {pad:.3f} s vs packed {pack:.3f} s (one step each "
+        f"after a warm-up, packed/padded time {pack / pad:.2f}x); `torch.profiler`, operators by self CPU time:",
+        "",
+        "| mode | operator calls | self CPU total (ms) | top operators: self CPU ms (calls) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for mode in ("padded", "packed"):
+        top = prof["top"][mode]
+        ops = "; ".join(f"`{r['op']}` {r['self_cpu_ms']:.1f} ({r['calls']})" for r in top["rows"][:6])
+        lines.append(f"| {mode} | {top['ops']} | {top['self_cpu_ms']:.0f} | {ops} |")
+    return lines
 
 
 def _train_child(spec_path: str) -> None:
@@ -463,7 +483,7 @@ def _train_child(spec_path: str) -> None:
     }
     worst = min(points, key=lambda p: p["ratio_packed_over_padded"]["median"])
     if spec.get("profile") and worst["ratio_packed_over_padded"]["median"] < PROFILE_BELOW:
-        result["profile"] = _profile(plugins, model, rows_by_length[worst["length"]], batch, worst["length"])
+        result["profile"] = profile_step(plugins, model, rows_by_length[worst["length"]], batch, worst["length"])
     elif spec.get("profile"):
         result["profile_skipped"] = (
             f"packed/padded >= {PROFILE_BELOW} at every length (worst "
@@ -902,21 +922,7 @@ def render(raw: dict[str, Any]) -> str:
                 )
             prof = res.get("profile")
             if prof:
-                pad, pack = prof["seconds"]["padded"], prof["seconds"]["packed"]
-                lines += [
-                    "",
-                    f"Profile at L={prof['length']} (where packed did worst): one forward + backward of the "
-                    f"same {len(prof['lengths'])} samples ({', '.join(map(str, prof['lengths']))} tokens), "
-                    f"padded {pad:.3f} s vs packed {pack:.3f} s (one step each after a warm-up, packed/padded time "
-                    f"{pack / pad:.2f}x); `torch.profiler`, operators by self CPU time:",
-                    "",
-                    "| mode | operator calls | self CPU total (ms) | top operators: self CPU ms (calls) |",
-                    "| --- | --- | --- | --- |",
-                ]
-                for mode in ("padded", "packed"):
-                    top = prof["top"][mode]
-                    ops = "; ".join(f"`{r['op']}` {r['self_cpu_ms']:.1f} ({r['calls']})" for r in top["rows"][:6])
-                    lines.append(f"| {mode} | {top['ops']} | {top['self_cpu_ms']:.0f} | {ops} |")
+                lines += ["", *profile_lines(prof, f"Profile at L={prof['length']} (where packed did worst)")]
             elif res.get("profile_skipped"):
                 lines += ["", f"Not profiled: {res['profile_skipped']}."]
         lines += ["", *_train_reading(tr)]

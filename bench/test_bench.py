@@ -279,3 +279,39 @@ def test_scaling_section_renders_the_committed_raw_json() -> None:
     assert text.startswith(scaling.BEGIN) and text.endswith(scaling.END)
     assert "## 13. Scaling" in text and "### Encode time vs conversation length" in text
     assert "**qwen3_5 swiftcore / floor**" in text and "scaling_train.png" in text
+
+
+def test_train_families_section_shows_ratios_refusals_and_profiles() -> None:
+    """Figure 14's section from a raw result (no run): a family with all three runs and its ratios, one whose
+    ms-swift run was refused (named, with why), one that missed the packed goal (its profile table)."""
+    import train_families as tf
+
+    def ran(tokens_per_s: float, steps: int) -> dict:
+        return {"tokens_per_s": tokens_per_s, "steps": steps, "peak_rss_mb": 900.0, "train_runtime": 10.0}
+
+    profile = {"lengths": [100, 200], "seconds": {"padded": 1.0, "packed": 1.2},
+               "top": {m: {"ops": 10, "self_cpu_ms": 5.0, "rows": [{"op": "aten::mm", "calls": 3, "self_cpu_ms": 2.0}]}
+                       for m in ("padded", "packed")}}  # fmt: skip
+    raw = {
+        "machine": {"date": "today", "cpu": "cpu", "cores": 2}, "command": "python bench/train_families.py",
+        "setup": {"lora_rank": 8, "lora_alpha": 32, "learning_rate": 1e-4, "batch_size": 4, "max_length": 1024},
+        "steps": 100, "samples": 400, "max_turns": 4, "threads": None, "packed_length": 512, "target_params": 1e7,
+        "seconds": 60,
+        "families": {
+            "qwen3_5": {"factor": 6, "parameters": 12.5e6, "packed_over_padded": 1.5, "packed_over_msswift": 3.0,
+                        "padded_over_msswift": 2.0,
+                        "runs": {"swiftcore_padded": ran(200, 100), "swiftcore_packed": ran(300, 98),
+                                 "msswift_padded": ran(100, 100)}},
+            "qwen3_asr": {"factor": 10, "parameters": 10.2e6, "packed_over_padded": 1.1, "packed_over_msswift": None,
+                          "padded_over_msswift": None, "profile": profile,
+                          "runs": {"swiftcore_padded": ran(400, 100), "swiftcore_packed": ran(440, 97),
+                                   "msswift_padded": {"refused": "ModuleNotFoundError: No module named 'qwen_asr'"}}},
+        },
+    }  # fmt: skip
+    text = tf.render(raw)
+    assert text.startswith(tf.BEGIN) and text.endswith(tf.END)
+    assert "| qwen3_5 | 12.5 M (x6) | 200 (100) | 300 (98) | 100 (100) | **1.50x** | **3.00x** | **2.00x** |" in text
+    assert "| qwen3_asr | 10.2 M (x10) | 400 (100) | 440 (97) | — | **1.10x** | — | — |" in text
+    assert "- qwen3_asr, msswift padded: `ModuleNotFoundError: No module named 'qwen_asr'`: ms-swift's" in text
+    assert "**qwen3_asr**, packed below 1.3x padded; profile" in text and "`aten::mm` 2.0 (3)" in text
+    assert "**qwen3_5**, packed below" not in text

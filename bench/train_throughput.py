@@ -57,8 +57,9 @@ def read_swiftcore_log(out_dir: Path) -> dict[str, Any]:
 
 
 def swiftcore_train(model: Path, data: Path, setup: TrainSetup, *, packing: bool, out_dir: Path,
-                    max_steps: int = -1) -> dict[str, Any]:
-    """Run ``swiftcore train`` once (LoRA, one epoch or ``max_steps``) and measure it."""
+                    max_steps: int = -1, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``swiftcore train`` once (LoRA, one epoch or ``max_steps``) and measure it; ``env`` replaces the
+    child's environment (``OMP_NUM_THREADS``, say)."""
     shutil.rmtree(out_dir, ignore_errors=True)
     argv = [str(SWIFTCORE), "train", "--model", str(model), "--dataset", str(data), "--output-dir", str(out_dir),
             "--tuner", "lora", "--lora-rank", str(setup["lora_rank"]), "--lora-alpha", str(setup["lora_alpha"]),
@@ -67,7 +68,7 @@ def swiftcore_train(model: Path, data: Path, setup: TrainSetup, *, packing: bool
             "--logging-steps", "1", "--save-steps", "100000", "--no-plot", "--seed", "42"]
     if packing:
         argv.append("--packing")
-    child = run_child(argv, cwd=ROOT)
+    child = run_child(argv, cwd=ROOT, env=env)
     if child.returncode != 0:
         raise RuntimeError(f"swiftcore train failed (rc {child.returncode}):\n{child.output[-3000:]}")
     log = read_swiftcore_log(out_dir)
