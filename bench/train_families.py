@@ -6,9 +6,10 @@ one epoch of LoRA over a mixed-length chat set (:func:`conversations.mixed_lengt
 sized so that the padded run takes ``--steps`` optimizer steps. Three runs a family, alternating:
 
 - swiftcore padded: ``--batch-size B --max-length L`` (``steps`` steps);
-- swiftcore packed: ``--packing --batch-size 1 --max-length P`` (``--packed-length``, default 512): one row of
-  about ``P`` tokens a step, about the real tokens of a padded batch of ``B`` (the default data's chats average
-  about 120 tokens), so it too takes about ``steps`` steps (each run's steps are reported);
+- swiftcore packed: ``--packing --batch-size 1 --max-length P`` (``--packed-length``, default 320, above the
+  default data's longest chat, 273 tokens): one row of up to ``P`` tokens a step, a little more than the real tokens
+  of a padded batch of ``B`` = 2 (the default data's chats average about 120 tokens), so it takes somewhat fewer
+  steps (each run's steps are reported);
 - ms-swift padded: ``swift sft`` with the same settings (its ``--packing`` and ``--padding_free`` need flash
   attention, figure 3), in ``.venv-peers``; a family ms-swift cannot load records its error instead.
 
@@ -358,12 +359,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps of the padded run (one epoch)")
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=1024)
-    parser.add_argument("--packed-length", type=int, default=512, help="token length of a packed row")
+    parser.add_argument("--packed-length", type=int, default=320, help="token length of a packed row")
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--target-params", type=float, default=10e6)
-    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every run (default: unset)")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every run (0: unset)")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="swiftcore-bench-families-"))
