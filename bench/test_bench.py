@@ -300,6 +300,7 @@ def test_train_families_section_shows_ratios_refusals_and_profiles() -> None:
         "families": {
             "qwen3_5": {"factor": 6, "parameters": 12.5e6, "packed_over_padded": 1.5, "packed_over_msswift": 3.0,
                         "padded_over_msswift": 2.0,
+                        "data": {"mean_tokens": 114.8, "max_tokens": 267, "padded_over_real": 1.26},
                         "runs": {"swiftcore_padded": ran(200, 100), "swiftcore_packed": ran(300, 98),
                                  "msswift_padded": ran(100, 100)}},
             "qwen3_asr": {"factor": 10, "parameters": 10.2e6, "packed_over_padded": 1.1, "packed_over_msswift": None,
@@ -310,8 +311,9 @@ def test_train_families_section_shows_ratios_refusals_and_profiles() -> None:
     }  # fmt: skip
     text = tf.render(raw)
     assert text.startswith(tf.BEGIN) and text.endswith(tf.END)
-    assert "| qwen3_5 | 12.5 M (x6) | 200 (100) | 300 (98) | 100 (100) | **1.50x** | **3.00x** | **2.00x** |" in text
-    assert "| qwen3_asr | 10.2 M (x10) | 400 (100) | 440 (97) | — | **1.10x** | — | — |" in text
+    assert "| qwen3_5 | 12.5 M (x6) | 115 (267) | 1.26 | 200 (100) | 300 (98) | 100 (100) | **1.50x** |" in text
+    assert "| qwen3_asr | 10.2 M (x10) | — | — | 400 (100) | 440 (97) | — | **1.10x** | — | — |" in text
+    assert "- qwen3_5: packed 1.50x padded, more than the padding it removes (1.26x padded / real tokens) in 98" in text
     assert "- qwen3_asr, msswift padded: `ModuleNotFoundError: No module named 'qwen_asr'`: ms-swift's" in text
     assert "**qwen3_asr**, packed below 1.3x padded; profile" in text and "`aten::mm` 2.0 (3)" in text
     assert "**qwen3_5**, packed below" not in text
