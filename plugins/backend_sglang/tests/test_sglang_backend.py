@@ -10,12 +10,15 @@ without swiftcore's engine code:
 * requests: the engine options, the prompt ids (the checkpoint's own Hugging Face chat template), the
   sampling parameters, the LoRA names, the tensors of a weight update;
 * answers: cutting at the stop tokens and stop strings, decoding (special tokens hidden), parsing into
-  content / reasoning / tool calls, token counts, streaming pieces, and failures kept to their request.
+  content / reasoning / tool calls, token counts, streaming pieces, and failures kept to their request;
+* media: a prompt with images or audio goes to SGLang alone, as training's expanded ids with training's processor
+  tensors in ``processor_output`` mappings (``image_data`` / ``audio_data``), on tiny Qwen3.5, Gemma 4 and Qwen3-ASR
+  checkpoints; a model SGLang started without a multimodal processor refuses media.
 
 Whether SGLang itself generates what the transformers backend does is *not* checked here: a stand-in that
 answered with the transformers engine would make that comparison true by construction. The real comparison,
-greedy / LoRA / streaming / update_weights token parity of SGLang against transformers on a GPU, is
-``gpu_check_sglang.py``, run by ``scripts/gpu_check.sh sglang``.
+greedy / LoRA / streaming / update_weights / image and audio token parity of SGLang against transformers on a GPU,
+is ``gpu_check_sglang.py``, run by ``scripts/gpu_check.sh sglang``.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from typing import Any
 
 import pytest
 from swiftcore_backend_sglang import probe as probe_module
-from swiftcore_backend_sglang.engine import SglangEngine, new_token_ids, to_sglang_sampling
+from swiftcore_backend_sglang.engine import SglangEngine, new_token_ids, sglang_media, to_sglang_sampling
 from swiftcore_infer.errors import BackendUnavailableError, InferError, InvalidRequestError, UnsupportedError
+from swiftcore_infer.media import Prompt
 from swiftcore_infer.types import Request, SamplingParams
 
 
@@ -43,6 +47,9 @@ class FakeSglangEngine:
     """
 
     instances: list[FakeSglangEngine] = []
+    #: Whether the next stand-in starts with a multimodal processor (SGLang's ``tokenizer_manager.mm_processor``: set
+    #: for a multimodal architecture, even with ``skip_tokenizer_init``).
+    multimodal = False
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
@@ -51,6 +58,7 @@ class FakeSglangEngine:
         self.control: dict[str, Any] = {}  # method name -> the result a control call returns
         self.stream_closed = 0
         self.tokenizer_manager = self
+        self.mm_processor = object() if FakeSglangEngine.multimodal else None
         self.loop = asyncio.new_event_loop()
         FakeSglangEngine.instances.append(self)
 
@@ -139,6 +147,7 @@ def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> Any:
     }.items():
         monkeypatch.setitem(sys.modules, name, mod)
     FakeSglangEngine.instances.clear()
+    monkeypatch.setattr(FakeSglangEngine, "multimodal", False)
     return module
 
 
@@ -503,3 +512,149 @@ def test_embeddings_with_the_pooling_runner(fake_sglang: Any, work: Any) -> None
     with pytest.raises(UnsupportedError):
         engine.update_weights(work.model_dir)
     assert len(fake.calls) == calls
+
+
+# --------------------------------------------------------------------------- images and audio
+
+
+def _media_record(root: Path, kinds: list[str]) -> dict[str, Any]:
+    """A question with an image and / or a clip (files under ``root``), thinking off."""
+    import io
+    import wave
+
+    import numpy as np
+    from PIL import Image
+
+    parts: list[dict[str, Any]] = []
+    for kind in kinds:
+        if kind == "image":
+            path = root / "p.png"
+            Image.fromarray((np.random.RandomState(0).rand(32, 48, 3) * 255).astype(np.uint8)).save(path)
+        else:
+            path, buffer = root / "a.wav", io.BytesIO()
+            with wave.open(buffer, "wb") as out:
+                out.setnchannels(1)
+                out.setsampwidth(2)
+                out.setframerate(16000)
+                wave_ = 0.4 * np.sin(2 * np.pi * 440.0 * np.arange(8000) / 16000)
+                out.writeframes((wave_ * 32767).astype(np.int16).tobytes())
+            path.write_bytes(buffer.getvalue())
+        parts.append({"type": kind, kind: str(path)})
+    parts.append({"type": "text", "text": "What is this?"})
+    return {"messages": [{"role": "user", "content": parts}], "chat_template_kwargs": {"enable_thinking": False}}
+
+
+def _training_prompt(model_dir: Path, plugins: Any, record: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
+    """``(ids, tensors)`` training's sample path makes of ``record``'s prompt: the core's SampleEncoder with the
+    family's template and swiftcore-media's preparer (what ``swiftcore train`` encodes with)."""
+    from swiftcore_media import prepare_media
+
+    from swiftcore.api.models import load_tokenizer, resolve_model_spec
+    from swiftcore.api.template import SampleEncoder, get_template
+
+    spec = resolve_model_spec(str(model_dir), plugins, None)
+    tokenizer = load_tokenizer(str(model_dir))
+    encoder = SampleEncoder(
+        get_template(spec.default_template, plugins), tokenizer, media=prepare_media(spec, model_dir, tokenizer)
+    )
+    ids, tensors = encoder.prompt(record)
+    assert tensors is not None
+    return ids, tensors
+
+
+def _reply(stop: int, prompt_tokens: int) -> dict[str, Any]:
+    return {"output_ids": [stop], "meta_info": {"prompt_tokens": prompt_tokens, "finish_reason": {"type": "stop"}}}
+
+
+MEDIA_CASES = {"qwen3_5": ["image"], "gemma4": ["image", "audio"], "qwen3_asr": ["audio"]}
+
+
+@pytest.mark.parametrize("family", sorted(MEDIA_CASES))
+def test_a_media_prompt_goes_alone_with_training_s_ids_and_tensors(
+    family: str, fake_sglang: Any, work: Any, tiny_model_dir: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(FakeSglangEngine, "multimodal", True)
+    model_dir, kinds = tiny_model_dir(family), MEDIA_CASES[family]
+    engine = SglangEngine(model_dir, work.plugins)
+    fake = FakeSglangEngine.instances[-1]
+    assert engine.accepts_media
+    record = _media_record(tmp_path, kinds)
+    ids, tensors = _training_prompt(model_dir, work.plugins, record)
+    texts = [_user("first"), _user("third")]
+    stop = engine.stop_token_ids[0]
+    fake.replies += [[_out([stop]), _out([stop])], _reply(stop, len(ids))]
+    out = engine.generate_requests([Request(record=texts[0]), Request(record=record), Request(record=texts[1])])
+    assert [g.ok for g in out] == [True, True, True] and out[1].prompt_tokens == len(ids)
+
+    (_, batch), (_, alone) = fake.calls
+    assert batch["input_ids"] == [_training_prompt_text(model_dir, work.plugins, r) for r in texts]
+    assert not {"image_data", "audio_data"} & set(batch)
+    # SGLang's single-request form: training's expanded ids as they are, each media type's tensors in one mapping.
+    assert alone["input_ids"] == ids and alone["stream"] is False and alone["lora_path"] is None
+    assert {key for key in alone if key.endswith("_data")} == {f"{kind}_data" for kind in kinds}
+    sent: dict[str, Any] = {}
+    for kind in set(kinds):
+        [output] = alone[f"{kind}_data"]
+        assert isinstance(output, dict) and output["format"] == "processor_output" and output["modality"] == kind
+        sent.update({key: value for key, value in output.items() if key not in ("format", "modality")})
+    assert set(sent) == set(tensors) - {"mm_token_type_ids"}  # SGLang works out its own token types
+    for key, tensor in sent.items():
+        assert torch.equal(torch.as_tensor(tensor), torch.as_tensor(tensors[key])), key
+    first = alone[f"{kinds[0]}_data"][0]
+    key = next(k for k in first if k not in ("format", "modality"))
+    assert getattr(first, key) is first[key]  # read as attributes too, as SGLang's processors read it
+
+
+def _training_prompt_text(model_dir: Path, plugins: Any, record: dict[str, Any]) -> list[int]:
+    """Training's prompt ids of a text-only record."""
+    from swiftcore.api.models import load_tokenizer, resolve_model_spec
+    from swiftcore.api.template import SampleEncoder, get_template
+
+    spec = resolve_model_spec(str(model_dir), plugins, None)
+    ids, _ = SampleEncoder(get_template(spec.default_template, plugins), load_tokenizer(str(model_dir))).prompt(record)
+    return ids
+
+
+def test_a_media_prompt_sglang_counted_otherwise_fails_alone(
+    fake_sglang: Any, work: Any, tiny_model_dir: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FakeSglangEngine, "multimodal", True)
+    engine = SglangEngine(tiny_model_dir("qwen3_5"), work.plugins)
+    fake = FakeSglangEngine.instances[-1]
+    record = _media_record(tmp_path, ["image"])
+    ids, _ = _training_prompt(tiny_model_dir("qwen3_5"), work.plugins, record)
+    stop = engine.stop_token_ids[0]
+    fake.replies += [_reply(stop, len(ids) + 3)]
+    [failed] = engine.generate_requests([Request(record=record)])
+    assert not failed.ok and f"SGLang ran this prompt with {len(ids) + 3} tokens, not the {len(ids)}" in failed.error
+
+    # Streaming: the same request with stream=True and its media; the count is checked before any piece is sent.
+    reply = [stop]
+    fake.replies.append([{"output_ids": reply, "meta_info": {"prompt_tokens": len(ids)}}])
+    deltas = list(engine.stream(Request(record=record, sampling=SamplingParams(max_new_tokens=4))))
+    call = fake.calls[-1][1]
+    assert call["stream"] is True and call["input_ids"] == ids and call["image_data"][0]["format"] == "processor_output"
+    assert deltas[-1].final is not None and deltas[-1].final.finish_reason == "stop"
+    fake.replies.append([{"output_ids": [5], "meta_info": {"prompt_tokens": 1}}])
+    with pytest.raises(InferError, match="SGLang ran this prompt with 1 tokens"):
+        list(engine.stream(Request(record=record, sampling=SamplingParams(max_new_tokens=4))))
+
+
+def test_media_is_refused_when_sglang_has_no_multimodal_processor(
+    fake_sglang: Any, work: Any, tiny_model_dir: Any, tmp_path: Path
+) -> None:
+    engine = SglangEngine(tiny_model_dir("qwen3_5"), work.plugins)  # the stand-in starts without one
+    fake = FakeSglangEngine.instances[-1]
+    assert not engine.accepts_media
+    [refused] = engine.generate_requests([Request(record=_media_record(tmp_path, ["image"]))])
+    assert refused.error_status == 400
+    assert "SGLang started this model without a multimodal processor" in refused.error
+    assert "--backend transformers" in refused.error and fake.calls == []
+
+
+def test_processor_tensors_of_no_known_media_type_are_not_dropped() -> None:
+    assert sglang_media([1, 2]) == {} and sglang_media(Prompt([1], {"mm_token_type_ids": [0]})) == {}
+    with pytest.raises(InferError, match="'mystery_values' belongs to no media type"):
+        sglang_media(Prompt([1], {"pixel_values": 1, "mystery_values": 2}))

@@ -131,6 +131,15 @@ def test_update_weights_parity_after_reload(vllm: Any, setup: Any, tmp_path: Any
     assert [g.token_ids for g in vllm.generate(records, max_new_tokens=12)] == before
 
 
+def test_a_text_only_model_takes_no_media(vllm: Any) -> None:
+    """The started vLLM (real) serves no media for a text-only architecture, and an image is refused naming the model.
+    Images and audio through vLLM: ``test_vllm_media.py`` (CPU) and ``test_media_gpu.py`` (GPU)."""
+    assert vllm._allowed_media() == {} and vllm.accepts_media is False
+    parts = [{"type": "image", "image": "picture.png"}, {"type": "text", "text": "What is this?"}]
+    [refused] = vllm.generate([{"messages": [{"role": "user", "content": parts}]}], max_new_tokens=2)
+    assert refused.error_status == 400 and "does not accept images (it is a text-only model)" in refused.error
+
+
 def test_sampling_translation() -> None:
     from swiftcore_backend_vllm.engine import to_vllm_sampling
 

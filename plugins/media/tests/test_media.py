@@ -223,6 +223,24 @@ def test_lazy_samples_keep_items_and_collate_to_the_same_batch(family, media_fil
     assert all(torch.equal(want[key], got[key]) for key in want)
 
 
+def test_item_inputs_are_what_the_processor_is_given(family, media_files) -> None:
+    """A lazy sample's items as an engine that runs the processor itself gets them (vLLM): the image within its
+    part's controls, the waveform at the processor's rate cut to the part's ``max_seconds``."""
+    from swiftcore_media import load_audio
+
+    _, _, tokenizer, template, preparer = family("gemma4")
+    image = {"type": "image", "image": str(media_files["wide.png"]), "max_pixels": 48 * 32}
+    audio = {"type": "audio", "audio": str(media_files["short.wav"]), "max_seconds": 0.25}
+    record = _record([image, audio])
+    sample = preparer.expand(template.encode(tokenizer, record), record, lazy=True)
+    [(first, picture), (second, clip)] = preparer.item_inputs(sample["media_items"])
+    assert (first, second) == ("image", "audio")
+    assert picture.mode == "RGB" and picture.size == (48, 32)  # 96x64 resized to 48 * 32 pixels
+    rate = preparer.sampling_rate
+    assert clip["sampling_rate"] == rate and len(clip["array"]) == int(0.25 * rate)
+    assert np.array_equal(clip["array"], load_audio(str(media_files["short.wav"]), rate, "clip")[: int(0.25 * rate)])
+
+
 def test_value_less_parts_take_the_records_column_in_order(family, media_files) -> None:
     _, _, tokenizer, template, preparer = family("qwen3_5")
     record = _record(

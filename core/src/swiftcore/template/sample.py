@@ -110,9 +110,10 @@ class SampleEncoder:
             }
         return media_tags_to_parts(record) if self.media is not None else record
 
-    def prompt(self, record: Any) -> tuple[list[int], dict[str, Any] | None]:
+    def prompt(self, record: Any, *, lazy: bool = False) -> tuple[list[int], dict[str, Any] | None]:
         """The prompt of ``record`` with the generation prompt appended: ``(token ids, media tensors)``, the
-        tensors None for a prompt without media.
+        tensors None for a prompt without media. ``lazy`` (an engine running the family's processor itself: vLLM)
+        keeps the media items instead of tensors, and adds ``placeholder_ids``, the template's ids before expansion.
 
         Raises:
             TemplateError: the record cannot be rendered.
@@ -122,8 +123,10 @@ class SampleEncoder:
         encoded = self.template.encode(self.tokenizer, record, add_generation_prompt=True)
         if self.media is None or not encoded.media:
             return list(encoded.input_ids), None
-        sample = self.media.expand(encoded, record)
+        sample = self.media.expand(encoded, record, lazy=lazy)
         sample.pop("labels", None)
+        if lazy:
+            sample["placeholder_ids"] = list(encoded.input_ids)
         return list(sample.pop("input_ids")), sample
 
     def encode(self, records: Sequence[Mapping[str, Any]], **options: Any) -> list[Any]:

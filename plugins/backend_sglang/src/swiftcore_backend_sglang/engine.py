@@ -8,12 +8,24 @@ updates use ``update_weights_from_tensor`` (names as in the Hugging Face checkpo
 
 SGLang's PyPI wheel needs a CUDA GPU; ``scripts/gpu_check.sh`` runs this backend for real there, and
 the CPU tests run everything around the engine calls against a stand-in with SGLang's signatures.
+
+Images and audio go through ``Engine.generate(input_ids=, image_data=, audio_data=)`` as the processor's output:
+the prompt's ids exactly as training expanded them, and per media type one ``{"format": "processor_output", ...}``
+mapping of training's processor tensors (:func:`sglang_media`). Why not the raw images with the token ids: SGLang's
+multimodal processor would then decode the ids back to text and run the Hugging Face processor on that text again
+(``load_mm_data`` / ``process_and_combine_mm_data`` in ``sglang/srt/multimodal/processors/base_processor.py``), so the
+prompt would be re-tokenized (a decode-encode round trip is not always the same ids) and Qwen-VL images resized by
+SGLang's own rule first (``qwen_vl.py``); the model could see a prompt and pixels it was never trained on. With
+``processor_output`` SGLang keeps the ids as given and locates each item by its placeholder tokens in them. A prompt
+with media goes to SGLang alone (a batch of one), as in the transformers engine; the engine then checks that SGLang
+counted the prompt's tokens as given (``meta_info.prompt_tokens``). The model takes media only when SGLang started it
+with a multimodal processor (``tokenizer_manager.mm_processor``; it does even with ``skip_tokenizer_init``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +33,7 @@ from swiftcore_infer import Engine
 from swiftcore_infer.errors import InferError, InvalidRequestError, UnsupportedError
 from swiftcore_infer.types import SamplingParams
 
-__all__ = ["SglangEngine", "new_token_ids", "to_sglang_sampling"]
+__all__ = ["SglangEngine", "new_token_ids", "sglang_media", "to_sglang_sampling"]
 
 logger = logging.getLogger("swiftcore.infer.sglang")
 
@@ -50,6 +62,58 @@ def new_token_ids(chunk: dict[str, Any], seen: list[int]) -> list[int]:
     if len(ids) >= len(seen) and ids[: len(seen)] == seen:
         return ids[len(seen) :]
     return ids  # incremental streaming output
+
+
+#: Which media type each of training's processor tensors belongs to, by key prefix (Qwen3.5: ``pixel_values``,
+#: ``image_grid_thw``; Gemma 4: also ``image_position_ids``, ``input_features``, ``input_features_mask``; Qwen3-ASR:
+#: ``input_features``, ``input_features_mask``).
+_MEDIA_KEYS = {"image": ("pixel_values", "image_"), "audio": ("input_features", "audio_", "feature_attention_mask")}
+#: Processor outputs SGLang works out itself from the ids (M-RoPE and attention types): not sent.
+_NOT_SENT = frozenset({"mm_token_type_ids"})
+
+
+class _ProcessorOutput(dict):
+    """One media type's ``processor_output`` for SGLang: a dict (SGLang recognises the format only on a ``dict``)
+    whose keys also read as attributes, as on transformers' ``BatchFeature``: SGLang's processors read the processor
+    output both ways (``getattr(ret, "image_grid_thw", None)`` for Qwen-VL's M-RoPE positions), and a plain dict
+    would answer None to the second."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def sglang_media(prompt: Sequence[int]) -> dict[str, Any]:
+    """The ``image_data`` / ``audio_data`` arguments of SGLang's ``Engine.generate`` for one prompt (empty for a prompt
+    without media): per media type a one-item list of ``{"format": "processor_output", "modality": ..., tensors}``,
+    the tensors training's processor made for the prompt's items of that type.
+
+    The prompt's ids go to SGLang as they are (expanded as in training); see the module docstring for why.
+
+    Raises:
+        InferError: a processor tensor of no known media type (it would otherwise be dropped silently).
+    """
+    grouped: dict[str, _ProcessorOutput] = {}
+    for key, value in (getattr(prompt, "media", None) or {}).items():
+        if key in _NOT_SENT:
+            continue
+        kind = next((k for k, prefixes in _MEDIA_KEYS.items() if key.startswith(prefixes)), None)
+        if kind is None:
+            raise InferError(f"SGLang: the processor's {key!r} belongs to no media type swiftcore knows how to send")
+        grouped.setdefault(kind, _ProcessorOutput(format="processor_output", modality=kind))[key] = value
+    return {f"{kind}_data": [output] for kind, output in grouped.items()}
+
+
+def _check_prompt_tokens(prompt: Sequence[int], output: dict[str, Any]) -> None:
+    """Raise when SGLang ran a media prompt of another length than the ids it was given."""
+    counted = (output.get("meta_info") or {}).get("prompt_tokens")
+    if counted is not None and int(counted) != len(prompt):
+        raise InferError(
+            f"SGLang ran this prompt with {counted} tokens, not the {len(prompt)} of training's expanded prompt: it "
+            "changed the media placeholders; serve it with --backend transformers"
+        )
 
 
 def _check(result: Any, what: str) -> None:
@@ -143,7 +207,20 @@ class SglangEngine(Engine):
         options.update(engine_kwargs)
         logger.info("starting SGLang: %s", options)
         self.sgl = sglang.Engine(**options)
+        self._decide_media()
         self._after_load()
+
+    def _decide_media(self) -> None:
+        """Take media when SGLang started the model with a multimodal processor (see the module docstring)."""
+        if not self.media_modalities:
+            return
+        manager = getattr(self.sgl, "tokenizer_manager", None)
+        self.accepts_media = getattr(manager, "mm_processor", None) is not None
+        if not self.accepts_media:
+            self.media_refusal = (
+                "SGLang started this model without a multimodal processor (an architecture SGLang serves as text "
+                "only, or language-model-only mode), so it would ignore the images and audio"
+            )
 
     # ------------------------------------------------------------------ adapters and weights
 
@@ -167,25 +244,50 @@ class SglangEngine(Engine):
     def _generate_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> list[list[int]]:
-        outputs = self.sgl.generate(
-            input_ids=prompts,
-            sampling_params=[to_sglang_sampling(p, self.stop_token_ids) for p in params],
-            lora_path=list(adapters) if any(adapters) else None,
+        out: list[list[int]] = [[] for _ in prompts]
+        with_media = [i for i, p in enumerate(prompts) if getattr(p, "media", None)]
+        text = sorted(set(range(len(prompts))) - set(with_media))
+        if text:
+            outputs = self.sgl.generate(
+                input_ids=[prompts[i] for i in text],
+                sampling_params=[to_sglang_sampling(params[i], self.stop_token_ids) for i in text],
+                lora_path=[adapters[i] for i in text] if any(adapters[i] for i in text) else None,
+            )
+            if isinstance(outputs, dict):  # a batch of one may come back unwrapped
+                outputs = [outputs]
+            for i, output in zip(text, outputs, strict=True):
+                out[i] = list(output["output_ids"])
+        for i in with_media:  # SGLang's single-request form: the media lists are this prompt's own
+            out[i] = self._generate_media(prompts[i], params[i], adapters[i])
+        return out
+
+    def _generate_media(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> list[int]:
+        """Generate for one prompt with images or audio (see :func:`sglang_media`)."""
+        output = self.sgl.generate(
+            input_ids=list(prompt),
+            sampling_params=to_sglang_sampling(params, self.stop_token_ids),
+            lora_path=adapter,
+            **sglang_media(prompt),
         )
-        if isinstance(outputs, dict):  # a batch of one may come back unwrapped
-            outputs = [outputs]
-        return [list(out["output_ids"]) for out in outputs]
+        if isinstance(output, list):
+            (output,) = output
+        _check_prompt_tokens(prompt, output)
+        return list(output["output_ids"])
 
     def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
+        media = sglang_media(prompt)
         chunks = self.sgl.generate(
-            input_ids=prompt,
+            input_ids=list(prompt),
             sampling_params=to_sglang_sampling(params, self.stop_token_ids),
             lora_path=adapter,
             stream=True,
+            **media,
         )
         seen: list[int] = []
         try:
             for chunk in chunks:
+                if media and not seen:
+                    _check_prompt_tokens(prompt, chunk)
                 new = new_token_ids(chunk, seen)
                 seen.extend(new)
                 if new:

@@ -8,6 +8,13 @@ embeddings the pre-packed head otherwise keeps serving the old weights).
 
 The engine runs in-process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``distributed_executor_backend
 ="uni"``): it starts in seconds and tensors pass to the worker without serialisation.
+
+Images and audio: vLLM runs the family's processor itself, so a prompt with media reaches it as the template's ids
+with one placeholder per item plus the decoded items (:func:`vllm_prompt`), and vLLM expands the placeholders. The
+engine then checks that vLLM's expanded prompt is training's, token for token (:func:`expansion_mismatch`), and
+fails the request otherwise. Which media a model takes is what the started vLLM serves for its architecture
+(:func:`media_refusals`); vLLM's CPU build cannot load the project's multimodal families at all (their vLLM model
+files import torchvision, which a CPU torch cannot have), so there the engine refuses to start on them.
 """
 
 from __future__ import annotations
@@ -18,18 +25,28 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from swiftcore_infer import Engine
-from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
+from swiftcore_infer.errors import InferError, InvalidRequestError, UnsupportedError
+from swiftcore_infer.media import PLURAL
 from swiftcore_infer.merge import merge_lora as merge_lora_into
 from swiftcore_infer.types import SamplingParams
 
 from swiftcore_backend_vllm.probe import installed_vllm
 
-__all__ = ["VllmEngine", "configure_environment", "moe_lora_refusal", "num_experts", "to_vllm_sampling"]
+__all__ = [
+    "VllmEngine",
+    "configure_environment",
+    "expansion_mismatch",
+    "media_refusals",
+    "moe_lora_refusal",
+    "num_experts",
+    "to_vllm_sampling",
+    "vllm_prompt",
+]
 
 logger = logging.getLogger("swiftcore.infer.vllm")
 
@@ -103,6 +120,93 @@ def to_vllm_sampling(params: SamplingParams, stop_token_ids: list[int], **extra:
     )
 
 
+def vllm_prompt(prompt: Sequence[int]) -> dict[str, Any]:
+    """The prompt vLLM's ``generate`` gets for one of swiftcore's: ``TokensPrompt(prompt_token_ids=ids)``, and for a
+    :class:`~swiftcore_infer.media.Prompt` with media items also its ``multi_modal_data``.
+
+    What vLLM 0.32 wants for a token prompt with media (read in its source):
+
+    - ``multi_modal_data`` holds the raw items, one list per media type: PIL images, and audio as ``(waveform,
+      sampling_rate)`` (``vllm/inputs/llm.py`` ``_PromptOptions.multi_modal_data``; ``vllm/multimodal/inputs.py``
+      ``ImageItem`` / ``AudioItem``). vLLM runs the model's Hugging Face processor on them itself
+      (``vllm/renderers/base.py`` ``_process_tokens`` -> ``_process_multimodal`` -> the model's processor
+      ``apply``); a processor's tensors cannot be passed instead (a 3-D tensor is taken as precomputed embeddings:
+      ``vllm/multimodal/parse.py`` ``is_embeddings``). Audio at the model's own rate is not resampled
+      (``vllm/multimodal/audio.py`` ``AudioResampler.resample``).
+    - The token ids carry each item's placeholder *unexpanded*, as the chat template writes it: vLLM processes the
+      media without the text, then replaces each item's target (the single ``<|image_pad|>`` of Qwen3.5, ``<|image|>``
+      / ``<|audio|>`` of Gemma 4, ``<|audio_pad|>`` of Qwen3-ASR) by the full expansion
+      (``vllm/multimodal/processing/processor.py`` ``BaseMultiModalProcessor.apply`` -> ``_apply_prompt_updates``).
+      It does not recognise an already expanded prompt: training's expanded ids would have their first placeholder
+      token expanded again. So the template's ids (``Prompt.placeholder_ids``) go to vLLM, and
+      :func:`expansion_mismatch` compares vLLM's result with training's expanded ids.
+
+    Args:
+        prompt: prompt token ids, or a :class:`~swiftcore_infer.media.Prompt` encoded with ``media_as_items``.
+
+    Raises:
+        InferError: a prompt with media tensors but no items (encoded for another backend).
+    """
+    from vllm.inputs import TokensPrompt
+
+    items = getattr(prompt, "items", ())
+    if not items:
+        if getattr(prompt, "media", None):
+            raise InferError("this prompt carries processor tensors, not media items: encode it with the vLLM engine")
+        return TokensPrompt(prompt_token_ids=list(prompt))
+    data: dict[str, list[Any]] = {}
+    for kind, value in items:
+        data.setdefault(kind, []).append((value["array"], value["sampling_rate"]) if kind == "audio" else value)
+    return TokensPrompt(prompt_token_ids=list(prompt.placeholder_ids or ()), multi_modal_data=data)
+
+
+def expansion_mismatch(expected: Sequence[int], ran: Sequence[int] | None) -> str | None:
+    """Why the prompt vLLM ran (its own expansion of the media placeholders) is not ``expected`` (training's expanded
+    prompt), or None when they are the same ids.
+
+    vLLM and the transformers processor count a media item's tokens each in their own code; a difference would mean
+    the model sees a prompt it was never trained on, so it fails the request rather than pass unnoticed.
+    """
+    ran = list(ran or ())
+    expected = list(expected)
+    if ran == expected:
+        return None
+    first = next((i for i, (a, b) in enumerate(zip(expected, ran)) if a != b), min(len(expected), len(ran)))
+    return (
+        f"vLLM expanded this prompt's media placeholders into {len(ran)} tokens, training's processor into "
+        f"{len(expected)} (they differ from token {first} on): the model would not see the prompt it was trained "
+        "on; serve it with --backend transformers"
+    )
+
+
+def media_refusals(
+    modalities: Sequence[str], allowed: Mapping[str, int], architecture: str, version: str
+) -> dict[str, str | None]:
+    """For each media type the checkpoint takes, why the started vLLM cannot serve it (None: it can).
+
+    Args:
+        modalities: the media types the checkpoint takes (``Engine.media_modalities``).
+        allowed: media type -> items per prompt the started vLLM allows for this model (its processing info's
+            ``allowed_mm_limits``): a type its model class does not take is absent, one switched off
+            (``language_model_only``, ``limit_mm_per_prompt`` 0) is 0.
+        architecture: the checkpoint's architecture, for the messages.
+        version: the vLLM version and build, for the messages.
+    """
+    out: dict[str, str | None] = {}
+    for kind in modalities:
+        limit = allowed.get(kind)
+        if limit is None:
+            out[kind] = f"vLLM {version} serves {architecture} without {PLURAL[kind]}"
+        elif limit < 1:
+            out[kind] = (
+                f"this vLLM engine was started with {PLURAL[kind]} switched off for {architecture} "
+                f"(language_model_only, or limit_mm_per_prompt {kind}=0)"
+            )
+        else:
+            out[kind] = None
+    return out
+
+
 class VllmEngine(Engine):
     """vLLM behind the swiftcore engine contract.
 
@@ -127,6 +231,8 @@ class VllmEngine(Engine):
     """
 
     backend = "vllm"
+    # vLLM runs the family's processor on the items and expands the placeholders itself (see vllm_prompt).
+    media_as_items = True
 
     def __init__(
         self,
@@ -223,20 +329,56 @@ class VllmEngine(Engine):
         self._adapter_versions = itertools.count(1)
         self._lora_ids = itertools.count(1)
         self._request_ids = itertools.count()
+        #: For each media type the checkpoint takes, why this engine refuses it (None: vLLM serves it).
+        self._media_refusals = self._decide_media(serve_dir)
+        self.accepts_media = any(reason is None for reason in self._media_refusals.values())
         self._after_load()
 
     def _cannot_run(self, serve_dir: Path, exc: BaseException) -> str:
         """The refusal when vLLM cannot start on this checkpoint: family, architecture, vLLM version and the cause."""
-        try:
-            config = json.loads((serve_dir / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            config = {}
-        arch = ", ".join(config.get("architectures") or ["?"])
+        architectures = _architectures(serve_dir)
+        arch = ", ".join(architectures or ["?"])
         return (
             f"vLLM {self.vllm_version} cannot run model family {self.spec.name!r} ({arch}) from {serve_dir}: "
-            f"{_root_cause(exc, config.get('architectures') or [])}. Serve it with the transformers backend "
+            f"{_root_cause(exc, architectures)}. Serve it with the transformers backend "
             "(--backend transformers)"
         )
+
+    # ------------------------------------------------------------------ media
+
+    def _decide_media(self, serve_dir: Path) -> dict[str, str | None]:
+        """:func:`media_refusals` for the media this checkpoint takes, from what the started vLLM serves."""
+        modalities = self.media_modalities
+        if not modalities:
+            return {}
+        architecture = ", ".join(_architectures(serve_dir) or ["?"])
+        try:
+            allowed = self._allowed_media()
+        except Exception as exc:  # vLLM's internals moved: refuse media, saying why, rather than guess
+            reason = f"cannot tell which media vLLM {self.vllm_version} serves for {architecture} ({exc})"
+            return dict.fromkeys(modalities, reason)
+        return media_refusals(modalities, allowed, architecture, self.vllm_version)
+
+    def _allowed_media(self) -> dict[str, int]:
+        """Media type -> items per prompt the started vLLM takes for this model (empty for a text-only model)."""
+        model_config = self.llm.llm_engine.model_config
+        if not model_config.is_multimodal_model:
+            return {}
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+
+        return dict(MULTIMODAL_REGISTRY.get_processing_info(model_config).allowed_mm_limits)
+
+    def media_refusal_for(self, kind: str) -> str | None:
+        """See :meth:`Engine.media_refusal_for`: decided per media type from what the started vLLM serves."""
+        return self._media_refusals.get(kind, f"vLLM {self.vllm_version} serves no {PLURAL.get(kind, kind)} here")
+
+    def _check_expansions(self, prompts: Sequence[Sequence[int]], outputs: Sequence[Any]) -> None:
+        """Raise when vLLM's expansion of a media prompt is not training's (see :func:`expansion_mismatch`)."""
+        for prompt, out in zip(prompts, outputs, strict=True):
+            if getattr(prompt, "items", ()):
+                problem = expansion_mismatch(prompt, out.prompt_token_ids)
+                if problem is not None:
+                    raise InferError(problem)
 
     # ------------------------------------------------------------------ adapters and weights
 
@@ -345,33 +487,31 @@ class VllmEngine(Engine):
     def _generate_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> list[list[int]]:
-        from vllm.inputs import TokensPrompt
-
         if self.runner != "generate":
             raise UnsupportedError("this vLLM engine was started with runner='pooling': it only embeds")
         outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            [vllm_prompt(p) for p in prompts],
             [to_vllm_sampling(p, self.stop_token_ids) for p in params],
             lora_request=[self._lora(a) for a in adapters],
             use_tqdm=False,
         )
+        self._check_expansions(prompts, outputs)
         return [list(out.outputs[0].token_ids) for out in outputs]
 
     def _generate_ids_with_logprobs(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> tuple[list[list[int]], list[list[float]]]:
-        from vllm.inputs import TokensPrompt
-
         if self.runner != "generate":
             raise UnsupportedError("this vLLM engine was started with runner='pooling': it only embeds")
         # logprobs=0: the sampled token's own log-probability only. Which distribution it is taken from is the
         # engine's ``logprobs_mode`` (``processed_logprobs`` for RL rollout engines: see create_rollout_engine).
         outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            [vllm_prompt(p) for p in prompts],
             [to_vllm_sampling(p, self.stop_token_ids, logprobs=0) for p in params],
             lora_request=[self._lora(a) for a in adapters],
             use_tqdm=False,
         )
+        self._check_expansions(prompts, outputs)
         ids, logprobs = [], []
         for out in outputs:
             sample = out.outputs[0]
@@ -383,7 +523,6 @@ class VllmEngine(Engine):
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> Iterator[tuple[int, list[int]]]:
-        from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         if self.runner != "generate":
@@ -393,17 +532,19 @@ class VllmEngine(Engine):
         for row, (prompt, param, adapter) in enumerate(zip(prompts, params, adapters, strict=True)):
             request_id = f"swiftcore-stream-{next(self._request_ids)}"
             sampling = to_vllm_sampling(param, self.stop_token_ids, output_kind=RequestOutputKind.DELTA)
-            engine.add_request(
-                request_id, TokensPrompt(prompt_token_ids=prompt), sampling, lora_request=self._lora(adapter)
-            )
+            engine.add_request(request_id, vllm_prompt(prompt), sampling, lora_request=self._lora(adapter))
             rows[request_id] = row
         unfinished = set(rows)
+        unchecked = {request_id for request_id, row in rows.items() if getattr(prompts[row], "items", ())}
         try:
             # vLLM batches the streams itself (continuous batching); each step yields every row's new ids.
             while unfinished and engine.has_unfinished_requests():
                 for out in engine.step():
                     if out.request_id not in unfinished:
                         continue
+                    if out.request_id in unchecked:  # before any of its tokens is sent
+                        unchecked.discard(out.request_id)
+                        self._check_expansions([prompts[rows[out.request_id]]], [out])
                     if out.finished:
                         unfinished.discard(out.request_id)
                     tokens = list(out.outputs[0].token_ids)
@@ -463,6 +604,15 @@ class VllmEngine(Engine):
             if tmp is not None:
                 tmp.cleanup()
                 setattr(self, attr, None)
+
+
+def _architectures(model_dir: Path) -> list[str]:
+    """The architectures ``config.json`` names (empty when it cannot be read)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(a) for a in config.get("architectures") or []]
 
 
 def _has_parameter_level_lora(adapter_dir: Path) -> bool:

@@ -5,8 +5,10 @@ SGLang backends cannot drift apart:
 
 - prompts are encoded by the same swiftcore template as in training (``add_generation_prompt=True``),
   and a record's images and audio by the same sample path as training (:mod:`swiftcore_infer.media`):
-  the prompt a backend gets is then a :class:`~swiftcore_infer.media.Prompt` carrying the media tensors,
-  and a backend that cannot feed them (``accepts_media`` false) refuses the request;
+  the prompt a backend gets is then a :class:`~swiftcore_infer.media.Prompt` carrying the media tensors (or, for a
+  backend that runs the family's processor itself, ``media_as_items``: the items and the template's unexpanded ids),
+  and a backend that cannot feed them (``accepts_media`` false, :meth:`Engine.media_refusal_for`) refuses the
+  request, saying why;
 - encoding runs ahead of the engine (:func:`~swiftcore_infer.prepare.prepare_ahead`), and a request
   that cannot be encoded, or that makes its batch fail, fails alone with its own error;
 - generated ids are cut at the template's end-of-turn tokens and at the request's stop strings,
@@ -90,8 +92,16 @@ class Engine:
 
     backend: ClassVar[str] = "?"
     capabilities: ClassVar[frozenset[str]] = frozenset({"generate"})
-    #: Whether the backend feeds a :class:`~swiftcore_infer.media.Prompt`'s media tensors to the model.
-    accepts_media: ClassVar[bool] = False
+    #: Whether the engine feeds a :class:`~swiftcore_infer.media.Prompt`'s media to the model. A backend that decides
+    #: per model (vLLM: what its build serves for the architecture) sets it on the instance.
+    accepts_media: bool = False
+    #: Why the engine refuses media (None: the generic "does not take images or audio yet"); see
+    #: :meth:`media_refusal_for`.
+    media_refusal: str | None = None
+    #: Whether the backend runs the family's processor itself: its prompts then carry the media items and the
+    #: template's unexpanded ids (:attr:`Prompt.items <swiftcore_infer.media.Prompt.items>`,
+    #: ``Prompt.placeholder_ids``) rather than the processor's tensors.
+    media_as_items: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -241,21 +251,31 @@ class Engine:
                 raise InvalidRequestError(
                     f"{where}: model {self.spec.name!r} does not accept {PLURAL[kind]} ({takes})", param="messages"
                 )
-        if not self.accepts_media:
-            raise InvalidRequestError(
-                f"the {self.backend} backend does not take images or audio yet; serve this model with "
-                "--backend transformers",
-                param="messages",
-            )
+        for where, kind in kinds:
+            refusal = self.media_refusal_for(kind)
+            if refusal is not None:
+                raise InvalidRequestError(
+                    f"{where}: {refusal}; serve this model with --backend transformers", param="messages"
+                )
         preparer = tools.preparer if tools is not None else self.media_preparer()
         where = f"record {record['id']!r}: " if record.get("id") is not None else ""
         return decode_media(record, preparer.sampling_rate, where, policy), preparer
 
+    def media_refusal_for(self, kind: str) -> str | None:
+        """Why this engine cannot feed ``kind`` media (``image``, ``audio``) to its model; None when it can.
+
+        The default follows :attr:`accepts_media` and :attr:`media_refusal`; a backend that serves some of a
+        model's media types and not others overrides it.
+        """
+        if self.accepts_media:
+            return None
+        return self.media_refusal or f"the {self.backend} backend does not take images or audio yet"
+
     def encode(self, request: Request, *, tools: EncodingTools | None = None) -> list[int]:
         """The prompt token ids of ``request`` (template-encoded for a chat record); for a record with
-        images or audio a :class:`~swiftcore_infer.media.Prompt` (ids and media tensors), encoded by
-        training's sample path. The result is also kept in ``request.encoded``, and the engine's generation
-        calls use it rather than encoding the request again.
+        images or audio a :class:`~swiftcore_infer.media.Prompt` (ids and media tensors, or items for an engine with
+        :attr:`media_as_items`), encoded by training's sample path. The result is also kept in ``request.encoded``,
+        and the engine's generation calls use it rather than encoding the request again.
 
         Args:
             request: the request.
@@ -270,7 +290,6 @@ class Engine:
         from swiftcore_media import MediaError
 
         from swiftcore.api.template import SampleEncoder, TemplateError
-        from swiftcore_infer.media import Prompt
 
         self._adapter_for(request)
         tokenizer = tools.tokenizer if tools is not None else self.tokenizer
@@ -281,11 +300,11 @@ class Engine:
             defaults = self._chat_defaults.get(self._adapter_for(request)) or {}
             encoder = SampleEncoder(self.template, tokenizer, media=preparer, chat_defaults=defaults)
             try:
-                ids, media = encoder.prompt(record)
+                ids, media = encoder.prompt(record, lazy=self.media_as_items)
+                if media is not None:
+                    ids = _media_prompt(ids, media, preparer)
             except (TemplateError, MediaError) as exc:
                 raise InvalidRequestError(str(exc), param="messages") from exc
-            if media is not None:
-                ids = Prompt(ids, media)
         elif isinstance(request.prompt, str):
             ids = list(tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
         else:
@@ -800,6 +819,18 @@ class _StreamState:
 #: Architectures that score text rather than generate it: loaded as a causal LM, their output layer would be
 #: an untrained one and every answer noise.
 _SCORING_ARCHITECTURES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+
+
+def _media_prompt(ids: list[int], media: dict[str, Any], preparer: Any) -> Any:
+    """A :class:`~swiftcore_infer.media.Prompt` of the expanded ``ids``: with the processor's tensors, or (a sample
+    expanded lazily, for an engine that runs the processor itself) with the items and the template's ids."""
+    from swiftcore_infer.media import Prompt
+
+    items = media.pop("media_items", None)
+    placeholder_ids = media.pop("placeholder_ids", None)
+    if items is None:
+        return Prompt(ids, media)
+    return Prompt(ids, media, items=preparer.item_inputs(items), placeholder_ids=placeholder_ids)
 
 
 def _refuse_scoring_model(model_dir: Path, hf_config: Mapping[str, Any]) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,17 +139,33 @@ class MediaPolicy:
 
 
 class Prompt(list):
-    """Prompt token ids (a ``list[int]``) plus the media tensors the model reads with them.
+    """Prompt token ids (a ``list[int]``, each media placeholder expanded as in training) plus the media the
+    model reads with them: the processor's tensors, or for an engine that runs the processor itself the items.
 
     Attributes:
         media: the processor's tensors (``pixel_values``, ``image_grid_thw``, ``input_features`` ...) and
             ``mm_token_type_ids`` (a list, one per prompt token) when the processor makes them; exactly
-            what training's :meth:`~swiftcore_media.MediaPreparer.collate` puts next to ``input_ids``.
+            what training's :meth:`~swiftcore_media.MediaPreparer.collate` puts next to ``input_ids``. Without
+            tensors (the engine asked for :attr:`items`) only ``mm_token_type_ids``.
+        items: ``(media type, value)`` per placeholder, in prompt order: the PIL image or the waveform
+            (``{"array", "sampling_rate"}``) training's processor gets for it (after the part's media controls);
+            empty unless the engine asked for them (``Engine.media_as_items``).
+        placeholder_ids: with :attr:`items`, the template's ids before expansion (one placeholder per item):
+            what an engine that expands placeholders itself (vLLM) must be given.
     """
 
-    def __init__(self, ids: Any = (), media: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        ids: Any = (),
+        media: Mapping[str, Any] | None = None,
+        *,
+        items: Sequence[tuple[str, Any]] = (),
+        placeholder_ids: Sequence[int] | None = None,
+    ) -> None:
         super().__init__(ids)
         self.media: dict[str, Any] = dict(media or {})
+        self.items: tuple[tuple[str, Any], ...] = tuple(items)
+        self.placeholder_ids: list[int] | None = list(placeholder_ids) if placeholder_ids is not None else None
 
 
 def _parts(record: Mapping[str, Any]) -> list[tuple[int, int, Mapping[str, Any], str]]:

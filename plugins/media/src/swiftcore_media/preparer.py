@@ -119,6 +119,16 @@ class MediaPreparer:
             sample[key] = _concat(parts, key)
         return sample
 
+    def item_inputs(self, items: Sequence[tuple[str, Any, str, str, dict[str, float]]]) -> list[tuple[str, Any]]:
+        """``(media type, value)`` for each of a lazily expanded sample's ``media_items``: the very image (PIL,
+        within its part's controls) or waveform (``{"array", "sampling_rate"}`` at :attr:`sampling_rate`) the
+        processor is given for it, for an engine that runs the family's processor itself (vLLM)."""
+        out: list[tuple[str, Any]] = []
+        for kind, value, _text, what, controls in items:
+            item = self._item(kind, value, what, controls)
+            out.append((kind, item if kind == "image" else {"array": item, "sampling_rate": self.sampling_rate}))
+        return out
+
     def media_tensors(self, items: Sequence[tuple[str, Any, str, str, dict[str, float]]]) -> dict[str, Any]:
         """The processor's tensors for a lazily expanded sample's ``media_items``, concatenated per key."""
         tensors: dict[str, list[Any]] = {}
@@ -198,6 +208,13 @@ class MediaPreparer:
                     f"{TAGS[kind]} tags with media_tags_to_parts before encoding)"
                 )
 
+    def _item(self, kind: str, value: Any, what: str, controls: Mapping[str, float] | None) -> Any:
+        """One item as the processor takes it: a PIL image or a waveform at :attr:`sampling_rate`, within
+        ``controls``."""
+        if kind == "image":
+            return apply_controls(load_image(value, what), kind, controls or {}, self.sampling_rate)
+        return apply_controls(load_audio(value, self.sampling_rate, what), kind, controls or {}, self.sampling_rate)
+
     def _span_text(self, ids: list[int], start: int, end: int) -> str:
         return self.tokenizer.decode(ids[start:end], skip_special_tokens=False)
 
@@ -212,11 +229,10 @@ class MediaPreparer:
                 f"{what}: the template's placeholder {text!r} does not contain the processor's {kind} token "
                 f"{token!r}; the template does not match the model in {self.where} (pass the model's own --template)"
             )
+        item = self._item(kind, value, what, controls)
         if kind == "image":
-            item = apply_controls(load_image(value, what), kind, controls or {}, self.sampling_rate)
             kwargs: dict[str, Any] = {"images": [item]}
         else:
-            item = apply_controls(load_audio(value, self.sampling_rate, what), kind, controls or {}, self.sampling_rate)
             kwargs = {"audio": [item], "sampling_rate": self.sampling_rate}
         try:
             out = self.processor(text=text, add_special_tokens=False, return_tensors="pt", **kwargs)
