@@ -39,7 +39,9 @@ lint: install
 	$(BIN)/ruff format --check core/src
 	$(BIN)/lint-imports pyproject.toml
 
+# py-spy profiles the figures that miss a goal (figures 12 and 15); only the benchmarks need it.
 bench: install
+	$(PIP) py-spy
 	$(BIN)/python bench/run_all.py
 
 clean:

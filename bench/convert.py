@@ -3,8 +3,8 @@
 Figure 9 of ``make bench`` (or ``.venv/bin/python bench/convert.py [--size-gb 1] [--tp 1 2] [--keep DIR]``): prints
 a table, writes JSON to bench/raw/convert.json and its section of RESULTS.md. Not a test: shared machines are
 noisy. The goals (the issue's): conversion throughput at least 50% of the copy's, peak RSS below 2x the largest
-shard. A conversion that misses the throughput goal is profiled (cProfile, one more HF -> mcore run at TP 1) and
-the profile's top entries are part of the figure.
+shard. A conversion that misses the throughput goal is profiled (py-spy, one more run at TP 1 of the direction that
+misses most) and the profile's top entries are part of the figure.
 
 The model is a Qwen3 layout (every tensor name and shape a real checkpoint has) with random bf16
 weights, written straight to safetensors shards of ``--shard-mb`` (no transformers model is
@@ -34,6 +34,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import pyspy  # noqa: E402
 
 
 def qwen3_config(size_gb: float) -> dict:
@@ -78,11 +81,6 @@ from swiftcore_megatron.resolve import read_hf_config
 from swiftcore_bridge_gpt.gpt import GPTBridge
 direction, src, dst, tp, cfg_dir = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 bridge = GPTBridge(read_hf_config(cfg_dir))
-profiler = None
-if sys.argv[6:] == ["profile"]:
-    import cProfile
-    profiler = cProfile.Profile()
-    profiler.enable()
 start = time.perf_counter()
 if direction == "to-mcore":
     result = hf_to_mcore(src, dst, bridge, tp=tp)
@@ -91,15 +89,7 @@ else:
 seconds = time.perf_counter() - start
 # VmHWM: this process image's peak RSS (ru_maxrss would include the parent's RSS at fork time).
 hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-out = {"seconds": seconds, "bytes": result.bytes, "peak_rss_mb": int(hwm.split()[1]) / 1024}
-if profiler is not None:
-    import pstats
-    profiler.disable()
-    stats = pstats.Stats(profiler).stats
-    top = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:6]  # by own (tottime) seconds
-    out["profile"] = [{"function": f"{fn[2]} ({fn[0].rsplit('/', 1)[-1]}:{fn[1]})", "calls": v[1],
-                       "own_s": v[2], "cumulative_s": v[3]} for fn, v in top]
-print(json.dumps(out))
+print(json.dumps({"seconds": seconds, "bytes": result.bytes, "peak_rss_mb": int(hwm.split()[1]) / 1024}))
 """
 
 
@@ -123,14 +113,32 @@ def _synced_seconds() -> float:
     return time.perf_counter() - start
 
 
+#: py-spy's sampling rate for the profile of a miss.
+PROFILE_RATE = 250
+#: Where the profile looks: the conversion itself (the rest is start-up: imports, reading the config).
+PROFILE_MARKERS = {"conversion": r"(hf_to_mcore|mcore_to_hf) "}
+
+
 def run_child(direction: str, src: Path, dst: Path, tp: int, cfg_dir: Path, profile: bool = False) -> dict:
     """One conversion in a fresh process, from a cold page cache; its own timing plus the sync of what it wrote,
-    and its peak RSS (and its cProfile top with ``profile``)."""
-    extra = ["profile"] if profile else []
+    and its peak RSS (with ``profile``, run under py-spy: its top functions by own time as ``profile``)."""
+    argv = [sys.executable, "-c", _CHILD, direction, str(src), str(dst), str(tp), str(cfg_dir)]
     _cold(src, cfg_dir)
-    done = subprocess.run([sys.executable, "-c", _CHILD, direction, str(src), str(dst), str(tp), str(cfg_dir), *extra],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if profile:
+        with tempfile.TemporaryDirectory(prefix="swiftcore-bench-convert-profile-") as tmp:
+            prof = pyspy.record(argv, Path(tmp) / "stacks.txt", PROFILE_MARKERS, PROFILE_RATE, threads=False,
+                                nonblocking=True, idle=True, capture=True)  # fmt: skip
+        if "error" in prof:
+            raise RuntimeError(f"the profiled conversion failed: {prof['error']}")
+        printed = prof.pop("stdout")
+    else:
+        printed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    result = json.loads([line for line in printed.splitlines() if line.startswith("{")][-1])
+    if profile:
+        result["profile"] = [{"function": t["function"], "own_s": t["samples"] / PROFILE_RATE, "share": t["share"]}
+                             for t in prof["top_own"][:8]]  # fmt: skip
+        result["profile_wall_s"] = prof["samples"] / PROFILE_RATE
+        result["profile_conversion_share"] = prof["markers"]["conversion"]["share"]
     result["sync_seconds"] = _synced_seconds()
     result["seconds"] += result["sync_seconds"]
     return result
@@ -228,10 +236,12 @@ def render(raw: dict) -> str:
     if raw.get("profile"):
         prof = raw["profile"]
         lines += ["", f"Throughput misses the goal; profile of one more {prof.get('what', 'HF -> mcore')} run at TP 1 "
-                  f"({prof['seconds']:.2f} s under cProfile), its top functions by own time:", "",
-                  "| function | calls | own s | cumulative s |", "| --- | --- | --- | --- |"]  # fmt: skip
-        lines += [f"| `{e['function']}` | {e['calls']} | {e['own_s']:.3f} | {e['cumulative_s']:.3f} |"
-                  for e in prof["profile"]]  # fmt: skip
+                  f"({prof['seconds']:.2f} s) under `py-spy record --idle` ({PROFILE_RATE} Hz, the process's wall "
+                  f"clock from start-up to exit, {prof['profile_wall_s']:.2f} s, of which "
+                  f"{prof['profile_conversion_share']:.0%} inside the conversion; waiting on the disk counts), its top "
+                  "functions by own time:", "",
+                  "| function | own s | share of the process's wall clock |", "| --- | --- | --- |"]  # fmt: skip
+        lines += [f"| `{e['function']}` | {e['own_s']:.2f} | {e['share']:.1%} |" for e in prof["profile"]]
         lines += ["", "How to read it: HF -> mcore writes rank files with torch's zip writer (`write_record`: "
                   "`torch.save`'s format, which Megatron-LM reads; a user-space write and a CRC32 per tensor, where "
                   "the copy is the kernel's `copyfile`), fuses q/k/v and gate/up (`cat`) and copies the tensors still "
@@ -247,7 +257,6 @@ def render(raw: dict) -> str:
 
 def write_section(raw: dict) -> Path:
     """Replace (or append) figure 9's section of RESULTS.md."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import replace_section
 
     return replace_section(render(raw), BEGIN, END)

@@ -127,10 +127,10 @@ def _dpo_notes(dpo: dict[str, Any] | None) -> list[str]:
                    "packing has little to save: Qwen3.5's gated-DeltaNet (linear-attention) layers run a packed "
                    "row's sequences one by one on a CPU (elsewhere they re-lay them as a right-padded batch) to stay "
                    "exact (`swiftcore_plugin_qwen3_5.packing`), so they do not gain from the padding packing saves, "
-                   "and the softmax-attention layers (sdpa, no flash-attention on "
-                   "CPU) run one row of all 2 x batch sequences under a block-diagonal mask, O(total²) instead of "
-                   "rows x longest²; the pairs are short, so little padding is saved (read from the code, not "
-                   "profiled)." + same)
+                   "and the softmax-attention layer runs each sequence of the row alone on sdpa "
+                   "(`swiftcore_data.packed_attention`; no flash-attention on CPU), so what packing saves is the "
+                   "padding, and these pairs are short, so there is little of it (read from the code, not "
+                   "profiled; figure 14 measures packing on longer training runs with a profile)." + same)
     first = dpo.get("first_step", {})
     cells = []
     for k, v in first.items():
@@ -172,6 +172,14 @@ def _notes(data: dict[str, Any]) -> list[str]:
                 out.append(f"  - floor = {t['floor_method']}"
                            + (f"; `tokenizer(texts)` (the transformers call) instead: floor/swiftcore {_r(wrapper)}"
                               if wrapper else ""))
+            if d["swiftcore_matches_official"] < d["differ"]:
+                out.append("  - swiftcore's side is the training encoding, which follows the train/serve rule "
+                           "(docs/writing-a-plugin.md): the thinking mode is inferred from the reply (Gemma 4 then "
+                           "opens the system turn with `<|think|>`) and the trained reply is rendered after the "
+                           "generation prompt inference uses; the official side is `apply_chat_template` of the whole "
+                           "chat with the template's defaults. Where a template renders a last reply differently from "
+                           "its generation prompt (Gemma 4), the two are not meant to be equal; the rule's own tests "
+                           "are the template conformance suite (`template-train-serve`).")
             for example in d.get("examples", []):
                 if example.get("matches_official") == "neither":
                     out.append(f"  - e.g. sample {example['index']} (neither matches): official "
@@ -318,6 +326,11 @@ def write_results() -> Path:
         import train_families
 
         train_families.write_section(json.loads(families.read_text()))
+    profile = RAW / "encode_profile.json"
+    if profile.exists():  # figure 15, rendered by its own script
+        import encode_profile
+
+        encode_profile.write_section(json.loads(profile.read_text()))
     return RESULTS
 
 

@@ -8,7 +8,8 @@ about 2, figure 9 (conversion against a copy, ``convert.py``) about 1, figure 10
 ``rl_steps.py``) about 2, figure 11 (GRPO beside ms-swift's, ``msswift_grpo.py``, 3 rounds of 3 runs) about 6,
 figure 12 (serving beside ``swift deploy`` and ``vllm serve``, ``serve_compare.py``, 3 rounds) about 14, figure 13
 (scaling: encode time vs conversation length, train tokens/s vs sequence length, ``scaling.py``) about 10, figure
-14 (100-step training per family, padded vs packed vs ms-swift, ``train_families.py``) about 45.
+14 (100-step training per family, padded vs packed vs ms-swift, ``train_families.py``) about 45, figure 15 (where
+template encoding's time over the bare tokenizer goes, py-spy, ``encode_profile.py``) about 3.
 Options are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
 :func:`msswift_dpo.run` (``--dpo-runs``, ``--dpo-pairs``); ``--figures`` without ``dpo``
 skips figure 5 (its last raw JSON stays), and likewise for the other figures with a script of their own.
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import convert
+import encode_profile
 import media_latency
 import megatron_train
 import msswift_compare
@@ -41,7 +43,8 @@ def main() -> None:
     """Run the whole benchmark and print the RESULTS.md table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
-    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo", "serve", "scaling", "families")
+    own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo", "serve", "scaling", "families",
+           "encode_profile")
     parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
@@ -97,6 +100,10 @@ def main() -> None:
                 max_turns=4, target_params=10e6, threads=1, work=Path(work),
                 command="make bench (bench/run_all.py --figures families)",
             )  # fmt: skip
+    if "encode_profile" in figures:  # figure 15 (bench/raw/encode_profile.json)
+        with tempfile.TemporaryDirectory(prefix="swiftcore-bench-encode-profile-") as work:
+            encode_profile.run(list(scaling.TEMPLATES), n=512, turns=4, seconds=8.0, work=Path(work),
+                               command="make bench (bench/run_all.py --figures encode_profile)")  # fmt: skip
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

@@ -47,6 +47,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pyspy
 from common import PEER_SWIFT, ROOT, machine, pair_ratio, replace_section, summarize, write_raw
 
 __all__ = ["failure", "percentile", "load_summary", "profile_summary", "render", "run", "write_section"]
@@ -423,34 +424,11 @@ def profile_run(name: str, model: Path, work: Path, clients: int, per_client: in
 
 
 def _start_py_spy(pid: int, out: Path) -> tuple[subprocess.Popen, Path]:
-    spy = BIN / "py-spy"
-    if not spy.exists():
-        raise FileNotFoundError(f"{spy}: pip install py-spy into the environment to profile the server")
-    argv = [str(spy), "record", "--pid", str(pid), "--rate", str(PY_SPY_RATE), "--format", "raw", "--threads",
-            "--nonblocking", "--output", str(out)]  # fmt: skip
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), out
+    return pyspy.start(["--pid", str(pid)], out, PY_SPY_RATE), out
 
 
 def _stop_py_spy(proc: subprocess.Popen, out: Path, seconds: float) -> dict[str, Any]:
-    proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    if not out.exists():
-        return {"error": (err or "").strip()[-500:] or "py-spy wrote nothing"}
-    return profile_summary(out.read_text(errors="replace"), seconds, PY_SPY_RATE)
-
-
-def _frame(frame: str) -> str:
-    """``function (file:line)`` -> ``function (package/file.py)``: line numbers dropped, paths shortened."""
-    match = re.match(r"(.*) \((.*?)(?::\d+)?\)$", frame)
-    if not match:
-        return frame
-    function, path = match.groups()
-    path = re.sub(r".*/(site-packages|src|lib/python3\.\d+)/", "", path)
-    return f"{function} ({path})"
+    return pyspy.stop(proc, out, MARKERS, seconds, PY_SPY_RATE)
 
 
 #: Where the profile looks (a sample counts when any frame of its stack matches): label -> frame pattern.
@@ -470,37 +448,8 @@ MARKERS = {
 
 
 def profile_summary(raw: str, seconds: float | None = None, rate: int = 100, top: int = 12) -> dict[str, Any]:
-    """py-spy's raw (collapsed) stacks -> samples per thread, top functions by own samples, and the samples inside
-    each of :data:`MARKERS`; shares are of the wall clock (``seconds`` x ``rate`` samples per thread) when given,
-    else of all samples."""
-    threads: dict[str, int] = {}
-    own: dict[str, int] = {}
-    markers = dict.fromkeys(MARKERS, 0)
-    total = 0
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = stack.split(";")
-        if frames[0].startswith(("thread (", "process ")):
-            name = re.sub(r"^thread \(\d+\): ", "", frames[0])
-            threads[name] = threads.get(name, 0) + n
-            frames = frames[1:] or frames
-        names = [_frame(f) for f in frames]
-        own[names[-1]] = own.get(names[-1], 0) + n
-        for label, pattern in MARKERS.items():
-            if any(re.match(pattern, f) for f in names):
-                markers[label] += n
-    wall = seconds * rate if seconds else None
-    base = wall or total or 1
-    ranked = sorted(own.items(), key=lambda kv: -kv[1])[:top]
-    return {"samples": total, "rate": rate, "wall_samples": round(wall) if wall else None,
-            "threads": {k: {"samples": v, "share": round(v / base, 4)}
-                        for k, v in sorted(threads.items(), key=lambda kv: -kv[1])[:6]},
-            "top_own": [{"function": f, "samples": c, "share": round(c / base, 4)} for f, c in ranked],
-            "markers": {k: {"samples": v, "share": round(v / base, 4)} for k, v in markers.items()}}  # fmt: skip
+    """:func:`pyspy.summarize` with this figure's :data:`MARKERS`."""
+    return pyspy.summarize(raw, MARKERS, seconds, rate, top)
 
 
 def scaling(models: dict[str, Path], work: Path, levels: tuple[int, ...], total: int, prompts: list[str],

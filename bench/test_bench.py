@@ -122,11 +122,11 @@ def test_convert_figure_renders_ratios_and_the_profile_of_a_miss() -> None:
     assert text.startswith(convert.BEGIN) and text.endswith(convert.END)
     assert "| HF -> mcore tp=1 | 2.00 | 220 | 55% | 800 | 1.60 |" in text
     assert "| mcore tp=1 -> HF | 3.00 | 150 | 38% | 810 | 1.62 |" in text and "profile" not in text
-    profile = {"seconds": 3.5, "what": "mcore -> HF", "profile": [
-        {"function": "write (x.py:1)", "calls": 3, "own_s": 1.5, "cumulative_s": 2.0}]}  # fmt: skip
+    profile = {"seconds": 3.5, "what": "mcore -> HF", "profile_wall_s": 5.0, "profile_conversion_share": 0.7,
+               "profile": [{"function": "write (x.py)", "own_s": 1.5, "share": 0.3}]}  # fmt: skip
     missed = convert.render({**raw, "profile": profile})
-    assert "profile of one more mcore -> HF run at TP 1 (3.50 s" in missed
-    assert "| `write (x.py:1)` | 3 | 1.500 |" in missed
+    assert "profile of one more mcore -> HF run at TP 1 (3.50 s) under `py-spy record --idle`" in missed
+    assert "5.00 s, of which 70% inside the conversion" in missed and "| `write (x.py)` | 1.50 | 30.0% |" in missed
 
 
 def test_rl_steps_figure_splits_the_step_and_compares_the_syncs() -> None:
@@ -317,3 +317,43 @@ def test_train_families_section_shows_ratios_refusals_and_profiles() -> None:
     assert "- qwen3_asr, msswift padded: `ModuleNotFoundError: No module named 'qwen_asr'`: ms-swift's" in text
     assert "**qwen3_asr**, packed below 1.3x padded; profile" in text and "`aten::mm` 2.0 (3)" in text
     assert "**qwen3_5**, packed below" not in text
+
+
+def test_encode_profile_splits_the_loops_stacks_into_stages_and_renders_the_figure() -> None:
+    """Figure 15 from py-spy stacks (no run): only samples under the timed loop count, each goes to its first
+    matching stage, the loop's measured µs/sample is split by their shares; the section names the goal's gap."""
+    import encode_profile as ep
+
+    loop = "<module> (encode_profile.py:240);_child (encode_profile.py:90);_loop (encode_profile.py:70)"
+    stacks = "\n".join([
+        "<module> (encode_profile.py:240);_child (encode_profile.py:80);_warm (encode_profile.py:75) 999",
+        f"{loop};_child.<locals>.swiftcore_call (encode_profile.py:85);Template._encode_batch (swiftcore/template/"
+        "base.py:240);encode_texts (swiftcore/template/encoding.py:158) 60",
+        f"{loop};x (a.py:1);Template.layout (swiftcore/template/base.py:120);Gemma4Template.segments (swiftcore_"
+        "template_gemma/gemma4.py:90);Gemma4Template._model_turn (swiftcore_template_gemma/gemma4.py:160) 20",
+        f"{loop};x (a.py:1);encode_layout (swiftcore/template/encoding.py:210);encoding_locator.<locals>.locate "
+        "(swiftcore/template/encoding.py:133) 10",
+        f"{loop};x (a.py:1);encode_layout (swiftcore/template/encoding.py:230) 5",
+        f"{loop} 5",
+    ])  # fmt: skip
+    got = ep.stage_costs(stacks, us_per_sample=200.0)
+    assert got["samples"] == 100
+    short = {ep.STAGE_SHORT[k]: v for k, v in got["stages"].items()}
+    assert short == {"tokenizer": 140.0, "checks": 0.0, "family rendering": 40.0, "reply rule": 0.0, "spans": 0.0,
+                     "labels": 10.0, "other": 10.0}  # fmt: skip
+    assert got["top_own"][0] == {"function": "encode_texts (swiftcore/template/encoding.py)", "share": 0.6,
+                                 "us_per_sample": 120.0}  # fmt: skip
+
+    def side(us: float, stages: dict) -> dict:
+        return {"us_per_sample": us, "tokens_per_sample": 197.0, "stages": stages, "top_own": got["top_own"]}
+
+    raw = {"machine": {"date": "today", "cpu": "cpu", "cores": 2}, "command": "python bench/encode_profile.py",
+           "n": 512, "turns": 4, "seconds_each": 8, "rate": 250, "seconds": 60,
+           "templates": {"gemma4": {"swiftcore": side(200.0, got["stages"]), "floor": side(125.0, {}), "ratio": 1.6},
+                         "glm5": {"swiftcore": {"error": "py-spy wrote nothing"}, "floor": side(1.0, {})}}}  # fmt: skip
+    text = ep.render(raw)
+    assert text.startswith(ep.BEGIN) and text.endswith(ep.END)
+    assert "| gemma4 | 197 | 125 | 200 | **1.60x** | 140 | 0 | 40 | 0 | 0 | 10 | 10 | 75 | 38 |" in text
+    assert "| glm5 | FAILED: `py-spy wrote nothing` |" in text
+    assert "- gemma4: 1.60x (goal missed). The tokenizer stage" in text and "rendering (checks, the family's " \
+        "segments, the reply rule, spans) 40 µs and labels 10 µs" in text

@@ -432,11 +432,14 @@ def main() -> None:
     parser.add_argument("--target-params", type=float, default=10e6)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every run (0: unset)")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--conditions", help="what else ran on the machine meanwhile (printed under the figure)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="swiftcore-bench-families-"))
     work.mkdir(parents=True, exist_ok=True)
     command = "python bench/train_families.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "work" and v is not None
+        f"--{k.replace('_', '-')} {v}"
+        for k, v in vars(args).items()
+        if k not in ("work", "conditions") and v is not None
     )
     raw = run(
         args.families.split(","),
@@ -450,6 +453,9 @@ def main() -> None:
         work=work,
         command=command,
     )
+    if args.conditions:
+        raw["conditions"] = args.conditions
+        write_raw("train_families", raw)
     write_section(raw)
     print(render(raw))
 
