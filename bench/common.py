@@ -47,6 +47,14 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
+def machine_text(m: dict[str, Any] | str) -> str:
+    """A figure's machine in words: ``"AMD EPYC, 2 cores, 23.5 GB"`` from :func:`machine` (a string is kept)."""
+    if isinstance(m, str):
+        return m
+    return ", ".join(x for x in (m.get("cpu"), m.get("cores") and f"{m['cores']} cores",
+                                 m.get("memory_gb") and f"{m['memory_gb']} GB") if x)  # fmt: skip
+
+
 def alternate(runs: int, systems: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
     """Call each system's function once per round, in turn, for ``runs`` rounds; collect the values."""
     out: dict[str, list[float]] = {name: [] for name in systems}

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import pyspy  # noqa: E402
+from common import machine, machine_text  # noqa: E402
 
 
 def qwen3_config(size_gb: float) -> dict:
@@ -197,7 +198,7 @@ def run(size_gb: float = 1.0, tps: tuple[int, ...] = (1, 2), shard_mb: int = 500
                 profile["what"] = "HF -> mcore"
         return {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+            "machine": machine(),
             "python": platform.python_version(),
             "model": f"qwen3 layout, {config['num_hidden_layers']} layers, bf16, {mb:.0f} MB",
             "largest_shard_mb": largest / 1024**2,
@@ -220,7 +221,8 @@ def render(raw: dict) -> str:
     copy = raw["rows"][0]["mb_per_s"]
     shard = raw["largest_shard_mb"]
     lines = [BEGIN, "", "## 9. Conversion HF <-> Megatron-core against a plain copy", "",
-             f"`bench/convert.py`, {raw['date']}, {raw['machine']}, {raw['seconds']:.0f} s: {raw['model']} (largest HF "
+             f"`bench/convert.py`, {raw['date']}, {machine_text(raw['machine'])}, {raw['seconds']:.0f} s: "
+             f"{raw['model']} (largest HF "
              f"shard {shard:.0f} MB), random weights written as safetensors shards; each conversion in a fresh "
              "process (its own peak RSS, `VmHWM`); the copy is `shutil.copyfile` of the same shards; "
              + ("both read from disk (the inputs dropped from the page cache first) and are timed until their output "

@@ -37,7 +37,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import machine, replace_section, write_raw
+from common import machine, machine_text, replace_section, write_raw
 
 BEGIN, END = "<!-- media-latency:begin -->", "<!-- media-latency:end -->"
 SWIFTCORE = Path(sys.executable).with_name("swiftcore")
@@ -212,7 +212,9 @@ def render(raw: dict[str, Any]) -> str:
     """The Markdown section of figure 8."""
     streams, n = raw["image_streams"], raw["text_n"] * raw["rounds"]
     lines = [BEGIN, "", "## 8. Serving: text latency beside image requests, and image requests/s", "",
-             f"`bench/media_latency.py`, {raw['machine']['date']}, {raw['seconds']:.0f} s: `swiftcore deploy` "
+             f"`bench/media_latency.py`, {raw['machine']['date']}, {machine_text(raw['machine'])}, "
+             f"{raw['seconds']:.0f} s: "
+             "`swiftcore deploy` "
              "(transformers engine, float32, default `--max-batch 16`) on `swiftcore make-tiny qwen3_5`, once with "
              "the media pool off (`--media-workers 0`: images decoded and processed on the engine's thread) and "
              "once with it on (the default, 2 threads), asked through the `openai` client; "

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine, replace_section, run_child, summarize, write_raw
+from common import machine, machine_text, replace_section, run_child, summarize, write_raw
 from conversations import mixed_length_corpus, write_jsonl
 
 BIN = Path(sys.executable).parent
@@ -85,7 +85,8 @@ def render(raw: dict) -> str:
              "megatron_pp2": "megatron engine, PP2, 2 processes (torchrun, gloo; 1F1B schedule)"}  # fmt: skip
     lines = [BEGIN, "", "## 6. Megatron engine: TP1 vs TP2 vs PP2 (informational)", "",
              f"`bench/megatron_train.py`, {raw['runs']} alternating runs of {raw['steps']} steps, tiny Qwen3.5, full "
-             f"fine-tuning, batch 2, fp32, one thread per process; {raw['machine']['date']}. Median (min–max).", "",
+             f"fine-tuning, batch 2, fp32, one thread per process; {raw['machine']['date']}, "
+             f"{machine_text(raw['machine'])}. Median (min–max).", "",
              "| series | tokens/s | peak RSS per rank (MB) |", "| --- | --- | --- |"]  # fmt: skip
     for series, stats in raw["series"].items():
         t, m = stats["tokens_per_second"], stats["peak_rss_mb"]

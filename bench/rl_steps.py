@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import machine, replace_section, write_raw
+from common import machine, machine_text, replace_section, write_raw
 
 BEGIN, END = "<!-- rl-steps:begin -->", "<!-- rl-steps:end -->"
 SIZES = {"hidden 64": {}, "hidden 256": {"hidden_size": 256, "intermediate_size": 768}}
@@ -113,7 +113,7 @@ def render(raw: dict[str, Any]) -> str:
     m = raw["machine"]
     lines = [BEGIN, "", "## 10. Online RL: where a GRPO step's time goes, LoRA vs full sync, by model size", "",
              f"`bench/rl_steps.py --steps {raw['steps']} --rounds {raw['rounds']}`, {m.get('date', '?')}, "
-             f"{raw['seconds']:.0f} s, {m.get('cores', '?')} cores: `swiftcore train --recipe grpo --rollout-engine "
+             f"{raw['seconds']:.0f} s, {machine_text(m)}: `swiftcore train --recipe grpo --rollout-engine "
              "transformers` on a tiny Qwen3.5 at two widths (random weights), 2 prompts x 8 completions of up to 16 "
              "tokens a step, the `format` reward; step means without each run's first step. \"rest\" is TRL's "
              "`step_time` minus rollout, reward and sync: log-probs, loss, backward, optimiser.", "",

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import machine, replace_section, write_raw
+from common import machine, machine_text, replace_section, write_raw
 
 BEGIN, END = "<!-- sequence-parallel-memory:begin -->", "<!-- sequence-parallel-memory:end -->"
 #: The model: Qwen3 shapes scaled down (GQA 8 query / 4 key-value heads), 2 layers, random weights.
@@ -163,7 +163,8 @@ def render(raw: dict[str, Any]) -> str:
     model, series = raw["model"], raw["series"]
     one, sdpa = series["sp1"]["longest"], series["sdpa"]["longest"]
     lines = [BEGIN, "", "## 7. Sequence parallel: the longest sequence in a fixed activation budget", "",
-             f"`bench/sequence_parallel_memory.py`, {raw['machine']['date']}, {raw['seconds']:.0f} s: random Qwen3 "
+             f"`bench/sequence_parallel_memory.py`, {raw['machine']['date']}, {machine_text(raw['machine'])}, "
+             f"{raw['seconds']:.0f} s: random Qwen3 "
              f"(hidden {model['hidden_size']}, {model['num_hidden_layers']} layers, {model['num_attention_heads']} "
              f"query / {model['num_key_value_heads']} key-value heads, vocab {model['vocab_size']}), float32, one "
              "padding-free row of 1024-token samples, causal-LM loss. Activation memory = the tensors autograd keeps "
