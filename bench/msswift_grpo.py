@@ -70,7 +70,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import PEER_SWIFT, ROOT, alternate, machine, pair_ratio, replace_section, run_child, summarize, write_raw
+from common import (
+    PEER_SWIFT,
+    ROOT,
+    alternate,
+    machine,
+    machine_text,
+    pair_ratio,
+    replace_section,
+    run_child,
+    summarize,
+    write_raw,
+)
 
 __all__ = ["SERIES", "grpo_figure", "msswift_grpo", "read_msswift_log", "read_swiftcore_log", "render", "run",
            "swiftcore_grpo", "write_section"]  # fmt: skip
@@ -386,7 +397,7 @@ def render(raw: dict[str, Any]) -> str:
     peer = raw.get("versions", {}).get("msswift", {}).get("ms-swift", "?")
     lines = [
         *head,
-        f"`{raw['command']}`, {m.get('date', '?')}, {raw['seconds']:.0f} s, {m.get('cores', '?')} cores: "
+        f"`{raw['command']}`, {m.get('date', '?')}, {raw['seconds']:.0f} s, {machine_text(m)}: "
         f"`swiftcore train --recipe grpo` vs `swift rlhf --rlhf_type grpo` (ms-swift {peer}) on the same tiny "
         "Qwen3.5 (random weights), "
         f"{s['prompts_per_step']} prompts x {s['num_generations']} completions of up to "

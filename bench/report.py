@@ -171,7 +171,7 @@ def _notes(data: dict[str, Any]) -> list[str]:
                 wrapper = t.get("ratio_floor_wrapper_over_swiftcore")
                 out.append(f"  - floor = {t['floor_method']}"
                            + (f"; `tokenizer(texts)` (the transformers call) instead: floor/swiftcore {_r(wrapper)}"
-                              if wrapper else ""))
+                              if wrapper else "") + "; where swiftcore's time over the floor goes: figure 15")
             if d["swiftcore_matches_official"] < d["differ"]:
                 out.append("  - swiftcore's side is the training encoding, which follows the train/serve rule "
                            "(docs/writing-a-plugin.md): the thinking mode is inferred from the reply (Gemma 4 then "

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import pyspy
-from common import PEER_SWIFT, ROOT, machine, pair_ratio, replace_section, summarize, write_raw
+from common import PEER_SWIFT, ROOT, machine, machine_text, pair_ratio, replace_section, summarize, write_raw
 
 __all__ = ["failure", "percentile", "load_summary", "profile_summary", "render", "run", "write_section"]
 
@@ -797,7 +797,7 @@ def render(raw: dict[str, Any]) -> str:
     load = [x["loadavg_1m"]["median"] for x in (raw.get("series") or {}).values() if x and x.get("loadavg_1m")]
     busy = f" (1-minute load average during the loads about {statistics.median(load):.1f})" if load else ""
     lines = [*head,
-             f"`{raw['command']}`, {m['date']}, {raw['seconds']:.0f} s, {m['cores']} cores shared with other "
+             f"`{raw['command']}`, {m['date']}, {raw['seconds']:.0f} s, {machine_text(m)}, shared with other "
              f"work{busy}. Load: {raw['clients']} concurrent clients of the `openai` package (`AsyncOpenAI`, one per "
              f"client), each sending {raw['requests_per_client']} chat completions one after another ({n} requests "
              f"a load; fixed short prompts, `max_tokens` {raw['max_tokens']}, temperature 0). A round starts both "
