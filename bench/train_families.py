@@ -412,6 +412,12 @@ def _reading(raw: dict[str, Any]) -> list[str]:
         "epoch takes fewer optimizer steps (each with its LoRA update and Python overhead, large against a 10 M "
         "parameter model's compute)."
     )
+    out.append(
+        "- At these chat lengths the linear layers dominate a step and cost per token, so what packing can gain is "
+        "about the padding it removes (the padded / real column), and the goal of 1.3x needs more padding than "
+        f"batches of {raw['setup']['batch_size']} of this data have. Padding costs more where attention's quadratic "
+        "cost shows, in longer sequences: figure 13 measures packed / padded by sequence length."
+    )
     return out
 
 
