@@ -651,8 +651,8 @@ def run(rounds: int = 3, per_client: int = 8, clients: int = 16, threads: int = 
                    for name in PAIRS["vllm"]}  # fmt: skip
         result["vllm_engine_config_difference"] = _config_difference(configs["swiftcore_vllm"], configs["vllm_serve"])
         result["vllm_engine_config"] = configs  # as the first start of each logged it (kept once)
-        for started in (r for rounds_ in runs.values() for r in rounds_):
-            started.pop("engine_config", None)
+        for one_start in (r for rounds_ in runs.values() for r in rounds_):
+            one_start.pop("engine_config", None)
         vllm = result["pairs"]["vllm"]
         if vllm:
             met = vllm["ratio_requests_per_s"]["median"] >= 0.95 and vllm["ratio_p50"]["median"] <= 1.05
