@@ -134,7 +134,10 @@ def run_child(direction: str, src: Path, dst: Path, tp: int, cfg_dir: Path, prof
         printed = prof.pop("stdout")
     else:
         printed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    result = json.loads([line for line in printed.splitlines() if line.startswith("{")][-1])
+    results = [line for line in printed.splitlines() if line.startswith("{")]  # py-spy prints lines of its own
+    if not results:
+        raise RuntimeError(f"the {direction} conversion printed no result:\n{printed[-2000:]}")
+    result = json.loads(results[-1])
     if profile:
         result["profile"] = [{"function": t["function"], "own_s": t["samples"] / PROFILE_RATE, "share": t["share"]}
                              for t in prof["top_own"][:8]]  # fmt: skip

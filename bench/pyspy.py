@@ -41,29 +41,33 @@ def stop(proc: subprocess.Popen, out: Path, markers: Mapping[str, str], seconds:
          rate: int = 100) -> dict[str, Any]:  # fmt: skip
     """Stop an attached recording (SIGINT) and summarize it; ``{"error": ...}`` when py-spy wrote nothing."""
     proc.send_signal(signal.SIGINT)
-    return _finish(proc, out, markers, seconds, rate)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return _summary(out, err, markers, seconds, rate)
 
 
 def record(argv: Sequence[str], out: Path, markers: Mapping[str, str], rate: int = 100,
            **options: bool) -> dict[str, Any]:  # fmt: skip
     """Run ``argv`` under py-spy to its end and summarize the recording (shares of all samples); with
-    ``capture=True`` the summary's ``stdout`` is what the child printed."""
-    return _finish(start(["--", *argv], out, rate, **options), out, markers, None, rate, timeout=None)
-
-
-def _finish(proc: subprocess.Popen, out: Path, markers: Mapping[str, str], seconds: float | None, rate: int,
-            timeout: float | None = 60) -> dict[str, Any]:  # fmt: skip
-    try:
-        printed, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        printed, err = proc.communicate()
-    if proc.returncode not in (0, None) and timeout is None:  # a started child failed (py-spy passes its code on)
+    ``capture=True`` the summary's ``stdout`` is what was printed (py-spy's own lines among the child's).
+    ``{"error": ...}`` when py-spy failed or wrote nothing. py-spy exits 0 whatever the child's exit code, so a
+    caller checks the child's own result (a file it writes, a line it prints)."""
+    proc = start(["--", *argv], out, rate, **options)
+    printed, err = proc.communicate()
+    if proc.returncode != 0:
         return {"error": (err or "").strip()[-500:] or f"exit code {proc.returncode}"}
+    summary = _summary(out, err, markers, None, rate)
+    return summary if printed is None or "error" in summary else {**summary, "stdout": printed}
+
+
+def _summary(out: Path, err: str | None, markers: Mapping[str, str], seconds: float | None,
+             rate: int) -> dict[str, Any]:  # fmt: skip
     if not out.exists():
         return {"error": (err or "").strip()[-500:] or "py-spy wrote nothing"}
-    summary = summarize(out.read_text(errors="replace"), markers, seconds, rate)
-    return summary if printed is None else {**summary, "stdout": printed}
+    return summarize(out.read_text(errors="replace"), markers, seconds, rate)
 
 
 def frame_name(frame: str) -> str:
