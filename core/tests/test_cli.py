@@ -12,7 +12,7 @@ from swiftcore import __version__
 def test_version(run_cli) -> None:
     proc = run_cli("--version", with_plugins=False)
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"swiftcore {__version__} (plugin API 1.4)"
+    assert proc.stdout.strip() == f"swiftcore {__version__} (plugin API 1.5)"
 
 
 def test_help_lists_core_and_plugin_commands(run_cli) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ HOOK_NAMES = sorted(n for n in dir(hookspecs) if n.startswith("swiftcore_"))
 
 
 def test_every_hook_is_documented_with_a_version() -> None:
-    assert len(HOOK_NAMES) == 13
+    assert len(HOOK_NAMES) == 14
     for name in HOOK_NAMES:
         doc = inspect.getdoc(getattr(hookspecs, name)) or ""
         assert "versionadded" in doc, name
@@ -184,33 +185,109 @@ def test_unknown_name_suggests_close_matches_and_install(swiftcore_plugins, regi
         registry.get("model", "mm")
 
 
-def test_plugin_with_an_unknown_hook_is_refused(swiftcore_plugins) -> None:
-    class Plugin:
-        SWIFTCORE_API = "1.0"
+#: A plugin declaring a hook of its own (``swiftcore_acme_ping``), as swiftcore-train declares its training hooks.
+DECLARES = """
+from swiftcore.api import hookimpl, hookspec
 
-        @staticmethod
-        @hookimpl
-        def swiftcore_register_wormholes():
-            return []
+SWIFTCORE_API = "1.5"
 
-    from swiftcore._plugins import PluginInfo, _register
 
-    info = PluginInfo(name="wormhole", module="x", source="module")
-    import types
+class Specs:
+    @staticmethod
+    @hookspec
+    def swiftcore_acme_ping(value):
+        \"\"\"Answer a ping.\"\"\"
 
-    module = types.ModuleType("wormhole_mod")
-    module.SWIFTCORE_API = "1.0"
-    module.swiftcore_register_wormholes = Plugin.swiftcore_register_wormholes
-    import sys
 
-    sys.modules["wormhole_mod"] = module
-    info.module = "wormhole_mod"
-    try:
-        with pytest.raises(PluginError, match="unknown hook.*swiftcore_register_wormholes.*optionalhook"):
-            _register(swiftcore_plugins.pm, info)
-    finally:
-        del sys.modules["wormhole_mod"]
-    assert not swiftcore_plugins.pm.has_plugin("wormhole")
+@hookimpl
+def swiftcore_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(Specs)
+"""
+
+#: A plugin implementing it (``ARGS`` is replaced by the implementation's arguments).
+IMPLEMENTS = """
+from swiftcore.api import hookimpl
+
+SWIFTCORE_API = "1.5"
+
+
+@hookimpl
+def swiftcore_acme_ping(ARGS):
+    return value + 1
+"""
+
+
+def _plugin_files(tmp_path: Path, tag: str, args: str = "value") -> tuple[str, str]:
+    """The declaring and the implementing plugin as ``.py`` files (names unique per test: file plugins are cached)."""
+    declares, implements = tmp_path / f"declares_{tag}.py", tmp_path / f"implements_{tag}.py"
+    declares.write_text(DECLARES)
+    implements.write_text(IMPLEMENTS.replace("ARGS", args))
+    return str(declares), str(implements)
+
+
+@pytest.mark.parametrize("implementer_first", [True, False])
+def test_addhooks_declares_a_plugin_s_hooks_whichever_registers_first(tmp_path, implementer_first: bool) -> None:
+    """``swiftcore_addhooks`` is historic: the declaring plugin gets it when registered, after the core's call; an
+    implementation registered before the declaration is accepted, because hooks are checked once the set is loaded."""
+    from swiftcore._plugins import load_plugins
+
+    declares, implements = _plugin_files(tmp_path, f"order_{implementer_first}")
+    plugins = load_plugins([implements, declares] if implementer_first else [declares, implements], env={})
+    assert plugins.pm.hook.swiftcore_acme_ping.has_spec()
+    assert plugins.pm.hook.swiftcore_acme_ping(value=1) == [2]
+    assert {i.status for i in plugins.loaded()} == {"loaded"} and len(plugins.loaded()) == 3
+
+
+def test_addhooks_implementation_with_arguments_the_declaration_lacks_is_named(tmp_path) -> None:
+    """A wrong signature found when the hook is declared, after its implementation registered, fails the declaring
+    plugin's registration with pluggy's message naming the implementing plugin and its argument."""
+    from swiftcore._plugins import load_plugins
+
+    declares, implements = _plugin_files(tmp_path, "wrong", args="value, volume")
+    with pytest.raises(PluginError, match=r"(?s)plugin 'declares_wrong'.*'implements_wrong'.*'volume'"):
+        load_plugins([implements, declares], env={})
+
+
+def test_addhooks_with_plugins_add_takes_the_set_as_it_stands(swiftcore_plugins, tmp_path) -> None:
+    """``Plugins.add`` checks at once: a plugin declaring hooks goes in before those implementing them."""
+    from swiftcore._plugins import _import_file
+
+    declares, implements = (_import_file(Path(f)) for f in _plugin_files(tmp_path, "add"))
+    with pytest.raises(PluginError, match="unknown hook.*swiftcore_acme_ping.*declares them"):
+        swiftcore_plugins.add(implements, "implements")
+    assert not swiftcore_plugins.pm.has_plugin("implements")
+    swiftcore_plugins.add(declares, "declares")
+    swiftcore_plugins.add(implements, "implements")
+    assert swiftcore_plugins.pm.hook.swiftcore_acme_ping(value=41) == [42]
+
+
+WORMHOLE = """
+from swiftcore.api import hookimpl
+
+SWIFTCORE_API = "1.0"
+
+
+@hookimpl
+def swiftcore_register_wormholes():
+    return []
+"""
+
+
+def test_plugin_with_an_unknown_hook_is_refused(tmp_path, capsys) -> None:
+    """A hook nobody declares (a typo, or the declaring plugin left out) is refused once the whole set is
+    registered: an error naming the plugin, its hooks and the fixes when asked for, a warning when auto-loaded."""
+    from swiftcore._plugins import _import_file, load_plugins
+
+    plugin = tmp_path / "wormhole.py"
+    plugin.write_text(WORMHOLE)
+    declares, _ = _plugin_files(tmp_path, "unknown")
+    message = r"plugin 'wormhole'.*unknown hook\(s\) swiftcore_register_wormholes.*--plugin NAME.*optionalhook=True"
+    with pytest.raises(PluginError, match=message):
+        load_plugins([declares, str(plugin)], env={})  # another plugin declaring hooks changes nothing
+    plugins = load_plugins(env={"SWIFTCORE_PLUGINS": ""})
+    with pytest.raises(PluginError, match=message):
+        plugins.add(_import_file(plugin), "wormhole")
+    assert not plugins.pm.has_plugin("wormhole")
 
 
 def test_docs_hook_reference_is_in_sync_with_hookspecs() -> None:

@@ -5,12 +5,11 @@ and plugin: import time, whether torch/transformers/megatron got imported by the
 API version, the specs it provides, specs that do not validate, lazy references that do not resolve,
 and whether the static capability index matches the hooks.
 
-Each plugin is loaded alone (with the built-ins). All of them are loaded first, each while none of the
-heavy modules is imported yet, so that the light-import check means what it would in a process of its
-own; only then are the lazy references imported, so each heavy module (transformers, ...) is imported
-once for all plugins rather than once per plugin. When a plugin does import a heavy module, the
-plugins after it cannot be checked for that in this process: they are reported as ``deferred`` and
-the caller checks them in another fresh process.
+Each plugin is loaded alone (with the built-ins). All of them are loaded first, each while none of the heavy modules is
+imported yet, so that the light-import check means what it would in a process of its own; only then are the lazy
+references imported, so each heavy module (transformers, ...) is imported once for all plugins rather than once per
+plugin. When a plugin does import a heavy module, the plugins after it cannot be checked for that in this process: they
+are reported as ``deferred`` and the caller checks them in another fresh process.
 """
 
 from __future__ import annotations

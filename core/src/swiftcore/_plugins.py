@@ -9,12 +9,11 @@ Three phases, so that ``swiftcore plugins`` never runs plugin code:
    ``SWIFTCORE_API``, and register them with a pluggy ``PluginManager``: the registry.
 3. **materialize**: specs' ``"module:attr"`` strings are imported only when used.
 
-What is loaded: with no ``--plugin`` and no ``SWIFTCORE_PLUGINS``, every discovered plugin (a broken
-one is reported on stderr and skipped). ``--plugin SPEC`` (or ``SWIFTCORE_PLUGINS=a,b``; empty means
-none) loads only what was asked (and the plugins its distribution requires, e.g. a model plugin's
-template plugin), and a failure there is an error. ``no:NAME`` blocks a plugin. The
-resolved set is written back to ``SWIFTCORE_PLUGINS`` so child processes (torchrun ranks, servers)
-load exactly the same plugins.
+What is loaded: with no ``--plugin`` and no ``SWIFTCORE_PLUGINS``, every discovered plugin (a broken one is reported on
+stderr and skipped). ``--plugin SPEC`` (or ``SWIFTCORE_PLUGINS=a,b``; empty means none) loads only what was asked (and
+the plugins its distribution requires, e.g. a model plugin's template plugin), and a failure there is an error.
+``no:NAME`` blocks a plugin. The resolved set is written back to ``SWIFTCORE_PLUGINS`` so child processes (torchrun
+ranks, servers) load exactly the same plugins.
 """
 
 from __future__ import annotations
@@ -179,9 +178,10 @@ def clear_discovery_cache() -> None:
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
-    """A pluggy manager with swiftcore's hook specs and nothing registered."""
+    """A pluggy manager with swiftcore's hook specs (plugins add theirs: swiftcore_addhooks), nothing registered."""
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
+    pm.hook.swiftcore_addhooks.call_historic(kwargs={"pluginmanager": pm})  # plugins registered later get it too
     return pm
 
 
@@ -239,14 +239,16 @@ class Plugins:
     ) -> PluginInfo:
         """Register an already-imported plugin object (a module or class with hookimpls) under ``name``.
 
-        The API version is checked as for discovered plugins. Used by tests and embedding
-        applications; the CLI loads plugins with :func:`load_plugins`.
+        Checked as discovered plugins are (add a plugin declaring hooks before those implementing them). Used by
+        tests and embedding applications; the CLI loads plugins with :func:`load_plugins`.
         """
         module = getattr(plugin, "__name__", type(plugin).__name__)
         info = PluginInfo(name=name, module=module, distribution=distribution, version=version, source="module")
         check_api_version(getattr(plugin, "SWIFTCORE_API", None), info.describe(), _core_version())
         info.api = plugin.SWIFTCORE_API  # type: ignore[attr-defined]
         self.pm.register(plugin, name=name)
+        if _hooks_refused(self.pm, info):
+            raise PluginLoadError(info.error)
         info.status = "loaded"
         self.infos[name] = info
         if explicit:
@@ -403,25 +405,28 @@ def _register(pm: pluggy.PluginManager, info: PluginInfo) -> None:
         pm.register(module, name=info.name)
     except ValueError as exc:  # pluggy: name already registered by another object
         raise PluginLoadError(f"{info.describe()}: {exc}") from exc
-    except pluggy.PluginValidationError as exc:
+    except pluggy.PluginValidationError as exc:  # pluggy names the plugin at fault: maybe one registered before
+        if pm.is_registered(module):  # that implements a hook this one declares (swiftcore_addhooks) wrongly
+            pm.unregister(module)
         raise PluginLoadError(f"{info.describe()}: {exc}") from exc
-    unknown = [
-        impl.function.__name__
-        for caller in (pm.get_hookcallers(module) or [])
-        if not caller.has_spec()
-        for impl in caller.get_hookimpls()
-        if impl.plugin is module and not impl.optionalhook
-    ]
+    info.status = "loaded"  # its hooks are checked once the whole set is (_hooks_refused)
+
+
+def _hooks_refused(pm: pluggy.PluginManager, info: PluginInfo) -> bool:
+    """Unregister a plugin implementing a hook that neither the core nor a registered plugin declares (a typo, a
+    plugin left out), saying why in ``info``. Run on the whole set: one registered later may declare it (addhooks)."""
+    plugin = pm.get_plugin(info.name)
+    callers = [c for c in pm.get_hookcallers(plugin) or [] if not c.has_spec()]
+    unknown = sorted({c.name for c in callers for i in c.get_hookimpls() if i.plugin is plugin and not i.optionalhook})
     if unknown:
-        pm.unregister(module)
-        raise PluginLoadError(
-            f"{info.describe()} implements unknown hook(s) {', '.join(sorted(unknown))}; swiftcore "
-            f"{_core_version()} provides plugin API {API_VERSION_STRING}. Upgrade swiftcore, or mark "
-            "the hook @hookimpl(optionalhook=True)."
+        pm.unregister(plugin)
+        info.status = "failed"
+        info.error = (
+            f"{info.describe()} implements unknown hook(s) {', '.join(unknown)}: neither swiftcore {_core_version()} "
+            f"(plugin API {API_VERSION_STRING}) nor a loaded plugin declares them. Load the plugin that declares "
+            "them (--plugin NAME), upgrade swiftcore, or mark the hook @hookimpl(optionalhook=True)."
         )
-    # Hooks may only be added by plugins named in hookspecs; names the plugin defines without the
-    # swiftcore_ prefix are ignored by pluggy, as with pytest.
-    info.status = "loaded"
+    return bool(unknown)
 
 
 def _builtin_info() -> PluginInfo:
@@ -495,8 +500,12 @@ def load_plugins(
                 info.status = "incompatible" if isinstance(exc, IncompatiblePluginError) else "failed"
                 info.error = str(exc)
                 _warn_skipped(info)
-                continue
-            resolved.append(name)
+    for info in [i for i in infos.values() if i.status == "loaded" and _hooks_refused(pm, i)]:
+        if explicit_mode or strict_auto:
+            raise PluginLoadError(info.error)
+        _warn_skipped(info)
+    if not explicit_mode:
+        resolved = [name for name, info in discovered.items() if info.status == "loaded"]
     resolved.extend(f"no:{name}" for name in sorted(blocked))
     plugins = Plugins(pm, infos, explicit, resolved)
     if export_env:
@@ -507,7 +516,6 @@ def load_plugins(
 def _warn_skipped(info: PluginInfo) -> None:
     print(
         f"swiftcore: warning: skipped {info.describe()}: {info.error}\n"
-        f"  (set SWIFTCORE_PLUGINS_STRICT=1 to make this an error, or --plugin no:{info.name} to "
-        "silence it)",
+        f"  (set SWIFTCORE_PLUGINS_STRICT=1 to make this an error, or --plugin no:{info.name} to silence it)",
         file=sys.stderr,
     )

@@ -1,8 +1,7 @@
 """The swiftcore error tree.
 
-Every error names its subject (plugin, distribution and version, spec, field), says what is wrong,
-and ends with what to do. The CLI turns a :class:`SwiftcoreError` into a message and exit code 2
-instead of a traceback.
+Every error names its subject (plugin, distribution and version, spec, field), says what is wrong, and ends with what to
+do. The CLI turns a :class:`SwiftcoreError` into a message and exit code 2 instead of a traceback.
 """
 
 from __future__ import annotations

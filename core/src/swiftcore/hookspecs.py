@@ -43,7 +43,6 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def swiftcore_register_models() -> list[ModelSpec]:
     """Return the model families this plugin provides.
 
-    Called once per process by the registry, each implementation on its own (not firstresult).
     Must not import torch, transformers or megatron.
 
     .. versionadded:: 1.0
@@ -54,8 +53,6 @@ def swiftcore_register_models() -> list[ModelSpec]:
 def swiftcore_register_templates() -> list[TemplateSpec]:
     """Return the chat templates this plugin provides.
 
-    Called once per process by the registry, each implementation on its own (not firstresult).
-
     .. versionadded:: 1.0
     """
 
@@ -63,8 +60,6 @@ def swiftcore_register_templates() -> list[TemplateSpec]:
 @hookspec
 def swiftcore_register_lm_heads() -> list[HeadSpec]:
     """Return the lm_heads (classification, embedding, reranker, generative reranker) this plugin provides.
-
-    Called once per process by the registry, each implementation on its own (not firstresult).
 
     .. versionadded:: 1.0
     """
@@ -74,7 +69,6 @@ def swiftcore_register_lm_heads() -> list[HeadSpec]:
 def swiftcore_register_bridges() -> list[BridgeSpec]:
     """Return the Hugging Face <-> Megatron-core bridges this plugin provides.
 
-    Called once per process by the registry, each implementation on its own (not firstresult).
     The bridge classes are named lazily: megatron-core is imported only when one is used.
 
     .. versionadded:: 1.0
@@ -84,8 +78,6 @@ def swiftcore_register_bridges() -> list[BridgeSpec]:
 @hookspec
 def swiftcore_register_backends() -> list[BackendSpec]:
     """Return the inference backends this plugin provides.
-
-    Called once per process by the registry, each implementation on its own (not firstresult).
 
     .. versionadded:: 1.0
     """
@@ -106,7 +98,6 @@ def swiftcore_register_commands() -> list[CommandSpec]:
 def swiftcore_register_recipes() -> list[RecipeSpec]:
     """Return the training recipes (``swiftcore train --recipe NAME``) this plugin provides.
 
-    Called once per process by the registry, each implementation on its own (not firstresult).
     A recipe's own command-line options come from :func:`swiftcore_addoption`.
 
     .. versionadded:: 1.1
@@ -117,8 +108,7 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
 def swiftcore_register_rewards() -> list[RewardSpec]:
     """Return the reward functions (``swiftcore train --recipe grpo --reward NAME``) this plugin provides.
 
-    Called once per process by the registry, each implementation on its own (not firstresult). The functions
-    are named lazily (``RewardSpec.function``) and imported only by a run that uses them.
+    The functions are named lazily (``RewardSpec.function``) and imported only by a run that uses them.
 
     .. versionadded:: 1.2
     """
@@ -128,13 +118,13 @@ def swiftcore_register_rewards() -> list[RewardSpec]:
 def swiftcore_register_environments() -> list[EnvironmentSpec]:
     """Return the multi-turn environments (``swiftcore train --recipe grpo --environment NAME``) this plugin provides.
 
-    Called once per process by the registry, each implementation on its own (not firstresult); factories are lazy.
+    The factories are named lazily (``EnvironmentSpec.factory``).
 
     .. versionadded:: 1.4
     """
 
 
-# --------------------------------------------------------------------------- command-line options
+# --------------------------------------------------------------------------- command-line options, hooks of plugins
 
 
 @hookspec
@@ -159,6 +149,20 @@ def swiftcore_addoption(parser: OptionParser) -> None:
     """
 
 
+@hookspec(historic=True)
+def swiftcore_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    """Declare this plugin's own hooks for other plugins to implement, as pytest plugins do in ``pytest_addhooks``.
+
+    Historic: every plugin gets the call as it is registered. Call ``pluginmanager.add_hookspecs(module)`` with a
+    module of ``@swiftcore.api.hookspec`` functions (as ``swiftcore_train.hookspecs``) and call them through the
+    plugin set (``plugins.pm.hook.NAME(...)``). A plugin registered before the declaring one may implement them.
+
+    :param pluginmanager: the plugin set's pluggy ``PluginManager``.
+
+    .. versionadded:: 1.5
+    """
+
+
 # --------------------------------------------------------------------------- model lifecycle
 
 
@@ -166,9 +170,8 @@ def swiftcore_addoption(parser: OptionParser) -> None:
 def swiftcore_resolve_model(model_dir: str, hf_config: dict[str, Any], candidates: list[ModelSpec]) -> str | None:
     """Pick the model spec for a checkpoint directory.
 
-    Called by model resolution after ``--model-type`` and the directory's swiftcore args file gave
-    no answer, before matching ``config.json``'s ``model_type``/``architectures``. Stops at the
-    first non-None result.
+    Called by model resolution after ``--model-type`` and the directory's swiftcore args file gave no answer, before
+    matching ``config.json``'s ``model_type``/``architectures``. Stops at the first non-None result.
 
     :param model_dir: the checkpoint directory.
     :param hf_config: its parsed ``config.json`` (empty when there is none).

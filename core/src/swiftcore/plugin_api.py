@@ -11,7 +11,7 @@ from swiftcore.errors import IncompatiblePluginError
 
 __all__ = ["API_VERSION", "API_VERSION_STRING", "check_api_version"]
 
-API_VERSION: tuple[int, int] = (1, 4)
+API_VERSION: tuple[int, int] = (1, 5)
 API_VERSION_STRING = f"{API_VERSION[0]}.{API_VERSION[1]}"
 
 

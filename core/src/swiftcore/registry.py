@@ -98,9 +98,8 @@ class Registry:
                 if kind == "command" and spec.name in CORE_COMMANDS:
                     self._report(
                         info.name,
-                        f"{info.describe()} registers command {spec.name!r}, which is a core "
-                        "command; plugins cannot replace core commands, so it was refused. "
-                        "Rename the plugin's command.",
+                        f"{info.describe()} registers command {spec.name!r}, which is a core command; plugins cannot "
+                        "replace core commands, so it was refused. Rename the plugin's command.",
                         always_warn=True,
                     )
                     continue

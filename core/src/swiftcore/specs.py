@@ -1,10 +1,9 @@
 """Frozen spec dataclasses: what a plugin declares.
 
-Specs are plain data. Heavy objects (model classes, loaders, engines) are named as lazy
-``"module:attr"`` strings and resolved only when used (:func:`swiftcore._lazy.resolve`), so that
-collecting every installed plugin's specs never imports torch. Each spec validates itself on
-construction and raises :class:`~swiftcore.errors.SpecError` naming the field; the registry adds the
-plugin's name. The registry stamps each collected spec with its :class:`Provider`.
+Specs are plain data. Heavy objects (model classes, loaders, engines) are named as lazy ``"module:attr"`` strings and
+resolved only when used (:func:`swiftcore._lazy.resolve`), so that collecting every installed plugin's specs never
+imports torch. Each spec validates itself on construction and raises :class:`~swiftcore.errors.SpecError` naming the
+field; the registry adds the plugin's name. The registry stamps each collected spec with its :class:`Provider`.
 
 Fields only ever get added, with defaults (see :mod:`swiftcore.plugin_api`).
 """

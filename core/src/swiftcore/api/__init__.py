@@ -4,7 +4,7 @@ Everything here is stable within a plugin API major version (:data:`API_VERSION_
 ``swiftcore`` is the core's own and may change in any release. The import-linter contracts in the root
 ``pyproject.toml`` hold every plugin in this repository to that rule.
 
-- ``swiftcore.api``: hook marker, spec dataclasses, errors, the plugin API version, lazy references.
+- ``swiftcore.api``: hook markers, spec dataclasses, errors, the plugin API version, lazy references.
 - ``swiftcore.api.template``: building blocks of chat templates (segments, pieces, parsing).
 - ``swiftcore.api.models``: model and tokenizer loading, requirements, LoRA merge, packed-sequence helpers,
   tiny-checkpoint helpers.
@@ -29,7 +29,7 @@ from swiftcore.errors import (
     SwiftcoreError,
     UnknownNameError,
 )
-from swiftcore.hookspecs import hookimpl
+from swiftcore.hookspecs import hookimpl, hookspec
 from swiftcore.plugin_api import API_VERSION, API_VERSION_STRING
 from swiftcore.specs import (
     BackendSpec,
@@ -66,6 +66,7 @@ __all__ = [
     "TemplateSpec",
     "UnknownNameError",
     "hookimpl",
+    "hookspec",
     "load_plugins",
     "resolve",
 ]

@@ -62,7 +62,6 @@ def declared_api(module: ModuleType) -> object:
 
 def import_plugin_file(path) -> ModuleType:
     """Import a ``.py`` file as ``--plugin path/to/file.py`` would (cached under a ``swiftcore_local_`` name)."""
-
     return _import_file(Path(path))
 
 

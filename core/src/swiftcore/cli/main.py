@@ -75,9 +75,8 @@ def plugin_option(func: Any) -> Any:
         multiple=True,
         metavar="SPEC",
         help=(
-            "Load only this plugin (repeatable): an entry-point name, a distribution name, a dotted "
-            "module or a .py file; 'no:NAME' blocks one. Default: every installed plugin, or "
-            "SWIFTCORE_PLUGINS=a,b (empty = none)."
+            "Load only this plugin (repeatable): an entry-point name, a distribution name, a dotted module or a .py "
+            "file; 'no:NAME' blocks one. Default: every installed plugin, or SWIFTCORE_PLUGINS=a,b (empty = none)."
         ),
     )(func)
 

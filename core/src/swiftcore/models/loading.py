@@ -26,9 +26,8 @@ def _what(spec: Any, field: str) -> str:
 def model_class_for(spec: Any, hf_config: dict[str, Any] | None = None) -> Any:
     """The class whose ``from_pretrained`` loads a checkpoint of ``spec``.
 
-    When the checkpoint's first ``architectures`` entry is one the spec claims and transformers
-    has it (e.g. a text-only ``Qwen3_5ForCausalLM`` export of a multimodal family), that class is
-    used; otherwise ``spec.model_class``.
+    When the checkpoint's first ``architectures`` entry is one the spec claims and transformers has it (e.g. a text-only
+    ``Qwen3_5ForCausalLM`` export of a multimodal family), that class is used; otherwise ``spec.model_class``.
 
     Args:
         spec: the model spec.

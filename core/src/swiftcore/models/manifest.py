@@ -180,9 +180,8 @@ def build_manifest(cfg: Any, spec: Any, plugins: Any, *, template: Any = None, h
 
 
 def read_manifest(directory: str | Path | None) -> CheckpointManifest | None:
-    """The manifest of a checkpoint or adapter directory (``swiftcore_args.json``) or of a ``swiftcore train``
-    output directory (``args.json``); None when the directory has neither (a checkpoint not trained by
-    swiftcore).
+    """The manifest of a checkpoint or adapter directory (``swiftcore_args.json``) or of a ``swiftcore train`` output
+    directory (``args.json``); None when the directory has neither (a checkpoint not trained by swiftcore).
 
     Fields an older record lacks are derived from its other keys, or left None.
 

@@ -5,18 +5,16 @@ message they render and whether they are an assistant turn or a media placeholde
 :meth:`Template.generation_prompt`. Everything else (loss policies, tokenization, media positions,
 truncation, batching) is here, shared by every template.
 
-The train/serve rule (one for every template): the reply that carries loss — the assistant turns after
-the last user message — is trained as exactly the generation prompt inference will use, in the same
-thinking mode, followed by the reply and its end-of-turn; history turns stay as the official template
-renders them. A record's thinking mode is its ``chat_template_kwargs["enable_thinking"]`` when given,
-else inferred from the reply (one with reasoning is the thinking form). :meth:`Template.render` stays the
-official rendering; :meth:`Template.encode` (training) applies the rule.
+The train/serve rule (one for every template): the reply that carries loss — the assistant turns after the last user
+message — is trained as exactly the generation prompt inference will use, in the same thinking mode, followed by the
+reply and its end-of-turn; history turns stay as the official template renders them. A record's thinking mode is its
+``chat_template_kwargs["enable_thinking"]`` when given, else inferred from the reply (one with reasoning is the thinking
+form). :meth:`Template.render` stays the official rendering; :meth:`Template.encode` (training) applies the rule.
 
-Every trained reply ends with a stop token: where the rendering ends the last reply with nothing (GLM style,
-a turn ends where the next one starts), training appends one to it (:meth:`Template.closing_stop`: the
-tokenizer's eos when it is a stop word, else the first stop word that is one special token, else the eos), so
-the model learns to stop. The prompt side is untouched, and a rendering that ends the reply with a stop word
-is never changed.
+Every trained reply ends with a stop token: where the rendering ends the last reply with nothing (GLM style, a turn ends
+where the next one starts), training appends one to it (:meth:`Template.closing_stop`: the tokenizer's eos when it is a
+stop word, else the first stop word that is one special token, else the eos), so the model learns to stop. The prompt
+side is untouched, and a rendering that ends the reply with a stop word is never changed.
 """
 
 from __future__ import annotations

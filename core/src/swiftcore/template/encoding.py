@@ -110,12 +110,11 @@ def starts_locator(starts: Sequence[int]) -> Locate:
 def encoding_locator(encoding: Any) -> Locate:
     """A :data:`Locate` that asks a Rust ``tokenizers.Encoding`` about span boundaries only.
 
-    Same answers as :func:`starts_locator` on ``encoding.offsets``, without building the per-token
-    offsets list (a Python tuple per token, ~10% of encoding time): a sample has a few span boundaries
-    but hundreds of tokens. ``char_to_token`` finds the token holding the character; a short walk then
-    applies the bisect rule exactly (a token that starts before the boundary is not in the span, and
-    several tokens may share a start when one character is split into byte tokens). Characters no token
-    covers (a normaliser dropped them) fall back to the full offsets.
+    Same answers as :func:`starts_locator` on ``encoding.offsets``, without building the per-token offsets list (a
+    Python tuple per token, ~10% of encoding time): a sample has a few span boundaries but hundreds of tokens.
+    ``char_to_token`` finds the token holding the character; a short walk then applies the bisect rule exactly (a token
+    that starts before the boundary is not in the span, and several tokens may share a start when one character is split
+    into byte tokens). Characters no token covers (a normaliser dropped them) fall back to the full offsets.
     """
     n = len(encoding)
     char_to_token, token_to_chars = encoding.char_to_token, encoding.token_to_chars

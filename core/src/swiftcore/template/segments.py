@@ -67,10 +67,9 @@ class Layout:
 def prompt_overlap(turn: str, generation_prompt: str) -> int:
     """How many leading characters of an assistant turn the generation prompt supplies.
 
-    The longest common prefix, backed off to a boundary of the generation prompt's pieces (after a
-    newline or a ``>``, before a ``<``, or its end) so it never ends inside a special token: with
-    ``<|turn>model\n<|channel>...`` as the prompt, a turn ``<|turn>model\n<turn|>`` overlaps by the
-    header only, not by the ``<`` of ``<turn|>``.
+    The longest common prefix, backed off to a boundary of the generation prompt's pieces (after a newline or a ``>``,
+    before a ``<``, or its end) so it never ends inside a special token: with ``<|turn>model\n<|channel>...`` as the
+    prompt, a turn ``<|turn>model\n<turn|>`` overlaps by the header only, not by the ``<`` of ``<turn|>``.
     """
     if turn.startswith(generation_prompt):
         return len(generation_prompt)

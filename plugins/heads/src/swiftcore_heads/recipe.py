@@ -161,6 +161,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         :class:`swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is loadable by
         :func:`swiftcore_heads.save.load_head_model` and by its ecosystem (sentence-transformers, transformers).
     """
+    from swiftcore_train.hooks import TrainSetup, check_training, setup_training
     from swiftcore_train.run import start_run, train_and_report
 
     from swiftcore.api.models import check_requirements, load_tokenizer, resolve_model_spec
@@ -174,11 +175,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
     check_mrl_dims(cfg, _hidden_size(cfg.model), cfg.model)
-    sequence_parallel = int(cfg.recipe_options.get("sequence_parallel_size") or 1) > 1
-    if sequence_parallel:  # swiftcore-sequence-parallel's option
-        from swiftcore_sequence_parallel.training import check_before_load
-
-        check_before_load(cfg.model, cfg.recipe_options)
+    check_training(plugins, cfg, cfg.recipe_options, kind=cfg.task)  # capabilities (sequence parallelism) refuse early
     tokenizer = load_tokenizer(cfg.model)
     train = encode_examples(load_examples(cfg.dataset, cfg.task, cfg), cfg.task, tokenizer, cfg)
     val = (
@@ -221,26 +218,35 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         label_names=["labels"],
         save_only_model=True,
     )
-    trainer_cls: Any = _trainer_class()
     collator: Any = GroupCollator(
         cfg.task,
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
         padding_free=cfg.padding_free or cfg.packing,
     )
-    if sequence_parallel:
-        from swiftcore_sequence_parallel.training import setup_head_sequence_parallel
-
-        trainer_cls, collator = setup_head_sequence_parallel(
-            model, collator, cfg.recipe_options, targs, tokenizer=tokenizer, trainer_class=trainer_cls
-        )
-    trainer = trainer_cls(
-        model=model,
-        args=targs,
+    # Capability plugins (sequence parallelism splits model.decoder) change the run here, not by name.
+    setup = setup_training(
+        plugins,
+        TrainSetup(
+            kind=cfg.task,
+            model=model,
+            collator=collator,
+            trainer_class=_trainer_class(),
+            training_args=targs,
+            tokenizer=tokenizer,
+            cfg=cfg,
+            options=dict(cfg.recipe_options),
+            callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
+            token_weighted_loss=False,  # the head trainer computes the head's own loss
+        ),
+    )
+    trainer = setup.trainer_class(
+        model=setup.model,
+        args=setup.training_args,
         train_dataset=train,
         eval_dataset=val or None,
-        data_collator=collator,
-        processing_class=tokenizer,
-        callbacks=[JsonlLogCallback(output_dir / "logs.jsonl")],
+        data_collator=setup.collator,
+        processing_class=setup.tokenizer,
+        callbacks=setup.callbacks,
     )
     trainer.head_cfg = cfg
     trainer.head_info = {"head": head_spec.name, **_head_info(cfg, tokenizer, yes_no)}

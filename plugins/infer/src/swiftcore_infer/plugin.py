@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.api import API_VERSION_STRING, BackendSpec, CommandSpec, hookimpl
+from swiftcore.api import BackendSpec, CommandSpec, hookimpl
 
-SWIFTCORE_API = API_VERSION_STRING
+SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 
 @hookimpl

@@ -22,7 +22,6 @@ Modules (import the one you need; this package imports neither torch nor megatro
 
 from __future__ import annotations
 
-from swiftcore.api import API_VERSION_STRING
 from swiftcore_megatron.bridge import MegatronBridge
 from swiftcore_megatron.errors import (
     BridgeError,
@@ -33,7 +32,7 @@ from swiftcore_megatron.errors import (
 )
 from swiftcore_megatron.mapping import COLUMN, QKV, ROW, Concat, Fuse, Rule, Shard, Tied
 
-SWIFTCORE_API = API_VERSION_STRING
+SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 __all__ = [
     "COLUMN",

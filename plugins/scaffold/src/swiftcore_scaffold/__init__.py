@@ -148,6 +148,9 @@ def plugin_files(name: str, kind: str = "model") -> dict[str, str]:
         "api_major": str(API_VERSION[0]),
         "index_group": group,
         "dependencies": ", ".join(f'"{d}"' for d in (requirement, *extra)),
+        # The contract's template rules build a test tokenizer and render the official template (tokenizers,
+        # transformers, jinja2): the test-kit's [templates] extra, so a template plugin's tests need no torch.
+        "testing": "swiftcore-testing[templates]>=0.1,<0.2" if kind == "template" else "swiftcore-testing>=0.1,<0.2",
         "usage": _USAGE[kind].format(name=name),
         "layout": _LAYOUT[kind].format(name=name, package=names.package),
     }

@@ -1,8 +1,9 @@
 """swiftcore-sequence-parallel: split one training sequence over several ranks (torch.distributed).
 
-Building blocks, used by ``swiftcore train``'s ``sft`` recipe through
-:mod:`~swiftcore_sequence_parallel.training` (``--sequence-parallel-size``; the options come from
-:mod:`~swiftcore_sequence_parallel.plugin`):
+Building blocks, used by ``swiftcore train``'s ``sft`` and head recipes through
+:mod:`~swiftcore_sequence_parallel.training` (``--sequence-parallel-size``): the options and swiftcore-train's
+``swiftcore_train_check`` / ``swiftcore_train_setup`` hooks are implemented in
+:mod:`~swiftcore_sequence_parallel.plugin`, so neither recipe names this package.
 
 * :mod:`~swiftcore_sequence_parallel.sharding`: shift labels globally, then cut a batch into contiguous
   sequence shards (one per sequence-parallel rank).
@@ -19,7 +20,7 @@ Importing this package is cheap: torch and transformers are imported by the func
 
 from __future__ import annotations
 
-__all__ = ["ATTENTION_NAMES", "IGNORE_INDEX", "MODES"]
+__all__ = ["ATTENTION_NAMES", "HEAD_RECIPES", "IGNORE_INDEX", "MODES"]
 
 #: Sequence-parallel modes: all-to-all over heads, ring over key/value shards, or Ulysses inside a ring.
 MODES = ("ulysses", "ring", "hybrid")
@@ -29,3 +30,7 @@ ATTENTION_NAMES = {"ulysses": "sp_ulysses", "ring": "sp_ring", "hybrid": "sp_hyb
 
 #: Label value ignored by the loss (the transformers / PyTorch convention).
 IGNORE_INDEX = -100
+
+#: swiftcore-heads' recipes (its head tasks, ``TrainSetup.kind``) SP trains: their model pools one vector per sample
+#: from ``model.decoder``, which is what gets split.
+HEAD_RECIPES = ("classification", "embedding", "reranker", "generative_reranker")

@@ -1,11 +1,12 @@
 """Sequence parallelism in ``swiftcore train`` (``sft`` and the head recipes): checks, collator padding, trainer.
 
-``run_sft`` calls :func:`setup_sequence_parallel` (the head recipes :func:`setup_head_sequence_parallel`) once,
-after the model is loaded and the training arguments (hence ``torch.distributed``) exist, and only when
-``--sequence-parallel-size`` is above 1. It refuses what
-cannot be trained exactly (a :class:`~swiftcore.api.SwiftcoreError` naming the flag and what to do), builds the
-process groups, points the model's attention at the SP functions, and returns the trainer class and collator
-to use instead of the plain ones.
+The plugin module implements swiftcore-train's hooks with these functions, when ``--sequence-parallel-size`` is
+above 1: ``swiftcore_train_check`` calls :func:`check_before_load` before anything loads, and
+``swiftcore_train_setup`` calls :func:`apply_sequence_parallel` once, after the model is loaded and the training
+arguments (hence ``torch.distributed``) exist. That refuses what cannot be trained exactly (a
+:class:`~swiftcore.api.SwiftcoreError` naming the flag and what to do), builds the process groups, points the
+model's attention at the SP functions, and puts the SP trainer class and collator in the run's setup instead of
+the plain ones (:func:`setup_sequence_parallel`, for a head model :func:`setup_head_sequence_parallel`).
 
 Nothing here imports torch or transformers at module level.
 """
@@ -18,12 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from swiftcore.api import SwiftcoreError
-from swiftcore_sequence_parallel import IGNORE_INDEX
+from swiftcore_sequence_parallel import HEAD_RECIPES, IGNORE_INDEX
 
 __all__ = [
     "SUPPORTED_LAYER_TYPES",
     "PadToMultipleCollator",
     "SequenceParallelOptions",
+    "apply_sequence_parallel",
     "check_before_load",
     "check_flags",
     "check_model",
@@ -348,3 +350,42 @@ def setup_head_sequence_parallel(
     trainer = type(f"SequenceParallel{trainer_class.__name__}", (SequenceParallelData, trainer_class), {})
     factory = functools.partial(trainer, sp_state=state)
     return factory, PadToMultipleCollator(collator, opts.size, _pad_id(tokenizer), untouched=HEAD_BATCH_KEYS)
+
+
+def apply_sequence_parallel(setup: Any) -> None:
+    """Switch a training run to SP in place: swiftcore-train's ``swiftcore_train_setup`` hook, SP size above 1.
+
+    ``setup`` is swiftcore-train's ``TrainSetup``, read by its fields (this package imports neither the training
+    runtime nor swiftcore-heads). ``kind`` ``"sft"``: :func:`setup_sequence_parallel`, whose trainer weights each
+    step by tokens over the SP group itself, so the recipe's token-weighted loss is turned off. A head recipe's kind
+    (:data:`~swiftcore_sequence_parallel.HEAD_RECIPES`): :func:`setup_head_sequence_parallel` on the head model's
+    ``decoder``, the recipe's trainer class keeping its loss. Collective: every rank calls it.
+
+    Raises:
+        SwiftcoreError: the recipe, world size, model or options do not allow exact sequence-parallel training.
+    """
+    if setup.kind == "sft":
+        setup.trainer_class, setup.collator = setup_sequence_parallel(
+            setup.model,
+            setup.collator,
+            setup.cfg,
+            setup.options,
+            setup.training_args,
+            tokenizer=setup.tokenizer,
+            multimodal=setup.multimodal,
+        )
+        setup.token_weighted_loss = False
+    elif setup.kind in HEAD_RECIPES:
+        setup.trainer_class, setup.collator = setup_head_sequence_parallel(
+            setup.model,
+            setup.collator,
+            setup.options,
+            setup.training_args,
+            tokenizer=setup.tokenizer,
+            trainer_class=setup.trainer_class,
+        )
+    else:
+        raise SwiftcoreError(
+            f"--sequence-parallel-size: the {setup.kind!r} run does not support sequence parallelism (only sft and "
+            f"the head recipes {', '.join(HEAD_RECIPES)}); drop --sequence-parallel-size"
+        )

@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from swiftcore.api import API_VERSION_STRING, hookimpl
+from swiftcore.api import hookimpl
 
-SWIFTCORE_API = API_VERSION_STRING
+SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 __all__ = [
     "TINY_QWEN3",

@@ -39,7 +39,11 @@ def free_port() -> int:
 
 @contextmanager
 def deploy_process(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 240, served_model_name: str | None = "tuned"
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 240,
+    served_model_name: str | None = "tuned",
+    python: str = sys.executable,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """Start ``swiftcore deploy ARGS`` on a free port and yield ``(base_url, process)`` once ``/health`` answers.
 
@@ -48,6 +52,7 @@ def deploy_process(
         env: the child's environment (default: :func:`user_env`).
         timeout: seconds to wait for ``/health``.
         served_model_name: ``--served-model-name`` (None: the server's default).
+        python: the interpreter that runs swiftcore (another venv's, for a user's install).
 
     Raises:
         AssertionError: the server exited, or did not answer within ``timeout`` (with its stderr).
@@ -55,7 +60,7 @@ def deploy_process(
     import httpx
 
     port = free_port()
-    argv = [sys.executable, "-m", "swiftcore.cli.main", "deploy", *args, "--port", str(port), "--log-level", "warning"]
+    argv = [python, "-m", "swiftcore.cli.main", "deploy", *args, "--port", str(port), "--log-level", "warning"]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     proc = subprocess.Popen(

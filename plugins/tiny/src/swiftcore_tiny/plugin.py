@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from swiftcore.api import API_VERSION_STRING, CommandSpec, hookimpl
+from swiftcore.api import CommandSpec, hookimpl
 
-SWIFTCORE_API = API_VERSION_STRING
+SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 
 @hookimpl

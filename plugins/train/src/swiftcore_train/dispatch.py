@@ -21,7 +21,7 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     The recipe's own options (``cfg.recipe_options``) are built into its config dataclass first, when it
     declares one, so a bad value fails before anything is loaded. Options other plugins add to the recipe
     (``--sequence-parallel-size`` to the head recipes) are not fields of that dataclass: they are left out of
-    it and stay in ``cfg.recipe_options``, where the recipe reads them.
+    it and stay in ``cfg.recipe_options``, where those plugins read them (swiftcore-train's hooks).
 
     Raises:
         SwiftcoreError: no plugin provides the recipe (with close matches), or its options are invalid.

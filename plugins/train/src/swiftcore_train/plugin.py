@@ -1,13 +1,22 @@
 """Hook implementations of swiftcore-train: the ``train`` command, the ``sft`` recipe (and its evaluation-during-
-training options) and the built-in rewards, as plain data (nothing heavy imported)."""
+training options), the built-in rewards, as plain data (nothing heavy imported), and the training hooks it declares
+for capability plugins (:mod:`swiftcore_train.hookspecs`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.api import API_VERSION_STRING, CommandSpec, RecipeSpec, RewardSpec, hookimpl
+from swiftcore.api import CommandSpec, RecipeSpec, RewardSpec, hookimpl
 
-SWIFTCORE_API = API_VERSION_STRING
+SWIFTCORE_API = "1.5"  # the plugin API this module was written against: swiftcore_addhooks came in 1.5
+
+
+@hookimpl
+def swiftcore_addhooks(pluginmanager: Any) -> None:
+    """Declare ``swiftcore_train_check`` and ``swiftcore_train_setup``, where capabilities (e.g. SP) attach."""
+    from swiftcore_train import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 @hookimpl

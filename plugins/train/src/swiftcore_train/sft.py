@@ -11,6 +11,7 @@ from typing import Any
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_train.config import TrainConfig, TrainResult
+from swiftcore_train.hooks import TrainSetup, check_training, setup_training
 from swiftcore_train.run import (
     check_recipe_fits_model,
     encode_records,
@@ -62,11 +63,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
     check_recipe_fits_model(cfg, spec, plugins)
-    sequence_parallel = int((options or {}).get("sequence_parallel_size") or 1) > 1
-    if sequence_parallel:  # swiftcore-sequence-parallel's option
-        from swiftcore_sequence_parallel.training import check_before_load
-
-        check_before_load(cfg.model, options)
+    check_training(plugins, cfg, options, kind="sft")  # capabilities (e.g. sequence parallelism) refuse early
     # Everything about the output directory and the checkpoint to resume is decided now, before the
     # (slow) data and model loading, and before anything on disk changes.
     from swiftcore_train.output_dir import plan_output_dir
@@ -126,28 +123,37 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
                 model_type=cfg.model_type,
             )
         )
-    trainer_class: Any = SwiftTrainer
     collator = (
         media.collate
         if multimodal
         else _collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
     )
-    if sequence_parallel:
-        from swiftcore_sequence_parallel.training import setup_sequence_parallel
-
-        trainer_class, collator = setup_sequence_parallel(
-            model, collator, cfg, options, targs, tokenizer=tokenizer, multimodal=multimodal
-        )
-    trainer = trainer_class(
-        model=model,
-        args=targs,
+    # Capability plugins (sequence parallelism, a module freezer, ...) change the run here, not by name.
+    setup = setup_training(
+        plugins,
+        TrainSetup(
+            kind="sft",
+            model=model,
+            collator=collator,
+            trainer_class=SwiftTrainer,
+            training_args=targs,
+            tokenizer=tokenizer,
+            cfg=cfg,
+            options=dict(options or {}),
+            callbacks=callbacks,
+            multimodal=multimodal,
+        ),
+    )
+    trainer = setup.trainer_class(
+        model=setup.model,
+        args=setup.training_args,
         train_dataset=_pack(train_samples, cfg),
         eval_dataset=_pack(val_samples, cfg) if val_samples else None,
-        data_collator=collator,
-        processing_class=tokenizer,
-        callbacks=callbacks,
+        data_collator=setup.collator,
+        processing_class=setup.tokenizer,
+        callbacks=setup.callbacks,
     )
-    if not sequence_parallel:  # (the SP trainer weights the step by tokens itself)
+    if setup.token_weighted_loss:  # off when a capability's trainer weights the step itself (sequence parallelism)
         trainer.compute_loss_func = token_weighted_loss(trainer)
     # Model, data and trainer are built: only now is the output directory touched.
     args_record = start_run(

@@ -17,6 +17,4 @@ Modules (this package imports neither torch nor megatron):
 
 from __future__ import annotations
 
-from swiftcore.api import API_VERSION_STRING
-
-SWIFTCORE_API = API_VERSION_STRING
+SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore.api import API_VERSION_STRING, RecipeSpec, hookimpl
+from swiftcore.api import RecipeSpec, hookimpl
 
-SWIFTCORE_API = API_VERSION_STRING
+SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 #: The recipes this engine trains, as ``swiftcore train --engine megatron --recipe NAME`` names them.
 RECIPES = ("sft.megatron",)
