@@ -58,7 +58,7 @@ def qwen3_config(size_gb: float) -> dict:
 def generate(out: Path, config: dict, shard_mb: int) -> int:
     """Write random bf16 weights for ``config`` into safetensors shards; return the bytes written."""
     import torch
-    from swiftcore_megatron.checkpoint import HFWriter
+    from swiftcore_megatron import HFWriter
 
     with torch.device("meta"):
         import transformers

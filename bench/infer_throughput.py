@@ -51,7 +51,7 @@ def deploy_streams(engine: Any, clients: int, rounds: int, max_new_tokens: int) 
     import openai
     import psutil
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing.engines import ServerThread
+    from swiftcore_testing import ServerThread
 
     me = psutil.Process()
 
@@ -91,8 +91,8 @@ def main() -> None:
     parser.add_argument("--skip-vllm", action="store_true")
     args = parser.parse_args()
 
-    from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
+    from swiftcore_infer import TransformersEngine
+    from swiftcore_testing import make_tiny_qwen3, plugins_with_tiny_qwen3
 
     plugins = plugins_with_tiny_qwen3()
     tmp = tempfile.TemporaryDirectory(prefix="swiftcore-bench-")
@@ -109,7 +109,7 @@ def main() -> None:
     results["deploy_streaming_transformers"] = deploy_streams(engine, args.clients, 1, min(args.max_new_tokens, 16))
 
     if not args.skip_vllm:
-        from swiftcore_infer.backends import backend_spec, probe_backend
+        from swiftcore_infer import backend_spec, probe_backend
 
         try:
             reason = probe_backend(backend_spec("vllm", plugins))
@@ -118,7 +118,7 @@ def main() -> None:
         if reason:
             results["vllm"] = {"skipped": reason}
         else:
-            from swiftcore_infer.backends import create_engine
+            from swiftcore_infer import create_engine
 
             start = time.perf_counter()
             vllm = create_engine("vllm", model, plugins, max_model_len=1024)

@@ -43,7 +43,7 @@ def _command(series: str, model: Path, data: Path, out: Path, steps: int) -> lis
         return train
     if series == "megatron_tp1":
         return [*train, "--engine", "megatron"]
-    from swiftcore_megatron.runtime import free_port
+    from swiftcore_megatron import free_port
 
     launcher = [str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-port", str(free_port())]
     option = {"megatron_tp2": "--tp", "megatron_pp2": "--pp"}[series]

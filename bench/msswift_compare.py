@@ -67,7 +67,7 @@ def infer_figure(peer: Any, model: Path, peer_model: Path, n: int, max_new_token
     Also counts the prompts where the two generated texts differ (same weights + greedy should agree
     unless the prompts are encoded differently).
     """
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import TransformersEngine
 
     import swiftcore
 

@@ -33,8 +33,7 @@ def _step(model: Any, batch: dict[str, Any]) -> float:
 def run(family: str, samples: int, runs: int, min_len: int, max_len: int) -> dict[str, Any]:
     """Time the three ways of one batch; return the raw numbers and ratios."""
     import torch
-    from swiftcore_data import PaddingCollator, PaddingFreeCollator
-    from swiftcore_data.packed_attention import PACKED_SDPA, use_packed_attention
+    from swiftcore_data import PACKED_SDPA, PaddingCollator, PaddingFreeCollator, use_packed_attention
 
     from swiftcore._plugins import load_plugins
     from swiftcore.models import load_model

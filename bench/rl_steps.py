@@ -65,7 +65,7 @@ def _run(plugins: Any, model: Path, data: str, out: Path, tuner: str, steps: int
     """One GRPO run; its per-step log rows."""
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     cfg = TrainConfig(
         model=str(model), dataset=(data,), output_dir=str(out), tuner=tuner, learning_rate=1e-3 if tuner == "full"

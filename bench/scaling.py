@@ -169,7 +169,7 @@ def make_checkpoints(models: Sequence[str], work: Path) -> dict[str, Path]:
         path = work / f"tiny-{name}"
         if not (path / "config.json").exists():
             if name == "tiny_qwen3":
-                from swiftcore_testing.engines import make_tiny_qwen3
+                from swiftcore_testing import make_tiny_qwen3
 
                 make_tiny_qwen3(path)
                 config = json.loads((path / "config.json").read_text())
@@ -189,7 +189,7 @@ def make_checkpoints(models: Sequence[str], work: Path) -> dict[str, Path]:
 def _plugins(family: str) -> Any:
     """Every installed plugin (for ``qwen3`` also ``swiftcore_testing.engines``, which provides ``tiny_qwen3``)."""
     if family == "qwen3":
-        from swiftcore_testing.engines import plugins_with_tiny_qwen3
+        from swiftcore_testing import plugins_with_tiny_qwen3
 
         return plugins_with_tiny_qwen3()
     from swiftcore import load_plugins
@@ -292,7 +292,7 @@ class _PeakRss:
 
 
 def _train_config(model: Path, data: Path, out: Path, length: int, packed: bool, steps: int, batch: int) -> Any:
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     return TrainConfig(
         model=str(model),
@@ -319,7 +319,7 @@ def _one_run(
     """One ``run_training`` call; tokens/s from its ``logs.jsonl``, peak RSS from :class:`_PeakRss`."""
     import shutil
 
-    from swiftcore_train.dispatch import run_training
+    from swiftcore_train import run_training
 
     shutil.rmtree(out, ignore_errors=True)
     _release_memory()
@@ -344,10 +344,8 @@ def profile_step(plugins: Any, model_dir: Path, rows: list[dict], batch: int, le
     seconds of one step each after a warm-up step each, then ``torch.profiler``'s top operators by self CPU
     time of one more step each (kept short: at L=2048 a padded step takes seconds)."""
     import torch
-    from swiftcore_data import PaddingCollator, PaddingFreeCollator
-    from swiftcore_data.packed_attention import use_packed_attention
-    from swiftcore_train.run import load_template
-    from swiftcore_train.tuners import apply_tuner
+    from swiftcore_data import PaddingCollator, PaddingFreeCollator, use_packed_attention
+    from swiftcore_train import apply_tuner, load_template
 
     from swiftcore.api.models import load_model, resolve_model_spec
 
@@ -417,7 +415,7 @@ def _train_child(spec_path: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from swiftcore_train.run import load_template
+    from swiftcore_train import load_template
 
     from swiftcore.api.models import resolve_model_spec
 

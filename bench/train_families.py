@@ -204,8 +204,7 @@ def data_padding(model: Path, rows: list[dict], batch: int) -> dict[str, float]:
     training encodes them) and padded / real tokens of random batches of ``batch`` (:func:`scaling.expected_padding`).
     This bounds what packing can save: a packed step that cost the same per real token as a padded one would be
     this much faster."""
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.run import load_template
+    from swiftcore_train import TrainConfig, load_template
 
     from swiftcore import load_plugins
     from swiftcore.api.models import resolve_model_spec

@@ -1,10 +1,15 @@
-"""Draw the import graph of the core's sub-packages and the plugin packages (``docs/architecture-imports.png``).
+"""Draw the import graph between distributions and the core's sub-packages (``docs/architecture-imports.png``).
 
     python scripts/import_graph.py          # writes docs/architecture-imports.dot and, with graphviz, the PNG
 
 Built with grimp (import-linter's graph library) from the installed packages, collapsed to one node per core
 sub-package (``swiftcore.cli``, ``swiftcore.api``, ...; loose modules of ``swiftcore`` as ``swiftcore.*``)
 and per plugin package. Type-checking-only imports are left out, as in the import-linter contracts.
+
+The packages are drawn in the layers of the layers contract (root ``pyproject.toml``), top to bottom. An edge is
+red when it would break a contract: a plugin importing a core module other than ``swiftcore.api``, a package
+importing one of a higher layer (upward), or one in the same independent layer. The script prints how many such
+edges it drew; with the contracts kept (``make lint``) there are none.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "architecture-imports"
 PUBLIC = ("swiftcore.api",)
+LAYERS_CONTRACT = "Distributions are layered: no import runs upward, none circles"
 
 
 def _node(module: str) -> str:
@@ -40,12 +46,29 @@ def edges(packages: list[str]) -> set[tuple[str, str]]:
     return found
 
 
+def layer_of(config: dict) -> dict[str, int]:
+    """Package -> its layer's index in the layers contract (0 at the top); the core's sub-packages share its layer."""
+    contract = next(c for c in config["contracts"] if c["name"] == LAYERS_CONTRACT)
+    return {name.strip(): i for i, layer in enumerate(contract["layers"]) for name in layer.split("|")}
+
+
+def is_wrong(a: str, b: str, layers: dict[str, int]) -> bool:
+    """True for an edge that breaks a contract: into the core's internals, upward, or within an independent layer."""
+    top_a, top_b = a.partition(".")[0], b.partition(".")[0]
+    if top_a == top_b == "swiftcore":
+        return False  # the core's own sub-packages: their acyclic contract is checked by lint-imports
+    if top_a != "swiftcore" and top_b == "swiftcore":
+        return b not in PUBLIC
+    return layers[top_a] >= layers[top_b]
+
+
 def main() -> None:
     """Write the dot file and render it when ``dot`` is installed."""
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
-    found = edges(packages)
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    found = edges(config["root_packages"])
+    layers = layer_of(config)
     nodes = sorted({n for edge in found for n in edge})
-    lines = ["digraph imports {", "  rankdir=LR; node [shape=box, fontname=Helvetica, fontsize=10];"]
+    lines = ["digraph imports {", "  rankdir=TB; newrank=true; node [shape=box, fontname=Helvetica, fontsize=10];"]
     lines.append('  subgraph cluster_core { label="core (swiftcore)"; style=rounded;')
     lines += [
         f'    "{n}"{" [style=filled, fillcolor=lightblue]" if n == "swiftcore.api" else ""};'
@@ -53,17 +76,24 @@ def main() -> None:
         if n.startswith("swiftcore.")
     ]
     lines.append("  }")
-    lines += [f'  "{n}" [style=filled, fillcolor=lightyellow];' for n in nodes if not n.startswith("swiftcore.")]
+    for index in sorted(set(layers.values())):
+        members = [n for n in nodes if not n.startswith("swiftcore") or "." not in n if layers.get(n) == index]
+        if members:
+            lines.append(
+                "  { rank=same; " + " ".join(f'"{n}" [style=filled, fillcolor=lightyellow];' for n in members) + " }"
+            )
+    wrong = 0
     for a, b in sorted(found):
-        internal = not a.startswith("swiftcore.") and b.startswith("swiftcore.") and b not in PUBLIC
-        lines.append(f'  "{a}" -> "{b}"{" [color=red]" if internal else ""};')
+        bad = is_wrong(a, b, layers)
+        wrong += bad
+        lines.append(f'  "{a}" -> "{b}"{" [color=red]" if bad else ""};')
     lines.append("}")
     OUT.with_suffix(".dot").write_text("\n".join(lines) + "\n")
     if shutil.which("dot"):
         subprocess.run(
-            ["dot", "-Tpng", "-Gdpi=80", str(OUT.with_suffix(".dot")), "-o", str(OUT.with_suffix(".png"))], check=True
+            ["dot", "-Tpng", "-Gdpi=60", str(OUT.with_suffix(".dot")), "-o", str(OUT.with_suffix(".png"))], check=True
         )
-    print(f"{len(nodes)} nodes, {len(found)} edges -> {OUT.with_suffix('.dot')}")
+    print(f"{len(nodes)} nodes, {len(found)} edges, {wrong} against the contracts -> {OUT.with_suffix('.dot')}")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,7 @@ bait). The hint now names the installed bridges and points at ``swiftcore plugin
 from __future__ import annotations
 
 import pytest
-from swiftcore_megatron import BridgeNotFoundError
-from swiftcore_megatron.resolve import find_bridge_spec
+from swiftcore_megatron import BridgeNotFoundError, find_bridge_spec
 
 import swiftcore
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing.cli import run_cli
+from swiftcore_testing import run_cli
 
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 TRAINED_TEMPLATE = "qwen3"  # not the tiny qwen3_5 base's default template
@@ -163,7 +163,7 @@ def _encodings(base: Path) -> dict[str, list[int]]:
 
 def _infer_prompt_ids(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> list[list[int]]:
     """Run ``swiftcore infer ARGS`` in-process on :data:`PROMPT`; the prompt ids the engine encoded."""
-    from swiftcore_infer.engine import Engine
+    from swiftcore_infer import Engine
 
     seen: list[list[int]] = []
     original = Engine.encode

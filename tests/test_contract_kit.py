@@ -107,7 +107,7 @@ def test_guide_documents_every_rule_hook_and_spec_field() -> None:
     """docs/writing-a-plugin.md names every contract rule, hook and spec field (so none is added undocumented)."""
     from dataclasses import fields
 
-    from swiftcore_testing.rules import RULES
+    from swiftcore_testing import RULES
 
     from swiftcore.specs import SPEC_KINDS, ModelParts
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def test_demo_learns_the_held_out_task(tmp_path: Path) -> None:
-    from swiftcore_tiny.demo import run_demo
+    from swiftcore_tiny import run_demo
 
     result = run_demo(tmp_path / "demo", echo=lambda *_: None)
     assert result.before <= 0.1, result.rows

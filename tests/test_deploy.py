@@ -35,8 +35,8 @@ TOOLS = [
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
+    from swiftcore_infer import TransformersEngine
+    from swiftcore_testing import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
 
     plugins = plugins_with_tiny_qwen3()
     work = tmp_path_factory.mktemp("deploy")
@@ -48,7 +48,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def server(setup: Any) -> Iterator[str]:
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing.engines import ServerThread
+    from swiftcore_testing import ServerThread
 
     engine, lora = setup
     app = build_app(engine, ServerConfig(model_name=MODEL, adapters={"parity": str(lora)}, api_key=API_KEY))
@@ -198,7 +198,7 @@ def test_embeddings(client: Any, engine: Any) -> None:
 
 
 def test_completions(client: Any, engine: Any) -> None:
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import Request, SamplingParams
 
     reply = client.completions.create(model=MODEL, prompt="The number twelve is", max_tokens=6, temperature=0)
     expected = engine.generate_requests(
@@ -262,7 +262,7 @@ def test_invalid_requests_are_400_with_a_message(client: Any, kwargs: dict, need
 
 def test_full_queue_is_429(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing.engines import ServerThread
+    from swiftcore_testing import ServerThread
 
     engine = setup[0]
     entered, release = threading.Event(), threading.Event()

@@ -23,7 +23,7 @@ TASKS = ("embedding", "reranker", "classification")
 @pytest.fixture(scope="module")
 def checkpoints(tiny_model_dir, tmp_path_factory) -> dict[str, Any]:
     """task -> head checkpoint on tiny qwen3_5 (built directly, no training run)."""
-    from swiftcore_heads.testing import make_head_checkpoint
+    from swiftcore_heads import make_head_checkpoint
 
     import swiftcore
 
@@ -41,9 +41,9 @@ def servers(checkpoints) -> Iterator[dict[str, str]]:
     """task -> base URL of a server for that head (served as model ``task``)."""
     from contextlib import ExitStack
 
-    from swiftcore_infer.heads import load_head_engine
+    from swiftcore_infer import load_head_engine
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing.engines import ServerThread
+    from swiftcore_testing import ServerThread
 
     with ExitStack() as stack:
         urls = {}

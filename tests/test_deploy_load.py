@@ -51,7 +51,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from swiftcore_testing.engines import make_tiny_qwen3
+    from swiftcore_testing import make_tiny_qwen3
 
     model_dir = make_tiny_qwen3(tmp_path_factory.mktemp("load") / "tiny")
     port = _free_port()

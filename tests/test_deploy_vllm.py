@@ -26,7 +26,7 @@ TOOLS = [{"type": "function", "function": {
 @pytest.fixture(scope="module")
 def setup() -> Any:
     from swiftcore_backend_vllm.testing import shared_setup
-    from swiftcore_infer.backends import probe_backend
+    from swiftcore_infer import probe_backend
 
     result = shared_setup()
     assert probe_backend(result.plugins.registry.get("backend", "vllm")) is None
@@ -35,7 +35,7 @@ def setup() -> Any:
 
 @pytest.fixture(scope="module")
 def reference(setup: Any) -> Any:
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import TransformersEngine
 
     engine = TransformersEngine(setup.model_dir, setup.plugins)
     engine.load_adapter("parity", setup.lora_dir)
@@ -45,7 +45,7 @@ def reference(setup: Any) -> Any:
 @pytest.fixture(scope="module")
 def client(setup: Any) -> Iterator[Any]:
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing.engines import ServerThread
+    from swiftcore_testing import ServerThread
 
     adapters = {} if "parity" in setup.engine.adapters else {"parity": str(setup.lora_dir)}
     app = build_app(setup.engine, ServerConfig(model_name=MODEL, adapters=adapters, api_key="k"))

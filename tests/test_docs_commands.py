@@ -528,7 +528,7 @@ def _asserted(test_source: str, name: str, op: str) -> float:
 
 
 def test_readme_demo_paragraph_states_what_the_demo_test_asserts() -> None:
-    from swiftcore_tiny.demo import run_demo
+    from swiftcore_tiny import run_demo
 
     body = section((ROOT / "README.md").read_text(encoding="utf-8"), "What `make demo` shows")
     demo_test = (ROOT / "tests" / "test_demo.py").read_text(encoding="utf-8")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.cli import run_cli
+from swiftcore_testing import run_cli
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")

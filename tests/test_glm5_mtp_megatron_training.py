@@ -23,8 +23,8 @@ BIN = Path(sys.executable).parent
 def test_megatron_trains_the_mtp_layer_and_writes_it_back(tiny_model_dir, tmp_path: Path) -> None:
     import torch
     from safetensors.torch import load_file
-    from swiftcore_megatron.mtp_reference import with_mtp_layer
-    from swiftcore_testing.processes import user_env
+    from swiftcore_megatron import with_mtp_layer
+    from swiftcore_testing import user_env
     from transformers import GlmMoeDsaForCausalLM
 
     # A release-style MTP layer, taken from a twin with one more layer.

@@ -13,10 +13,17 @@ import time
 
 import pytest
 import torch
-from swiftcore_heads.api import embed, forward_texts, load_head_model, score
-from swiftcore_heads.options import HeadTrainConfig as TrainConfig
-from swiftcore_heads.retrieval import make_retrieval_task, mean_reciprocal_rank, recall_at_1
-from swiftcore_train.dispatch import run_training
+from swiftcore_heads import HeadTrainConfig as TrainConfig
+from swiftcore_heads import (
+    embed,
+    forward_texts,
+    load_head_model,
+    make_retrieval_task,
+    mean_reciprocal_rank,
+    recall_at_1,
+    score,
+)
+from swiftcore_train import run_training
 
 ROWS = {
     "classification": [{"text": f"sample {i} says {'yes' if i % 2 else 'no'}", "label": i % 3} for i in range(4)],
@@ -46,7 +53,7 @@ def _outputs(model, tokenizer):
 
 def _untrained(cfg, plugins, tokenizer):
     """The head model the run started from (same seed, so the same new score layer)."""
-    from swiftcore_heads.recipe import build_head_model, yes_no_token_ids
+    from swiftcore_heads import build_head_model, yes_no_token_ids
 
     from swiftcore.models import resolve_model_spec
 
@@ -82,7 +89,7 @@ def test_retrieval_recall_mrl_and_reranker_mrr(tiny_model_dir, plugins, tmp_path
     (the float sums' order changes the trajectory), so the asserted gain of 0.05 held or failed with the thread
     count. At 3e-4 the gain is 0.245, 0.162 and 0.191 with 1, 2 and 4 threads (AMD EPYC, measured side by side).
     """
-    from swiftcore_heads.recipe import build_head_model
+    from swiftcore_heads import build_head_model
 
     from swiftcore.models import resolve_model_spec
 

@@ -28,11 +28,17 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from swiftcore_heads.api import classify, embed, load_head_model, score
-from swiftcore_heads.retrieval import make_retrieval_task, mean_reciprocal_rank, recall_at_1
-from swiftcore_heads.testing import make_head_checkpoint
-from swiftcore_testing.cli import run_cli
-from swiftcore_testing.processes import deploy_process, user_env
+from swiftcore_heads import (
+    classify,
+    embed,
+    load_head_model,
+    make_head_checkpoint,
+    make_retrieval_task,
+    mean_reciprocal_rank,
+    recall_at_1,
+    score,
+)
+from swiftcore_testing import deploy_process, run_cli, user_env
 
 COLOURS = ("red", "blue", "green")
 FILLER = ("fox", "owl", "cat", "elk", "bee", "ant", "cow", "pig", "hen", "yak", "tiny", "vast", "calm", "cold")

@@ -56,6 +56,32 @@ def test_every_plugin_package_of_the_repository_is_held_to_the_contracts() -> No
     contracts = _contracts()
     assert set(contracts["Plugins import only the public API (swiftcore.api)"]["source_modules"]) == packages
     assert set(contracts["The core never imports a plugin"]["forbidden_modules"]) == packages
+    assert set(contracts["Distributions import each other's faces (package roots) only"]["packages"]) == packages
+    layers = contracts["Distributions are layered: no import runs upward, none circles"]["layers"]
+    layered = [name.strip() for layer in layers for name in layer.split("|")]
+    assert sorted(layered) == sorted(packages | {"swiftcore"}) and len(layered) == len(set(layered))
+
+
+def test_the_faces_contract_breaks_on_an_import_of_another_packages_submodule() -> None:
+    """The custom contract type (scripts/faces_contract.py) on a graph with one face import and one that goes around."""
+    import grimp
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from scripts.faces_contract import FacesContract
+    finally:
+        sys.path.remove(str(ROOT))
+    graph = grimp.ImportGraph()
+    for module in ("acme_a", "acme_a.plugin", "acme_b", "acme_b.types", "acme_b.engine"):
+        graph.add_module(module)
+    graph.add_import(importer="acme_a.plugin", imported="acme_b", line_number=3, line_contents="from acme_b import X")
+    graph.add_import(importer="acme_b", imported="acme_b.types", line_number=1, line_contents="from acme_b.types import X")
+    graph.add_import(importer="acme_b.engine", imported="acme_b.types", line_number=1, line_contents="import")
+    contract = FacesContract(name="faces", session_options={}, contract_options={"packages": ["acme_a", "acme_b"]})
+    assert contract.check(graph, verbose=False).kept  # a root, and a package's own submodules: fine
+    graph.add_import(importer="acme_a.plugin", imported="acme_b.types", line_number=7, line_contents="from acme_b.types")
+    check = contract.check(graph, verbose=False)
+    assert not check.kept and check.metadata["violations"] == [("acme_a.plugin", "acme_b.types", [7])]
 
 
 def test_the_core_stays_within_its_line_budget() -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.cli import run_cli
+from swiftcore_testing import run_cli
 
 torch = pytest.importorskip("torch")
 
@@ -143,7 +143,7 @@ def test_the_transformers_engine_serves_the_adapter_unmerged_as_merged(
 ) -> None:
     """``swiftcore infer/deploy --model BASE --adapter DIR`` (the adapter unmerged, through peft) generates the
     greedy tokens of the merged checkpoint, parameter-level adapters (fused experts) included."""
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import TransformersEngine
 
     base, adapter = trained_adapter(family)
     config = json.loads((adapter / "adapter_config.json").read_text())
@@ -160,7 +160,7 @@ def test_the_transformers_engine_serves_the_adapter_unmerged_as_merged(
     assert served != bare  # the adapter is what the engine served
     # One batch mixing the adapter and the base model (peft cannot mix parameter-level adapters in a batch; the
     # engine splits it): each request gets what it gets alone.
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import Request, SamplingParams
 
     greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
     mixed = [Request(record=r, sampling=greedy, adapter=a) for r in records for a in ("default", "base")]

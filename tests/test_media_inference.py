@@ -77,7 +77,7 @@ _ENGINES: dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def engine_for(plugins: Any, tiny_model_dir: Any) -> Any:
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import TransformersEngine
 
     def get(family: str) -> Any:
         if family not in _ENGINES:
@@ -112,7 +112,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_served_prompt_is_the_training_sample(case: str, engine_for: Any, tmp_path: Any) -> None:
-    from swiftcore_train.run import encode_records
+    from swiftcore_train import encode_records
 
     family, kinds, controls = CASES[case]
     engine = engine_for(family)
@@ -195,7 +195,7 @@ def test_served_prompt_is_the_training_sample(case: str, engine_for: Any, tmp_pa
     # Media changes the answer: the same question without it is a different prompt with other logits.
     assert len(prompt) > len(engine.encode(_text_only(kwargs)))
     if controls:  # the controls took effect: the same media without them make a longer prompt or other tensors
-        from swiftcore_infer.types import Request
+        from swiftcore_infer import Request
 
         plain = [{"type": kind, kind: str(image if kind == "image" else audio)} for kind in kinds]
         uncut = engine.encode(Request(record={"messages": [{"role": "user", "content": plain + text}], **kwargs}))
@@ -206,7 +206,7 @@ def test_served_prompt_is_the_training_sample(case: str, engine_for: Any, tmp_pa
 
 
 def _text_only(kwargs: dict[str, Any]) -> Any:
-    from swiftcore_infer.types import Request
+    from swiftcore_infer import Request
 
     return Request(record={"messages": [{"role": "user", "content": "What is this?"}], **kwargs})
 
@@ -288,7 +288,7 @@ def test_bad_media_is_a_400_naming_the_part(engine_for: Any) -> None:
 def test_the_engine_refuses_media_it_cannot_take(engine_for: Any, tmp_path: Any, monkeypatch: Any) -> None:
     """Rows of ``swiftcore infer`` and Python callers get the same refusals, and a backend that cannot feed
     media tensors (vLLM, SGLang) refuses them instead of dropping them."""
-    from swiftcore_infer.types import Request
+    from swiftcore_infer import Request
 
     image = tmp_path / "p.png"
     image.write_bytes(_png())
@@ -313,7 +313,7 @@ def test_the_engine_refuses_media_it_cannot_take(engine_for: Any, tmp_path: Any,
 
 def _policy_client(engine: Any, **policy: Any) -> Any:
     from fastapi.testclient import TestClient
-    from swiftcore_infer.media import MediaPolicy
+    from swiftcore_infer import MediaPolicy
     from swiftcore_serve import ServerConfig, build_app
 
     return TestClient(build_app(engine, ServerConfig(model_name="m", media=MediaPolicy(**policy))))
@@ -490,7 +490,7 @@ def test_media_controls_apply_to_training_rows_too(engine_for: Any, tmp_path: An
     preparer.processor = spy
     preparer.processor.image_token = process.image_token  # the preparer checks the placeholder holds it
     try:
-        from swiftcore_train.run import encode_records
+        from swiftcore_train import encode_records
 
         engine = engine_for("qwen3_5")
         cfg = SimpleNamespace(loss_policy="all_assistant", max_length=4096, truncation="error", enable_thinking=None)
@@ -575,8 +575,8 @@ def test_media_and_text_requests_get_engine_calls_of_their_own(engine_for: Any, 
     import asyncio
     import threading
 
-    from swiftcore_infer.types import Request, SamplingParams
-    from swiftcore_serve.worker import EngineWorker
+    from swiftcore_infer import Request, SamplingParams
+    from swiftcore_serve import EngineWorker
 
     engine = engine_for("qwen3_5")
     picture = tmp_path / "picture.png"

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.cli import run_cli
+from swiftcore_testing import run_cli
 
 torch = pytest.importorskip("torch")
 
@@ -75,8 +75,7 @@ swiftcore_cli = run_cli  # in-process: torch and transformers load once for the 
 
 def sample_lengths(model_dir: Path, records: list[dict[str, Any]]) -> list[int]:
     """Token lengths of ``records`` as ``swiftcore train`` encodes them."""
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.run import encode_records
+    from swiftcore_train import TrainConfig, encode_records
 
     import swiftcore
     from swiftcore.models import load_tokenizer, resolve_model_spec

@@ -39,7 +39,7 @@ def plugins() -> Any:
 def rm_checkpoint(tiny_model_dir: Any, plugins: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A reward model of the tiny Qwen3.5, trained for 4 steps by the ``rm`` recipe."""
     from swiftcore_recipe_preference.rm import run_rm
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     work = tmp_path_factory.mktemp("rm")
     rows = [{"prompt": QUESTION, "chosen": v, "rejected": c} for v, c in zip("aeiou", "bcdfg", strict=True)]
@@ -64,7 +64,7 @@ def _rm_encoding(
     refuses such a pair, while the ids, the whole rendered conversation, are what the reward model scores."""
     from swiftcore_recipe_preference.data import parse_pair
     from swiftcore_recipe_preference.encoding import _encode, encode_rm_pairs
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     from swiftcore.api.models import load_tokenizer
     from swiftcore.api.template import get_template
@@ -99,7 +99,7 @@ def _grpo_step(
     from swiftcore_recipe_rl import trainer as trainer_module
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     seen: dict[str, Any] = {}
     cls = trainer_module.grpo_trainer_class()

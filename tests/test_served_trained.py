@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.processes import deploy_process, user_env
+from swiftcore_testing import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 
@@ -199,8 +199,7 @@ def vllm_setup() -> Any:
 
 def _train_qwen3(setup: Any, out: Path, data: Path, tuner: str, learning_rate: float, steps: int) -> Path:
     """``swiftcore train``'s code on the tiny Qwen3 (its spec comes from the test plugin, so not via the CLI)."""
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.dispatch import run_training
+    from swiftcore_train import TrainConfig, run_training
 
     cfg = TrainConfig(
         model=str(setup.model_dir), dataset=(str(data),), output_dir=str(out), tuner=tuner, lora_rank=8,
@@ -222,7 +221,7 @@ def vllm_clients(vllm_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     the process's model-parallel groups, which the shared engine still needs (its later tests would fail).
     """
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing.engines import ServerThread
+    from swiftcore_testing import ServerThread
 
     work = tmp_path_factory.mktemp("served-vllm")
     data = _write_records(work / "train.jsonl")

@@ -43,9 +43,9 @@ MAX_GENERATED = 16
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any, Counter]]:
     """The server's URL, its schema loaded by schemathesis, and a tally of statuses seen."""
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import TransformersEngine
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing.engines import ServerThread, make_tiny_qwen3, plugins_with_tiny_qwen3
+    from swiftcore_testing import ServerThread, make_tiny_qwen3, plugins_with_tiny_qwen3
 
     engine = TransformersEngine(make_tiny_qwen3(tmp_path_factory.mktemp("fuzz") / "tiny"), plugins_with_tiny_qwen3())
     app = build_app(engine, ServerConfig(model_name=MODEL, api_key=KEY, default_max_tokens=4, max_body_bytes=2**20))

@@ -35,8 +35,8 @@ MIB = 2**20
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
+    from swiftcore_infer import TransformersEngine
+    from swiftcore_testing import make_tiny_qwen3, plugins_with_tiny_qwen3
 
     model_dir = make_tiny_qwen3(tmp_path_factory.mktemp("hardening") / "tiny")
     return TransformersEngine(model_dir, plugins_with_tiny_qwen3())
@@ -44,7 +44,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def _serve(engine: Any, **config: Any) -> Any:
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing.engines import ServerThread
+    from swiftcore_testing import ServerThread
 
     return ServerThread(build_app(engine, ServerConfig(model_name=MODEL, **config)))
 
@@ -629,7 +629,7 @@ def test_models_show_names_never_paths(server: str, engine: Any) -> None:
 
 
 def test_errors_name_the_model_not_its_directory(server: str, engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from swiftcore_infer.errors import InvalidRequestError
+    from swiftcore_infer import InvalidRequestError
 
     def refuse(request: Any) -> list[int]:
         raise InvalidRequestError(f"the model at {engine.base_dir} cannot do that")

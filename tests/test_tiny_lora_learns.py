@@ -68,9 +68,7 @@ def one_thread() -> Iterator[None]:
 def test_lora_memorises_four_facts(family: str, tiny_model_dir, plugins, one_thread, tmp_path: Path) -> None:
     import torch
     from peft import PeftModel
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.dispatch import run_training
-    from swiftcore_train.run import encode_records
+    from swiftcore_train import TrainConfig, encode_records, run_training
 
     from swiftcore.models import load_model, load_tokenizer, resolve_model_spec
     from swiftcore.template import get_template

@@ -68,7 +68,7 @@ def test_lora_adapter_loads_with_plain_peft_and_matches(family, tiny_model_dir, 
                                                          plain_class) -> None:
     import torch
     from peft import PeftModel
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import TransformersEngine
 
     from swiftcore import load_plugins
 

@@ -36,7 +36,7 @@ def data(tmp_path: Path) -> Path:
 @pytest.fixture
 def finished_run(tmp_path: Path) -> Path:
     """An output directory as a finished swiftcore run leaves it, plus a file of the user's."""
-    from swiftcore_train.output_dir import MANIFEST, OUTPUT_PATTERNS
+    from swiftcore_train import MANIFEST, OUTPUT_PATTERNS
 
     out = tmp_path / "out"
     (out / "checkpoint-5").mkdir(parents=True)
@@ -74,7 +74,7 @@ def test_a_non_empty_output_dir_is_refused(finished_run: Path, data: Path, tiny_
 
 
 def test_overwrite_plan_removes_only_swiftcore_outputs_and_never_an_input(finished_run: Path) -> None:
-    from swiftcore_train.output_dir import plan_output_dir
+    from swiftcore_train import plan_output_dir
 
     (finished_run / "checkpoint-9").mkdir()  # the model this run starts from sits in the old run's folder
     plan = plan_output_dir(finished_run, resume=False, overwrite=True, inputs=(str(finished_run / "checkpoint-9"),))
@@ -132,7 +132,7 @@ def test_resume_errors_name_the_folder(case: str, tmp_path: Path, data: Path, ti
 
 
 def test_resume_drops_the_log_records_it_logs_again(tmp_path: Path) -> None:
-    from swiftcore_train.output_dir import trim_log
+    from swiftcore_train import trim_log
 
     log = tmp_path / "logs.jsonl"
     log.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (1, 2, 3, 4)) + '{"step": 5, "lo')
@@ -172,9 +172,7 @@ def test_a_save_that_fails_midway_leaves_earlier_checkpoints_intact(tmp_path: Pa
     the error says what happened and what to do."""
     import errno
 
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.dispatch import run_training
-    from swiftcore_train.trainer import SwiftTrainer
+    from swiftcore_train import SwiftTrainer, TrainConfig, run_training
 
     from swiftcore import load_plugins
     from swiftcore.errors import SwiftcoreError
@@ -204,9 +202,7 @@ def test_a_save_that_fails_midway_leaves_earlier_checkpoints_intact(tmp_path: Pa
 
 def test_the_config_file_is_an_input_never_removed(finished_run: Path) -> None:
     """A --config file kept inside the old run's folder (named like an output) is protected by --overwrite."""
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.output_dir import plan_output_dir
-    from swiftcore_train.run import run_inputs
+    from swiftcore_train import TrainConfig, plan_output_dir, run_inputs
 
     cfg = TrainConfig(model="m", dataset=("d.jsonl",), config_file=str(finished_run / "args.json"))
     plan = plan_output_dir(finished_run, resume=False, overwrite=True, inputs=run_inputs(cfg))

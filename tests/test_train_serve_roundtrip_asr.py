@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.processes import deploy_process, user_env
+from swiftcore_testing import deploy_process, user_env
 
 openai = pytest.importorskip("openai")
 np = pytest.importorskip("numpy")

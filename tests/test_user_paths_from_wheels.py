@@ -167,7 +167,7 @@ def test_qwen3_5_and_serve_alone_answer_a_chat_completion_through_the_openai_cli
 ) -> None:
     """``pip install swiftcore-plugin-qwen3-5 swiftcore-serve``: ``swiftcore deploy`` starts and answers openai."""
     import openai
-    from swiftcore_testing.processes import deploy_process
+    from swiftcore_testing import deploy_process
 
     bin_dir = user_venv("swiftcore-plugin-qwen3-5", "swiftcore-serve")
     args = ("--model", str(tiny_model_dir("qwen3_5")), "--no-api-key")

@@ -9,7 +9,7 @@ from typing import Any
 
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["is_reference", "moved", "resolve", "unresolved_references"]
+__all__ = ["is_reference", "lazy_exports", "moved", "resolve", "unresolved_references"]
 
 _REF = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
@@ -81,5 +81,17 @@ def moved(module: str, why: str, names: Mapping[str, str] | str) -> Callable[[st
         if target is None or name.startswith("__"):
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         raise ImportError(f"{module}.{name} moved to {target}.{name}: {why}")
+
+    return __getattr__
+
+
+def lazy_exports(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
+    """A package ``__getattr__`` serving its face (``__all__``) from submodules on first use, so importing the package
+    stays light (no torch): ``__getattr__ = lazy_exports(__name__, {"SwiftTrainer": "trainer", ...})``."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
 
     return __getattr__

@@ -89,7 +89,7 @@ def ds4_variant(ds4_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 @pytest.fixture(scope="session")
 def bridge_for() -> Callable[[dict[str, Any]], Any]:
     """``bridge_for(config)``: the installed bridge for a config.json dict, resolved as ``swiftcore export`` does."""
-    from swiftcore_megatron.resolve import resolve_bridge
+    from swiftcore_megatron import resolve_bridge
 
     from swiftcore import load_plugins
 
@@ -100,7 +100,7 @@ def bridge_for() -> Callable[[dict[str, Any]], Any]:
 @pytest.fixture(scope="session")
 def bridge(ds4_tiny: Path, bridge_for: Callable[[dict[str, Any]], Any]) -> Any:
     """The bridge for :func:`ds4_tiny`."""
-    from swiftcore_megatron.resolve import read_hf_config
+    from swiftcore_megatron import read_hf_config
 
     return bridge_for(read_hf_config(ds4_tiny))
 
@@ -108,7 +108,7 @@ def bridge(ds4_tiny: Path, bridge_for: Callable[[dict[str, Any]], Any]) -> Any:
 @pytest.fixture(scope="session")
 def mcore_ep2(ds4_with_mtp: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:func:`ds4_with_mtp` converted at expert parallel 2."""
-    from swiftcore_megatron.convert import hf_to_mcore
+    from swiftcore_megatron import hf_to_mcore
 
     out = tmp_path_factory.mktemp("ds4_mcore") / "ep2"
     hf_to_mcore(ds4_with_mtp, out, bridge, ep=2)
@@ -118,7 +118,7 @@ def mcore_ep2(ds4_with_mtp: Path, bridge: Any, tmp_path_factory: pytest.TempPath
 @pytest.fixture(scope="session")
 def state(mcore_ep2: Path, bridge: Any) -> dict[str, Any]:
     """The EP-2 checkpoint merged to one rank, as a single-process model loads it."""
-    from swiftcore_megatron.convert import load_mcore_state
+    from swiftcore_megatron import load_mcore_state
 
     return load_mcore_state(mcore_ep2, bridge)
 
@@ -126,7 +126,7 @@ def state(mcore_ep2: Path, bridge: Any) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def hf_reference() -> Callable[[Path, Any], Any]:
     """``hf_reference(hf_dir, tokens)``: transformers' float32 logits, computed once per checkpoint and input."""
-    from swiftcore_megatron.parity import hf_logits
+    from swiftcore_megatron import hf_logits
 
     cache: dict[tuple[str, tuple[int, ...]], Any] = {}
 
@@ -147,8 +147,7 @@ def mcore_parity(hf_reference: Callable[[Path, Any], Any]) -> Callable[..., Any]
     so that negative controls do not reload transformers.
     """
     import torch
-    from swiftcore_megatron.parity import compare_logits
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model, mcore_logits
+    from swiftcore_megatron import compare_logits, init_model_parallel, load_into_model, mcore_logits
 
     def run(hf_dir: Path, bridge: Any, state: dict[str, Any], tokens: Any) -> Any:
         init_model_parallel(1, 1)

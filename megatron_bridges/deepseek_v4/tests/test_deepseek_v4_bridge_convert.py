@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from swiftcore_megatron import BridgeError, ParallelismError
-from swiftcore_megatron.checkpoint import PASSTHROUGH_SUBDIR, rank_file
-from swiftcore_megatron.convert import hf_to_mcore, mcore_to_hf
+from swiftcore_megatron import PASSTHROUGH_SUBDIR, BridgeError, ParallelismError, hf_to_mcore, mcore_to_hf, rank_file
 
 
 def _rank(mcore_dir: Path, ep_rank: int, ep: int) -> dict[str, torch.Tensor]:

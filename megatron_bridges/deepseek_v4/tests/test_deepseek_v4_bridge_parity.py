@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state
-from swiftcore_megatron.mapping import Rule
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, check_parity, sample_tokens
+from swiftcore_megatron import DEFAULT_TOLERANCE, Rule, check_parity, hf_to_mcore, load_mcore_state, sample_tokens
 
 
 def _tokens(bridge, seq: int):  # type: ignore[no-untyped-def]
@@ -47,7 +45,7 @@ def test_logit_parity_with_a_closed_heavily_compressed_window(ds4_tiny: Path, br
 
 def test_logit_parity_of_every_attention_type_and_sigmoid_routing(ds4_variant: Path, bridge_for, mcore_parity,  # type: ignore[no-untyped-def]
                                                                   tmp_path: Path) -> None:
-    from swiftcore_megatron.resolve import read_hf_config
+    from swiftcore_megatron import read_hf_config
 
     variant = bridge_for(read_hf_config(ds4_variant))
     assert set(variant.attention_types) == {"sliding_attention", "compressed_sparse_attention",
@@ -63,7 +61,7 @@ def test_model_is_built_from_the_bridge_modules(bridge) -> None:  # type: ignore
     from swiftcore_bridge_deepseek_v4.hyper import HyperHeadNorm
     from swiftcore_bridge_deepseek_v4.layer import DeepseekV4GPTModel
     from swiftcore_bridge_deepseek_v4.moe import DeepseekV4HashRouter, DeepseekV4Router
-    from swiftcore_megatron.runtime import init_model_parallel
+    from swiftcore_megatron import init_model_parallel
 
     init_model_parallel(1, 1)
     model = bridge.build_model()
@@ -77,7 +75,7 @@ def test_model_is_built_from_the_bridge_modules(bridge) -> None:  # type: ignore
 
 def test_backward_reaches_hyper_connections_router_and_compressor(bridge, state) -> None:  # type: ignore[no-untyped-def]
     """The converted model trains: a loss backpropagates into V4's own parameters."""
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model
+    from swiftcore_megatron import init_model_parallel, load_into_model
 
     init_model_parallel(1, 1)
     model = bridge.build_model()

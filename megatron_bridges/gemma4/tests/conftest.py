@@ -82,7 +82,7 @@ def gemma4_extras(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def bridge_for() -> Callable[[dict[str, Any]], Any]:
     """``bridge_for(config)``: the installed bridge for a config.json dict, resolved as ``swiftcore export`` does."""
-    from swiftcore_megatron.resolve import resolve_bridge
+    from swiftcore_megatron import resolve_bridge
 
     from swiftcore import load_plugins
 
@@ -93,7 +93,7 @@ def bridge_for() -> Callable[[dict[str, Any]], Any]:
 @pytest.fixture(scope="session")
 def bridge(gemma4_tiny: Path, bridge_for: Callable[[dict[str, Any]], Any]) -> Any:
     """The bridge for :func:`gemma4_tiny`."""
-    from swiftcore_megatron.resolve import read_hf_config
+    from swiftcore_megatron import read_hf_config
 
     return bridge_for(read_hf_config(gemma4_tiny))
 
@@ -101,7 +101,7 @@ def bridge(gemma4_tiny: Path, bridge_for: Callable[[dict[str, Any]], Any]) -> An
 @pytest.fixture(scope="session")
 def extras_bridge(gemma4_extras: Path, bridge_for: Callable[[dict[str, Any]], Any]) -> Any:
     """The bridge for :func:`gemma4_extras`."""
-    from swiftcore_megatron.resolve import read_hf_config
+    from swiftcore_megatron import read_hf_config
 
     return bridge_for(read_hf_config(gemma4_extras))
 
@@ -109,7 +109,7 @@ def extras_bridge(gemma4_extras: Path, bridge_for: Callable[[dict[str, Any]], An
 @pytest.fixture(scope="session")
 def mcore_tp2(gemma4_tiny: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:func:`gemma4_tiny` converted at tensor parallel 2."""
-    from swiftcore_megatron.convert import hf_to_mcore
+    from swiftcore_megatron import hf_to_mcore
 
     out = tmp_path_factory.mktemp("gemma4_mcore") / "tp2"
     hf_to_mcore(gemma4_tiny, out, bridge, tp=2)
@@ -119,7 +119,7 @@ def mcore_tp2(gemma4_tiny: Path, bridge: Any, tmp_path_factory: pytest.TempPathF
 @pytest.fixture(scope="session")
 def extras_mcore_tp2(gemma4_extras: Path, extras_bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:func:`gemma4_extras` converted at tensor parallel 2."""
-    from swiftcore_megatron.convert import hf_to_mcore
+    from swiftcore_megatron import hf_to_mcore
 
     out = tmp_path_factory.mktemp("gemma4_extras_mcore") / "tp2"
     hf_to_mcore(gemma4_extras, out, extras_bridge, tp=2)

@@ -14,9 +14,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from swiftcore_bridge_gemma4.mapping import QK
-from swiftcore_megatron.convert import load_mcore_state
-from swiftcore_megatron.mapping import QKV, Rule
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, check_parity, check_parity_tp, sample_tokens
+from swiftcore_megatron import (
+    DEFAULT_TOLERANCE,
+    QKV,
+    Rule,
+    check_parity,
+    check_parity_tp,
+    load_mcore_state,
+    sample_tokens,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +73,7 @@ def test_model_is_built_from_the_gemma4_spec(extras_bridge) -> None:  # type: ig
     from swiftcore_bridge_gemma4.attention import Gemma4Attention
     from swiftcore_bridge_gemma4.layer import Gemma4DecoderLayer
     from swiftcore_bridge_gemma4.model import Gemma4GPTModel
-    from swiftcore_megatron.runtime import init_model_parallel
+    from swiftcore_megatron import init_model_parallel
 
     init_model_parallel(1, 1)
     model = extras_bridge.build_model()
@@ -81,8 +87,7 @@ def test_model_is_built_from_the_gemma4_spec(extras_bridge) -> None:  # type: ig
 
 def test_megatron_loss_sees_capped_logits_and_trains(gemma4_extras: Path, extras_bridge, extras_state) -> None:  # type: ignore[no-untyped-def]
     """megatron's per-token loss is the cross-entropy of HF's (soft-capped) logits; gradients reach Gemma's parts."""
-    from swiftcore_megatron.parity import hf_logits
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model
+    from swiftcore_megatron import hf_logits, init_model_parallel, load_into_model
 
     tokens = sample_tokens(int(extras_bridge.get("vocab_size")), seq=12, seed=3)
     labels = torch.roll(tokens, -1, dims=1)

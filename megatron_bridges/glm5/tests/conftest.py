@@ -43,8 +43,7 @@ def build_glm5(out: Path, *, mtp: bool = False, **overrides: Any) -> Path:
     ``num_nextn_predict_layers: 1``. transformers loads it as a 3-layer model (it drops the MTP layer).
     """
     import torch
-    from swiftcore_megatron.mtp_reference import with_mtp_layer
-    from swiftcore_megatron.perturb import perturb_checkpoint
+    from swiftcore_megatron import perturb_checkpoint, with_mtp_layer
     from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 
     torch.manual_seed(0)
@@ -56,7 +55,7 @@ def build_glm5(out: Path, *, mtp: bool = False, **overrides: Any) -> Path:
 
 def _bridge(hf: Path) -> Any:
     """The installed bridge for ``hf``, resolved as ``swiftcore export`` does."""
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+    from swiftcore_megatron import read_hf_config, resolve_bridge
 
     from swiftcore.api import load_plugins
 
@@ -92,7 +91,7 @@ def _conversion(checkpoint: str, bridge: str, tp: int, ep: int) -> Any:
     TP ``tp`` and EP ``ep``."""
 
     def converted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-        from swiftcore_megatron.convert import hf_to_mcore
+        from swiftcore_megatron import hf_to_mcore
 
         out = tmp_path_factory.mktemp(checkpoint) / f"tp{tp}_ep{ep}"
         hf_to_mcore(request.getfixturevalue(checkpoint), out, request.getfixturevalue(bridge), tp=tp, ep=ep)
@@ -119,7 +118,7 @@ def run_ranks() -> Any:
 def _run_ranks(tp: int, ep: int, hf: Path, mcore: Path, tokens: Any, work: Path, *extra: str) -> Any:
     """Run ``tests/mcore_rank.py`` as ``tp * ep`` local gloo processes; returns what rank 0 saved."""
     import torch
-    from swiftcore_megatron.runtime import free_port
+    from swiftcore_megatron import free_port
 
     torch.save({"tokens": tokens}, work / "inputs.pt")
     script, port, out = str(Path(__file__).with_name("mcore_rank.py")), str(free_port()), work / "out.pt"

@@ -22,9 +22,14 @@ def main(argv: list[str]) -> None:
     world = tp * ep
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world))
     import torch
-    from swiftcore_megatron.checkpoint import rank_file
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model, mcore_logits
+    from swiftcore_megatron import (
+        init_model_parallel,
+        load_into_model,
+        mcore_logits,
+        rank_file,
+        read_hf_config,
+        resolve_bridge,
+    )
 
     from swiftcore.api import load_plugins
 
@@ -50,7 +55,7 @@ def main(argv: list[str]) -> None:
         torch.distributed.destroy_process_group()
         return
     if argv[8:] == ["mtp"]:
-        from swiftcore_megatron.mtp import mtp_logits
+        from swiftcore_megatron import mtp_logits
 
         main, depths = mtp_logits(model, tokens)
         result: object = {"main": main, "mtp": depths}

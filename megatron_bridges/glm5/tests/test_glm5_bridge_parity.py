@@ -10,14 +10,17 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from swiftcore_megatron import BridgeError, ParallelismError
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
-from swiftcore_megatron.parity import (
+from swiftcore_megatron import (
     DEFAULT_TOLERANCE,
+    BridgeError,
+    ParallelismError,
     check_parity,
     check_parity_tp,
     compare_logits,
     hf_logits,
+    hf_to_mcore,
+    load_mcore_state,
+    mcore_to_hf,
     sample_tokens,
 )
 
@@ -82,7 +85,7 @@ def test_round_trip_is_bit_exact_from_tp2_and_ep2(glm5_hf: Path, bridge: Any, mc
 
 
 def test_indexer_is_replicated_and_mla_split_over_tp(bridge: Any, mcore_tp2: Path) -> None:
-    from swiftcore_megatron.checkpoint import rank_file
+    from swiftcore_megatron import rank_file
 
     shards = [torch.load(rank_file(mcore_tp2, r, 0, 1), weights_only=True)["model"] for r in range(2)]
     s = "decoder.layers.1.self_attention."

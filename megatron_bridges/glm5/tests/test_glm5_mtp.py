@@ -17,10 +17,22 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from swiftcore_megatron import BridgeError, CheckpointError, ParallelismError
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
-from swiftcore_megatron.mtp_reference import load_one_layer, mcore_mtp_logits, mtp_reference_logits, one_layer_state
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, compare_logits, hf_logits, sample_tokens
+from swiftcore_megatron import (
+    DEFAULT_TOLERANCE,
+    BridgeError,
+    CheckpointError,
+    ParallelismError,
+    compare_logits,
+    hf_logits,
+    hf_to_mcore,
+    load_mcore_state,
+    load_one_layer,
+    mcore_mtp_logits,
+    mcore_to_hf,
+    mtp_reference_logits,
+    one_layer_state,
+    sample_tokens,
+)
 
 
 def mtp_reference(
@@ -118,7 +130,7 @@ def test_round_trip_is_bit_exact_from_tp2_and_ep2(
 
 
 def test_mtp_shards_over_tp(mtp_tp2: Path) -> None:
-    from swiftcore_megatron.checkpoint import rank_file
+    from swiftcore_megatron import rank_file
 
     shards = [torch.load(rank_file(mtp_tp2, r, 0, 1), weights_only=True)["model"] for r in range(2)]
     m = "mtp.layers.0."
@@ -187,7 +199,7 @@ def test_megatron_training_adds_the_masked_mtp_loss_to_the_gradients(mtp_bridge:
     excluded), both divided by the step's label-token count; checked against the labels-free MTP logits."""
     engine = pytest.importorskip("swiftcore_train_megatron.engine")
     import torch.nn.functional as F
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model
+    from swiftcore_megatron import init_model_parallel, load_into_model
 
     init_model_parallel(1, 1)
     model = engine.build_model(mtp_bridge, tp=1, ep=1)
@@ -211,7 +223,7 @@ def test_megatron_training_adds_the_masked_mtp_loss_to_the_gradients(mtp_bridge:
     labels = torch.full_like(hf_labels, -100)
     labels[:, :-1] = hf_labels[:, 1:]  # position t predicts token t+1
     positions = torch.arange(20).unsqueeze(0).expand(2, 20)
-    from swiftcore_megatron.cpu_patches import eager_on_cpu
+    from swiftcore_megatron import eager_on_cpu
 
     with eager_on_cpu():
         main = model(input_ids=input_ids, position_ids=positions, attention_mask=None)

@@ -79,7 +79,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
 @pytest.fixture(scope="session")
 def bridge_for() -> Callable[[Path], Any]:
     """``bridge_for(hf_dir)``: the installed bridge resolved from the directory's config.json."""
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+    from swiftcore_megatron import read_hf_config, resolve_bridge
 
     from swiftcore import load_plugins
 

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from swiftcore_megatron.checkpoint import rank_file
-from swiftcore_megatron.convert import hf_to_mcore
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, check_parity_tp
+from swiftcore_megatron import DEFAULT_TOLERANCE, check_parity_tp, hf_to_mcore, rank_file
 
 
 def _hf_tensors(hf_dir: Path) -> dict[str, torch.Tensor]:

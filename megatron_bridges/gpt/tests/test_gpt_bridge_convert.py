@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from swiftcore_megatron import CheckpointError, ParallelismError
-from swiftcore_megatron.checkpoint import rank_file, read_metadata
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
+from swiftcore_megatron import (
+    CheckpointError,
+    ParallelismError,
+    hf_to_mcore,
+    load_mcore_state,
+    mcore_to_hf,
+    rank_file,
+    read_metadata,
+)
 
 from swiftcore.errors import OutputExistsError
 

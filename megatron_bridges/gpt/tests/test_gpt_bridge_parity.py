@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state
-from swiftcore_megatron.mapping import Fuse
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, check_parity, check_parity_tp, compare_logits, hf_logits
+from swiftcore_megatron import (
+    DEFAULT_TOLERANCE,
+    Fuse,
+    check_parity,
+    check_parity_tp,
+    compare_logits,
+    hf_logits,
+    hf_to_mcore,
+    load_mcore_state,
+)
 
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen3_tied", "llama", "qwen3_moe", "qwen3_moe_mixed", "deepseek_v3"])
@@ -85,7 +92,7 @@ def test_parity_report_flags_argmax_disagreement() -> None:
 
 
 def test_converted_back_checkpoint_loads_in_transformers(tiny, bridge_for, tmp_path: Path) -> None:
-    from swiftcore_megatron.convert import mcore_to_hf
+    from swiftcore_megatron import mcore_to_hf
 
     hf = tiny("qwen3_moe")
     bridge = bridge_for(hf)

@@ -50,7 +50,7 @@ def mimo_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def bridge(mimo_tiny: Path) -> Any:
     """The bridge for :func:`mimo_tiny`, resolved as ``swiftcore export`` does."""
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+    from swiftcore_megatron import read_hf_config, resolve_bridge
 
     from swiftcore import load_plugins
 
@@ -60,7 +60,7 @@ def bridge(mimo_tiny: Path) -> Any:
 @pytest.fixture(scope="session")
 def mcore_tp2(mimo_tiny: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:func:`mimo_tiny` converted at tensor parallel 2."""
-    from swiftcore_megatron.convert import hf_to_mcore
+    from swiftcore_megatron import hf_to_mcore
 
     out = tmp_path_factory.mktemp("mimo_mcore") / "tp2"
     hf_to_mcore(mimo_tiny, out, bridge, tp=2)
@@ -70,7 +70,7 @@ def mcore_tp2(mimo_tiny: Path, bridge: Any, tmp_path_factory: pytest.TempPathFac
 @pytest.fixture(scope="session")
 def mcore_ep2(mimo_tiny: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:func:`mimo_tiny` converted at expert parallel 2."""
-    from swiftcore_megatron.convert import hf_to_mcore
+    from swiftcore_megatron import hf_to_mcore
 
     out = tmp_path_factory.mktemp("mimo_mcore") / "ep2"
     hf_to_mcore(mimo_tiny, out, bridge, ep=2)
@@ -86,7 +86,7 @@ def mimo_mtp(mimo_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     ``hnorm``, ``eh_proj``, ``final_layernorm``); norms and sinks are randomised like the model's.
     """
     import torch
-    from swiftcore_megatron.mtp_reference import with_mtp_layer
+    from swiftcore_megatron import with_mtp_layer
     from transformers import MiMoV2FlashForCausalLM
 
     gen = torch.Generator().manual_seed(12)
@@ -115,7 +115,7 @@ def mimo_mtp(mimo_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def mtp_bridge(mimo_mtp: Path) -> Any:
     """The bridge for :func:`mimo_mtp`."""
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+    from swiftcore_megatron import read_hf_config, resolve_bridge
 
     from swiftcore import load_plugins
 

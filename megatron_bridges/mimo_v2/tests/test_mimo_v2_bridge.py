@@ -16,10 +16,19 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from swiftcore_bridge_mimo_v2.bridge import GroupedQKV
-from swiftcore_megatron import BridgeError, ParallelismError
-from swiftcore_megatron.checkpoint import rank_file
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, check_parity, check_parity_tp, compare_logits, sample_tokens
+from swiftcore_megatron import (
+    DEFAULT_TOLERANCE,
+    BridgeError,
+    ParallelismError,
+    check_parity,
+    check_parity_tp,
+    compare_logits,
+    hf_to_mcore,
+    load_mcore_state,
+    mcore_to_hf,
+    rank_file,
+    sample_tokens,
+)
 
 SEQ = 24  # three sliding windows
 
@@ -61,8 +70,7 @@ def test_logit_parity_tp2_with_two_gloo_processes(mimo_tiny: Path, bridge: Any, 
 def _ep_worker(rank: int, port: int, hf_dir: str, mcore_dir: str, bridge: Any, input_ids: Any,
                result_file: str) -> None:
     """One expert-parallel rank: loads its own rank file (experts 2r, 2r+1) and runs the model."""
-    from swiftcore_megatron.parity import hf_logits
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model, mcore_logits
+    from swiftcore_megatron import hf_logits, init_model_parallel, load_into_model, mcore_logits
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -81,7 +89,7 @@ def _ep_worker(rank: int, port: int, hf_dir: str, mcore_dir: str, bridge: Any, i
 
 def test_logit_parity_ep2_with_two_gloo_processes(mimo_tiny: Path, bridge: Any, mcore_ep2: Path) -> None:
     import torch.multiprocessing as mp
-    from swiftcore_megatron.runtime import free_port
+    from swiftcore_megatron import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "parity.json"
@@ -104,7 +112,7 @@ def test_round_trip_is_bit_exact(mimo_tiny: Path, bridge: Any, tmp_path: Path, l
 
 
 def test_layers_have_their_own_kv_heads_window_and_sinks(bridge: Any) -> None:
-    from swiftcore_megatron.runtime import init_model_parallel
+    from swiftcore_megatron import init_model_parallel
 
     init_model_parallel(1, 1)
     model = bridge.build_model()
@@ -187,7 +195,7 @@ def test_a_config_without_the_defaulted_fields_gets_transformers_defaults(bridge
 
 
 def test_backward_reaches_sinks_experts_and_router(bridge: Any, state: dict) -> None:
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model
+    from swiftcore_megatron import init_model_parallel, load_into_model
 
     init_model_parallel(1, 1)
     model = bridge.build_model()

@@ -21,10 +21,19 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from swiftcore_megatron.checkpoint import rank_file
-from swiftcore_megatron.convert import hf_to_mcore, mcore_to_hf
-from swiftcore_megatron.mtp_reference import load_one_layer, mcore_mtp_logits, mtp_reference_logits, one_layer_state
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, compare_logits, hf_logits, sample_tokens
+from swiftcore_megatron import (
+    DEFAULT_TOLERANCE,
+    compare_logits,
+    hf_logits,
+    hf_to_mcore,
+    load_one_layer,
+    mcore_mtp_logits,
+    mcore_to_hf,
+    mtp_reference_logits,
+    one_layer_state,
+    rank_file,
+    sample_tokens,
+)
 
 SEQ = 24  # three sliding windows
 MTP = "model.mtp.layers.0."
@@ -59,8 +68,7 @@ def _tokens() -> torch.Tensor:
 
 def _worker(rank: int, tp: int, ep: int, port: int, mcore_dir: str, bridge: Any, tokens: Any, out: str) -> None:
     """One rank: loads its own rank file, runs the model, rank 0 saves the main and MTP logits."""
-    from swiftcore_megatron.mtp import mtp_logits
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model
+    from swiftcore_megatron import init_model_parallel, load_into_model, mtp_logits
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
@@ -77,7 +85,7 @@ def _worker(rank: int, tp: int, ep: int, port: int, mcore_dir: str, bridge: Any,
 
 def _run(mcore: Path, bridge: Any, tp: int, ep: int) -> dict[str, Any]:
     import torch.multiprocessing as mp
-    from swiftcore_megatron.runtime import free_port
+    from swiftcore_megatron import free_port
 
     if tp * ep == 1:
         main, depths = mcore_mtp_logits(bridge, mcore, _tokens())

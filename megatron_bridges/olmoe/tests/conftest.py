@@ -29,7 +29,7 @@ def build_olmoe(out: Path, **overrides: Any) -> Path:
     """Save a random tiny ``OlmoeForCausalLM`` to ``out``, then perturb every tensor and the rope base in place
     (norm weights start at 1 in HF's init: q_norm and k_norm would be interchangeable)."""
     import torch
-    from swiftcore_megatron.perturb import perturb_checkpoint
+    from swiftcore_megatron import perturb_checkpoint
     from transformers import OlmoeConfig, OlmoeForCausalLM
 
     torch.manual_seed(0)
@@ -46,7 +46,7 @@ def olmoe_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def bridge(olmoe_hf: Path) -> Any:
     """The installed bridge for :func:`olmoe_hf`, resolved as ``swiftcore export`` does."""
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+    from swiftcore_megatron import read_hf_config, resolve_bridge
 
     from swiftcore.api import load_plugins
 
@@ -54,7 +54,7 @@ def bridge(olmoe_hf: Path) -> Any:
 
 
 def _converted(hf: Path, bridge: Any, out: Path, tp: int, ep: int) -> Path:
-    from swiftcore_megatron.convert import hf_to_mcore
+    from swiftcore_megatron import hf_to_mcore
 
     hf_to_mcore(hf, out, bridge, tp=tp, ep=ep)
     return out

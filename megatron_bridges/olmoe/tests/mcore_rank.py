@@ -22,9 +22,14 @@ def main(argv: list[str]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world))
     import torch
     from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
-    from swiftcore_megatron.checkpoint import rank_file
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
-    from swiftcore_megatron.runtime import init_model_parallel, load_into_model, mcore_logits
+    from swiftcore_megatron import (
+        init_model_parallel,
+        load_into_model,
+        mcore_logits,
+        rank_file,
+        read_hf_config,
+        resolve_bridge,
+    )
 
     from swiftcore.api import load_plugins
 

@@ -12,17 +12,19 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
-from swiftcore_megatron import BridgeError, ParallelismError
-from swiftcore_megatron.convert import load_mcore_state, mcore_to_hf
-from swiftcore_megatron.parity import (
+from swiftcore_megatron import (
     DEFAULT_TOLERANCE,
+    BridgeError,
+    ParallelismError,
     check_parity,
     check_parity_tp,
     compare_logits,
+    free_port,
     hf_logits,
+    load_mcore_state,
+    mcore_to_hf,
     sample_tokens,
 )
-from swiftcore_megatron.runtime import free_port
 
 
 def _report(report: Any, what: str) -> None:
@@ -103,7 +105,7 @@ def test_round_trip_is_bit_exact_from_tp2_and_ep2(olmoe_hf: Path, bridge: Any, m
 
 
 def test_q_and_k_norm_weights_are_split_with_their_heads(bridge: Any, mcore_tp2: Path) -> None:
-    from swiftcore_megatron.checkpoint import rank_file
+    from swiftcore_megatron import rank_file
 
     shards = [torch.load(rank_file(mcore_tp2, r, 0, 1), weights_only=True)["model"] for r in range(2)]
     key = "decoder.layers.0.self_attention.{}_layernorm.weight"

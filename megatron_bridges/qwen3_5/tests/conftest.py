@@ -76,7 +76,7 @@ def qwen3_5_with_mtp(qwen3_5_tiny: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="session")
 def bridge_for() -> Callable[[dict[str, Any]], Any]:
     """``bridge_for(config)``: the installed bridge for a config.json dict, resolved as ``swiftcore export`` does."""
-    from swiftcore_megatron.resolve import resolve_bridge
+    from swiftcore_megatron import resolve_bridge
 
     from swiftcore import load_plugins
 
@@ -87,7 +87,7 @@ def bridge_for() -> Callable[[dict[str, Any]], Any]:
 @pytest.fixture(scope="session")
 def bridge(qwen3_5_tiny: Path, bridge_for: Callable[[dict[str, Any]], Any]) -> Any:
     """The bridge for :func:`qwen3_5_tiny`."""
-    from swiftcore_megatron.resolve import read_hf_config
+    from swiftcore_megatron import read_hf_config
 
     return bridge_for(read_hf_config(qwen3_5_tiny))
 
@@ -95,7 +95,7 @@ def bridge(qwen3_5_tiny: Path, bridge_for: Callable[[dict[str, Any]], Any]) -> A
 @pytest.fixture(scope="session")
 def mcore_tp2(qwen3_5_tiny: Path, bridge: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:func:`qwen3_5_tiny` converted at tensor parallel 2."""
-    from swiftcore_megatron.convert import hf_to_mcore
+    from swiftcore_megatron import hf_to_mcore
 
     out = tmp_path_factory.mktemp("qwen3_5_mcore") / "tp2"
     hf_to_mcore(qwen3_5_tiny, out, bridge, tp=2)

@@ -13,8 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from swiftcore_bridge_qwen3_5.mapping import GatedQKV
-from swiftcore_megatron.convert import load_mcore_state
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, check_parity, check_parity_tp, sample_tokens
+from swiftcore_megatron import DEFAULT_TOLERANCE, check_parity, check_parity_tp, load_mcore_state, sample_tokens
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def test_logit_parity_tp1(qwen3_5_tiny: Path, bridge, state, seq: int) -> None: 
 def test_model_has_a_gated_delta_net_or_gated_attention_per_layer_type(bridge) -> None:  # type: ignore[no-untyped-def]
     from megatron.core.ssm.gated_delta_net import GatedDeltaNet
     from megatron.core.transformer.attention import SelfAttention
-    from swiftcore_megatron.runtime import init_model_parallel
+    from swiftcore_megatron import init_model_parallel
 
     init_model_parallel(1, 1)
     model = bridge.build_model()

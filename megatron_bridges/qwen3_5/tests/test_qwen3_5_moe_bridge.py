@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
-from swiftcore_megatron.parity import DEFAULT_TOLERANCE, check_parity
+from swiftcore_megatron import DEFAULT_TOLERANCE, check_parity, hf_to_mcore, load_mcore_state, mcore_to_hf
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +17,7 @@ def moe(tiny) -> Path:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def moe_bridge(moe: Path, bridge_for):  # type: ignore[no-untyped-def]
-    from swiftcore_megatron.resolve import read_hf_config
+    from swiftcore_megatron import read_hf_config
 
     return bridge_for(read_hf_config(moe))
 
@@ -59,7 +58,7 @@ def test_negative_control_dropped_shared_expert_gate_fails_parity(moe: Path, moe
 
 @pytest.mark.slow
 def test_logit_parity_tp2_with_two_gloo_processes(moe: Path, moe_bridge, moe_mcore: Path) -> None:  # type: ignore[no-untyped-def]
-    from swiftcore_megatron.parity import check_parity_tp
+    from swiftcore_megatron import check_parity_tp
 
     report = check_parity_tp(moe, moe_mcore, moe_bridge, 2)
     assert report.max_abs <= DEFAULT_TOLERANCE, report

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state, mcore_to_hf
+from swiftcore_megatron import hf_to_mcore, load_mcore_state, mcore_to_hf
 
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 
@@ -23,7 +23,7 @@ def asr(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def bridge(asr: Path):  # type: ignore[no-untyped-def]
-    from swiftcore_megatron.resolve import find_bridge_spec, make_bridge, read_hf_config
+    from swiftcore_megatron import find_bridge_spec, make_bridge, read_hf_config
 
     from swiftcore import load_plugins
 
@@ -45,7 +45,7 @@ def test_round_trip_carries_the_audio_tower_bit_exact(asr: Path, bridge, tmp_pat
 
 
 def test_language_model_logit_parity(asr: Path, bridge, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from swiftcore_megatron.parity import check_parity
+    from swiftcore_megatron import check_parity
 
     hf_to_mcore(asr, tmp_path / "mcore", bridge)
     report = check_parity(asr, bridge, load_mcore_state(tmp_path / "mcore", bridge))
@@ -54,7 +54,7 @@ def test_language_model_logit_parity(asr: Path, bridge, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_language_model_logit_parity_tp2(asr: Path, bridge, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from swiftcore_megatron.parity import check_parity_tp
+    from swiftcore_megatron import check_parity_tp
 
     hf_to_mcore(asr, tmp_path / "mcore", bridge, tp=2)
     report = check_parity_tp(asr, tmp_path / "mcore", bridge, 2)

@@ -11,14 +11,8 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from swiftcore_testing.model_spec_checks import (
-    forward_backward,
-    lora_exclude_problems,
-    part_problems,
-    special_token_problems,
-)
-from swiftcore_tiny import make_tiny
-from swiftcore_tiny.demo import parity_records
+from swiftcore_testing import forward_backward, lora_exclude_problems, part_problems, special_token_problems
+from swiftcore_tiny import make_tiny, parity_records
 
 from swiftcore.api import load_plugins
 from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec

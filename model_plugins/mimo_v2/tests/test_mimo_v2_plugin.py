@@ -10,12 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing.model_spec_checks import (
-    forward_backward,
-    lora_exclude_problems,
-    part_problems,
-    special_token_problems,
-)
+from swiftcore_testing import forward_backward, lora_exclude_problems, part_problems, special_token_problems
 from swiftcore_tiny import make_tiny
 
 import swiftcore
@@ -126,9 +121,8 @@ def test_routers_are_kept_out_of_lora_and_experts_are_adapted(tiny_dir: Path, tm
 
 def test_lora_on_the_demo_data_lowers_the_loss(tiny_dir: Path, tmp_path: Path) -> None:
     import torch
-    from swiftcore_tiny.demo import parity_records
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.dispatch import run_training
+    from swiftcore_tiny import parity_records
+    from swiftcore_train import TrainConfig, run_training
 
     plugins = swiftcore.load_plugins(["mimo_v2", "template_mimo", "train"], env={})
     threads = torch.get_num_threads()

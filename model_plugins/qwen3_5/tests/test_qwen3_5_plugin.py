@@ -9,12 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from swiftcore_testing.model_spec_checks import (
-    forward_backward,
-    lora_exclude_problems,
-    part_problems,
-    special_token_problems,
-)
+from swiftcore_testing import forward_backward, lora_exclude_problems, part_problems, special_token_problems
 from swiftcore_tiny import make_tiny
 
 import swiftcore

@@ -21,9 +21,8 @@ pytestmark = pytest.mark.gpu
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import types
 
-    from swiftcore_infer.backends import create_engine
-    from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
+    from swiftcore_infer import TransformersEngine, create_engine
+    from swiftcore_testing import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
 
     plugins = plugins_with_tiny_qwen3()
     root = tmp_path_factory.mktemp("sglang-gpu")
@@ -60,7 +59,7 @@ def test_greedy_parity(setup: Any) -> None:
 
 
 def test_lora_parity_per_request(setup: Any) -> None:
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import Request, SamplingParams
 
     requests = [
         Request(record=r, sampling=SamplingParams(max_new_tokens=16), adapter="parity" if i % 2 else None)
@@ -71,7 +70,7 @@ def test_lora_parity_per_request(setup: Any) -> None:
 
 
 def test_streaming(setup: Any) -> None:
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import Request, SamplingParams
 
     record = _records(1)[0]
     expected = setup.sglang.generate([record], max_new_tokens=16)[0]
@@ -81,8 +80,8 @@ def test_streaming(setup: Any) -> None:
 
 def test_update_weights_parity(setup: Any) -> None:
     from safetensors.torch import load_file
-    from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import make_tiny_qwen3
+    from swiftcore_infer import TransformersEngine
+    from swiftcore_testing import make_tiny_qwen3
 
     other = make_tiny_qwen3(setup.root / "other", seed=1)
     records = _records(4)
@@ -130,8 +129,7 @@ def _media_records(root: Any, media: list[list[str]]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("family", sorted(MEDIA))
 def test_media_parity(family: str, tiny_model_dir: Any, tmp_path: Any) -> None:
     import torch
-    from swiftcore_infer.backends import create_engine
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import TransformersEngine, create_engine
 
     from swiftcore.api.plugins import load_plugins
 

@@ -34,9 +34,15 @@ from typing import Any
 import pytest
 from swiftcore_backend_sglang import probe as probe_module
 from swiftcore_backend_sglang.engine import SglangEngine, new_token_ids, sglang_media, to_sglang_sampling
-from swiftcore_infer.errors import BackendUnavailableError, InferError, InvalidRequestError, UnsupportedError
-from swiftcore_infer.media import Prompt
-from swiftcore_infer.types import Request, SamplingParams
+from swiftcore_infer import (
+    BackendUnavailableError,
+    InferError,
+    InvalidRequestError,
+    Prompt,
+    Request,
+    SamplingParams,
+    UnsupportedError,
+)
 
 
 class FakeSglangEngine:
@@ -114,7 +120,7 @@ class FakeSglangEngine:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A tiny Qwen3 checkpoint (only its config and tokenizer matter: SGLang's stand-in never loads it)."""
-    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
+    from swiftcore_testing import make_tiny_qwen3, plugins_with_tiny_qwen3
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("sglang")
@@ -201,7 +207,7 @@ def test_probe_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unavailable_here_with_a_reason(work: Any) -> None:
-    from swiftcore_infer.backends import backend_spec, create_engine
+    from swiftcore_infer import backend_spec, create_engine
 
     if probe_module.probe() is None:  # scripts/gpu_check.sh runs this file where SGLang is installed and works
         pytest.skip("SGLang can run here: gpu_check_sglang.py runs it for real")

@@ -27,8 +27,8 @@ def _on_gpu_build() -> bool:
 @pytest.mark.skipif(not _on_gpu_build(), reason="needs vLLM's CUDA build and a GPU (scripts/gpu_check.sh vllm)")
 def test_a_fused_expert_adapter_on_moe_equals_transformers(tmp_path: Path) -> None:
     from swiftcore_backend_vllm.engine import VllmEngine
-    from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import train_tiny_lora
+    from swiftcore_infer import TransformersEngine
+    from swiftcore_testing import train_tiny_lora
     from swiftcore_tiny import make_tiny
 
     from swiftcore.api.plugins import load_plugins

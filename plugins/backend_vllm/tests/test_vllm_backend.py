@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from swiftcore_backend_vllm import probe as probe_module
-from swiftcore_infer.types import Request, SamplingParams
+from swiftcore_infer import Request, SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def setup() -> Any:
 @pytest.fixture(scope="module")
 def reference(setup: Any) -> Any:
     """The transformers engine on the same checkpoint, with the same adapter loaded."""
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import TransformersEngine
 
     engine = TransformersEngine(setup.model_dir, setup.plugins)
     engine.load_adapter("parity", setup.lora_dir)
@@ -50,7 +50,7 @@ def test_probe_says_why_when_vllm_is_missing(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_backend_is_registered(setup: Any) -> None:
-    from swiftcore_infer.backends import backend_spec, probe_backend
+    from swiftcore_infer import backend_spec, probe_backend
 
     spec = backend_spec("vllm", setup.plugins)
     assert spec.provider.distribution == "swiftcore-backend-vllm"
@@ -110,8 +110,8 @@ def test_32_requests_with_3_invalid(vllm: Any) -> None:
 
 def test_update_weights_parity_after_reload(vllm: Any, setup: Any, tmp_path: Any) -> None:
     from safetensors.torch import load_file
-    from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import make_tiny_qwen3
+    from swiftcore_infer import TransformersEngine
+    from swiftcore_testing import make_tiny_qwen3
 
     other = make_tiny_qwen3(tmp_path / "other", seed=1)
     records = _records(4)
@@ -150,7 +150,7 @@ def test_sampling_translation() -> None:
 
 def test_embeddings_need_a_pooling_instance() -> None:
     from swiftcore_backend_vllm.engine import VllmEngine
-    from swiftcore_infer.errors import UnsupportedError
+    from swiftcore_infer import UnsupportedError
 
     engine = VllmEngine.__new__(VllmEngine)  # no vLLM start: only the capability check runs
     engine.runner, engine._embeddings = "generate", False
@@ -184,7 +184,7 @@ def test_rollout_logprobs_equal_a_forward_pass(vllm: Any, setup: Any) -> None:
     """``generate_rollouts(logprobs=True)``: vLLM's log-prob of each token it sampled equals the transformers model's
     over prompt + rollout (temperature 1: vLLM's default raw log-probs are then the sampling distribution's)."""
     import torch
-    from swiftcore_testing.engines import sampled_logprobs
+    from swiftcore_testing import sampled_logprobs
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(setup.model_dir, dtype=torch.float32)  # no adapter anywhere

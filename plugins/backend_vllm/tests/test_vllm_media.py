@@ -34,10 +34,13 @@ from swiftcore_backend_vllm.engine import (  # noqa: E402
     media_refusals,
     vllm_prompt,
 )
-from swiftcore_infer import Engine  # noqa: E402
-from swiftcore_infer.errors import InferError, InvalidRequestError  # noqa: E402
-from swiftcore_infer.media import Prompt  # noqa: E402
-from swiftcore_infer.types import Request  # noqa: E402
+from swiftcore_infer import (  # noqa: E402
+    Engine,
+    InferError,
+    InvalidRequestError,
+    Prompt,
+    Request,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -92,7 +92,7 @@ def _app(state: ScriptedServer) -> Any:
 @pytest.fixture
 def scripted_server() -> Iterator[ScriptedServer]:
     """A running scripted OpenAI-compatible server (see :class:`ScriptedServer`); set ``answer`` in the test."""
-    from swiftcore_testing.engines import ServerThread
+    from swiftcore_testing import ServerThread
 
     state = ScriptedServer()
     with ServerThread(_app(state)) as base:
@@ -126,7 +126,7 @@ class Demo:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     """``swiftcore_tiny.demo.run_demo`` with ``make demo``'s defaults, once per session (about a minute on 2 cores)."""
     import torch
-    from swiftcore_tiny.demo import run_demo
+    from swiftcore_tiny import run_demo
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # these tiny models gain nothing from two threads on a shared machine

@@ -105,7 +105,7 @@ def test_a_missing_evalscope_is_reported_with_the_install_command(
 
 
 def test_an_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from swiftcore_testing.processes import free_port
+    from swiftcore_testing import free_port
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     code, _, err = _run(capsys, "--api-url", url, "--dataset", "parity")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from swiftcore_eval.dataset import builtin_dataset_path, read_dataset
-from swiftcore_testing.processes import deploy_process, user_env
+from swiftcore_testing import deploy_process, user_env
 
 from swiftcore.api.cli import main
 

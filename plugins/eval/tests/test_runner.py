@@ -99,7 +99,7 @@ def test_the_endpoint_is_checked_before_the_evaluation(scripted_server) -> None:
 
 
 def test_an_endpoint_nobody_listens_on_fails_at_once() -> None:
-    from swiftcore_testing.processes import free_port
+    from swiftcore_testing import free_port
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(SwiftcoreError, match=re.escape(f"cannot reach {url}")):

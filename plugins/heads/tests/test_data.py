@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from swiftcore_data.errors import DataError
+from swiftcore_data import DataError
 from swiftcore_heads.data import Example, GroupCollator, parse_rows
 from swiftcore_heads.options import HeadTrainConfig as TrainConfig
 
@@ -99,7 +99,7 @@ def _fail_load(*_a, **_k):
 def test_bad_input_fails_before_the_model_loads(
     tiny_model_dir, plugins, monkeypatch, tmp_path, task, row, options, match
 ):
-    from swiftcore_train.dispatch import run_training
+    from swiftcore_train import run_training
 
     monkeypatch.setattr("swiftcore.models.load_model", _fail_load)
     data = tmp_path / "d.jsonl"

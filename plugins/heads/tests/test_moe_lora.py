@@ -29,7 +29,7 @@ def moe_decoder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any
 def test_a_head_on_a_moe_decoder_adapts_the_experts_and_never_the_router(moe_decoder: tuple[Any, Any, Any]) -> None:
     import torch
     from swiftcore_heads.tuning import apply_head_tuner
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     spec, model_dir, decoder = moe_decoder
     cfg = TrainConfig(model=str(model_dir), dataset=("x",), tuner="lora", lora_rank=4, lora_alpha=8)

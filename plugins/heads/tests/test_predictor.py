@@ -8,8 +8,13 @@ import pytest
 import torch
 from swiftcore_heads import HEAD_FILE
 from swiftcore_heads.api import classify, embed, load_head_model, score
-from swiftcore_infer.errors import InvalidRequestError
-from swiftcore_infer.heads import HEAD_INFO_FILE, HeadCheckpointError, find_head_checkpoint, load_head_engine
+from swiftcore_infer import (
+    HEAD_INFO_FILE,
+    HeadCheckpointError,
+    InvalidRequestError,
+    find_head_checkpoint,
+    load_head_engine,
+)
 
 TEXTS = ["the cat sat on the mat", "a dog", "tax law of 1999 and its many amendments"]
 

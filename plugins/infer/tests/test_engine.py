@@ -232,7 +232,7 @@ def test_update_weights_matches_a_fresh_load(tiny_qwen3: Path, infer_plugins: An
     import torch
     from safetensors.torch import save_file
     from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import make_tiny_qwen3
+    from swiftcore_testing import make_tiny_qwen3
 
     other = make_tiny_qwen3(tmp_path / "other", seed=1)
     records = _records(3)
@@ -263,7 +263,7 @@ def test_update_weights_under_a_lora_adapter(
 ) -> None:
     from safetensors.torch import load_file
     from swiftcore_infer.transformers_engine import TransformersEngine
-    from swiftcore_testing.engines import make_tiny_qwen3
+    from swiftcore_testing import make_tiny_qwen3
 
     other = make_tiny_qwen3(tmp_path / "other", seed=1)
     records = _records(2)

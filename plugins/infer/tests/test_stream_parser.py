@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from swiftcore_serve.stream_parser import StreamParser
+from swiftcore_serve import StreamParser
 
 
 def _run(parser: StreamParser, pieces: list[str]) -> dict[str, str]:

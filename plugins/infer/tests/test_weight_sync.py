@@ -94,7 +94,7 @@ def test_rollout_logprobs_are_the_sampling_distributions(engine: Any, sampling: 
     """``logprobs=True``: each rollout token's log-probability under the distribution it was drawn from, equal to a
     forward pass of the model over prompt + rollout (logits / temperature, top-k renormalised) to 1e-4."""
     import torch
-    from swiftcore_testing.engines import sampled_logprobs
+    from swiftcore_testing import sampled_logprobs
 
     requests = [Request(record=r, sampling=sampling) for r in _records(3)]
     out = engine.generate_rollouts(requests, logprobs=True)

@@ -88,7 +88,7 @@ def vowel_task() -> Callable[..., tuple[list[dict], list[dict]]]:
 def run_cli() -> Callable[..., str]:
     """The test kit's in-process CLI runner (``swiftcore_testing``; ``swiftcore.testing`` before the rename)."""
     try:
-        from swiftcore_testing.cli import run_cli as runner
+        from swiftcore_testing import run_cli as runner
     except ImportError:  # the kit's former home
         from swiftcore.testing.cli import run_cli as runner  # type: ignore[no-redef]
     return runner

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from swiftcore_train.config import TrainConfig
+from swiftcore_train import TrainConfig
 
 STEPS = 30
 LEARNING_RATE = 2e-3

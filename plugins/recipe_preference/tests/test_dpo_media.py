@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_train.config import TrainConfig
+from swiftcore_train import TrainConfig
 
 BETA = 0.3
 COLOURS = {"red": (220, 30, 30), "blue": (30, 30, 220)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from swiftcore_recipe_preference.data import parse_pair
 from swiftcore_recipe_preference.encoding import encode_dpo_pairs, encode_rm_pairs
-from swiftcore_train.config import TrainConfig
+from swiftcore_train import TrainConfig
 
 ROW = {
     "messages": [{"role": "user", "content": "say apple"}, {"role": "assistant", "content": "apple apple"}],

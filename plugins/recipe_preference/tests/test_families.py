@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from swiftcore_train.config import TrainConfig
+from swiftcore_train import TrainConfig
 
 ROWS = [
     {"prompt": "say apple", "chosen": "apple apple", "rejected": "pear"},

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from swiftcore_data import DataError
 from swiftcore_recipe_preference.data import load_unpaired, parse_unpaired
-from swiftcore_train.config import TrainConfig
+from swiftcore_train import TrainConfig
 
 ROWS = [
     {"messages": [{"role": "user", "content": "say apple"}, {"role": "assistant", "content": "apple"}], "label": True},

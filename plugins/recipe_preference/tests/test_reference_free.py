@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_train.config import TrainConfig
+from swiftcore_train import TrainConfig
 
 ROWS = [
     {"prompt": "say apple", "chosen": "apple apple", "rejected": "pear"},

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_train.config import TrainConfig
+from swiftcore_train import TrainConfig
 
 STEPS = 30
 

@@ -43,7 +43,7 @@ def vowel_task(
     import json
 
     from swiftcore_recipe_rl.options import RL_RECIPES
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     work.mkdir(parents=True, exist_ok=True)
     data = work / "prompts.jsonl"
@@ -79,9 +79,7 @@ def make_trainer(recipe: str, tiny_dir: Path, plugins: Any, output_dir: Path, **
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.rollout import PromptCodec
     from swiftcore_recipe_rl.trainer import trainer_class
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.rewards import Reward
-    from swiftcore_train.tuners import apply_tuner
+    from swiftcore_train import Reward, TrainConfig, apply_tuner
 
     from swiftcore.api import RewardSpec
     from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
@@ -150,8 +148,7 @@ def gkd_trainer(tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path_factor
     from swiftcore_recipe_rl.options import GKDOptions
     from swiftcore_recipe_rl.recipe import gkd_config
     from swiftcore_recipe_rl.trainer import trainer_class
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.tuners import apply_tuner
+    from swiftcore_train import TrainConfig, apply_tuner
 
     from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
 

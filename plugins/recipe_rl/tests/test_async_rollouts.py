@@ -93,7 +93,7 @@ def test_importance_ratio_and_loss_equal_a_hand_computation(
 ) -> None:
     import torch
     from swiftcore_recipe_rl.sync import WeightSync, create_rollout_engine
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     rewards = [1.0, 0.0, 0.5, 0.0, 2.0, 2.0, 1.0, -1.0]
     trainer = trainer_factory(

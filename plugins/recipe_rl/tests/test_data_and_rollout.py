@@ -122,7 +122,7 @@ def test_rewards_run_concurrently_with_each_other(grpo_trainer: Any) -> None:
     import time
 
     from swiftcore_recipe_rl.rewards import TRLReward
-    from swiftcore_train.rewards import Reward
+    from swiftcore_train import Reward
     from trl.trainer.utils import is_async_callable
 
     from swiftcore.api import RewardSpec

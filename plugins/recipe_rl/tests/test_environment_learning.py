@@ -27,8 +27,7 @@ def test_grpo_learns_to_call_the_calculator(tiny_dir: Path, plugins: Any, tmp_pa
     from swiftcore_recipe_rl.environments import CALCULATOR_TOOL
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.dispatch import run_training
+    from swiftcore_train import TrainConfig, run_training
 
     question = {"role": "user", "content": "What is 6*7? Use the calculator."}
     call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "6*7"}}}

@@ -392,7 +392,7 @@ def test_a_tool_call_is_parsed_executed_rendered_and_masked(
     data = tmp_path / "prompts.jsonl"
     row = {"messages": [{"role": "user", "content": "What is 6*7? Use the calculator."}], "answer": "42"}
     data.write_text(json.dumps(row) + "\n")
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     cfg = TrainConfig(
         model=str(tiny_dir), dataset=(str(data),), output_dir=str(tmp_path / "out"), tuner="lora", max_steps=1,

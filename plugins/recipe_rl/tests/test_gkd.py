@@ -82,7 +82,7 @@ def test_gkd_lowers_the_held_out_divergence_to_the_teacher(
     import torch
     from swiftcore_recipe_rl.options import GKDOptions
     from swiftcore_recipe_rl.recipe import run_gkd
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     from swiftcore.api.models import load_model, resolve_model_spec
 

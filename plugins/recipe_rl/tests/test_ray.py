@@ -68,7 +68,7 @@ def test_a_dead_reward_worker_costs_the_fallback_not_the_run(
     ray_cluster: Any, plugins: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     from swiftcore_recipe_rl.ray_actors import start_reward_workers
-    from swiftcore_train.rewards import load_rewards, parse_reward_options
+    from swiftcore_train import load_rewards, parse_reward_options
 
     names = ["format"]
     local = load_rewards(plugins, names, options=parse_reward_options(["format.pattern=^a"]), fallback=-1.0)
@@ -84,7 +84,7 @@ def test_a_dead_reward_worker_costs_the_fallback_not_the_run(
 def test_a_dead_rollout_worker_stops_the_call_naming_it(ray_cluster: Any, tiny_dir: Path, plugins: Any) -> None:
     from types import SimpleNamespace
 
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import Request, SamplingParams
     from swiftcore_recipe_rl.ray_actors import start_rollout_worker
 
     from swiftcore.api import SwiftcoreError

@@ -12,7 +12,7 @@ def test_grpo_resumes_from_the_latest_checkpoint(tiny_dir: Path, plugins: Any, t
 
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"p{i}", "answer": str(i)}) + "\n" for i in range(4)))

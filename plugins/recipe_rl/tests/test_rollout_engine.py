@@ -34,7 +34,7 @@ def _dataset(tmp_path: Path) -> str:
 
 
 def _engine_greedy(engine: Any, records: list[dict], adapter: str | None) -> list[list[int]]:
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import Request, SamplingParams
 
     sampling = SamplingParams(max_new_tokens=GREEDY_TOKENS)  # temperature 0: greedy
     return [engine.generate_rollouts([Request(record=r, sampling=sampling, adapter=adapter)])[0][1] for r in records]
@@ -56,7 +56,7 @@ def _run_with_checks(
     from swiftcore_recipe_rl.recipe import run
     from swiftcore_recipe_rl.sync import WeightSync, create_rollout_engine, greedy_tokens
     from swiftcore_recipe_rl.trainer import grpo_trainer_class
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     cls = grpo_trainer_class()
     original = cls.sync_rollout_engine
@@ -171,7 +171,7 @@ def vllm_child(tuner: str, steps: int, lr: float, work: str) -> None:
     """The vLLM rollout run of :func:`test_vllm_rollouts_equal_the_policy_after_every_sync`, in a process of its own:
     vLLM keeps process-wide state (its parallel groups), and closing a second in-process engine in the pytest
     process tears down the one the backend and deploy tests share. Prints one JSON line of what the checks saw."""
-    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
+    from swiftcore_testing import make_tiny_qwen3, plugins_with_tiny_qwen3
 
     # A tiny Qwen3 runs on vLLM's CPU build; of the project's families only OLMoE does, and its LoRA is refused.
     model_dir = make_tiny_qwen3(Path(work) / "tiny-qwen3")

@@ -48,7 +48,7 @@ def _dataset(tmp_path: Path) -> str:
 
 
 def _config(tiny_dir: Path, tmp_path: Path, **overrides: Any) -> Any:
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     values = dict(
         model=str(tiny_dir), dataset=(_dataset(tmp_path),), output_dir=str(tmp_path / "out"), tuner="lora",
@@ -70,7 +70,7 @@ def _options(url: str, **overrides: Any) -> Any:
 
 
 def _server_greedy(engine: Any, records: list[dict], adapter: str | None) -> list[list[int]]:
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import Request, SamplingParams
 
     sampling = SamplingParams(max_new_tokens=GREEDY_TOKENS)  # temperature 0: greedy
     requests = [Request(record=r, sampling=sampling, adapter=adapter) for r in records]
@@ -311,7 +311,7 @@ def test_a_vllm_rollout_server_equals_the_policy_after_every_sync(
     only OLMoE starts on vLLM's CPU build, and its LoRA is refused): a LoRA run's greedy tokens on the server equal
     the trainer model's after every sync (each a new version of the adapter, loaded under a new LoRA id), and the
     policy moved."""
-    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3
+    from swiftcore_testing import make_tiny_qwen3, plugins_with_tiny_qwen3
 
     model_dir = make_tiny_qwen3(tmp_path / "tiny-qwen3")
     plugins = ("--plugin", "backend_vllm", "--plugin", "template_qwen", "--plugin", "swiftcore_testing.engines")

@@ -249,8 +249,7 @@ HEAD_ARGS = ("--learning-rate", "1e-4", "--batch-size", "4", "--no-plot")
 @pytest.mark.slow
 def test_embedding_ulysses_sp2_matches_one_process(olmoe: Path, tmp_path: Path) -> None:
     """``--task embedding`` (InfoNCE, mean pooling, padded): the decoder is split, pooling sees the whole text."""
-    from swiftcore_heads.api import load_head_model
-    from swiftcore_heads.retrieval import make_retrieval_task
+    from swiftcore_heads import load_head_model, make_retrieval_task
 
     data = make_retrieval_task(seed=0).write_train(tmp_path / "retrieval.jsonl")
     head = ("--task", "embedding", "--pooling", "mean", *HEAD_ARGS)

@@ -32,7 +32,7 @@ def test_options_defaults_and_aliases() -> None:
 
 
 def test_sft_eval_options_tolerate_the_sp_keys() -> None:
-    from swiftcore_train.generation_eval import GenerationEvalOptions
+    from swiftcore_train import GenerationEvalOptions
 
     options = {"sequence_parallel_size": 2, "sp_mode": "ring", "sp_ring_impl": "p2p", "eval_every": None}
     assert not GenerationEvalOptions.from_options(options).enabled

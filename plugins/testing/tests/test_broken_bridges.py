@@ -70,7 +70,7 @@ def _swapping_norms(base: type) -> type:
 
 def _bridge_classes() -> dict[str, type]:
     """The working GPT bridge and the broken subclasses, by class name."""
-    from swiftcore_bridge_gpt.gpt import GPTBridge
+    from swiftcore_bridge_gpt import GPTBridge
 
     SwappedNorms = _swapping_norms(GPTBridge)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from swiftcore_testing.cli import run_cli
+from swiftcore_testing import run_cli
 
 COMMON = ("--tuner", "full", "--max-steps", "2", "--logging-steps", "1", "--save-steps", "100", "--learning-rate",
           "1e-3", "--lr-scheduler", "constant", "--seed", "3", "--no-plot")  # fmt: skip

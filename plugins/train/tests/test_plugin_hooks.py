@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from swiftcore_testing.cli import run_cli
+from swiftcore_testing import run_cli
 
 from swiftcore.api import SwiftcoreError, load_plugins
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing.processes import free_port, user_env
+from swiftcore_testing import free_port, user_env
 
 pytestmark = pytest.mark.slow
 
@@ -75,8 +75,7 @@ def test_the_checkpoint_is_a_peft_adapter_with_the_trained_logits(layout, lora_r
     import torch
     from peft import PeftModel
     from safetensors.torch import load_file
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
-    from swiftcore_megatron.runtime import init_model_parallel, mcore_logits
+    from swiftcore_megatron import init_model_parallel, mcore_logits, read_hf_config, resolve_bridge
     from swiftcore_train_megatron.engine import load_sharded_model
     from swiftcore_train_megatron.lora import LoraSettings, add_lora, merged_lora
     from transformers import AutoModelForImageTextToText
@@ -122,9 +121,7 @@ def test_the_checkpoint_is_a_peft_adapter_with_the_trained_logits(layout, lora_r
 def test_only_the_lora_tensors_train(lora_run, tiny_model_dir) -> None:
     """The base weights in the rank files are the base checkpoint's: LoRA froze them."""
     import torch
-    from swiftcore_megatron.checkpoint import HFReader, rank_file
-    from swiftcore_megatron.convert import rank_producers
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+    from swiftcore_megatron import HFReader, rank_file, rank_producers, read_hf_config, resolve_bridge
 
     from swiftcore._plugins import load_plugins
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from swiftcore_testing.processes import free_port, user_env
+from swiftcore_testing import free_port, user_env
 
 pytestmark = pytest.mark.slow
 
@@ -204,9 +204,7 @@ def test_the_checkpoint_is_a_transformers_model_with_the_trained_logits(family, 
     checkpoint (the tied embedding too, which both stages trained)."""
     import torch
     from safetensors.torch import load_file
-    from swiftcore_megatron.convert import load_mcore_state
-    from swiftcore_megatron.parity import check_parity
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+    from swiftcore_megatron import check_parity, load_mcore_state, read_hf_config, resolve_bridge
 
     from swiftcore._plugins import load_plugins
 

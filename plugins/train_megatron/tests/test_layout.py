@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from swiftcore_train.config import TrainConfig
-from swiftcore_train.dispatch import run_training
+from swiftcore_train import TrainConfig, run_training
 
 from swiftcore._plugins import load_plugins
 from swiftcore.api import SwiftcoreError

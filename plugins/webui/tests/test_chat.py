@@ -111,6 +111,6 @@ def test_no_model_loaded_is_a_clear_error(plugins: Any, tmp_path: Path) -> None:
 
 
 def _request(message: dict[str, Any]) -> Any:
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import Request, SamplingParams
 
     return Request(record={"messages": [message]}, sampling=SamplingParams(max_new_tokens=1))

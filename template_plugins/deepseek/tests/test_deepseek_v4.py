@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.templates import build_test_tokenizer, check_labels, generation_record, load_records, loss_runs
+from swiftcore_testing import build_test_tokenizer, check_labels, generation_record, load_records, loss_runs
 
 import swiftcore
 from swiftcore.template import TemplateError, get_template

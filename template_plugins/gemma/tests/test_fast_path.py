@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swiftcore_testing.templates import build_test_tokenizer, compare_fast_and_slow, load_records
+from swiftcore_testing import build_test_tokenizer, compare_fast_and_slow, load_records
 
 import swiftcore
 from swiftcore.template import get_template

@@ -6,13 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.templates import (
-    build_test_tokenizer,
-    check_labels,
-    compare_with_official,
-    load_records,
-    loss_runs,
-)
+from swiftcore_testing import build_test_tokenizer, check_labels, compare_with_official, load_records, loss_runs
 
 import swiftcore
 from swiftcore.template import JinjaTemplate, get_template, official_chat_template

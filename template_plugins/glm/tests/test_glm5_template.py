@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.templates import (
+from swiftcore_testing import (
     build_test_tokenizer,
     check_train_serve_prefix,
     compare_fast_and_slow,

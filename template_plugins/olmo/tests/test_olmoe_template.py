@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.templates import (
+from swiftcore_testing import (
     build_test_tokenizer,
     check_labels,
     compare_fast_and_slow,

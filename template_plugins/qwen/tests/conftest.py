@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing.templates import build_test_tokenizer, load_records
+from swiftcore_testing import build_test_tokenizer, load_records
 
 import swiftcore
 from swiftcore.template import get_template, official_chat_template

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from swiftcore_testing.templates import generation_record
+from swiftcore_testing import generation_record
 
 from swiftcore.template import get_template
 

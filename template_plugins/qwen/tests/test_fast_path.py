@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from swiftcore_testing.templates import compare_fast_and_slow
+from swiftcore_testing import compare_fast_and_slow
 
 from swiftcore.template import get_template
 

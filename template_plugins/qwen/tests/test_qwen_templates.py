@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from swiftcore_testing.templates import check_labels, compare_with_official, loss_runs
+from swiftcore_testing import check_labels, compare_with_official, loss_runs
 
 from swiftcore.template import JinjaTemplate, TemplateError, get_template, official_chat_template
 

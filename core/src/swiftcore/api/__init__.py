@@ -20,7 +20,7 @@ mapping rules are the ``swiftcore-megatron`` distribution's: ``swiftcore_megatro
 from __future__ import annotations
 
 from swiftcore import load_plugins
-from swiftcore._lazy import resolve
+from swiftcore._lazy import lazy_exports, resolve
 from swiftcore.errors import (
     ConflictError,
     IncompatiblePluginError,
@@ -67,6 +67,7 @@ __all__ = [
     "UnknownNameError",
     "hookimpl",
     "hookspec",
+    "lazy_exports",
     "load_plugins",
     "resolve",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore_bridge_gpt.gpt import GATE_UP, GPTMoEBridge
+from swiftcore_bridge_gpt import GATE_UP, GPTMoEBridge
 from swiftcore_megatron import COLUMN, ROW, BridgeError, Concat, MegatronBridge, ParallelismError, Rule
 
 __all__ = ["ATTENTION_TYPES", "MLP_TYPES", "DeepseekV4Bridge"]

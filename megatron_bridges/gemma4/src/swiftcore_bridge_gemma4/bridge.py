@@ -16,7 +16,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from swiftcore_bridge_gpt.gpt import GATE_UP, GPTBridge
+from swiftcore_bridge_gpt import GATE_UP, GPTBridge
 from swiftcore_megatron import COLUMN, QKV, ROW, BridgeError, Concat, MegatronBridge, ParallelismError, Rule, Shard
 
 from swiftcore_bridge_gemma4.facts import LayerFacts, layer_facts

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from swiftcore_bridge_gpt.deepseek import DeepSeekV3Bridge
+from swiftcore_bridge_gpt import DeepSeekV3Bridge
 from swiftcore_megatron import COLUMN, BridgeError, ParallelismError, Rule, Tied
 
 __all__ = ["Glm5Bridge"]
@@ -69,7 +69,7 @@ class Glm5Bridge(DeepSeekV3Bridge):
         return super().missing_tensors_hint(missing)
 
     def _check_supported(self) -> None:
-        from swiftcore_bridge_gpt.gpt import GPTBridge
+        from swiftcore_bridge_gpt import GPTBridge
 
         super()._check_supported()
         GPTBridge._check_supported(self)  # SiLU, no biased linears: checks the DeepSeek-V3 bridge skips

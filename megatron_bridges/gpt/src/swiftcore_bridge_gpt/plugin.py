@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swiftcore.api import BridgeSpec, hookimpl
 
-SWIFTCORE_API = "1.0"
+SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
 
 _REQUIRES = ("megatron-core>=0.16.1,<0.17",)
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swiftcore_bridge_gpt.gpt import GPTMoEBridge
+from swiftcore_bridge_gpt import GPTMoEBridge
 from swiftcore_megatron import COLUMN, ROW, BridgeError, Fuse, MappingError, ParallelismError, Rule
 
 __all__ = ["GroupedQKV", "MimoV2Bridge"]
@@ -262,7 +262,7 @@ class MimoV2Bridge(GPTMoEBridge):
                        for k in rule.hf)  # fmt: skip
             return dataclasses.replace(rule, mcore=mtp + "transformer_layer." + rule.mcore.removeprefix(m), hf=hf)
 
-        from swiftcore_bridge_gpt.gpt import GPTBridge
+        from swiftcore_bridge_gpt import GPTBridge
 
         layer = [*self.attention_rules(sliding), *GPTBridge.mlp_rules(self, sliding)]  # a dense MLP, not its MoE
         return [*rules, *map(moved, layer),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from swiftcore_bridge_gpt.gpt import GPTMoEBridge
+from swiftcore_bridge_gpt import GPTMoEBridge
 from swiftcore_megatron import COLUMN, BridgeError, Rule
 
 __all__ = ["OlmoeBridge"]

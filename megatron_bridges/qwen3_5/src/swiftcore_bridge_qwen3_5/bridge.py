@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swiftcore_bridge_gpt.gpt import GATE_UP, GPTBridge, GPTMoEBridge
+from swiftcore_bridge_gpt import GATE_UP, GPTBridge, GPTMoEBridge
 from swiftcore_megatron import COLUMN, ROW, BridgeError, Concat, ParallelismError, Rule
 
 from swiftcore_bridge_qwen3_5.mapping import GatedQKV, Sections, SectionShard

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore_bridge_gpt.gpt import GPTBridge
+from swiftcore_bridge_gpt import GPTBridge
 from swiftcore_megatron import BridgeError
 
 __all__ = ["Qwen3ASRBridge"]

@@ -27,15 +27,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from swiftcore_data.packed_layers import (
-    PACKING_KWARGS,
-    PackedBatchError,
-    packed_segments,
-    row_slice,
-    slice_rotary,
-    wrap_forward,
-)
-from swiftcore_data.packed_layers import transformers_in_range as _transformers_in
+from swiftcore_data import PACKING_KWARGS, PackedBatchError, packed_segments, row_slice, slice_rotary, wrap_forward
+from swiftcore_data import transformers_in_range as _transformers_in
 
 __all__ = [
     "TRANSFORMERS_RANGE",

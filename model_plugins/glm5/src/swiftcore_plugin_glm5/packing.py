@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from swiftcore_data.packed_layers import (
+from swiftcore_data import (
     PACKING_KWARGS,
     keep_attention_implementation,
     packed_segments,

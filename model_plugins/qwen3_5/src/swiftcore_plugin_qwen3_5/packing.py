@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from swiftcore_data.packed_layers import (
+from swiftcore_data import (
     PACKING_KWARGS,
     PATCHED_MARK,
     PackedBatchError,
@@ -37,7 +37,7 @@ from swiftcore_data.packed_layers import (
     packed_segments,
     wrap_forward,
 )
-from swiftcore_data.packed_layers import transformers_in_range as _transformers_in
+from swiftcore_data import transformers_in_range as _transformers_in
 
 __all__ = [
     "PACKING_KWARGS",

@@ -29,9 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from swiftcore_infer import Engine
-from swiftcore_infer.errors import InferError, InvalidRequestError, UnsupportedError
-from swiftcore_infer.types import SamplingParams
+from swiftcore_infer import Engine, InferError, InvalidRequestError, SamplingParams, UnsupportedError
 
 __all__ = ["SglangEngine", "new_token_ids", "sglang_media", "to_sglang_sampling"]
 
@@ -178,7 +176,7 @@ class SglangEngine(Engine):
         if merge_lora and self._initial_adapter is not None:
             import tempfile
 
-            from swiftcore_infer.merge import merge_lora as merge_into
+            from swiftcore_infer import merge_lora as merge_into
 
             self._tmp = tempfile.TemporaryDirectory(prefix="swiftcore-sglang-merged-")
             serve_dir = merge_into(

@@ -29,11 +29,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from swiftcore_infer import Engine
-from swiftcore_infer.errors import InferError, InvalidRequestError, UnsupportedError
-from swiftcore_infer.media import PLURAL
-from swiftcore_infer.merge import merge_lora as merge_lora_into
-from swiftcore_infer.types import SamplingParams
+from swiftcore_infer import PLURAL, Engine, InferError, InvalidRequestError, SamplingParams, UnsupportedError
+from swiftcore_infer import merge_lora as merge_lora_into
 
 from swiftcore_backend_vllm.probe import installed_vllm
 

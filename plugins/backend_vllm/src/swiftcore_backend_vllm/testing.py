@@ -41,7 +41,7 @@ class VllmSetup:
 @lru_cache(maxsize=1)
 def shared_setup() -> VllmSetup:
     """Build (once per process) the tiny model, its adapter and the vLLM engine; closed at exit."""
-    from swiftcore_testing.engines import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
+    from swiftcore_testing import make_tiny_qwen3, plugins_with_tiny_qwen3, train_tiny_lora
 
     from swiftcore_backend_vllm.engine import VllmEngine
 

@@ -12,6 +12,7 @@ and torch when a collator is called. Typical use by the trainer::
 
 from __future__ import annotations
 
+from swiftcore.api import lazy_exports
 from swiftcore_data.collators import IGNORE_INDEX, PaddingCollator, PaddingFreeCollator
 from swiftcore_data.errors import DataError, SkipReport
 from swiftcore_data.formats import detect_format
@@ -25,9 +26,13 @@ from swiftcore_data.validate import ROLES, count_media_placeholders, validate_re
 
 __all__ = [
     "IGNORE_INDEX",
+    "PACKED_SDPA",
+    "PACKING_KWARGS",
+    "PATCHED_MARK",
     "ROLES",
     "DataError",
     "DatasetSource",
+    "PackedBatchError",
     "PaddingCollator",
     "PaddingFreeCollator",
     "RecordStream",
@@ -36,10 +41,35 @@ __all__ = [
     "count_media_placeholders",
     "detect_format",
     "iter_rows",
+    "keep_attention_implementation",
     "load_records",
     "normalize_record",
     "pack_samples",
+    "packed_cu_seq_lens",
+    "packed_segments",
     "parse_dataset_arg",
+    "row_slice",
+    "slice_rotary",
     "split_train_val",
+    "transformers_in_range",
+    "use_packed_attention",
     "validate_record",
+    "wrap_forward",
 ]
+
+#: name -> the submodule that defines it, imported on first use (importing the package stays light).
+_WHERE = {
+    "PACKED_SDPA": "packed_attention",
+    "use_packed_attention": "packed_attention",
+    "PACKING_KWARGS": "packed_layers",
+    "PATCHED_MARK": "packed_layers",
+    "PackedBatchError": "packed_layers",
+    "keep_attention_implementation": "packed_layers",
+    "packed_cu_seq_lens": "packed_layers",
+    "packed_segments": "packed_layers",
+    "row_slice": "packed_layers",
+    "slice_rotary": "packed_layers",
+    "transformers_in_range": "packed_layers",
+    "wrap_forward": "packed_layers",
+}
+__getattr__ = lazy_exports(__name__, _WHERE)

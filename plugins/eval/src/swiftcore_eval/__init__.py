@@ -14,7 +14,7 @@ Importing this package imports neither EvalScope nor torch; :func:`run_eval` imp
 
 from __future__ import annotations
 
-from typing import Any
+from swiftcore.api import lazy_exports
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -23,6 +23,7 @@ __all__ = [
     "EvalResult",
     "GenerationSettings",
     "SampleResult",
+    "builtin_dataset_path",
     "read_dataset",
     "resolve_dataset",
     "run_eval",
@@ -33,6 +34,7 @@ _WHERE = {
     "BUILTIN_DATASETS": "dataset",
     "DatasetError": "dataset",
     "EvalRecord": "dataset",
+    "builtin_dataset_path": "dataset",
     "read_dataset": "dataset",
     "resolve_dataset": "dataset",
     "EvalResult": "runner",
@@ -42,11 +44,4 @@ _WHERE = {
     "serve_in_process": "server",
 }
 
-
-def __getattr__(name: str) -> Any:
-    # Each name from its module on first use, so `import swiftcore_eval` stays as light as the plugin module.
-    if name in _WHERE:
-        from importlib import import_module
-
-        return getattr(import_module(f"swiftcore_eval.{_WHERE[name]}"), name)
-    raise AttributeError(name)
+__getattr__ = lazy_exports(__name__, _WHERE)

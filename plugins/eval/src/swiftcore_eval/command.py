@@ -287,7 +287,7 @@ def eval_command(
         echo(f"eval: {len(records)} questions of {dataset} -> {model_name!r} at {url}")
         result = run_eval(records, api_url=url, model_name=model_name, api_key=key or "EMPTY", **common)
     else:
-        from swiftcore_infer.command import build_engine
+        from swiftcore_infer import build_engine
 
         from swiftcore_eval.server import serve_in_process
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swiftcore.api import CommandSpec, hookimpl
 
-SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
+SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
 
 
 @hookimpl

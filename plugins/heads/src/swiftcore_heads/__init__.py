@@ -7,7 +7,42 @@ The public functions live in :mod:`swiftcore_heads.api` (inference) and :mod:`sw
 
 from __future__ import annotations
 
-__all__ = ["HEAD_FILE"]
+from swiftcore.api import lazy_exports
+
+__all__ = [
+    "HEAD_FILE",
+    "HeadModel",
+    "HeadTrainConfig",
+    "build_head_model",
+    "classify",
+    "embed",
+    "forward_texts",
+    "load_head_model",
+    "make_head_checkpoint",
+    "make_retrieval_task",
+    "mean_reciprocal_rank",
+    "recall_at_1",
+    "score",
+    "yes_no_token_ids",
+]
 
 #: The file every head checkpoint carries: task, pooling, labels, how the head was saved.
 HEAD_FILE = "swiftcore_head.json"
+
+#: name -> the submodule that defines it, imported on first use (importing the package stays light).
+_WHERE = {
+    "classify": "api",
+    "embed": "api",
+    "forward_texts": "api",
+    "load_head_model": "api",
+    "score": "api",
+    "HeadModel": "model",
+    "HeadTrainConfig": "options",
+    "build_head_model": "recipe",
+    "yes_no_token_ids": "recipe",
+    "make_retrieval_task": "retrieval",
+    "mean_reciprocal_rank": "retrieval",
+    "recall_at_1": "retrieval",
+    "make_head_checkpoint": "testing",
+}
+__getattr__ = lazy_exports(__name__, _WHERE)

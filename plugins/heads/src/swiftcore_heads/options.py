@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from swiftcore_train.config import TrainConfig
+from swiftcore_train import TrainConfig
 
 __all__ = ["HEAD_RECIPES", "HeadOptions", "HeadTrainConfig", "add_head_options", "head_train_config"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swiftcore.api import HeadSpec, RecipeSpec, hookimpl
 
-SWIFTCORE_API = "1.1"
+SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
 
 _PKG = "swiftcore_heads"
 # One implementation for every task: the factory builds, the recipe trains, the predictor serves.

@@ -102,7 +102,7 @@ def build_head_model(cfg: Any, spec: Any, plugins: Any, tokenizer: Any, yes_no: 
 
 
 def _trainer_class() -> Any:
-    from swiftcore_train.trainer import SwiftTrainer
+    from swiftcore_train import SwiftTrainer
 
     from swiftcore_heads.objectives import batch_loss
     from swiftcore_heads.save import save_head_model
@@ -161,8 +161,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
         :class:`swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is loadable by
         :func:`swiftcore_heads.save.load_head_model` and by its ecosystem (sentence-transformers, transformers).
     """
-    from swiftcore_train.hooks import TrainSetup, check_training, setup_training
-    from swiftcore_train.run import start_run, train_and_report
+    from swiftcore_train import TrainSetup, check_training, setup_training, start_run, train_and_report
 
     from swiftcore.api.models import check_requirements, load_tokenizer, resolve_model_spec
     from swiftcore_heads.data import GroupCollator, encode_examples, load_examples
@@ -199,8 +198,7 @@ def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
     )
 
     import torch
-    from swiftcore_train.trainer import JsonlLogCallback, training_arguments
-    from swiftcore_train.tuners import trainable_summary
+    from swiftcore_train import JsonlLogCallback, trainable_summary, training_arguments
 
     torch.manual_seed(cfg.seed)
     model = build_head_model(cfg, spec, plugins, tokenizer, yes_no)

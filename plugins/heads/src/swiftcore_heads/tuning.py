@@ -27,7 +27,7 @@ def apply_head_tuner(decoder: Any, spec: Any, cfg: Any) -> tuple[Any, Any]:
     if cfg.tuner == "full":
         return decoder, None
     from peft import get_peft_model
-    from swiftcore_train.tuners import lora_config
+    from swiftcore_train import lora_config
 
     # With the decoder given, ``all-linear`` is resolved as for SFT: routers never adapted, fused experts adapted.
     peft_model = get_peft_model(decoder, lora_config(spec, cfg, task_type=None, model=decoder))

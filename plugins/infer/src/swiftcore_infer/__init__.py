@@ -8,7 +8,68 @@ an installed backend's engine (:mod:`swiftcore_infer.backends`) are here too. Im
 
 from __future__ import annotations
 
+from swiftcore.api import lazy_exports
 from swiftcore_infer.engine import Engine
 from swiftcore_infer.transformers_engine import TransformersEngine
 
-__all__ = ["Engine", "TransformersEngine"]
+__all__ = [
+    "HEAD_INFO_FILE",
+    "PLURAL",
+    "BackendUnavailableError",
+    "Engine",
+    "Generation",
+    "HeadCheckpointError",
+    "InferError",
+    "InvalidRequestError",
+    "MediaPolicy",
+    "Prompt",
+    "Request",
+    "SamplingParams",
+    "StreamDelta",
+    "TransformersEngine",
+    "UnsupportedError",
+    "backend_spec",
+    "build_engine",
+    "build_head_engine",
+    "create_engine",
+    "engine_options",
+    "error_text",
+    "find_head_checkpoint",
+    "load_head_engine",
+    "media_kinds",
+    "merge_lora",
+    "openai_media_parts",
+    "probe_backend",
+    "strip_media_values",
+]
+
+#: name -> the submodule that defines it, imported on first use (importing the package stays light).
+_WHERE = {
+    "backend_spec": "backends",
+    "create_engine": "backends",
+    "probe_backend": "backends",
+    "build_engine": "command",
+    "build_head_engine": "command",
+    "engine_options": "command",
+    "BackendUnavailableError": "errors",
+    "InferError": "errors",
+    "InvalidRequestError": "errors",
+    "UnsupportedError": "errors",
+    "error_text": "errors",
+    "HEAD_INFO_FILE": "heads",
+    "HeadCheckpointError": "heads",
+    "find_head_checkpoint": "heads",
+    "load_head_engine": "heads",
+    "MediaPolicy": "media",
+    "PLURAL": "media",
+    "Prompt": "media",
+    "media_kinds": "media",
+    "openai_media_parts": "media",
+    "strip_media_values": "media",
+    "merge_lora": "merge",
+    "Generation": "types",
+    "Request": "types",
+    "SamplingParams": "types",
+    "StreamDelta": "types",
+}
+__getattr__ = lazy_exports(__name__, _WHERE)

@@ -7,7 +7,7 @@ from typing import Any
 
 from swiftcore.api import hookimpl
 
-SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
+SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
 
 #: The ``--to-*`` targets of ``swiftcore export`` this plugin converts to.
 TARGETS = ("mcore", "hf")

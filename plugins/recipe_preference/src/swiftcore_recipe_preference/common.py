@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swiftcore_train.run import check_recipe_fits_model, load_template
+from swiftcore_train import check_recipe_fits_model, load_template
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_recipe_preference.data import Pair, load_pairs, split_pairs
@@ -96,7 +96,7 @@ def prepare(cfg: Any, plugins: Any, recipe: str, *, load: bool = True) -> Prepar
 def trl_arguments(config_cls: Any, cfg: Any, output_dir: Path, *, evaluate: bool, **trl: Any) -> Any:
     """A TRL config (``DPOConfig``, ``RewardConfig``) holding exactly what swiftcore's ``training_arguments``
     maps every flag to, plus the recipe's own ``trl`` fields (TRL's own defaults never stand in for a flag)."""
-    from swiftcore_train.trainer import training_arguments
+    from swiftcore_train import training_arguments
 
     return training_arguments(cfg, output_dir, evaluate=evaluate, args_class=config_cls, save_only_model=True, **trl)
 
@@ -115,7 +115,7 @@ def swift_trl_trainer(trl_cls: Any) -> Any:
     ``HF_HUB_DISABLE_TELEMETRY`` is set; a swiftcore run never reaches the network on its own) and writes no
     model card (provenance lives in ``args.json`` and each checkpoint's ``swiftcore_args.json``, as for SFT).
     """
-    from swiftcore_train.trainer import SwiftTrainer
+    from swiftcore_train import SwiftTrainer
 
     class SwiftTRLTrainer(SwiftTrainer, trl_cls):  # type: ignore[misc, valid-type]
         """The TRL trainer, checkpointing as :class:`~swiftcore_train.trainer.SwiftTrainer` does."""
@@ -137,7 +137,7 @@ def finish(trainer: Any, cfg: Any, output_dir: Path, *, train_samples: int, eval
     ``reward_margin.png`` shows the logged ``rewards/margins`` (DPO, KTO, CPO, SimPO, ORPO) or ``margin`` (RM)
     against the step, beside SFT's ``loss.png``; ``--no-plot`` turns both off.
     """
-    from swiftcore_train.run import train_and_report
+    from swiftcore_train import train_and_report
 
     result = train_and_report(trainer, cfg, output_dir, train_samples=train_samples, evaluate=evaluate)
     if cfg.plot and result.log_file.exists():

@@ -62,7 +62,7 @@ def _check_ref_tokenizer(ref_dir: str, tokenizer: Any) -> None:
 def load_policy_and_reference(cfg: Any, options: Any, spec: Any, plugins: Any, tokenizer: Any) -> tuple[Any, Any]:
     """``(policy, reference)`` for DPO and KTO: the reference is None where TRL needs no separate model (LoRA, or
     ``--precompute-ref-logps`` without ``--ref-model``)."""
-    from swiftcore_train.tuners import apply_tuner
+    from swiftcore_train import apply_tuner
 
     from swiftcore.api.models import load_model, resolve_model_spec
 
@@ -102,8 +102,7 @@ def build_dpo_trainer(
     """
     import torch
     from datasets import Dataset
-    from swiftcore_train.trainer import JsonlLogCallback
-    from swiftcore_train.tuners import trainable_summary
+    from swiftcore_train import JsonlLogCallback, trainable_summary
     from trl import DPOConfig
 
     from swiftcore_recipe_preference.common import router_aux_loss_coef, trl_arguments
@@ -173,7 +172,7 @@ def run_dpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
         :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a peft adapter (LoRA) or a full HF
         model, as SFT saves them, so ``swiftcore infer`` / ``deploy`` / ``export`` take it unchanged.
     """
-    from swiftcore_train.run import generation_defaults, start_run
+    from swiftcore_train import generation_defaults, start_run
 
     from swiftcore_recipe_preference.common import checkpoint_extras, finish, prepare
     from swiftcore_recipe_preference.encoding import encode_dpo_pairs

@@ -102,7 +102,7 @@ def _encode_last_reply(
     inference share; ``--enable-thinking`` as each record's default), loss on its last reply; a template error
     names the row. With ``media`` (a preparer), each sample with media comes back expanded (lazily: its
     ``media_items``), a dict as SFT's samples are."""
-    from swiftcore_train.run import sample_encoder
+    from swiftcore_train import sample_encoder
 
     encoder = sample_encoder(template, tokenizer, cfg, media.preparer if media is not None else None)
     if media is None:

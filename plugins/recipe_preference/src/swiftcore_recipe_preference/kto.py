@@ -56,8 +56,7 @@ def build_kto_trainer(
     """The configured :func:`kto_trainer_class` instance for encoded ``train`` / ``val`` samples."""
     import torch
     from datasets import Dataset
-    from swiftcore_train.trainer import JsonlLogCallback
-    from swiftcore_train.tuners import trainable_summary
+    from swiftcore_train import JsonlLogCallback, trainable_summary
     from trl import KTOConfig
 
     from swiftcore_recipe_preference.common import router_aux_loss_coef, trl_arguments
@@ -113,7 +112,7 @@ def run_kto(cfg: Any, plugins: Any, options: Any = None) -> Any:
     """
     from dataclasses import asdict
 
-    from swiftcore_train.run import generation_defaults, start_run
+    from swiftcore_train import generation_defaults, start_run
 
     from swiftcore_recipe_preference.common import checkpoint_extras, finish, prepare
     from swiftcore_recipe_preference.data import load_unpaired, split_pairs

@@ -31,7 +31,7 @@ def pack_fused_forward(model: Any) -> None:
     make them. A model on sdpa gets :func:`~swiftcore_data.packed_attention.use_packed_attention`.
     """
     import torch
-    from swiftcore_data.packed_attention import use_packed_attention
+    from swiftcore_data import use_packed_attention
 
     use_packed_attention(model)
 

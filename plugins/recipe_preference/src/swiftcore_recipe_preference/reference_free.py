@@ -119,8 +119,7 @@ def build_reference_free_trainer(
     """The configured CPO / SimPO / ORPO trainer for encoded ``train`` / ``val`` samples."""
     import torch
     from datasets import Dataset
-    from swiftcore_train.trainer import JsonlLogCallback
-    from swiftcore_train.tuners import apply_tuner, trainable_summary
+    from swiftcore_train import JsonlLogCallback, apply_tuner, trainable_summary
 
     from swiftcore.api.models import load_model
 
@@ -144,7 +143,7 @@ def build_reference_free_trainer(
 def _run(method: str, options_cls: Any, cfg: Any, plugins: Any, options: Any) -> Any:
     from dataclasses import asdict
 
-    from swiftcore_train.run import generation_defaults, start_run
+    from swiftcore_train import generation_defaults, start_run
 
     from swiftcore_recipe_preference.common import checkpoint_extras, finish, prepare
     from swiftcore_recipe_preference.encoding import encode_dpo_pairs

@@ -82,8 +82,7 @@ def build_reward_trainer(
     """The configured :func:`reward_trainer_class` instance for encoded ``train`` / ``val`` samples."""
     import torch
     from datasets import Dataset
-    from swiftcore_train.trainer import JsonlLogCallback
-    from swiftcore_train.tuners import lora_config, trainable_summary
+    from swiftcore_train import JsonlLogCallback, lora_config, trainable_summary
     from trl import RewardConfig
 
     from swiftcore_recipe_preference.common import trl_arguments
@@ -132,7 +131,7 @@ def run_rm(cfg: Any, plugins: Any, options: Any = None) -> Any:
     """
     from dataclasses import asdict
 
-    from swiftcore_train.run import start_run
+    from swiftcore_train import start_run
 
     from swiftcore_recipe_preference.common import finish, prepare
     from swiftcore_recipe_preference.encoding import encode_rm_pairs

@@ -228,7 +228,7 @@ class Calculator:
     def _final_reward(self, content: str) -> float:
         if self.answer is None or not self.successes:
             return 0.0
-        from swiftcore_train.rewards import answers_match, extract_answer
+        from swiftcore_train import answers_match, extract_answer
 
         return float(answers_match(extract_answer(content), self.answer))
 

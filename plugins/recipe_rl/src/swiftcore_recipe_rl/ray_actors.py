@@ -179,7 +179,7 @@ class RolloutWorker:
 
     def call(self, route: str, payload: Any = None, body: bytes | None = None, name: str | None = None) -> Any:
         """``(status, answer)`` of one of server mode's routes, as the HTTP server would answer it."""
-        from swiftcore_infer.errors import error_text
+        from swiftcore_infer import error_text
 
         from swiftcore_recipe_rl.rollout_server import _status
 
@@ -274,7 +274,7 @@ class RewardWorker:
     def __init__(
         self, context: tuple[list[str], list[str]], name: str, options: dict, fallback: float, timeout: Any
     ) -> None:
-        from swiftcore_train.rewards import load_rewards
+        from swiftcore_train import load_rewards
 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         (self.reward,) = load_rewards(

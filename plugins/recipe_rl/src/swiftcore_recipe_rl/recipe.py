@@ -51,7 +51,7 @@ def _rl_config(
     ``--batch-size`` counts prompts per device and step: each brings ``--num-generations`` completions (one for
     ``gkd``), so TRL's per-device batch (which counts completions) is their product and always holds whole groups.
     """
-    from swiftcore_train.trainer import training_arguments
+    from swiftcore_train import training_arguments
 
     rollout: dict[str, Any] = {}
     if isinstance(options, RolloutOptions):
@@ -338,8 +338,7 @@ def run_gkd(cfg: Any, plugins: Any, options: GKDOptions) -> Any:
 
 def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) -> Any:
     """Run the RL recipe ``recipe`` (a key of :data:`CONFIGS`): check everything, load, train, report."""
-    from swiftcore_train.rewards import load_rewards, parse_reward_options
-    from swiftcore_train.run import start_run, train_and_report
+    from swiftcore_train import load_rewards, parse_reward_options, start_run, train_and_report
 
     from swiftcore.api.models import check_requirements, load_model, resolve_model_spec
     from swiftcore_recipe_rl.data import load_prompt_rows
@@ -371,7 +370,7 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
     rows = load_prompt_rows(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
     for reward in rewards:
         reward.check_columns(rows[0].columns, where=f"--dataset {', '.join(cfg.dataset)}")
-    from swiftcore_train.run import check_recipe_fits_model, load_template
+    from swiftcore_train import check_recipe_fits_model, load_template
 
     check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
@@ -404,8 +403,7 @@ def run_recipe(recipe: str, cfg: Any, plugins: Any, options: SamplingOptions) ->
 
     import torch
     from datasets import Dataset
-    from swiftcore_train.trainer import JsonlLogCallback
-    from swiftcore_train.tuners import apply_tuner, trainable_summary
+    from swiftcore_train import JsonlLogCallback, apply_tuner, trainable_summary
 
     from swiftcore_recipe_rl.trainer import trainer_class
 

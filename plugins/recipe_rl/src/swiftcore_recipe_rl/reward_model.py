@@ -83,7 +83,7 @@ def rm_sample_encoder(manifest: Any, template: Any, tokenizer: Any) -> Any:
     """
     from types import SimpleNamespace
 
-    from swiftcore_train.run import sample_encoder
+    from swiftcore_train import sample_encoder
 
     args = (manifest.record if manifest is not None else {}).get("swiftcore_args")
     recorded = dict(args) if isinstance(args, Mapping) else {}

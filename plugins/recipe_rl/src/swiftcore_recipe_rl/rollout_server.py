@@ -120,7 +120,7 @@ class RolloutService:
         if not isinstance(logprobs, bool):
             raise WireError(f"logprobs: expected true or false, got {logprobs!r}")
         requests = [request_from_json(item, f"requests[{i}]") for i, item in enumerate(payload["requests"])]
-        from swiftcore_infer.errors import InvalidRequestError
+        from swiftcore_infer import InvalidRequestError
 
         for index, request in enumerate(requests):
             try:
@@ -242,7 +242,7 @@ def _check_shapes(route: str, tensors: dict[str, Any], expected: dict[str, tuple
 def _status(exc: BaseException) -> int:
     """The HTTP status of an error a route raised: 4xx for the request's fault (a capability the backend lacks
     included: the request asked for it), 500 for the engine's own."""
-    from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
+    from swiftcore_infer import InvalidRequestError, UnsupportedError
 
     if isinstance(exc, SyncConflictError):
         return 409
@@ -260,7 +260,7 @@ def create_app(service: RolloutService, *, max_body_bytes: int) -> Any:
     """
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
-    from swiftcore_infer.errors import error_text
+    from swiftcore_infer import error_text
 
     app = FastAPI(title="swiftcore rollout", docs_url=None, redoc_url=None, openapi_url=None)
 

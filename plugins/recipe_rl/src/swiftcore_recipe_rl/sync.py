@@ -198,7 +198,7 @@ def create_rollout_engine(
     Raises:
         SwiftcoreError: the backend cannot sync weights (no ``update_weights`` capability).
     """
-    from swiftcore_infer.backends import create_engine
+    from swiftcore_infer import create_engine
 
     from swiftcore.api import SwiftcoreError
 

@@ -147,7 +147,7 @@ def _engine_rollouts() -> type:
             """``(Generation, completion ids)`` per prompt from the engine, sampled as TRL's config says; each
             completion keeps the stop token that ended it, as TRL's own generation does (and, with the
             importance-sampling correction on, each generation carries its tokens' sampling log-probs)."""
-            from swiftcore_infer.types import Request, SamplingParams
+            from swiftcore_infer import Request, SamplingParams
 
             args = self.args
             sampling = SamplingParams(
@@ -291,7 +291,7 @@ def _environment_episodes() -> type:
 def grpo_trainer_class() -> type:
     """The ``grpo`` trainer: :class:`swiftcore_train.trainer.SwiftTrainer` (atomic checkpoints, resume checks) over
     :class:`trl.GRPOTrainer` (rollouts, rewards, advantages, the clipped loss of every loss type)."""
-    from swiftcore_train.trainer import SwiftTrainer
+    from swiftcore_train import SwiftTrainer
     from trl import GRPOTrainer
 
     class SwiftGRPOTrainer(
@@ -307,7 +307,7 @@ def grpo_trainer_class() -> type:
 def rloo_trainer_class() -> type:
     """The ``rloo`` trainer: ``SwiftTrainer`` over :class:`trl.RLOOTrainer` (leave-one-out baseline, sequence-level
     clipped ratio, the KL penalty in the reward), on template-encoded prompts."""
-    from swiftcore_train.trainer import SwiftTrainer
+    from swiftcore_train import SwiftTrainer
     from trl import RLOOTrainer
 
     class SwiftRLOOTrainer(SwiftTrainer, _template_prompts(), _step_timing(), _engine_rollouts(), RLOOTrainer):
@@ -454,7 +454,7 @@ def reinforce_pp_trainer_class() -> type:
 def gkd_trainer_class() -> type:
     """The ``gkd`` trainer: ``SwiftTrainer`` over :class:`trl.DistillationTrainer` (on-policy completions of the
     student, generalised JSD to the teacher's next-token distributions), on template-encoded prompts."""
-    from swiftcore_train.trainer import SwiftTrainer
+    from swiftcore_train import SwiftTrainer
     from trl import DistillationTrainer
 
     class SwiftGKDTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), DistillationTrainer):

@@ -99,8 +99,7 @@ def request_from_json(item: Any, where: str) -> Any:
         WireError: a field of the wrong type or an unknown one, both or neither of ``record`` and ``prompt``, or a
             sampling value out of range (the message starts with ``where``).
     """
-    from swiftcore_infer.errors import InvalidRequestError
-    from swiftcore_infer.types import Request, SamplingParams
+    from swiftcore_infer import InvalidRequestError, Request, SamplingParams
 
     if not isinstance(item, dict):
         raise WireError(f"{where}: expected an object with 'prompt' (token ids) or 'record', got {type(item).__name__}")
@@ -143,7 +142,7 @@ def generation_to_json(generation: Any, prompt_ids: list[int], completion_ids: l
 
 def generation_from_json(item: dict[str, Any]) -> tuple[Any, list[int], list[int]]:
     """``(Generation, prompt ids, completion ids)`` of one rollout result."""
-    from swiftcore_infer.types import Generation
+    from swiftcore_infer import Generation
 
     generation = Generation(**{name: item.get(name) for name in _GENERATION_FIELDS if name in item})
     return generation, list(item["prompt_ids"]), list(item["completion_ids"])

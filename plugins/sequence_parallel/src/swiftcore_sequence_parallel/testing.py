@@ -215,7 +215,7 @@ def reference_loss_and_grads(
 def tiny_head_model(kind: str, task: str, seed: int = 0) -> Any:
     """``HeadModel`` (swiftcore-heads) of ``task`` on the decoder of :func:`tiny_model`; 3 labels, in eval mode."""
     import torch
-    from swiftcore_heads.model import HeadModel
+    from swiftcore_heads import HeadModel
 
     decoder = tiny_model(kind, seed).model
     torch.manual_seed(seed + 1)  # the score layer: the same on every rank and in the reference

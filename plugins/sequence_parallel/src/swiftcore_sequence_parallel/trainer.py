@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swiftcore_train.trainer import SwiftTrainer
+from swiftcore_train import SwiftTrainer
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_sequence_parallel import IGNORE_INDEX

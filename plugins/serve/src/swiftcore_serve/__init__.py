@@ -10,19 +10,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from swiftcore.api import lazy_exports
+
 if TYPE_CHECKING:
     from swiftcore_serve.app import ServerConfig
 
-__all__ = ["ServerConfig", "build_app", "serve"]
+__all__ = [
+    "EngineWorker",
+    "ServerConfig",
+    "StreamParser",
+    "build_app",
+    "serve",
+]
 
-
-def __getattr__(name: str) -> Any:
-    # FastAPI is imported when a server is built, not when the plugin is listed or `deploy --help` runs.
-    if name in ("ServerConfig", "build_app"):
-        from swiftcore_serve import app
-
-        return getattr(app, name)
-    raise AttributeError(name)
+# FastAPI is imported when a server is built, not when the plugin is listed or `deploy --help` runs.
+_WHERE = {
+    "ServerConfig": "app",
+    "build_app": "app",
+    "StreamParser": "stream_parser",
+    "EngineWorker": "worker",
+}
+__getattr__ = lazy_exports(__name__, _WHERE)
 
 
 def serve(

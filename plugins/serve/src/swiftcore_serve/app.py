@@ -36,9 +36,18 @@ from typing import Any, TypeVar
 # Module level, not in build_app: FastAPI resolves the routes' annotations (strings here) in this module's
 # namespace, and a Request parameter must resolve to be injected. protocol.py needs the serve extra already.
 from starlette.requests import Request as HttpRequest
-from swiftcore_infer.errors import InferError, InvalidRequestError, UnsupportedError
-from swiftcore_infer.media import MediaPolicy, media_kinds, openai_media_parts, strip_media_values
-from swiftcore_infer.types import Generation, Request, SamplingParams
+from swiftcore_infer import (
+    Generation,
+    InferError,
+    InvalidRequestError,
+    MediaPolicy,
+    Request,
+    SamplingParams,
+    UnsupportedError,
+    media_kinds,
+    openai_media_parts,
+    strip_media_values,
+)
 
 from swiftcore_serve.guard import RequestGuard, error_body, has_api_key
 from swiftcore_serve.media_pool import MediaEncodePool

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from swiftcore_infer.command import build_engine, build_head_engine, engine_options
+from swiftcore_infer import build_engine, build_head_engine, engine_options
 
 from swiftcore.api import SwiftcoreError
 from swiftcore.api.cli import CliState, pass_state, plugin_option
@@ -270,7 +270,7 @@ def deploy(
       SWIFTCORE_API_KEY=s3cret swiftcore deploy --model ./out-embedding --served-model-name emb
     Then: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="s3cret")
     """
-    from swiftcore_infer.media import MediaPolicy
+    from swiftcore_infer import MediaPolicy
 
     from swiftcore_serve import ServerConfig, serve
     from swiftcore_serve.guard import is_loopback

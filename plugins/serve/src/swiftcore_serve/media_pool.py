@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from swiftcore_infer.types import Request
+from swiftcore_infer import Request
 
 from swiftcore_serve.worker import QueueFullError, ShuttingDownError
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
-from swiftcore_infer.errors import InvalidRequestError
-from swiftcore_infer.types import SamplingParams
+from swiftcore_infer import InvalidRequestError, SamplingParams
 
 __all__ = [
     "ChatCompletionRequest",

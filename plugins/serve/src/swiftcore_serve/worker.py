@@ -29,8 +29,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swiftcore_infer.errors import InferError
-from swiftcore_infer.types import Generation, Request, StreamDelta
+from swiftcore_infer import Generation, InferError, Request, StreamDelta
 
 __all__ = ["EngineWorker", "QueueFullError", "ShuttingDownError"]
 
@@ -123,7 +122,7 @@ _END = object()
 
 def _has_media(job: _Job) -> bool:
     """Whether ``job`` generates from a prompt with images or audio (encoded already, or still in its record)."""
-    from swiftcore_infer.media import Prompt, media_kinds
+    from swiftcore_infer import Prompt, media_kinds
 
     request = getattr(job, "request", None)
     if request is None:
@@ -154,7 +153,7 @@ def _streams_in_batches(engine: Any) -> bool:
     """Whether ``engine`` streams several requests as one batch (so streaming loses no throughput)."""
     if "stream" not in getattr(engine, "capabilities", ()):
         return False
-    from swiftcore_infer.engine import Engine
+    from swiftcore_infer import Engine
 
     own = getattr(type(engine), "_stream_many_ids", None)
     # The base class streams requests one after the other; transformers and vLLM override it to batch.

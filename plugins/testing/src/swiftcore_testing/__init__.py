@@ -26,9 +26,38 @@ from typing import Any
 
 import pytest
 
+from swiftcore.api import lazy_exports
 from swiftcore.api.plugins import ENV_PLUGINS, PluginInfo, Plugins, load_plugins
 
-__all__ = ["PluginContract", "isolated_plugins", "register_plugin", "registered", "swiftcore_plugins"]
+__all__ = [
+    "RULES",
+    "PluginContract",
+    "ServerThread",
+    "build_test_tokenizer",
+    "check_labels",
+    "check_train_serve_prefix",
+    "compare_fast_and_slow",
+    "compare_with_official",
+    "deploy_process",
+    "forward_backward",
+    "free_port",
+    "generation_record",
+    "isolated_plugins",
+    "load_records",
+    "lora_exclude_problems",
+    "loss_runs",
+    "make_tiny_qwen3",
+    "part_problems",
+    "plugins_with_tiny_qwen3",
+    "register_plugin",
+    "registered",
+    "run_cli",
+    "sampled_logprobs",
+    "special_token_problems",
+    "swiftcore_plugins",
+    "train_tiny_lora",
+    "user_env",
+]
 
 
 def isolated_plugins() -> Plugins:
@@ -75,10 +104,30 @@ def register_plugin(swiftcore_plugins: Plugins) -> Iterator[Callable[..., Plugin
             swiftcore_plugins.remove(name)
 
 
-def __getattr__(name: str) -> Any:
-    # PluginContract lives in its own module; imported on first use so that the fixtures above stay cheap.
-    if name == "PluginContract":
-        from swiftcore_testing.contract import PluginContract
-
-        return PluginContract
-    raise AttributeError(name)
+# The contract and the helpers live in their own modules, imported on first use so the fixtures above stay cheap.
+_WHERE = {
+    "run_cli": "cli",
+    "PluginContract": "contract",
+    "ServerThread": "engines",
+    "make_tiny_qwen3": "engines",
+    "plugins_with_tiny_qwen3": "engines",
+    "sampled_logprobs": "engines",
+    "train_tiny_lora": "engines",
+    "forward_backward": "model_spec_checks",
+    "lora_exclude_problems": "model_spec_checks",
+    "part_problems": "model_spec_checks",
+    "special_token_problems": "model_spec_checks",
+    "deploy_process": "processes",
+    "free_port": "processes",
+    "user_env": "processes",
+    "RULES": "rules",
+    "build_test_tokenizer": "templates",
+    "check_labels": "templates",
+    "check_train_serve_prefix": "templates",
+    "compare_fast_and_slow": "templates",
+    "compare_with_official": "templates",
+    "generation_record": "templates",
+    "load_records": "templates",
+    "loss_runs": "templates",
+}
+__getattr__ = lazy_exports(__name__, _WHERE)

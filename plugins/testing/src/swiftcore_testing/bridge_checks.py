@@ -62,13 +62,13 @@ def tiny_hf_checkpoint(model_type: str, out_dir: Path, plugins: Any, overrides: 
 
 
 def _bridge(spec: Any, hf_dir: Path) -> Any:
-    from swiftcore_megatron.resolve import make_bridge, read_hf_config
+    from swiftcore_megatron import make_bridge, read_hf_config
 
     return make_bridge(spec, read_hf_config(hf_dir))
 
 
 def _perturbed(hf_dir: Path, out_dir: Path, *, weights: bool = True, rope: bool = True) -> Path:
-    from swiftcore_megatron.perturb import perturb_checkpoint
+    from swiftcore_megatron import perturb_checkpoint
 
     return perturb_checkpoint(hf_dir, out_dir, seed=PERTURB_SEED, weights=weights, rope=rope)
 
@@ -76,7 +76,7 @@ def _perturbed(hf_dir: Path, out_dir: Path, *, weights: bool = True, rope: bool 
 def round_trip_problems(spec: Any, hf_dir: Path, work: Path) -> list[str]:
     """Convert a perturbed copy of ``hf_dir`` to Megatron-core and back; every tensor must come back bit-exact."""
     from safetensors.torch import load_file
-    from swiftcore_megatron.convert import hf_to_mcore, mcore_to_hf
+    from swiftcore_megatron import hf_to_mcore, mcore_to_hf
 
     hf = _perturbed(hf_dir, work / "hf-perturbed")
     bridge = _bridge(spec, hf)
@@ -98,8 +98,7 @@ def round_trip_problems(spec: Any, hf_dir: Path, work: Path) -> list[str]:
 
 def _parity(spec: Any, hf: Path, mcore: Path) -> Any:
     """The :class:`~swiftcore_megatron.parity.ParityReport` of ``spec``'s bridge on checkpoint ``hf``."""
-    from swiftcore_megatron.convert import hf_to_mcore, load_mcore_state
-    from swiftcore_megatron.parity import check_parity
+    from swiftcore_megatron import check_parity, hf_to_mcore, load_mcore_state
 
     bridge = _bridge(spec, hf)
     hf_to_mcore(hf, mcore, bridge, bridge_name=spec.name)
@@ -110,7 +109,7 @@ def parity_problems(spec: Any, hf_dir: Path, work: Path) -> list[str]:
     """The Megatron-core model built by the bridge must give transformers' logits (float32, TP 1) on a
     perturbed copy of ``hf_dir``; when it does not, the checkpoint is re-checked without parts of the
     perturbation to say what the bridge gets wrong (a tensor rule or the rope base)."""
-    from swiftcore_megatron.perturb import ROPE_FACTOR
+    from swiftcore_megatron import ROPE_FACTOR
 
     report = _parity(spec, _perturbed(hf_dir, work / "hf-perturbed"), work / "mcore-parity")
     if report.ok:
@@ -124,7 +123,7 @@ def parity_problems(spec: Any, hf_dir: Path, work: Path) -> list[str]:
 
 def _diagnosis(spec: Any, hf_dir: Path, work: Path) -> str:
     """What the failing parity points at, found by re-checking with less of the perturbation."""
-    from swiftcore_megatron.perturb import constant_tensors
+    from swiftcore_megatron import constant_tensors
 
     weights_only = _perturbed(hf_dir, work / "hf-weights-only", rope=False)
     if _parity(spec, weights_only, work / "mcore-weights-only").ok:

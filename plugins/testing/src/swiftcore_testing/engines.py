@@ -22,7 +22,7 @@ from typing import Any
 
 from swiftcore.api import hookimpl
 
-SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
+SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
 
 __all__ = [
     "TINY_QWEN3",
@@ -199,8 +199,7 @@ def train_tiny_lora(
     Returns:
         The last checkpoint directory (a peft adapter).
     """
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.dispatch import run_training
+    from swiftcore_train import TrainConfig, run_training
 
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)

@@ -184,12 +184,12 @@ def lora_losses(
         The loss before each optimizer step.
     """
     import torch
-    from swiftcore_train.config import TrainConfig
+    from swiftcore_train import TrainConfig
 
     from swiftcore.api.models import load_model, load_tokenizer
 
     try:
-        from swiftcore_train.tuners import apply_tuner
+        from swiftcore_train import apply_tuner
     except ImportError as exc:  # the kit itself needs no training stack; this rule does
         raise SwiftcoreError(
             "the LoRA rule trains through swiftcore-train's tuners: pip install 'swiftcore-testing[train]'"

@@ -10,6 +10,9 @@
 Importing this package imports no torch or transformers; writing a checkpoint does.
 """
 
+from __future__ import annotations
+
+from swiftcore.api import lazy_exports
 from swiftcore_tiny.checkpoint import TINY_LOGIT_MARGIN, TinyCheckpoint, TinyModelError, describe_checkpoint, make_tiny
 from swiftcore_tiny.processor import save_processor_config
 from swiftcore_tiny.tokenizer import build_tiny_tokenizer
@@ -21,5 +24,14 @@ __all__ = [
     "build_tiny_tokenizer",
     "describe_checkpoint",
     "make_tiny",
+    "parity_records",
+    "run_demo",
     "save_processor_config",
 ]
+
+#: name -> the submodule that defines it, imported on first use (importing the package stays light).
+_WHERE = {
+    "parity_records": "demo",
+    "run_demo": "demo",
+}
+__getattr__ = lazy_exports(__name__, _WHERE)

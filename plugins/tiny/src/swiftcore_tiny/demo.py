@@ -100,9 +100,8 @@ def run_demo(
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    from swiftcore_infer.backends import create_engine
-    from swiftcore_train.config import TrainConfig
-    from swiftcore_train.dispatch import run_training
+    from swiftcore_infer import create_engine
+    from swiftcore_train import TrainConfig, run_training
 
     from swiftcore.api import load_plugins
     from swiftcore_tiny.checkpoint import make_tiny

@@ -14,6 +14,82 @@ Recipe plugins (preference, RL, heads) depend on this distribution and import fr
 package is light; the modules that subclass transformers' classes import torch when they are imported.
 """
 
-from swiftcore_train.hooks import TrainSetup
+from __future__ import annotations
 
-__all__ = ["TrainSetup"]
+from swiftcore.api import lazy_exports
+
+__all__ = [
+    "MANIFEST",
+    "OUTPUT_PATTERNS",
+    "GenerationEvalOptions",
+    "JsonlLogCallback",
+    "Reward",
+    "SwiftTrainer",
+    "TrainConfig",
+    "TrainResult",
+    "TrainSetup",
+    "answers_match",
+    "apply_tuner",
+    "check_recipe_fits_model",
+    "check_training",
+    "encode_records",
+    "extract_answer",
+    "generation_defaults",
+    "is_main_process",
+    "load_rewards",
+    "load_template",
+    "load_train_val_records",
+    "lora_config",
+    "parse_reward_options",
+    "plan_output_dir",
+    "plot_loss_curve",
+    "resolve_resume",
+    "run_inputs",
+    "run_training",
+    "sample_encoder",
+    "setup_training",
+    "start_run",
+    "train_and_report",
+    "trainable_summary",
+    "training_arguments",
+    "trim_log",
+]
+
+#: name -> the submodule that defines it, imported on first use (importing the package stays light).
+_WHERE = {
+    "TrainConfig": "config",
+    "TrainResult": "config",
+    "run_training": "dispatch",
+    "GenerationEvalOptions": "generation_eval",
+    "TrainSetup": "hooks",
+    "check_training": "hooks",
+    "setup_training": "hooks",
+    "MANIFEST": "output_dir",
+    "OUTPUT_PATTERNS": "output_dir",
+    "plan_output_dir": "output_dir",
+    "trim_log": "output_dir",
+    "Reward": "rewards",
+    "answers_match": "rewards",
+    "extract_answer": "rewards",
+    "load_rewards": "rewards",
+    "parse_reward_options": "rewards",
+    "check_recipe_fits_model": "run",
+    "encode_records": "run",
+    "generation_defaults": "run",
+    "is_main_process": "run",
+    "load_template": "run",
+    "load_train_val_records": "run",
+    "resolve_resume": "run",
+    "run_inputs": "run",
+    "sample_encoder": "run",
+    "start_run": "run",
+    "train_and_report": "run",
+    "JsonlLogCallback": "trainer",
+    "SwiftTrainer": "trainer",
+    "plot_loss_curve": "trainer",
+    "training_arguments": "trainer",
+    "apply_tuner": "tuners",
+    "lora_config": "tuners",
+    "trainable_summary": "tuners",
+}
+__getattr__ = lazy_exports(__name__, _WHERE)

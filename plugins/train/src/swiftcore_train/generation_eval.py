@@ -161,7 +161,7 @@ def load_eval_records(value: str, plugins: Any = None) -> list[Any]:
             ``FILE:LINE: what is wrong``).
     """
     try:
-        from swiftcore_eval.dataset import BUILTIN_DATASETS, builtin_dataset_path, read_dataset
+        from swiftcore_eval import BUILTIN_DATASETS, builtin_dataset_path, read_dataset
     except ImportError as exc:
         raise SwiftcoreError(f"--eval-every reads its dataset with swiftcore-eval, which is missing ({exc}): "
                              f"{_INSTALL_HINT}") from exc  # fmt: skip
@@ -202,7 +202,7 @@ def score_replies(records: Sequence[Any], generations: Sequence[Any]) -> list[di
 
 
 def _default_engine(model_dir: Path, plugins: Any, **options: Any) -> Any:
-    from swiftcore_infer.backends import create_engine
+    from swiftcore_infer import create_engine
 
     return create_engine(BACKEND, model_dir, plugins, **options)
 
@@ -251,7 +251,7 @@ class GenerationEvalCallback:
 
     def evaluate(self, model_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Ask every question of the model in ``model_dir`` and score the replies: ``(metrics, rows)``."""
-        from swiftcore_infer.types import Request, SamplingParams
+        from swiftcore_infer import Request, SamplingParams
 
         started = time.perf_counter()
         engine = self.engine_factory(model_dir, self.plugins, **self.engine_options)

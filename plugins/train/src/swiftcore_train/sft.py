@@ -91,7 +91,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         raise SwiftcoreError("--packing / --padding-free do not support image or audio samples yet; leave them off")
 
     import torch
-    from swiftcore_data.packed_attention import use_packed_attention
+    from swiftcore_data import use_packed_attention
 
     from swiftcore_train.loss import token_weighted_loss
     from swiftcore_train.trainer import JsonlLogCallback, SwiftTrainer, training_arguments

@@ -42,7 +42,7 @@ STAGING_DIR = ".staging"
 
 def _rank_path(root: Path, ep: int, pp: int) -> Path:
     from megatron.core import parallel_state
-    from swiftcore_megatron.checkpoint import rank_file
+    from swiftcore_megatron import rank_file
 
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     ep_rank = parallel_state.get_expert_model_parallel_rank()
@@ -132,8 +132,7 @@ def _finish(
 ) -> None:
     """Rank 0: the Megatron checkpoint's side files, its Hugging Face export (the whole model, or with LoRA the
     peft adapter of the base model), the run's files; then the rename."""
-    from swiftcore_megatron.checkpoint import copy_hf_side_files
-    from swiftcore_megatron.convert import mcore_to_hf, write_checkpoint_extras
+    from swiftcore_megatron import copy_hf_side_files, mcore_to_hf, write_checkpoint_extras
 
     tp, ep, pp = layout
     write_checkpoint_extras(mcore, model_dir, bridge, tp=tp, ep=ep, pp=pp, bridge_name=bridge_name)
@@ -170,9 +169,7 @@ def load_checkpoint(
             another ``--tp``/``--pp``/``--ep``.
     """
     import torch
-    from swiftcore_megatron.checkpoint import read_metadata
-    from swiftcore_megatron.errors import CheckpointError
-    from swiftcore_megatron.runtime import load_into_model
+    from swiftcore_megatron import CheckpointError, load_into_model, read_metadata
 
     root = checkpoint / MCORE_SUBDIR
     if not root.is_dir():

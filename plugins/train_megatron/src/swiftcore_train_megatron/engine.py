@@ -62,9 +62,7 @@ def load_sharded_model(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) 
     """
     import torch
     from megatron.core import parallel_state
-    from swiftcore_megatron.checkpoint import HFReader
-    from swiftcore_megatron.convert import rank_producers
-    from swiftcore_megatron.runtime import load_into_model
+    from swiftcore_megatron import HFReader, load_into_model, rank_producers
 
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     ep_rank = parallel_state.get_expert_model_parallel_rank()
@@ -82,7 +80,7 @@ def load_sharded_model(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) 
 def pipeline_stage(bridge: Any) -> Any:
     """This rank's :class:`~swiftcore_megatron.pipeline.Stage` under pipeline parallelism, else None."""
     from megatron.core import parallel_state
-    from swiftcore_megatron.pipeline import stages
+    from swiftcore_megatron import stages
 
     pp = parallel_state.get_pipeline_model_parallel_world_size()
     return stages(bridge, pp)[parallel_state.get_pipeline_model_parallel_rank()] if pp > 1 else None
@@ -159,7 +157,7 @@ def micro_batch_loss(model: Any, samples: list[dict], pad_token_id: int, length:
         length: pad to this many positions (at least the longest sample): the micro-batches that expert-parallel
             ranks run together must have one shape, since the MoE dispatcher all-gathers their tokens.
     """
-    from swiftcore_megatron.cpu_patches import eager_on_cpu
+    from swiftcore_megatron import eager_on_cpu
 
     inputs = model_inputs(samples, pad_token_id, length)
     with eager_on_cpu():
@@ -227,7 +225,7 @@ def pipeline_loss(model: Any, batches: list[ModelInputs], step_tokens: int, *, f
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
-    from swiftcore_megatron.cpu_patches import eager_on_cpu, pipeline_on_cpu
+    from swiftcore_megatron import eager_on_cpu, pipeline_on_cpu
 
     model.config.calculate_per_token_loss = True
     model.config.grad_scale_func = lambda loss: loss / max(step_tokens, 1)

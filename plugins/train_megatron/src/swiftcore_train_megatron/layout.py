@@ -81,7 +81,7 @@ class ParallelLayout:
     def _check_pipeline(self, bridge: Any, bridge_spec: Any) -> None:
         """Refuse ``--pp`` for a bridge that does not build pipeline stages, a layer count it does not divide, and
         multi-token-prediction layers (not split into stages yet)."""
-        from swiftcore_megatron.pipeline import stages
+        from swiftcore_megatron import stages
 
         if "pp" not in bridge_spec.parallelism:
             raise SwiftcoreError(

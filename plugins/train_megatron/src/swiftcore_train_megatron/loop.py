@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swiftcore_train.config import TrainConfig, TrainResult
+from swiftcore_train import TrainConfig, TrainResult
 
 from swiftcore_train_megatron.layout import ParallelLayout
 from swiftcore_train_megatron.schedule import Schedule
@@ -58,7 +58,7 @@ class TrainLoop:
         """Train the remaining steps, logging every ``--logging-steps``, evaluating every ``--eval-steps`` (else
         once at the end when there is validation data), saving every ``--save-steps`` and at the end."""
         import torch.distributed as dist
-        from swiftcore_train.trainer import plot_loss_curve
+        from swiftcore_train import plot_loss_curve
         from tqdm.auto import tqdm
 
         rank0 = dist.get_rank() == 0

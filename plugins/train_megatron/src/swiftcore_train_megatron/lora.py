@@ -178,8 +178,7 @@ def merged_lora(mcore_dir: Path, bridge: Any) -> dict[str, tuple[Any, Any, bool]
     """The trained LoRA of a megatron checkpoint (its rank files, or pipeline-stage files, and its
     ``swiftcore_lora.json``), merged over tensor-parallel ranks: ``{layer: (lora_A, lora_B, column_parallel)}``,
     by the whole model's layer names."""
-    from swiftcore_megatron.checkpoint import read_metadata
-    from swiftcore_megatron.convert import open_ranks, tp_shards
+    from swiftcore_megatron import open_ranks, read_metadata, tp_shards
 
     meta = read_metadata(mcore_dir)
     modules = json.loads((mcore_dir / LORA_FILE).read_text(encoding="utf-8"))["modules"]

@@ -13,8 +13,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from swiftcore_train.config import TrainConfig, TrainResult
-from swiftcore_train.run import (
+from swiftcore_train import (
+    TrainConfig,
+    TrainResult,
     check_recipe_fits_model,
     encode_records,
     generation_defaults,
@@ -51,8 +52,7 @@ def _refuse_unsupported(cfg: TrainConfig) -> None:
 
 
 def _bridge(cfg: TrainConfig, spec: Any, plugins: Any) -> tuple[Any, Any]:
-    from swiftcore_megatron.errors import BridgeError
-    from swiftcore_megatron.resolve import read_hf_config, resolve_bridge
+    from swiftcore_megatron import BridgeError, read_hf_config, resolve_bridge
 
     try:
         return resolve_bridge(read_hf_config(Path(cfg.model)), plugins)
@@ -86,7 +86,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> 
         )
     resume = resolve_resume(cfg, output_dir, spec)
     if is_main_process():
-        from swiftcore_train.output_dir import plan_output_dir
+        from swiftcore_train import plan_output_dir
 
         plan_output_dir(
             output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
@@ -110,7 +110,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> 
     )
 
     # Every check passed: only now the process group and the model.
-    from swiftcore_megatron.runtime import init_model_parallel
+    from swiftcore_megatron import init_model_parallel
 
     from swiftcore_train_megatron.engine import load_sharded_model
 
@@ -199,7 +199,7 @@ def _resumed_step(checkpoint: Path | None) -> int | None:
 def _optimizer_and_scheduler(cfg: TrainConfig, output_dir: Path, model: Any, total_steps: int) -> tuple[Any, Any]:
     """transformers' optimizer and learning-rate schedule for these flags (the same class, hyper-parameters,
     weight-decay groups and warm-up as the transformers engine builds), over this rank's parameters."""
-    from swiftcore_train.trainer import training_arguments
+    from swiftcore_train import training_arguments
     from transformers import Trainer, get_scheduler
 
     args = training_arguments(cfg, output_dir, evaluate=False)

@@ -121,7 +121,7 @@ class ChatSession:
             PathRefused: the folder, or an adapter's base model, is outside the root.
             SwiftcoreError: it is not a checkpoint swiftcore can serve (the engine's own message).
         """
-        from swiftcore_infer.command import build_engine
+        from swiftcore_infer import build_engine
 
         from swiftcore.api.models import resolve_checkpoint
 
@@ -171,7 +171,7 @@ class ChatSession:
             SwiftcoreError: no model is loaded, or the engine refuses the request (e.g. media the model does not
                 take); raised before anything is yielded.
         """
-        from swiftcore_infer.types import Request, SamplingParams
+        from swiftcore_infer import Request, SamplingParams
 
         from swiftcore.api import SwiftcoreError
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from swiftcore_template_qwen.qwen3_5 import Qwen35Template
+from swiftcore_template_qwen import Qwen35Template
 
 from swiftcore.api.template import Conversation, Segment, TemplateError, prompt, strip_pieces, text_of
 
