@@ -9,7 +9,7 @@ from typing import Any
 
 from swiftcore.errors import SwiftcoreError
 
-__all__ = ["is_reference", "lazy_exports", "moved", "resolve", "unresolved_references"]
+__all__ = ["is_reference", "lazy_exports", "resolve", "unresolved_references"]
 
 _REF = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
@@ -64,25 +64,6 @@ def unresolved_references(specs: dict[str, list[Any]]) -> list[str]:
                 except SwiftcoreError as exc:
                     problems.append(str(exc))
     return problems
-
-
-def moved(module: str, why: str, names: Mapping[str, str] | str) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for names that left ``module``: using one raises an ImportError that names its
-    new home and ``why``, so a plugin written against an older plugin API learns where it went.
-
-    Args:
-        module: the module's ``__name__``.
-        why: the instruction, e.g. ``"depend on swiftcore-train and import it from there"``.
-        names: name -> new module; or one module every public name moved to.
-    """
-
-    def __getattr__(name: str) -> Any:
-        target = names if isinstance(names, str) else names.get(name)
-        if target is None or name.startswith("__"):
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        raise ImportError(f"{module}.{name} moved to {target}.{name}: {why}")
-
-    return __getattr__
 
 
 def lazy_exports(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:

@@ -213,8 +213,9 @@ def swiftcore_export_checkpoint(
     :param target: the format to write, e.g. ``"mcore"``, ``"hf"``, ``"merged"``.
     :param model: the input checkpoint directory.
     :param out: the output directory (does not exist yet, or is empty).
-    :param options: what the command parsed: ``adapter`` (``--adapter``, with ``--merge-lora``), ``tp``, ``ep``,
-        ``bridge``, ``check_parity``, ``max_shard_bytes``, and ``echo`` (print a line of progress to the user).
+    :param options: what the command parsed: ``adapter`` (``--adapter``, with ``--merge-lora``), the options plugins
+        add to ``export`` (``swiftcore_addoption``, ``command="export"``: swiftcore-megatron's ``tp``, ``ep``,
+        ``bridge``, ``check_parity``, ``max_shard_size``), and ``echo`` (print a line of progress to the user).
     :param plugins: the loaded plugin set (to look bridges up in its registry).
     :return: True when converted, None when the target is not this plugin's.
 

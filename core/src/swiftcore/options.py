@@ -1,8 +1,9 @@
 """Command-line options that plugins add to swiftcore commands (the ``swiftcore_addoption`` hook).
 
 Modelled on pytest's ``pytest_addoption(parser)``: a plugin gets a parser, opens a group and adds
-options with the same keywords as :func:`click.option`. A group may belong to a recipe; its options are
-then valid only with that recipe (``swiftcore train --recipe NAME``), and the recipe receives their values::
+options with the same keywords as :func:`click.option`. A group belongs to one command, ``train`` unless
+``command=`` says otherwise (``export``: swiftcore-megatron's ``--tp``); a ``train`` group may belong to a recipe,
+its options then valid only with that recipe (``swiftcore train --recipe NAME``), which receives their values::
 
     @hookimpl
     def swiftcore_addoption(parser):
@@ -53,12 +54,13 @@ class PluginOption:
 
 @dataclass
 class OptionGroup:
-    """A named group of options; ``recipes`` set means they belong to those recipes alone."""
+    """A named group of options of one command; ``recipes`` set means they belong to those recipes alone."""
 
     name: str
     description: str
     recipes: tuple[str, ...]
     _parser: OptionParser
+    command: str = "train"
 
     def addoption(self, *flags: str, **kwargs: Any) -> None:
         """Add an option, with :func:`click.option`'s keywords (``type``, ``default``, ``multiple``,
@@ -79,17 +81,20 @@ class OptionParser:
     command: str
     reserved: dict[str, str] = field(default_factory=dict)
     options: list[PluginOption] = field(default_factory=list)
-    groups: dict[str, OptionGroup] = field(default_factory=dict)
+    groups: dict[tuple[str, str], OptionGroup] = field(default_factory=dict)
     #: The plugin whose hook implementation is running (set by :func:`collect_options`).
     current_plugin: str = "?"
 
-    def getgroup(self, name: str, description: str = "", *, recipe: str | tuple[str, ...] | None = None) -> OptionGroup:
-        """The group called ``name`` (created on first use). ``recipe`` (a name, or a tuple of names for
-        options several recipes share) ties its options to those recipes."""
+    def getgroup(
+        self, name: str, description: str = "", *, recipe: str | tuple[str, ...] | None = None, command: str = "train"
+    ) -> OptionGroup:
+        """The group called ``name`` of ``command`` (created on first use; plugins written before other commands took
+        options add to ``train``). ``recipe`` (a name, or a tuple of names several recipes share) ties its options
+        to those recipes. Options of another command than the one being built are left out."""
         recipes = (recipe,) if isinstance(recipe, str) else tuple(recipe or ())
-        group = self.groups.get(name)
+        group = self.groups.get((command, name))
         if group is None:
-            group = self.groups[name] = OptionGroup(name, description, recipes, self)
+            group = self.groups[(command, name)] = OptionGroup(name, description, recipes, self, command)
         elif recipes and group.recipes != recipes:
             raise SwiftcoreError(
                 f"plugin {self.current_plugin!r}: option group {name!r} belongs to recipe(s) "
@@ -102,6 +107,8 @@ class OptionParser:
         self._add(self.getgroup(self.current_plugin), flags, kwargs)
 
     def _add(self, group: OptionGroup, flags: tuple[str, ...], kwargs: dict[str, Any]) -> None:
+        if group.command != self.command:
+            return
         owner = f"plugin {self.current_plugin!r}"
         if not flags or not all(isinstance(f, str) and f.startswith("-") for f in flags):
             raise SwiftcoreError(f"{owner}: addoption{flags!r}: give one or more flags such as '--my-option'")

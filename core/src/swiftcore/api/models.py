@@ -4,7 +4,6 @@ directories atomically (nothing half-written, nothing overwritten)."""
 from __future__ import annotations
 
 from swiftcore._atomic import atomic_output_dir, check_output_dir
-from swiftcore._lazy import moved
 from swiftcore.models import (
     ARGS_FILE,
     check_requirements,
@@ -44,21 +43,3 @@ __all__ = [
     "resolve_model_spec",
     "warn_mismatches",
 ]
-
-
-#: Names that left this module (plugin API 1.3): name -> new module.
-_MOVED = {
-    "load_processor_without_video": "swiftcore_media",
-    "make_tiny": "swiftcore_tiny",
-    "build_tiny_tokenizer": "swiftcore_tiny",
-    "save_processor_config": "swiftcore_tiny",
-    "merge_lora": "swiftcore_infer.merge",
-    "part_problems": "swiftcore_testing.model_spec_checks",
-    "special_token_problems": "swiftcore_testing.model_spec_checks",
-    **dict.fromkeys(
-        ("PACKING_KWARGS", "PATCHED_MARK", "PackedBatchError", "packed_cu_seq_lens", "packed_segments")
-        + ("transformers_in_range", "wrap_forward"),
-        "swiftcore_data.packed_layers",
-    ),
-}
-__getattr__ = moved(__name__, "it is another distribution's now; depend on it and import it from there", _MOVED)

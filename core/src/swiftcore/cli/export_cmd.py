@@ -7,25 +7,17 @@ are ``swiftcore-megatron``'s (which every Megatron bridge plugin requires), ``--
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from swiftcore.cli.main import CliState, pass_state, plugin_option
+from swiftcore.cli.main import CliState, PluginOptionsCommand, pass_state, plugin_option
 from swiftcore.errors import SwiftcoreError
 
 __all__ = ["export"]
 
 
-def _size(value: str) -> int:
-    """``5GB`` / ``500MB`` / ``1048576`` -> bytes."""
-    units = {"KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
-    text = value.strip().upper()
-    for unit, factor in units.items():
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * factor)
-    return int(text)
-
-
-@click.command("export")
+@click.command("export", cls=PluginOptionsCommand)
 @click.option(
     "--model",
     "model",
@@ -48,21 +40,6 @@ def _size(value: str) -> int:
     type=click.Path(),
     help="Merge the LoRA adapter into its base model and write the full model here.",
 )
-@click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1), help="Tensor-parallel size.")
-@click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1), help="Expert-parallel size.")
-@click.option(
-    "--bridge",
-    "bridge_name",
-    default=None,
-    metavar="NAME[@PLUGIN]",
-    help="Use this bridge instead of the one matching config.json's model_type.",
-)
-@click.option(
-    "--check-parity",
-    is_flag=True,
-    help="Run the HF and Megatron models on the same tokens in float32 and compare logits.",
-)
-@click.option("--max-shard-size", default="5GB", show_default=True, help="Largest safetensors shard (--to-hf).")
 @plugin_option
 @pass_state
 def export(
@@ -73,11 +50,7 @@ def export(
     to_mcore: str | None,
     to_hf: str | None,
     merge_lora: str | None,
-    tp: int,
-    ep: int,
-    bridge_name: str | None,
-    check_parity: bool,
-    max_shard_size: str,
+    **plugin_options: Any,
 ) -> None:
     """Convert checkpoints: HF -> Megatron-core, Megatron-core -> HF, or merge a LoRA adapter.
 
@@ -88,7 +61,8 @@ def export(
       swiftcore export --model ./out/checkpoint-100 --merge-lora ./merged
       swiftcore export --model ./base --adapter ./out/checkpoint-100 --merge-lora ./merged
 
-    Outputs are written atomically: a failed conversion leaves no output directory.
+    Outputs are written atomically: a failed conversion leaves no output directory. The plugin that converts
+    adds its own options (swiftcore-megatron: --tp, --ep, --bridge, --check-parity, --max-shard-size).
     """
     chosen = [
         flag for flag, value in (("--to-mcore", to_mcore), ("--to-hf", to_hf), ("--merge-lora", merge_lora)) if value
@@ -97,8 +71,6 @@ def export(
         raise click.UsageError("give exactly one of --to-mcore, --to-hf, --merge-lora")
     if adapter and not merge_lora:
         raise click.UsageError("--adapter goes with --merge-lora (the adapter to merge into --model)")
-    if not to_mcore and (tp != 1 or ep != 1):
-        raise click.UsageError("--tp/--ep apply to --to-mcore; --to-hf reads the layout from the checkpoint")
     plugins = state.plugins(plugin_specs)
     if to_mcore:
         from swiftcore.models.manifest import read_manifest, warn_mismatches
@@ -106,15 +78,7 @@ def export(
         # A swiftcore checkpoint's manifest: warn when it was trained with other plugin versions.
         warn_mismatches(read_manifest(model), plugins)
     target, out = ("mcore", to_mcore) if to_mcore else ("merged", merge_lora) if merge_lora else ("hf", to_hf or "")
-    options = {
-        "adapter": adapter,
-        "tp": tp,
-        "ep": ep,
-        "bridge": bridge_name,
-        "check_parity": check_parity,
-        "max_shard_bytes": _size(max_shard_size),
-        "echo": click.echo,
-    }
+    options = {"adapter": adapter, **plugin_options, "echo": click.echo}
     done = plugins.pm.hook.swiftcore_export_checkpoint(
         target=target, model=model, out=out, options=options, plugins=plugins
     )

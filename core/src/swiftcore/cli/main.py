@@ -18,7 +18,18 @@ from swiftcore.errors import SwiftcoreError
 from swiftcore.plugin_api import API_VERSION_STRING
 from swiftcore.registry import CORE_COMMANDS
 
-__all__ = ["CliState", "cli", "main", "pass_state", "plugin_args", "plugin_option", "with_provider"]
+__all__ = [
+    "PLUGIN_OPTIONS",
+    "CliState",
+    "PluginOptionsCommand",
+    "cli",
+    "main",
+    "option_names",
+    "pass_state",
+    "plugin_args",
+    "plugin_option",
+    "with_provider",
+]
 
 #: core command -> ("module:attr", short help). Keys must equal registry.CORE_COMMANDS.
 _CORE: dict[str, tuple[str, str]] = {
@@ -106,6 +117,39 @@ def with_provider(state: CliState, extra: list[str], kind: str, name: str) -> li
         return list(extra)  # every installed plugin loads anyway
     owner = next((i.name for i in discover().values() if name in i.capabilities.get(kind, ())), None)
     return [*extra, owner] if owner and owner not in requested else list(extra)
+
+
+#: ``ctx.meta`` key of the options the loaded plugins added to this invocation's command.
+PLUGIN_OPTIONS = "swiftcore.plugin_options"
+
+
+class PluginOptionsCommand(click.Command):
+    """A command taking the options loaded plugins add to it (``swiftcore_addoption``), as pytest's ``-p`` and
+    ``pytest_addoption``: ``--plugin`` values are read before parsing, so the plugin set that adds the options is the
+    one the run uses; the options live in ``ctx.meta`` for this invocation, never on the shared command object."""
+
+    def plugin_set(self, state: CliState, args: list[str]) -> Any:
+        """The plugins whose options ``args`` may use (``swiftcore train`` adds the provider of its recipe)."""
+        return state.plugins(plugin_args(args))
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from swiftcore.options import collect_options
+
+        taken = {n: f"swiftcore {self.name} itself" for p in super().get_params(ctx) for n in option_names(p)}
+        plugins = self.plugin_set(ctx.ensure_object(CliState), args)
+        ctx.meta[PLUGIN_OPTIONS] = collect_options(plugins, self.name or "", taken)
+        return super().parse_args(ctx, args)
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        extra = [option.click_option() for option in ctx.meta.get(PLUGIN_OPTIONS, ())]
+        return params[:-1] + extra + params[-1:] if extra else params  # --help stays last
+
+
+def option_names(param: click.Parameter) -> list[str]:
+    """A click parameter's flags and destination, the names a plugin option may not take."""
+    flags = [o.split("/")[0] for o in getattr(param, "opts", [])] + list(getattr(param, "secondary_opts", []))
+    return [*flags, param.name or ""]
 
 
 class LazyGroup(click.Group):

@@ -15,7 +15,15 @@ from typing import Any
 
 import click
 
-from swiftcore.api.cli import CliState, collect_options, pass_state, plugin_args, plugin_option, with_provider
+from swiftcore.api.cli import (
+    PLUGIN_OPTIONS,
+    CliState,
+    PluginOptionsCommand,
+    pass_state,
+    plugin_args,
+    plugin_option,
+    with_provider,
+)
 from swiftcore_train.config import (
     DEFAULT_ENGINE,
     LOSS_POLICIES,
@@ -91,7 +99,7 @@ _CHOICES = {
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value:
-        plugin_keys = tuple(o.dest for o in ctx.meta.get(_PLUGIN_OPTIONS, ()))
+        plugin_keys = tuple(o.dest for o in ctx.meta.get(PLUGIN_OPTIONS, ()))
         ctx.default_map = {**(ctx.default_map or {}), **load_config_file(value, extra_keys=plugin_keys)}
         ctx.meta["swiftcore.config_file"] = value  # an input of the run: never removed from its output dir
     return value
@@ -127,28 +135,13 @@ def _options(func: Any) -> Any:
     return func
 
 
-_PLUGIN_OPTIONS = "swiftcore.plugin_options"
+class TrainCommand(PluginOptionsCommand):
+    """``swiftcore train`` with the options the loaded plugins add (``swiftcore_addoption``): the plugin set is the one
+    ``--plugin`` chooses plus the plugin providing the recipe asked for."""
 
-
-class TrainCommand(click.Command):
-    """``swiftcore train`` with the options the loaded plugins add (``swiftcore_addoption``).
-
-    ``--plugin`` values are read before parsing (as pytest reads ``-p``) so the plugin set that adds the
-    options is the one the run uses; the options exist only for this invocation (``ctx.meta``), never on
-    the shared command object.
-    """
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        state = ctx.ensure_object(CliState)
-        plugins = state.plugins(with_provider(state, plugin_args(args), "recipe", _recipe_arg(args)))
-        reserved = {name: "swiftcore train itself" for param in super().get_params(ctx) for name in _names(param)}
-        ctx.meta[_PLUGIN_OPTIONS] = collect_options(plugins, "train", reserved)
-        return super().parse_args(ctx, args)
-
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        params = super().get_params(ctx)
-        extra = [option.click_option() for option in ctx.meta.get(_PLUGIN_OPTIONS, ())]
-        return params[:-1] + extra + params[-1:] if extra else params  # --help stays last
+    def plugin_set(self, state: CliState, args: list[str]) -> Any:
+        """The chosen plugins and the provider of the recipe ``args`` ask for."""
+        return state.plugins(with_provider(state, plugin_args(args), "recipe", _recipe_arg(args)))
 
 
 def _recipe_arg(args: list[str]) -> str:
@@ -165,16 +158,11 @@ def _recipe_arg(args: list[str]) -> str:
     return recipe_for(values["--task"], values["--recipe"], values["--engine"])
 
 
-def _names(param: click.Parameter) -> list[str]:
-    flags = [o.split("/")[0] for o in getattr(param, "opts", [])] + list(getattr(param, "secondary_opts", []))
-    return [*flags, param.name or ""]
-
-
 def _recipe_options(ctx: click.Context, options: dict[str, Any], recipe: str) -> dict[str, Any]:
     """Split the plugin options out of ``options``: the values this recipe reads (untagged options and its
     own), after refusing an option of another recipe that was given."""
     out: dict[str, Any] = {}
-    for option in ctx.meta.get(_PLUGIN_OPTIONS, ()):
+    for option in ctx.meta.get(PLUGIN_OPTIONS, ()):
         value = options.pop(option.dest)
         given = ctx.get_parameter_source(option.dest) not in (None, click.core.ParameterSource.DEFAULT)
         if not option.applies_to(recipe):
