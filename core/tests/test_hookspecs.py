@@ -369,7 +369,8 @@ def swiftcore_export_checkpoint(target, model, out, options, plugins):
 
 def test_export_checkpoint_hook_gets_the_command_s_conversion(tmp_path) -> None:
     """``swiftcore export --to-mcore`` hands the conversion to the first plugin that takes the target, with the
-    export options that plugin added (``swiftcore_addoption``, ``command="export"``) and no option of another command."""
+    export options that plugin added (``swiftcore_addoption``, ``command="export"``) and none of another
+    command."""
     import json
 
     from click.testing import CliRunner
