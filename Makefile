@@ -6,6 +6,10 @@ PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 # Every plugin distribution in the repository (a folder with a pyproject.toml under these roots).
 PLUGIN_DISTS := $(sort $(dir $(wildcard template_plugins/*/pyproject.toml model_plugins/*/pyproject.toml plugins/*/pyproject.toml megatron_bridges/*/pyproject.toml)))
 STAMP  := $(VENV)/.installed
+# What `make lint` type-checks (tests/test_types.py checks the same list): the core and the library distributions.
+TYPED  := core/src/swiftcore plugins/train/src/swiftcore_train plugins/infer/src/swiftcore_infer \
+  plugins/data/src/swiftcore_data plugins/media/src/swiftcore_media plugins/megatron/src/swiftcore_megatron \
+  megatron_bridges/gpt/src/swiftcore_bridge_gpt plugins/tiny/src/swiftcore_tiny plugins/testing/src/swiftcore_testing
 
 .PHONY: install test demo lint bench clean
 
@@ -17,7 +21,7 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PIP) torch==2.13.0
 	$(PIP) --no-build-isolation -e './core[train,serve,test]' $(foreach d,$(PLUGIN_DISTS),-e ./$(d)) pytest ruff openai httpx matplotlib sentence-transformers schemathesis import-linter playwright \
-	  ray opentelemetry-api deptry twine check-wheel-contents build uv
+	  ray opentelemetry-api deptry twine check-wheel-contents build uv mypy
 	# vLLM's CPU build, pinned, without dependencies: its metadata would pull CUDA torchvision/triton wheels
 	# that break a CPU torch (see plugins/backend_vllm/requirements-cpu.txt).
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r plugins/backend_vllm/requirements-cpu.txt
@@ -40,6 +44,8 @@ lint: install
 	$(BIN)/lint-imports pyproject.toml
 	# Every distribution declares what its sources import (deptry, one distribution at a time).
 	$(BIN)/python scripts/check_deps.py
+	# The typed spine: the core and the library distributions' faces (mypy, settings in pyproject.toml).
+	$(BIN)/mypy $(TYPED)
 
 # py-spy profiles the figures that miss a goal (figures 12 and 15); only the benchmarks need it.
 bench: install

@@ -441,8 +441,8 @@ MARKERS = {
         r"MessageQueue\.|SpinCondition\.|sched_yield ",
     "zmq and msgpack messages (`zmq`, `MsgpackEncoder`/`MsgpackDecoder`)": r".*\(zmq/|Msgpack(Encoder|Decoder)\.",
     "detokenising and output processing (`OutputProcessor`, detokenizer)": r"OutputProcessor\.|.*detokeniz",
-    "swiftcore's request handling (`swiftcore_serve` app, protocol, stream parser)":
-        r".*\(swiftcore_serve/(app|protocol|stream_parser|guard)\.py\)$",
+    "swiftcore's request handling (`swiftcore_serve` app, routes, protocol, stream parser)":
+        r".*\(swiftcore_serve/(app|protocol|stream_parser|guard|routing|state|limits|errors|replies|routes/\w+)\.py\)$",
     "HTTP stack (uvicorn, h11, starlette, fastapi, pydantic)": r".*\((uvicorn|h11|starlette|fastapi|pydantic)/",
 }  # fmt: skip
 

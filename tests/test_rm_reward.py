@@ -269,7 +269,7 @@ def test_an_episode_is_scored_on_its_whole_conversation(
     answers "a"; the second answers "e" at once (all scripted). Each reward is the checkpoint's score of the rm
     recipe's encoding of its whole episode (the prompt with the calculator tool shown, the parsed call, the tool
     result, the final reply), and the tool-calling episode's differs from the score of its prompt + final reply."""
-    from swiftcore_recipe_rl.environments import CALCULATOR_TOOL
+    from swiftcore_recipe_rl.calculator import CALCULATOR_TOOL
 
     from swiftcore.api.models import load_tokenizer
 

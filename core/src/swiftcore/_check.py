@@ -17,7 +17,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api.protocols import PluginSet
 
 HEAVY_MODULES = ("torch", "transformers", "megatron")
 
@@ -103,7 +106,7 @@ def _load_and_inspect(spec: str) -> tuple[dict[str, Any], Any, dict[str, list[An
     return report, plugins, own_specs
 
 
-def _finish(report: dict[str, Any], plugins: Any) -> None:
+def _finish(report: dict[str, Any], plugins: PluginSet) -> None:
     """The registry's problems and the static capability index of a loaded plugin; sets ``ok``."""
     from swiftcore.specs import SPEC_KINDS
 

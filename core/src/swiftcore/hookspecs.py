@@ -1,3 +1,5 @@
+# mypy: disable-error-code="empty-body"
+# (a hook specification is a signature and a docstring; pluggy never runs its body)
 """swiftcore's hook specifications (pluggy project ``"swiftcore"``).
 
 Plugins implement these with ``@swiftcore.hookimpl``. Collector hooks (``swiftcore_register_*``)
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from swiftcore.api.protocols import PluginSet
     from swiftcore.options import OptionParser
     from swiftcore.specs import (
         BackendSpec,
@@ -131,8 +134,9 @@ def swiftcore_register_environments() -> list[EnvironmentSpec]:
 def swiftcore_addoption(parser: OptionParser) -> None:
     """Add command-line options to a swiftcore command, the way pytest plugins do in ``pytest_addoption``.
 
-    Called for every implementation when a command that takes plugin options (``swiftcore train``) builds
-    its parser, after the plugins are loaded and before the arguments are parsed::
+    Called for every implementation when a command that takes plugin options (``swiftcore train``, ``export``)
+    builds its parser, after the plugins are loaded and before the arguments are parsed. A group is ``train``'s
+    unless ``getgroup(..., command="export")`` says otherwise (options of another command are left out)::
 
         @hookimpl
         def swiftcore_addoption(parser):
@@ -201,7 +205,7 @@ def swiftcore_post_model_load(model: Any, spec: ModelSpec, model_dir: str) -> No
 
 @hookspec(firstresult=True)
 def swiftcore_export_checkpoint(
-    target: str, model: str, out: str, options: dict[str, Any], plugins: Any
+    target: str, model: str, out: str, options: dict[str, Any], plugins: PluginSet
 ) -> bool | None:
     """Convert a checkpoint into another format, for ``swiftcore export --to-mcore`` / ``--to-hf`` / ``--merge-lora``.
 

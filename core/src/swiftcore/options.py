@@ -19,9 +19,12 @@ with a message naming both owners. No click import at module level is needed by 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.errors import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api.protocols import PluginSet
 
 __all__ = ["OptionGroup", "OptionParser", "PluginOption", "collect_options"]
 
@@ -131,7 +134,7 @@ def _dest(flags: tuple[str, ...]) -> str:
     return long[0].split("/")[0].lstrip("-").replace("-", "_")
 
 
-def collect_options(plugins: Any, command: str, reserved: dict[str, str]) -> list[PluginOption]:
+def collect_options(plugins: PluginSet, command: str, reserved: dict[str, str]) -> list[PluginOption]:
     """Call every loaded plugin's ``swiftcore_addoption`` for ``command`` and return what they added.
 
     Each implementation is called on its own (like the registry's collectors), so an error names the plugin.

@@ -41,7 +41,7 @@ def test_plugin_module_imports_no_torch_or_megatron() -> None:
         "assert not bad, bad; print(p.SWIFTCORE_API)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "1.0"
+    assert out.stdout.strip() == "1.5"
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ LR = 2e-3
 
 
 def test_grpo_learns_to_call_the_calculator(tiny_dir: Path, plugins: Any, tmp_path: Path) -> None:
-    from swiftcore_recipe_rl.environments import CALCULATOR_TOOL
+    from swiftcore_recipe_rl.calculator import CALCULATOR_TOOL
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
     from swiftcore_train import TrainConfig, run_training

@@ -21,7 +21,7 @@ import pytest
      ("2^10", 1024), ("1.5 * 4", 6.0), ("+3 - -3", 6), (" 12 ", 12)],
 )  # fmt: skip
 def test_calculator_evaluates_arithmetic(expression: str, value: float) -> None:
-    from swiftcore_recipe_rl.environments import evaluate_expression
+    from swiftcore_recipe_rl.expression import evaluate_expression
 
     assert evaluate_expression(expression) == value
 
@@ -50,7 +50,7 @@ def test_calculator_evaluates_arithmetic(expression: str, value: float) -> None:
     ],
 )
 def test_calculator_refuses_what_it_must(expression: str, message: str) -> None:
-    from swiftcore_recipe_rl.environments import CalculatorError, evaluate_expression
+    from swiftcore_recipe_rl.expression import CalculatorError, evaluate_expression
 
     with pytest.raises(CalculatorError, match=message):
         evaluate_expression(expression)
@@ -61,7 +61,7 @@ def _call(name: str = "calculator", arguments: Any = None) -> dict[str, Any]:
 
 
 def test_calculator_episode_answers_calls_and_rewards_a_correct_answer_reached_with_a_call() -> None:
-    from swiftcore_recipe_rl.environments import CALCULATOR_TOOL, Calculator
+    from swiftcore_recipe_rl.calculator import CALCULATOR_TOOL, Calculator
 
     env = Calculator()
     record = env.reset({"messages": [{"role": "user", "content": "6*7?"}], "answer": "42", "tools": [CALCULATOR_TOOL]})
@@ -92,7 +92,7 @@ def test_calculator_episode_answers_calls_and_rewards_a_correct_answer_reached_w
     ],
 )
 def test_calculator_answers_a_malformed_call_with_an_error_message(call: Any, error: str) -> None:
-    from swiftcore_recipe_rl.environments import Calculator
+    from swiftcore_recipe_rl.calculator import Calculator
 
     env = Calculator()
     env.reset({"messages": [{"role": "user", "content": "?"}], "answer": "2"})
@@ -108,7 +108,7 @@ def test_calculator_is_registered_and_conforms(plugins: Any) -> None:
     from swiftcore.api.protocols import EnvironmentProtocol, conformance_problems
 
     spec = plugins.registry.get("environment", "calculator")
-    assert spec.provider.plugin == "rl" and spec.factory == "swiftcore_recipe_rl.environments:Calculator"
+    assert spec.provider.plugin == "rl" and spec.factory == "swiftcore_recipe_rl.calculator:Calculator"
     factory = resolve(spec.factory)
     assert conformance_problems(factory, EnvironmentProtocol, "calculator") == []
     assert isinstance(factory(), EnvironmentProtocol)
@@ -134,7 +134,7 @@ def test_environment_options_are_checked() -> None:
 
 
 def test_calculator_max_calls_refuses_the_calls_past_it() -> None:
-    from swiftcore_recipe_rl.environments import Calculator
+    from swiftcore_recipe_rl.calculator import Calculator
 
     env = Calculator(max_calls=1)
     env.reset({"messages": [{"role": "user", "content": "6*7?"}], "answer": "42"})
@@ -174,7 +174,7 @@ def test_an_environment_option_reaches_the_environment_and_changes_its_episodes(
     episode's calculator with ``max_calls=0``: the episode's call is answered with an error, so its correct answer
     earns nothing, where the same scripted episode without the option earns 1."""
     from swiftcore_recipe_rl.options import GRPOOptions
-    from swiftcore_recipe_rl.recipe import _episodes
+    from swiftcore_recipe_rl.plan import plan_environment
     from swiftcore_recipe_rl.rollout import PromptCodec
 
     from swiftcore.api.models import load_tokenizer
@@ -189,7 +189,7 @@ def test_an_environment_option_reaches_the_environment_and_changes_its_episodes(
 
     def episode(*environment_option: str) -> dict[str, Any]:
         options = GRPOOptions(reward=("environment",), environment="calculator", environment_option=environment_option)
-        episodes = _episodes(options, plugins, codec)
+        episodes = plan_environment(options, plugins).episodes(codec)
         episodes.rows["p"] = row
         episodes(["p"], _ScriptedTrainer([call, answer], eos))
         (e,) = episodes.episodes
@@ -246,17 +246,17 @@ def test_an_environment_option_without_an_environment_is_refused() -> None:
 )  # fmt: skip
 def test_an_environment_option_the_environment_does_not_take_is_refused(value: str, message: str, plugins: Any) -> None:
     from swiftcore_recipe_rl.options import GRPOOptions
-    from swiftcore_recipe_rl.recipe import _episodes
+    from swiftcore_recipe_rl.plan import plan_environment
 
     from swiftcore.api import SwiftcoreError
 
     options = GRPOOptions(reward=("environment",), environment="calculator", environment_option=(value,))
     with pytest.raises(SwiftcoreError, match=message):
-        _episodes(options, plugins, None)
+        plan_environment(options, plugins)
 
 
 def test_environment_option_values_take_the_factorys_types() -> None:
-    from swiftcore_recipe_rl.environments import environment_factory
+    from swiftcore_recipe_rl.environment_options import environment_factory
 
     from swiftcore.api import SwiftcoreError
 
@@ -330,7 +330,8 @@ def test_the_environment_option_flag_from_the_cli(tiny_dir: Path, tmp_path: Path
 def test_importing_the_environments_imports_no_torch() -> None:
     import subprocess
 
-    code = "import swiftcore_recipe_rl.environments, swiftcore_recipe_rl.plugin, sys; print('torch' in sys.modules)"
+    modules = ("expression", "calculator", "environment_reward", "environment_options", "episodes", "plugin")
+    code = f"import sys; import {', '.join(f'swiftcore_recipe_rl.{m}' for m in modules)}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -415,7 +416,7 @@ def test_a_tool_call_is_parsed_executed_rendered_and_masked(
         assert served.health()["weight_version"] >= 2 and len(served.health()["adapters"]) == 1
     first, second = seen["inputs"][:2]
     record = {**row, "chat_template_kwargs": {"enable_thinking": False}}
-    from swiftcore_recipe_rl.environments import CALCULATOR_TOOL
+    from swiftcore_recipe_rl.calculator import CALCULATOR_TOOL
 
     prompt_record = {"messages": row["messages"], "chat_template_kwargs": {"enable_thinking": False},
                      "tools": [CALCULATOR_TOOL]}  # fmt: skip

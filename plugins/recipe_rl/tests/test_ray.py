@@ -6,6 +6,9 @@
   test_async_rollouts.py: 8 steps gave 0.17 -> 0.40 once in CI, 0.19-0.21 -> 0.73-0.98 here, so the run has 12 steps,
   measured 0.21-0.42 -> 0.98-1.00 in five runs) and every round after the first comes a round ahead from the rollout
   worker.
+- Planned once: the command's process loads and checks the prompt rows, loads the rewards and encodes every prompt,
+  once each; the trainer actor receives the plan and does none of it again (each call is logged with its process by
+  a counter installed in this process and, through Ray's ``worker_process_setup_hook``, in every worker).
 - Faults: a reward worker that died costs its samples the fallback reward and a logged error, not the run; a rollout
   worker that died ends the run's call with one error naming it and the way back (resume).
 """
@@ -15,19 +18,60 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+#: The call counter, a module written next to its log (``{log}``): ``counted(name, function)`` logs ``PID NAME`` for
+#: each call of ``function``; ``install()`` counts, in the process it runs in, the calls that load and check the prompt
+#: rows, load the rewards and encode a prompt.
+COUNTER = """
+import os
+from pathlib import Path
+
+LOG = Path({log!r})
+
+
+def counted(name, function):
+    def wrapper(*args, **kwargs):
+        with LOG.open("a") as out:  # appends of one short line: whole lines even from several processes
+            out.write(f"{{os.getpid()}} {{name}}\\n")
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def install():
+    import swiftcore_train
+    from swiftcore_recipe_rl import data, rollout
+
+    data.load_prompt_rows = counted("load_prompt_rows", data.load_prompt_rows)
+    swiftcore_train.load_rewards = counted("load_rewards", swiftcore_train.load_rewards)
+    rollout.PromptCodec.encode = counted("encode", rollout.PromptCodec.encode)
+"""
+
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    """A local Ray cluster of 2 CPUs for this module."""
+def call_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The counter's log; its module, ``rl_call_counter``, is in the same folder."""
+    folder = tmp_path_factory.mktemp("call_counter")
+    log = folder / "calls.log"
+    (folder / "rl_call_counter.py").write_text(COUNTER.format(log=str(log)))
+    return log
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(call_log: Path) -> Iterator[Any]:
+    """A local Ray cluster of 2 CPUs for this module, the call counter installed in every worker it starts."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    path = os.pathsep.join(p for p in (str(call_log.parent), os.environ.get("PYTHONPATH", "")) if p)
+    runtime_env = {"env_vars": {"PYTHONPATH": path}, "worker_process_setup_hook": "rl_call_counter.install"}
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False,
+             runtime_env=runtime_env)  # fmt: skip
     try:
         yield ray
     finally:
@@ -62,6 +106,44 @@ def test_grpo_on_ray_places_trainer_rollouts_and_rewards_in_workers_and_learns(
     assert len(rewards) == steps and after - before >= 0.25, rewards
     assert [row["rollout_staleness"] for row in logs] == [0.0] + [1.0] * (steps - 1)
     assert all(row["sync_bytes"] > 0 for row in logs[:-1])  # the adapter went to the worker before each round
+
+
+@pytest.mark.slow
+def test_a_ray_run_is_planned_once_in_the_command_and_the_trainer_actor_executes_the_plan(
+    ray_cluster: Any, call_log: Path, tiny_dir: Path, plugins: Any, tmp_path: Path, vowel: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The prompt rows are loaded and checked, the rewards loaded and every prompt encoded once, in this process (the
+    command's); the trainer actor does none of it (it re-entered the recipe and did it all again before the run was
+    planned once). A reward worker loads its own reward: the counter works in the workers too."""
+    import importlib
+
+    import swiftcore_train
+    from swiftcore_recipe_rl import data
+    from swiftcore_recipe_rl.recipe import run
+    from swiftcore_recipe_rl.rollout import PromptCodec
+
+    monkeypatch.syspath_prepend(str(call_log.parent))
+    counter = importlib.import_module("rl_call_counter")
+    monkeypatch.setattr(data, "load_prompt_rows", counter.counted("load_prompt_rows", data.load_prompt_rows))
+    monkeypatch.setattr(swiftcore_train, "load_rewards", counter.counted("load_rewards", swiftcore_train.load_rewards))
+    monkeypatch.setattr(PromptCodec, "encode", counter.counted("encode", PromptCodec.encode))
+    call_log.write_text("")  # the module's earlier tests' calls left out
+
+    prompts = 4
+    cfg, options = vowel("grpo", tiny_dir, tmp_path, steps=1, lr=5e-3, prompts=prompts, ray=True)
+    assert run(cfg, plugins, options).global_step == 1
+
+    where = json.loads((tmp_path / "out" / "args.json").read_text())["ray"]
+    here, trainer, reward = str(os.getpid()), str(where["trainer"]["pid"]), str(where["rewards"]["format"]["pid"])
+    assert len({here, trainer, reward}) == 3, where
+    calls = Counter(tuple(line.split()) for line in call_log.read_text().splitlines())
+    assert calls == {
+        (here, "load_prompt_rows"): 1,
+        (here, "load_rewards"): 1,
+        (here, "encode"): prompts,
+        (reward, "load_rewards"): 1,
+    }, calls
 
 
 def test_a_dead_reward_worker_costs_the_fallback_not_the_run(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from swiftcore import load_plugins
 from swiftcore._lazy import lazy_exports, resolve
+from swiftcore.api.protocols import PluginSet
 from swiftcore.errors import (
     ConflictError,
     IncompatiblePluginError,
@@ -58,6 +59,7 @@ __all__ = [
     "ModelParts",
     "ModelSpec",
     "PluginError",
+    "PluginSet",
     "Provider",
     "RecipeSpec",
     "RewardSpec",

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from swiftcore._plugins import PluginInfo
+    from swiftcore.registry import Registry
 
 __all__ = [
     "REFERENCE_PROTOCOLS",
     "BridgeProtocol",
     "EngineProtocol",
     "EnvironmentProtocol",
+    "PluginSet",
     "RecipeRun",
     "RewardProtocol",
     "TemplateProtocol",
@@ -86,10 +93,31 @@ class BridgeProtocol(Protocol):
         """Refuse sizes the architecture cannot be split by, before anything is built."""
 
 
-class RecipeRun(Protocol):
-    """A recipe's ``run``: ``run(cfg, plugins, options) -> TrainResult``."""
+class PluginSet(Protocol):
+    """The loaded plugins a command, recipe, hook or engine is handed (:func:`swiftcore.api.load_plugins` makes one):
+    the pluggy manager, the registry of every spec by kind and name, and what was discovered and loaded."""
 
-    def __call__(self, cfg: Any, plugins: Any, options: Any) -> Any:
+    pm: pluggy.PluginManager
+    infos: dict[str, PluginInfo]
+    explicit: set[str]
+    resolved_specs: list[str]
+
+    @property
+    def registry(self) -> Registry:
+        """Specs by kind and name (``registry.get("model", "qwen3_5")``), conflicts named when used."""
+
+    def loaded(self) -> list[PluginInfo]:
+        """The plugins that are registered, built-ins included."""
+
+    def child_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """An environment whose ``SWIFTCORE_PLUGINS`` makes a child process load this same set."""
+
+
+class RecipeRun(Protocol):
+    """A recipe's ``run``: ``run(cfg, plugins, options) -> TrainResult``; ``cfg`` is swiftcore-train's ``TrainConfig``
+    (or the recipe's own subclass), ``options`` the values of the options the recipe's plugins added."""
+
+    def __call__(self, cfg: Any, plugins: PluginSet, options: Mapping[str, Any]) -> Any:
         """Train, and say where the outputs are."""
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +17,9 @@ from swiftcore import __version__
 from swiftcore.errors import SwiftcoreError
 from swiftcore.plugin_api import API_VERSION_STRING
 from swiftcore.registry import CORE_COMMANDS
+
+if TYPE_CHECKING:
+    from swiftcore.api.protocols import PluginSet
 
 __all__ = [
     "PLUGIN_OPTIONS",
@@ -208,11 +211,11 @@ class _PluginCommand(click.Command):
             name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
         )
 
-    def resolve_target(self, plugins: Any) -> click.Command:
+    def resolve_target(self, plugins: PluginSet) -> click.Command:
         """The plugin's own ``click.Command`` for this name, from the loaded ``plugins``."""
         from swiftcore._lazy import resolve
 
-        spec = plugins.registry.get("command", self.name)
+        spec = plugins.registry.get("command", self.name or "")
         command = resolve(spec.target, what=f"command {self.name!r} of {spec.provider}")
         if not isinstance(command, click.Command):
             raise SwiftcoreError(f"command {self.name!r} of {spec.provider}: {spec.target!r} is not a click command")
@@ -220,7 +223,7 @@ class _PluginCommand(click.Command):
 
     def invoke(self, ctx: click.Context) -> Any:
         state = ctx.find_object(CliState) or CliState()
-        extra = with_provider(state, plugin_args(ctx.args), "command", self.name)
+        extra = with_provider(state, plugin_args(ctx.args), "command", self.name or "")
         command = self.resolve_target(state.plugins(extra))
         # obj=state: the command sees the same loaded plugin set (pass_state) rather than loading its own.
         return command.main(ctx.args, prog_name=f"swiftcore {self.name}", standalone_mode=False, obj=state)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore._lazy import resolve
 from swiftcore.errors import SwiftcoreError
 from swiftcore.models.requirements import check_requirements
 from swiftcore.models.resolve import read_hf_config
+
+if TYPE_CHECKING:
+    from swiftcore.api.protocols import PluginSet
 
 __all__ = ["load_model", "load_processor", "load_tokenizer", "model_class_for"]
 
@@ -65,7 +68,7 @@ def _dtype(torch_dtype: Any) -> Any:
 
 
 def load_model(
-    spec: Any, model_dir: str | Path, plugins: Any = None, torch_dtype: Any = "float32", **kwargs: Any
+    spec: Any, model_dir: str | Path, plugins: PluginSet | None = None, torch_dtype: Any = "float32", **kwargs: Any
 ) -> Any:
     """Load the model in ``model_dir`` as ``spec`` says, then run ``swiftcore_post_model_load``.
 

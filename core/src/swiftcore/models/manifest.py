@@ -34,9 +34,12 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.models.errors import ModelResolutionError
+
+if TYPE_CHECKING:
+    from swiftcore.api.protocols import PluginSet
 
 __all__ = [
     "MANIFEST_VERSION",
@@ -146,7 +149,9 @@ class CheckpointManifest:
     record: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-def build_manifest(cfg: Any, spec: Any, plugins: Any, *, template: Any = None, head: Any = None) -> dict[str, Any]:
+def build_manifest(
+    cfg: Any, spec: Any, plugins: PluginSet, *, template: Any = None, head: Any = None
+) -> dict[str, Any]:
     """The manifest fields of a training run's record (``swiftcore_train.run.start_run`` merges them in).
 
     Args:
@@ -200,7 +205,7 @@ def read_manifest(directory: str | Path | None) -> CheckpointManifest | None:
         raise ModelResolutionError(f"{path}: not valid JSON ({exc}); fix or delete it") from exc
     if not isinstance(data, dict):
         raise ModelResolutionError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    args = data.get("swiftcore_args") if isinstance(data.get("swiftcore_args"), dict) else {}
+    args: dict[str, Any] = data["swiftcore_args"] if isinstance(data.get("swiftcore_args"), dict) else {}
     family = Component.from_record(data.get("family")) or Component.from_record(data.get("model_spec"))
     recipe = Component.from_record(data.get("recipe"))
     if recipe is None and isinstance(args.get("recipe"), str):
@@ -227,7 +232,7 @@ def read_manifest(directory: str | Path | None) -> CheckpointManifest | None:
 def manifest_template(manifest: CheckpointManifest | None, plugins: Any = None) -> str | None:
     """The template name to serve ``manifest``'s checkpoint with: the recorded one, as ``name@plugin`` when
     several installed plugins provide that name and the recorded plugin is one of them; None when the
-    manifest records no template."""
+    manifest records no template. ``plugins``: a plugin set, or its registry."""
     if manifest is None or manifest.template is None:
         return None
     name, plugin = manifest.template.name, manifest.template.plugin
@@ -240,7 +245,7 @@ def manifest_template(manifest: CheckpointManifest | None, plugins: Any = None) 
 
 
 def manifest_mismatches(
-    manifest: CheckpointManifest, plugins: Any, *, spec: Any = None, template: str | None = None
+    manifest: CheckpointManifest, plugins: PluginSet, *, spec: Any = None, template: str | None = None
 ) -> list[str]:
     """What differs between how ``manifest``'s checkpoint was trained and how it is about to be used.
 
@@ -285,7 +290,7 @@ def manifest_mismatches(
 
 
 def warn_mismatches(
-    manifest: CheckpointManifest | None, plugins: Any, *, spec: Any = None, template: str | None = None
+    manifest: CheckpointManifest | None, plugins: PluginSet, *, spec: Any = None, template: str | None = None
 ) -> list[str]:
     """Log each of :func:`manifest_mismatches` as a warning (stderr under the CLI) and return them."""
     if manifest is None:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.errors import ConflictError, UnknownNameError
 from swiftcore.models.errors import AmbiguousModelError, MissingConfigError, ModelResolutionError, UnknownModelTypeError
+
+if TYPE_CHECKING:
+    from swiftcore.api.protocols import PluginSet
 
 __all__ = ["ARGS_FILE", "read_args_file", "read_generation_defaults", "read_hf_config", "resolve_model_spec"]
 
@@ -87,7 +90,7 @@ def read_generation_defaults(*dirs: str | Path | None) -> dict[str, Any]:
     return {}
 
 
-def resolve_model_spec(model_dir: str | Path, plugins: Any, model_type: str | None = None) -> Any:
+def resolve_model_spec(model_dir: str | Path, plugins: PluginSet, model_type: str | None = None) -> Any:
     """Return the ModelSpec that loads the checkpoint in ``model_dir``.
 
     Args:

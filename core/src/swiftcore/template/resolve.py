@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore._lazy import resolve
 from swiftcore.specs import TemplateSpec
 from swiftcore.template.base import Template
 from swiftcore.template.errors import TemplateError
 
+if TYPE_CHECKING:
+    from swiftcore.api.protocols import PluginSet
+
 __all__ = ["get_template", "official_chat_template", "template_spec"]
 
 
-def _registry(plugins: Any) -> Any:
+def _registry(plugins: PluginSet | None) -> Any:
     if plugins is None:
         from swiftcore._plugins import load_plugins
 
@@ -20,12 +23,12 @@ def _registry(plugins: Any) -> Any:
     return getattr(plugins, "registry", plugins)
 
 
-def template_spec(name: str, plugins: Any = None) -> TemplateSpec:
+def template_spec(name: str, plugins: PluginSet | None = None) -> TemplateSpec:
     """The :class:`TemplateSpec` called ``name`` (``name@plugin`` picks a provider)."""
     return _registry(plugins).get("template", name)
 
 
-def get_template(name: str, plugins: Any = None, **kwargs: Any) -> Template:
+def get_template(name: str, plugins: PluginSet | None = None, **kwargs: Any) -> Template:
     """Build the template called ``name``.
 
     Args:
@@ -50,7 +53,7 @@ def get_template(name: str, plugins: Any = None, **kwargs: Any) -> Template:
     return template
 
 
-def official_chat_template(spec_or_name: TemplateSpec | str, plugins: Any = None) -> str | None:
+def official_chat_template(spec_or_name: TemplateSpec | str, plugins: PluginSet | None = None) -> str | None:
     """The official Jinja chat template a template reproduces, read from its plugin's package data.
 
     Args:

@@ -6,7 +6,7 @@ Each layer type's mapping is written once (:meth:`GPTBridge.attention_rules`,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from swiftcore_megatron import COLUMN, QKV, ROW, BridgeError, Concat, MegatronBridge, ParallelismError, Rule, Shard
 
@@ -24,7 +24,7 @@ class GPTBridge(MegatronBridge):
             activations other than SiLU).
     """
 
-    model_types = ("qwen3", "llama")
+    model_types: ClassVar[tuple[str, ...]] = ("qwen3", "llama")
     #: Where the decoder's tensors live in the HF checkpoint (a multimodal model nests them).
     hf_prefix = "model."
     hf_lm_head = "lm_head.weight"

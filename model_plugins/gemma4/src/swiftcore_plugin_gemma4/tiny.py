@@ -7,11 +7,14 @@ attention needs at least 32), ``vocab_size_per_layer_input`` equal to the vocabu
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SPECIAL_TOKENS", "tiny_gemma4_config", "tiny_gemma4_tokenizer"]
+if TYPE_CHECKING:
+    from swiftcore_tiny import TinyFamily
+    from transformers import Gemma4Config
+
+__all__ = ["SPECIAL_TOKENS", "tiny_family", "tiny_gemma4_config", "tiny_gemma4_tokenizer"]
 
 #: Gemma 4's special tokens (the real vocabulary's names). The first five keep Gemma's ids
 #: (pad 0, eos 1, bos 2, unk 3, mask 4), which are also Gemma4TextConfig's defaults.
@@ -50,73 +53,18 @@ _NAMED = {
     "boa_token": "<|audio>",
     "eoa_token": "<audio|>",
 }
-VOCAB_SIZE = 512
 # Soft tokens per image: the processor expands <|image|> to this many, the vision tower emits as many.
 IMAGE_SEQ_LENGTH = 280
 
 
-def _chat_template() -> str:
-    return (resources.files("swiftcore_template_gemma") / "official" / "gemma4.jinja").read_text(encoding="utf-8")
+def tiny_family() -> TinyFamily:
+    """Gemma 4's tiny checkpoint, as data (about 1 M parameters)."""
+    # Built on call, not at import: swiftcore-tiny is the [tiny] extra, and the spec's references resolve without it.
+    from swiftcore_tiny import VOCAB, TinyFamily, TinyProcessor, TokenId
+    from transformers import Gemma4AudioFeatureExtractor, Gemma4Config, Gemma4ImageProcessorPil
 
-
-def tiny_gemma4_tokenizer(out_dir: str | Path) -> None:
-    """Write a tiny Gemma 4 tokenizer (official chat template) and processor settings to ``out_dir``.
-
-    Args:
-        out_dir: the checkpoint directory being written.
-    """
-    from swiftcore_tiny import build_tiny_tokenizer, save_processor_config
-    from transformers import Gemma4AudioFeatureExtractor, Gemma4ImageProcessorPil
-
-    build_tiny_tokenizer(
-        out_dir,
-        special_tokens=SPECIAL_TOKENS,
-        eos="<eos>",
-        pad="<pad>",
-        bos="<bos>",
-        unk="<unk>",
-        named_tokens=_NAMED,
-        chat_template=_chat_template(),
-        # Gemma's layout: spaces become "▁", byte fallback to <0xNN>.
-        style="byte_fallback",
-        tokenizer_class="GemmaTokenizer",
-        vocab_size=VOCAB_SIZE,
-        add_bos_token=True,
-    )
-    save_processor_config(
-        out_dir,
-        "Gemma4Processor",
-        {
-            "image_processor": Gemma4ImageProcessorPil(
-                patch_size=16, max_soft_tokens=IMAGE_SEQ_LENGTH, pooling_kernel_size=3
-            ),
-            "feature_extractor": Gemma4AudioFeatureExtractor(),
-        },
-        image_seq_length=IMAGE_SEQ_LENGTH,
-        audio_seq_length=750,
-        audio_ms_per_token=40,
-    )
-
-
-def _ids(tokenizer: Any) -> dict[str, int]:
-    """Token ids from the tokenizer when given; else the builder's layout (specials first, in order)."""
-    if tokenizer is None:
-        return {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    return {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
-
-
-def tiny_gemma4_config(tokenizer: Any = None) -> Any:
-    """A tiny ``Gemma4Config`` (about 1 M parameters) matching ``tokenizer``'s vocabulary and ids.
-
-    Args:
-        tokenizer: the tiny tokenizer; None uses the builder's layout.
-    """
-    from transformers import Gemma4Config
-
-    ids = _ids(tokenizer)
-    vocab = len(tokenizer) if tokenizer is not None else VOCAB_SIZE
     text = {
-        "vocab_size": vocab,
+        "vocab_size": VOCAB,
         "hidden_size": 64,
         "intermediate_size": 128,
         "num_hidden_layers": 4,
@@ -127,13 +75,13 @@ def tiny_gemma4_config(tokenizer: Any = None) -> Any:
         "head_dim": 32,
         "global_head_dim": 32,
         # The default (262,144) would make the per-layer input embedding 269 M parameters.
-        "vocab_size_per_layer_input": vocab,
+        "vocab_size_per_layer_input": VOCAB,
         "hidden_size_per_layer_input": 16,
         "max_position_embeddings": 4096,
-        "pad_token_id": ids["<pad>"],
-        "bos_token_id": ids["<bos>"],
+        "pad_token_id": TokenId("<pad>"),
+        "bos_token_id": TokenId("<bos>"),
         # Generation stops at the end of a model turn as well as at <eos>.
-        "eos_token_id": [ids["<eos>"], ids["<turn|>"]],
+        "eos_token_id": [TokenId("<eos>"), TokenId("<turn|>")],
     }
     vision = {
         "hidden_size": 32,
@@ -148,15 +96,49 @@ def tiny_gemma4_config(tokenizer: Any = None) -> Any:
         "default_output_length": IMAGE_SEQ_LENGTH,
     }
     audio = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "output_proj_dims": 64}
-    return Gemma4Config(
-        text_config=text,
-        vision_config=vision,
-        audio_config=audio,
-        boi_token_id=ids["<|image>"],
-        eoi_token_id=ids["<image|>"],
-        image_token_id=ids["<|image|>"],
-        video_token_id=ids["<|video|>"],
-        boa_token_id=ids["<|audio>"],
-        eoa_token_index=ids["<audio|>"],
-        audio_token_id=ids["<|audio|>"],
+    return TinyFamily(
+        config_class=Gemma4Config,
+        config={
+            "text_config": text,
+            "vision_config": vision,
+            "audio_config": audio,
+            "boi_token_id": TokenId("<|image>"),
+            "eoi_token_id": TokenId("<image|>"),
+            "image_token_id": TokenId("<|image|>"),
+            "video_token_id": TokenId("<|video|>"),
+            "boa_token_id": TokenId("<|audio>"),
+            "eoa_token_index": TokenId("<audio|>"),
+            "audio_token_id": TokenId("<|audio|>"),
+        },
+        special_tokens=SPECIAL_TOKENS,
+        eos="<eos>",
+        pad="<pad>",
+        bos="<bos>",
+        unk="<unk>",
+        named_tokens=_NAMED,
+        chat_template="swiftcore_template_gemma:official/gemma4.jinja",
+        # Gemma's layout: spaces become "▁", byte fallback to <0xNN>.
+        style="byte_fallback",
+        tokenizer_class="GemmaTokenizer",
+        add_bos_token=True,
+        processor=TinyProcessor(
+            "Gemma4Processor",
+            {
+                "image_processor": Gemma4ImageProcessorPil(
+                    patch_size=16, max_soft_tokens=IMAGE_SEQ_LENGTH, pooling_kernel_size=3
+                ),
+                "feature_extractor": Gemma4AudioFeatureExtractor(),
+            },
+            {"image_seq_length": IMAGE_SEQ_LENGTH, "audio_seq_length": 750, "audio_ms_per_token": 40},
+        ),
     )
+
+
+def tiny_gemma4_tokenizer(out_dir: str | Path) -> None:
+    """Write the tiny Gemma 4 tokenizer (official chat template) and processor settings to ``out_dir``."""
+    tiny_family().write_tokenizer(out_dir)
+
+
+def tiny_gemma4_config(tokenizer: Any = None) -> Gemma4Config:
+    """The tiny ``Gemma4Config``, its vocabulary and ids from ``tokenizer`` (None: the builder's layout)."""
+    return tiny_family().make_config(tokenizer)

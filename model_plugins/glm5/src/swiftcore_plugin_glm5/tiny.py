@@ -9,11 +9,14 @@ and EP 2 both divide it.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SPECIAL_TOKENS", "tiny_glm5_config", "tiny_glm5_tokenizer"]
+if TYPE_CHECKING:
+    from swiftcore_tiny import TinyFamily
+    from transformers import GlmMoeDsaConfig
+
+__all__ = ["SPECIAL_TOKENS", "tiny_family", "tiny_glm5_config", "tiny_glm5_tokenizer"]
 
 #: GLM-4.5 / GLM-5's added tokens, in their real order (ids 151329.. in GLM-4.5; 0..n-1 here).
 SPECIAL_TOKENS = (
@@ -60,77 +63,62 @@ _NON_SPECIAL = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_res
                 "<|end_of_box|>")
 #: Generation stops at the end of text, or where the next user turn or a tool result would start.
 _STOPS = ("<|endoftext|>", "<|user|>", "<|observation|>")
-VOCAB_SIZE = 512
 
 
-def _chat_template() -> str:
-    return (resources.files("swiftcore_template_glm") / "official" / "glm5.jinja").read_text(encoding="utf-8")
+def tiny_family() -> TinyFamily:
+    """GLM-5's tiny checkpoint, as data (about 0.5 M parameters)."""
+    # Built on call, not at import: swiftcore-tiny is the [tiny] extra, and the spec's references resolve without it.
+    from swiftcore_tiny import VOCAB, TinyFamily, TokenId
+    from transformers import GlmMoeDsaConfig
 
-
-def tiny_glm5_tokenizer(out_dir: str | Path) -> None:
-    """Write a tiny GLM-5 tokenizer (byte-level BPE, GLM's added tokens, official chat template) to ``out_dir``.
-
-    Args:
-        out_dir: the checkpoint directory being written.
-    """
-    from swiftcore_tiny import build_tiny_tokenizer
-
-    build_tiny_tokenizer(
-        out_dir,
+    return TinyFamily(
+        config_class=GlmMoeDsaConfig,
+        config={
+            "vocab_size": VOCAB,
+            "hidden_size": 128,
+            "intermediate_size": 128,  # the dense layer's MLP
+            "moe_intermediate_size": 32,  # each routed expert's and the shared expert's width
+            "num_hidden_layers": 3,
+            "first_k_dense_replace": 1,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "q_lora_rank": 64,
+            "kv_lora_rank": 32,
+            "qk_nope_head_dim": 32,
+            "qk_rope_head_dim": 16,
+            "v_head_dim": 32,
+            "index_n_heads": 2,
+            "index_head_dim": 32,
+            "index_topk": 16,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "n_shared_experts": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "routed_scaling_factor": 2.5,
+            "norm_topk_prob": True,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
+            "tie_word_embeddings": False,
+            # GLM's config names no BOS: the chat template writes [gMASK]<sop> itself.
+            "bos_token_id": None,
+            "eos_token_id": [TokenId(token) for token in _STOPS],
+            "pad_token_id": TokenId("<|endoftext|>"),
+        },
         special_tokens=SPECIAL_TOKENS,
         eos="<|endoftext|>",
         pad="<|endoftext|>",
         non_special=_NON_SPECIAL,
-        chat_template=_chat_template(),
+        chat_template="swiftcore_template_glm:official/glm5.jinja",
         style="bytelevel",
-        tokenizer_class="TokenizersBackend",
-        vocab_size=VOCAB_SIZE,
     )
 
 
-def tiny_glm5_config(tokenizer: Any = None) -> Any:
-    """A tiny ``GlmMoeDsaConfig`` (about 0.5 M parameters) matching ``tokenizer``'s vocabulary and ids.
+def tiny_glm5_tokenizer(out_dir: str | Path) -> None:
+    """Write the tiny GLM-5 tokenizer (byte-level BPE, GLM's added tokens, official chat template) to ``out_dir``."""
+    tiny_family().write_tokenizer(out_dir)
 
-    Args:
-        tokenizer: the tiny tokenizer; None uses the builder's layout (specials first, in order).
-    """
-    from transformers import GlmMoeDsaConfig
 
-    if tokenizer is None:
-        ids = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-        vocab = VOCAB_SIZE
-    else:
-        ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
-        vocab = len(tokenizer)
-    return GlmMoeDsaConfig(
-        vocab_size=vocab,
-        hidden_size=128,
-        intermediate_size=128,  # the dense layer's MLP
-        moe_intermediate_size=32,  # each routed expert's and the shared expert's width
-        num_hidden_layers=3,
-        first_k_dense_replace=1,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        q_lora_rank=64,
-        kv_lora_rank=32,
-        qk_nope_head_dim=32,
-        qk_rope_head_dim=16,
-        v_head_dim=32,
-        index_n_heads=2,
-        index_head_dim=32,
-        index_topk=16,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        n_shared_experts=1,
-        n_group=1,
-        topk_group=1,
-        routed_scaling_factor=2.5,
-        norm_topk_prob=True,
-        max_position_embeddings=4096,
-        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-        tie_word_embeddings=False,
-        # GLM's config names no BOS: the chat template writes [gMASK]<sop> itself.
-        bos_token_id=None,
-        eos_token_id=[ids[token] for token in _STOPS],
-        pad_token_id=ids["<|endoftext|>"],
-    )
+def tiny_glm5_config(tokenizer: Any = None) -> GlmMoeDsaConfig:
+    """The tiny ``GlmMoeDsaConfig``, its vocabulary and ids from ``tokenizer`` (None: the builder's layout)."""
+    return tiny_family().make_config(tokenizer)

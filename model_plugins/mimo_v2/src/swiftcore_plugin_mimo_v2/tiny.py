@@ -9,11 +9,14 @@ with 4 routed experts, top 2, sigmoid scores with the score-correction bias, no 
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SPECIAL_TOKENS", "tiny_mimo_v2_config", "tiny_mimo_v2_tokenizer"]
+if TYPE_CHECKING:
+    from swiftcore_tiny import TinyFamily
+    from transformers import MiMoV2FlashConfig
+
+__all__ = ["SPECIAL_TOKENS", "tiny_family", "tiny_mimo_v2_config", "tiny_mimo_v2_tokenizer"]
 
 #: MiMo-V2-Flash's special and control tokens (Qwen2-derived vocabulary), ids 0..n-1 in the tiny one.
 SPECIAL_TOKENS = (
@@ -59,7 +62,6 @@ _NON_SPECIAL = (
     "<|repo_name|>",
     "<|file_sep|>",
 )
-VOCAB_SIZE = 512
 # The BPE training text: MiMo's chat skeleton (its default system prompt is rendered into every conversation
 # without a system turn, so it must tokenize short) and ordinary text, so short test conversations stay short.
 _CHAT = (
@@ -98,70 +100,55 @@ _CORPUS = (
 SLIDING_WINDOW = 8
 
 
-def _chat_template() -> str:
-    return (resources.files("swiftcore_template_mimo") / "official" / "mimo_v2.jinja").read_text(encoding="utf-8")
-
-
-def tiny_mimo_v2_tokenizer(out_dir: str | Path) -> None:
-    """Write a tiny MiMo-V2-Flash tokenizer (the family's special tokens and chat template) to ``out_dir``.
-
-    Args:
-        out_dir: the checkpoint directory being written.
-    """
-    from swiftcore_tiny import build_tiny_tokenizer
+def tiny_family() -> TinyFamily:
+    """MiMo-V2-Flash's tiny checkpoint, as data (about 0.2 M parameters)."""
+    # Built on call, not at import: swiftcore-tiny is the [tiny] extra, and the spec's references resolve without it.
+    from swiftcore_tiny import VOCAB, TinyFamily, TokenId
+    from transformers import MiMoV2FlashConfig
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    build_tiny_tokenizer(
-        out_dir,
+    return TinyFamily(
+        config_class=MiMoV2FlashConfig,
+        config={
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "moe_intermediate_size": 32,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,  # the sliding layers get twice as many, as in the release
+            "head_dim": 32,
+            "v_head_dim": 16,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": SLIDING_WINDOW,
+            "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"],
+            # The release's value for its sizes is sqrt(hidden / (heads * v_head_dim)); here that is 1.
+            "attention_value_scale": 0.707,
+            "max_position_embeddings": 4096,
+            "bos_token_id": None,
+            "eos_token_id": TokenId("<|im_end|>"),
+            "pad_token_id": TokenId("<|endoftext|>"),
+        },
         special_tokens=SPECIAL_TOKENS,
         eos="<|im_end|>",
         pad="<|endoftext|>",
         non_special=_NON_SPECIAL,
-        chat_template=_chat_template(),
+        chat_template="swiftcore_template_mimo:official/mimo_v2.jinja",
         # The release's layout (a Qwen2 tokenizer): NFC, Qwen2's split regex, byte-level without regex.
         style="split_bytelevel",
         split_regex=PRETOKENIZE_REGEX,
         tokenizer_class="Qwen2Tokenizer",
-        vocab_size=VOCAB_SIZE,
         corpus=_CORPUS,
     )
 
 
-def _ids(tokenizer: Any) -> dict[str, int]:
-    """Token ids from the tokenizer when given; else the builder's layout (specials first, in order)."""
-    if tokenizer is None:
-        return {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    return {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+def tiny_mimo_v2_tokenizer(out_dir: str | Path) -> None:
+    """Write the tiny MiMo-V2-Flash tokenizer (the family's special tokens and chat template) to ``out_dir``."""
+    tiny_family().write_tokenizer(out_dir)
 
 
-def tiny_mimo_v2_config(tokenizer: Any = None) -> Any:
-    """A tiny ``MiMoV2FlashConfig`` (about 0.2 M parameters) matching ``tokenizer``'s vocabulary and ids.
-
-    Args:
-        tokenizer: the tiny tokenizer; None uses the builder's layout.
-    """
-    from transformers import MiMoV2FlashConfig
-
-    ids = _ids(tokenizer)
-    return MiMoV2FlashConfig(
-        vocab_size=len(tokenizer) if tokenizer is not None else VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
-        moe_intermediate_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # the sliding layers get twice as many, as in the release
-        head_dim=32,
-        v_head_dim=16,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        sliding_window=SLIDING_WINDOW,
-        layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
-        mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
-        # The release's value for its sizes is sqrt(hidden / (heads * v_head_dim)); here that is 1.
-        attention_value_scale=0.707,
-        max_position_embeddings=4096,
-        bos_token_id=None,
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
-    )
+def tiny_mimo_v2_config(tokenizer: Any = None) -> MiMoV2FlashConfig:
+    """The tiny ``MiMoV2FlashConfig``, its vocabulary and ids from ``tokenizer`` (None: the builder's layout)."""
+    return tiny_family().make_config(tokenizer)

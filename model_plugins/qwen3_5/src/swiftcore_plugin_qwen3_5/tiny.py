@@ -6,12 +6,16 @@ linear-attention key/value head dim 64, the smallest sizes vLLM's CPU kernels ac
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore_tiny import TinyFamily
+    from transformers import Qwen3_5Config, Qwen3_5MoeConfig
 
 __all__ = [
     "SPECIAL_TOKENS",
+    "tiny_family",
     "tiny_qwen3_5_config",
     "tiny_qwen3_5_moe_config",
     "tiny_qwen3_5_tokenizer",
@@ -71,51 +75,21 @@ _NAMED = {
     "vision_eos_token": "<|vision_end|>",
     "audio_token": "<|audio_pad|>",
 }
-VOCAB_SIZE = 512
 
 
-def _chat_template() -> str:
-    return (resources.files("swiftcore_template_qwen") / "official" / "qwen3_5.jinja").read_text(encoding="utf-8")
-
-
-def tiny_qwen3_5_tokenizer(out_dir: str | Path) -> None:
-    """Write a tiny Qwen3.5 tokenizer (official chat template) and image processor to ``out_dir``.
+def tiny_family(moe: bool = False) -> TinyFamily:
+    """Qwen3.5's tiny checkpoint, as data: dense (about 0.6 M parameters) or MoE (4 routed experts, top-2, one shared).
 
     Args:
-        out_dir: the checkpoint directory being written.
+        moe: describe ``Qwen3_5MoeConfig``'s checkpoint instead of ``Qwen3_5Config``'s (same tokenizer and processor).
     """
-    from swiftcore_tiny import build_tiny_tokenizer, save_processor_config
-    from transformers import Qwen2VLImageProcessorPil
+    # Built on call, not at import: swiftcore-tiny is the [tiny] extra, and the spec's references resolve without it.
+    from swiftcore_tiny import VOCAB, TinyFamily, TinyProcessor, TokenId
+    from transformers import Qwen2VLImageProcessorPil, Qwen3_5Config, Qwen3_5MoeConfig
     from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
 
-    build_tiny_tokenizer(
-        out_dir,
-        special_tokens=SPECIAL_TOKENS,
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        non_special=_NON_SPECIAL,
-        named_tokens=_NAMED,
-        chat_template=_chat_template(),
-        # Qwen3.5's layout: NFC, its split regex (transformers' own, so the layout cannot drift from
-        # the Qwen3_5Tokenizer that AutoTokenizer rebuilds), byte-level without regex.
-        style="split_bytelevel",
-        split_regex=PRETOKENIZE_REGEX,
-        tokenizer_class="Qwen3_5Tokenizer",
-        vocab_size=VOCAB_SIZE,
-    )
-    # The PIL image processor (no torchvision needed) with Qwen3.5's released settings; the video
-    # processor needs torchvision, so it is left out (see swiftcore_tiny.processor).
-    image_processor = Qwen2VLImageProcessorPil(
-        patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3
-    )
-    save_processor_config(out_dir, "Qwen3VLProcessor", {"image_processor": image_processor})
-
-
-def _text_config(tokenizer: Any) -> dict[str, Any]:
-    vocab = len(tokenizer) if tokenizer is not None else VOCAB_SIZE
-    ids = _ids(tokenizer)
-    return {
-        "vocab_size": vocab,
+    text: dict[str, Any] = {
+        "vocab_size": VOCAB,
         "hidden_size": 64,
         "num_hidden_layers": 4,  # layer_types default: three linear-attention layers, then full attention
         "num_attention_heads": 4,
@@ -126,13 +100,14 @@ def _text_config(tokenizer: Any) -> dict[str, Any]:
         "linear_key_head_dim": 64,
         "linear_value_head_dim": 64,
         "max_position_embeddings": 4096,
-        "eos_token_id": ids["<|im_end|>"],
-        "pad_token_id": ids["<|endoftext|>"],
+        "eos_token_id": TokenId("<|im_end|>"),
+        "pad_token_id": TokenId("<|endoftext|>"),
     }
-
-
-def _vision_config() -> dict[str, Any]:
-    return {
+    if moe:
+        text.update(moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+    else:
+        text.update(intermediate_size=128)
+    vision = {
         "depth": 1,
         "hidden_size": 32,
         "intermediate_size": 64,
@@ -142,50 +117,46 @@ def _vision_config() -> dict[str, Any]:
         "temporal_patch_size": 2,
         "spatial_merge_size": 2,
     }
+    # The PIL image processor (no torchvision needed) with Qwen3.5's released settings; the video
+    # processor needs torchvision, so it is left out (see swiftcore_tiny.processor).
+    image_processor = Qwen2VLImageProcessorPil(
+        patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3
+    )
+    return TinyFamily(
+        config_class=Qwen3_5MoeConfig if moe else Qwen3_5Config,
+        config={
+            "text_config": text,
+            "vision_config": vision,
+            "image_token_id": TokenId("<|image_pad|>"),
+            "video_token_id": TokenId("<|video_pad|>"),
+            "vision_start_token_id": TokenId("<|vision_start|>"),
+            "vision_end_token_id": TokenId("<|vision_end|>"),
+        },
+        special_tokens=SPECIAL_TOKENS,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        non_special=_NON_SPECIAL,
+        named_tokens=_NAMED,
+        chat_template="swiftcore_template_qwen:official/qwen3_5.jinja",
+        # Qwen3.5's layout: NFC, its split regex (transformers' own, so the layout cannot drift from
+        # the Qwen3_5Tokenizer that AutoTokenizer rebuilds), byte-level without regex.
+        style="split_bytelevel",
+        split_regex=PRETOKENIZE_REGEX,
+        tokenizer_class="Qwen3_5Tokenizer",
+        processor=TinyProcessor("Qwen3VLProcessor", {"image_processor": image_processor}),
+    )
 
 
-def _ids(tokenizer: Any) -> dict[str, int]:
-    """Token ids from the tokenizer when given; else the builder's layout (specials first, in order)."""
-    if tokenizer is None:
-        return {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    return {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+def tiny_qwen3_5_tokenizer(out_dir: str | Path) -> None:
+    """Write the tiny Qwen3.5 tokenizer (official chat template) and image processor to ``out_dir``."""
+    tiny_family().write_tokenizer(out_dir)
 
 
-def _multimodal_ids(tokenizer: Any) -> dict[str, int]:
-    ids = _ids(tokenizer)
-    return {
-        "image_token_id": ids["<|image_pad|>"],
-        "video_token_id": ids["<|video_pad|>"],
-        "vision_start_token_id": ids["<|vision_start|>"],
-        "vision_end_token_id": ids["<|vision_end|>"],
-    }
+def tiny_qwen3_5_config(tokenizer: Any = None) -> Qwen3_5Config:
+    """The tiny ``Qwen3_5Config``, its vocabulary and ids from ``tokenizer`` (None: the builder's layout)."""
+    return tiny_family().make_config(tokenizer)
 
 
-def tiny_qwen3_5_config(tokenizer: Any = None) -> Any:
-    """A tiny ``Qwen3_5Config`` (about 0.6 M parameters) matching ``tokenizer``'s vocabulary and ids.
-
-    Args:
-        tokenizer: the tiny tokenizer; None uses the builder's layout.
-    """
-    from transformers import Qwen3_5Config
-
-    text = {**_text_config(tokenizer), "intermediate_size": 128}
-    return Qwen3_5Config(text_config=text, vision_config=_vision_config(), **_multimodal_ids(tokenizer))
-
-
-def tiny_qwen3_5_moe_config(tokenizer: Any = None) -> Any:
-    """A tiny ``Qwen3_5MoeConfig``: 4 routed experts, top-2, one shared expert.
-
-    Args:
-        tokenizer: the tiny tokenizer; None uses the builder's layout.
-    """
-    from transformers import Qwen3_5MoeConfig
-
-    text = {
-        **_text_config(tokenizer),
-        "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 32,
-        "num_experts": 4,
-        "num_experts_per_tok": 2,
-    }
-    return Qwen3_5MoeConfig(text_config=text, vision_config=_vision_config(), **_multimodal_ids(tokenizer))
+def tiny_qwen3_5_moe_config(tokenizer: Any = None) -> Qwen3_5MoeConfig:
+    """The tiny ``Qwen3_5MoeConfig``, its vocabulary and ids from ``tokenizer`` (None: the builder's layout)."""
+    return tiny_family(moe=True).make_config(tokenizer)

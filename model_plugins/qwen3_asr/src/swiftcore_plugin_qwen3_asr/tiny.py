@@ -7,11 +7,14 @@ extractor feeds it.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SPECIAL_TOKENS", "tiny_qwen3_asr_config", "tiny_qwen3_asr_tokenizer"]
+if TYPE_CHECKING:
+    from swiftcore_tiny import TinyFamily
+    from transformers import Qwen3ASRConfig
+
+__all__ = ["SPECIAL_TOKENS", "tiny_family", "tiny_qwen3_asr_config", "tiny_qwen3_asr_tokenizer"]
 
 #: Qwen3-ASR's special and control tokens (Qwen3 names plus the audio ones), ids 0..n-1 in the tiny one.
 SPECIAL_TOKENS = (
@@ -37,63 +40,17 @@ _NAMED = {
     "audio_bos_token": "<|audio_start|>",
     "audio_eos_token": "<|audio_end|>",
 }
-VOCAB_SIZE = 512
 
 
-def _chat_template() -> str:
-    return (resources.files("swiftcore_template_qwen") / "official" / "qwen3_asr.jinja").read_text(encoding="utf-8")
-
-
-def tiny_qwen3_asr_tokenizer(out_dir: str | Path) -> None:
-    """Write a tiny Qwen3-ASR tokenizer (official chat template) and its processor to ``out_dir``.
-
-    Args:
-        out_dir: the checkpoint directory being written.
-    """
-    from swiftcore_tiny import build_tiny_tokenizer
-    from transformers import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
+def tiny_family() -> TinyFamily:
+    """Qwen3-ASR's tiny checkpoint, as data, with its processor as a hook (:func:`_save_processor`)."""
+    # Built on call, not at import: swiftcore-tiny is the [tiny] extra, and the spec's references resolve without it.
+    from swiftcore_tiny import VOCAB, TinyFamily, TokenId
+    from transformers import Qwen3ASRConfig
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    tokenizer = build_tiny_tokenizer(
-        out_dir,
-        special_tokens=SPECIAL_TOKENS,
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        non_special=_NON_SPECIAL,
-        named_tokens=_NAMED,
-        chat_template=_chat_template(),
-        # The Qwen2/Qwen3 layout: NFC, the Qwen2 split regex, byte-level without regex.
-        style="split_bytelevel",
-        split_regex=PRETOKENIZE_REGEX,
-        tokenizer_class="Qwen2Tokenizer",
-        vocab_size=VOCAB_SIZE,
-    )
-    # Qwen3ASRProcessor needs no video processor, so the real processor is saved as is.
-    processor = Qwen3ASRProcessor(
-        feature_extractor=Qwen3ASRFeatureExtractor(), tokenizer=tokenizer, chat_template=tokenizer.chat_template
-    )
-    processor.save_pretrained(str(out_dir))
-
-
-def _ids(tokenizer: Any) -> dict[str, int]:
-    """Token ids from the tokenizer when given; else the builder's layout (specials first, in order)."""
-    if tokenizer is None:
-        return {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    return {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
-
-
-def tiny_qwen3_asr_config(tokenizer: Any = None) -> Any:
-    """A tiny ``Qwen3ASRConfig`` matching ``tokenizer``'s vocabulary and ids.
-
-    Args:
-        tokenizer: the tiny tokenizer; None uses the builder's layout.
-    """
-    from transformers import Qwen3ASRConfig
-
-    ids = _ids(tokenizer)
-    vocab = len(tokenizer) if tokenizer is not None else VOCAB_SIZE
     text = {
-        "vocab_size": vocab,
+        "vocab_size": VOCAB,
         "hidden_size": 64,
         "intermediate_size": 128,
         "num_hidden_layers": 2,
@@ -117,11 +74,47 @@ def tiny_qwen3_asr_config(tokenizer: Any = None) -> Any:
         # as a real pretrained tower keeps them.
         "initializer_range": 0.2,
     }
-    return Qwen3ASRConfig(
-        text_config=text,
-        audio_config=audio,
-        audio_token_id=ids["<|audio_pad|>"],
-        timestamp_token_id=ids["<timestamp>"],
-        pad_token_id=ids["<|endoftext|>"],
-        eos_token_id=[ids["<|endoftext|>"], ids["<|im_end|>"]],
+    return TinyFamily(
+        config_class=Qwen3ASRConfig,
+        config={
+            "text_config": text,
+            "audio_config": audio,
+            "audio_token_id": TokenId("<|audio_pad|>"),
+            "timestamp_token_id": TokenId("<timestamp>"),
+            "pad_token_id": TokenId("<|endoftext|>"),
+            "eos_token_id": [TokenId("<|endoftext|>"), TokenId("<|im_end|>")],
+        },
+        special_tokens=SPECIAL_TOKENS,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        non_special=_NON_SPECIAL,
+        named_tokens=_NAMED,
+        chat_template="swiftcore_template_qwen:official/qwen3_asr.jinja",
+        # The Qwen2/Qwen3 layout: NFC, the Qwen2 split regex, byte-level without regex.
+        style="split_bytelevel",
+        split_regex=PRETOKENIZE_REGEX,
+        tokenizer_class="Qwen2Tokenizer",
+        processor=_save_processor,
     )
+
+
+def _save_processor(out_dir: Path, tokenizer: Any) -> None:
+    """The family's processor hook: the real ``Qwen3ASRProcessor``, built around the tokenizer just written."""
+    from transformers import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
+
+    # Qwen3ASRProcessor needs no video processor, so the real processor is saved as is (not as data: it takes
+    # the tokenizer and its chat template, and writes its own files).
+    processor = Qwen3ASRProcessor(
+        feature_extractor=Qwen3ASRFeatureExtractor(), tokenizer=tokenizer, chat_template=tokenizer.chat_template
+    )
+    processor.save_pretrained(str(out_dir))
+
+
+def tiny_qwen3_asr_tokenizer(out_dir: str | Path) -> None:
+    """Write the tiny Qwen3-ASR tokenizer (official chat template) and its processor to ``out_dir``."""
+    tiny_family().write_tokenizer(out_dir)
+
+
+def tiny_qwen3_asr_config(tokenizer: Any = None) -> Qwen3ASRConfig:
+    """The tiny ``Qwen3ASRConfig``, its vocabulary and ids from ``tokenizer`` (None: the builder's layout)."""
+    return tiny_family().make_config(tokenizer)

@@ -27,9 +27,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore_infer import Engine, InferError, InvalidRequestError, SamplingParams, UnsupportedError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["SglangEngine", "new_token_ids", "sglang_media", "to_sglang_sampling"]
 
@@ -147,7 +150,7 @@ class SglangEngine(Engine):
     def __init__(
         self,
         model_dir: str | Path,
-        plugins: Any,
+        plugins: PluginSet,
         *,
         adapter: str | Path | None = None,
         template: str | None = None,

@@ -27,12 +27,15 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore_infer import PLURAL, Engine, InferError, InvalidRequestError, SamplingParams, UnsupportedError
 from swiftcore_infer import merge_lora as merge_lora_into
 
 from swiftcore_backend_vllm.probe import installed_vllm
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "VllmEngine",
@@ -234,7 +237,7 @@ class VllmEngine(Engine):
     def __init__(
         self,
         model_dir: str | Path,
-        plugins: Any,
+        plugins: PluginSet,
         *,
         adapter: str | Path | None = None,
         template: str | None = None,

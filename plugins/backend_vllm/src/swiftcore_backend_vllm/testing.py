@@ -13,7 +13,10 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["VllmSetup", "shared_setup"]
 
@@ -31,7 +34,7 @@ class VllmSetup:
             embeddings starts on the first ``embed``).
     """
 
-    plugins: Any
+    plugins: PluginSet
     model_dir: Path
     lora_dir: Path
     work_dir: Path

@@ -117,7 +117,7 @@ class PaddingFreeCollator:
         """Collate ``samples`` (or bins of samples) into one packed row (see the class docstring)."""
         import torch
 
-        flat = [s for item in samples for s in (item if isinstance(item, list | tuple) else [item])]
+        flat: list[Any] = [s for item in samples for s in (item if isinstance(item, list | tuple) else [item])]
         rows = _lists(flat, "PaddingFreeCollator")
         input_ids: list[int] = []
         labels: list[int] = []

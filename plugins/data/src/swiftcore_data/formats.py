@@ -26,7 +26,7 @@ __all__ = ["MEDIA_COLUMNS", "convert_row", "detect_format"]
 
 MEDIA_COLUMNS = ("images", "audios", "videos")
 # Message keys renamed to the canonical one (other keys are kept as they are).
-_MESSAGE_KEY_ALIASES = {"thinking": "reasoning_content", "reasoning": "reasoning_content"}
+_MESSAGE_KEY_ALIASES: dict[str, str] = {"thinking": "reasoning_content", "reasoning": "reasoning_content"}
 SHAREGPT_ROLES = {
     "system": "system",
     "human": "user",
@@ -113,7 +113,7 @@ def _from_messages(row: Mapping[str, Any], where: str) -> tuple[list[dict[str, A
                 where, field, f"expected a message object, got {type(turn).__name__}", reason="invalid field"
             )
         # Drop None values: parquet rows carry every key any message has (tool_calls=None, ...).
-        message = {_MESSAGE_KEY_ALIASES.get(k, k): v for k, v in turn.items() if v is not None}
+        message = {_MESSAGE_KEY_ALIASES.get(str(k), str(k)): v for k, v in turn.items() if v is not None}
         if message.get("content") is None and message.get("tool_calls"):
             message["content"] = ""  # OpenAI writes null content next to tool calls
         messages.append(message)

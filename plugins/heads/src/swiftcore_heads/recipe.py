@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["run_head_training", "yes_no_token_ids"]
 
@@ -68,7 +71,7 @@ def _head_info(cfg: Any, tokenizer: Any, yes_no: tuple[int, int] | None) -> dict
     return info
 
 
-def build_head_model(cfg: Any, spec: Any, plugins: Any, tokenizer: Any, yes_no: tuple[int, int] | None) -> Any:
+def build_head_model(cfg: Any, spec: Any, plugins: PluginSet, tokenizer: Any, yes_no: tuple[int, int] | None) -> Any:
     """Load the backbone, keep its decoder (and lm_head for the generative reranker), add the head, tune it."""
     from swiftcore.api.models import load_model
     from swiftcore_heads.model import HeadModel, extract_decoder, output_head
@@ -130,7 +133,7 @@ def _trainer_class() -> Any:
     return HeadTrainer
 
 
-def run_recipe(cfg: Any, plugins: Any, options: Any = None) -> Any:
+def run_recipe(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
     """The recipe contract (:class:`swiftcore.api.RecipeSpec`): train the head the recipe is named after.
 
     Args:
@@ -146,7 +149,7 @@ def run_recipe(cfg: Any, plugins: Any, options: Any = None) -> Any:
     return run_head_training(cfg, plugins, head_spec)
 
 
-def run_head_training(cfg: Any, plugins: Any, head_spec: Any) -> Any:
+def run_head_training(cfg: Any, plugins: PluginSet, head_spec: Any) -> Any:
     """Train ``cfg.model`` as ``cfg.task`` (classification, embedding, reranker, generative_reranker).
 
     Everything checkable (options, model type, every dataset row, Matryoshka dims) is checked before

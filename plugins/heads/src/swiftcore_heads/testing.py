@@ -10,13 +10,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["make_head_checkpoint"]
 
 
 def make_head_checkpoint(
-    model_dir: str | Path, task: str, out_dir: str | Path, plugins: Any, *, seed: int = 0, **options: Any
+    model_dir: str | Path, task: str, out_dir: str | Path, plugins: PluginSet, *, seed: int = 0, **options: Any
 ) -> Path:
     """Put ``task``'s head (from the registry) on the backbone in ``model_dir`` and save it to ``out_dir``.
 

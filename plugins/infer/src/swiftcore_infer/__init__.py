@@ -3,7 +3,9 @@ backend, and the ``swiftcore infer`` command.
 
 Backend plugins subclass :class:`Engine` (``from swiftcore_infer import Engine``) and depend on this distribution;
 the request and result types (:mod:`swiftcore_infer.types`), the errors (:mod:`swiftcore_infer.errors`) and building
-an installed backend's engine (:mod:`swiftcore_infer.backends`) are here too. Importing this package imports no torch.
+an installed backend's engine (:mod:`swiftcore_infer.backends`; from command-line options,
+:mod:`swiftcore_infer.factory`) are here too. The engine's weight sync for online RL is
+:mod:`swiftcore_infer.weight_sync`. Importing this package imports no torch.
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ _WHERE = {
     "backend_spec": "backends",
     "create_engine": "backends",
     "probe_backend": "backends",
-    "build_engine": "command",
-    "build_head_engine": "command",
-    "engine_options": "command",
+    "build_engine": "factory",
+    "build_head_engine": "factory",
+    "engine_options": "factory",
     "BackendUnavailableError": "errors",
     "InferError": "errors",
     "InvalidRequestError": "errors",

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import resolve
 from swiftcore_infer.errors import BackendUnavailableError
 
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
+
 __all__ = ["backend_spec", "create_engine", "probe_backend"]
 
 
-def backend_spec(name: str, plugins: Any) -> Any:
+def backend_spec(name: str, plugins: PluginSet) -> Any:
     """The :class:`~swiftcore.specs.BackendSpec` called ``name`` (``name@plugin`` picks a provider).
 
     Raises:
@@ -34,7 +37,7 @@ def probe_backend(spec: Any) -> str | None:
         return f"its probe failed: {type(exc).__name__}: {exc}"
 
 
-def create_engine(name: str, model_dir: str | Path, plugins: Any, **options: Any) -> Any:
+def create_engine(name: str, model_dir: str | Path, plugins: PluginSet, **options: Any) -> Any:
     """Build the engine of backend ``name`` for ``model_dir``.
 
     Args:

@@ -1,4 +1,8 @@
-"""``swiftcore infer``: run a model on a JSONL file of conversations, or chat with it interactively."""
+"""``swiftcore infer``: run a model on a JSONL file of conversations, or chat with it interactively.
+
+The command only: the options that pick an engine and the factory that builds it are
+:mod:`swiftcore_infer.factory`'s, shared with ``deploy``, ``eval`` and the Web-UI.
+"""
 
 from __future__ import annotations
 
@@ -11,91 +15,9 @@ import click
 
 from swiftcore.api import SwiftcoreError
 from swiftcore.api.cli import CliState, pass_state, plugin_option
+from swiftcore_infer.factory import build_engine, build_head_engine, engine_options
 
-__all__ = ["build_engine", "build_head_engine", "engine_options", "infer", "run_head"]
-
-
-def _parse_engine_options(values: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise SwiftcoreError(f"--engine-option {item!r}: expected KEY=VALUE (e.g. max_model_len=2048)")
-        try:
-            out[key.replace("-", "_")] = json.loads(raw)
-        except ValueError:
-            out[key.replace("-", "_")] = raw  # a bare string
-    return out
-
-
-def engine_options(func: Any) -> Any:
-    """The options that pick and build an engine, shared by ``infer`` and ``deploy``."""
-    options = [
-        click.option(
-            "--model",
-            "model",
-            required=True,
-            type=click.Path(exists=True, file_okay=False),
-            help="Checkpoint directory, a peft LoRA adapter directory (its base read from adapter_config.json) "
-            "or, with --adapter, the adapter's base model.",
-        ),
-        click.option(
-            "--adapter",
-            type=click.Path(exists=True, file_okay=False),
-            help="A peft LoRA adapter directory; --model is then its base model (as for export --merge-lora).",
-        ),
-        click.option(
-            "--backend",
-            default="transformers",
-            show_default=True,
-            help="Inference backend: transformers, vllm, sglang (or any a plugin provides).",
-        ),
-        click.option("--template", help="Chat template (default: the model's). See `swiftcore template list`."),
-        click.option("--model-type", help="Force the model spec (NAME or NAME@PLUGIN) instead of reading config.json."),
-        click.option(
-            "--dtype",
-            default="float32",
-            show_default=True,
-            type=click.Choice(("float32", "bfloat16", "float16", "auto")),
-        ),
-        click.option("--merge-lora", is_flag=True, help="Merge the adapter into the weights before serving."),
-        click.option(
-            "--engine-option",
-            "engine_option",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Backend-specific option, e.g. max_model_len=2048 for vllm (repeatable; JSON values).",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def build_engine(
-    plugins: Any,
-    *,
-    model: str,
-    adapter: str | None,
-    backend: str,
-    template: str | None,
-    model_type: str | None,
-    dtype: str,
-    merge_lora: bool,
-    engine_option: tuple[str, ...],
-) -> Any:
-    """Build the engine the :func:`engine_options` describe (the backend's probe runs first)."""
-    from swiftcore_infer.backends import create_engine
-
-    options: dict[str, Any] = {
-        "adapter": adapter,
-        "template": template,
-        "model_type": model_type,
-        "dtype": dtype,
-        "merge_lora": merge_lora,
-        **_parse_engine_options(engine_option),
-    }
-    return create_engine(backend, model, plugins, **options)
+__all__ = ["infer", "run_head"]
 
 
 def _split_reference(record: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -279,35 +201,6 @@ _HEAD_INPUT = {
 }
 
 
-def _refuse_engine_options(engine_kwargs: dict[str, Any]) -> None:
-    """Generation-engine options that mean nothing for a head checkpoint are an error, not ignored."""
-    given = [
-        flag
-        for flag, key in (("--adapter", "adapter"), ("--template", "template"), ("--model-type", "model_type"))
-        if engine_kwargs.get(key)
-    ]
-    given += ["--merge-lora"] if engine_kwargs.get("merge_lora") else []
-    given += ["--engine-option"] if engine_kwargs.get("engine_option") else []
-    if engine_kwargs.get("backend") not in (None, "transformers"):
-        given.append(f"--backend {engine_kwargs['backend']}")
-    if given:
-        raise SwiftcoreError(
-            f"{', '.join(given)}: not used for head checkpoints (the head plugin's predictor serves them, "
-            "adapters merged); drop the option(s)"
-        )
-
-
-def build_head_engine(plugins: Any, task: str | None, engine_kwargs: dict[str, Any]) -> Any:
-    """The :class:`~swiftcore_infer.heads.HeadEngine` for ``--model``, or None when it is no head checkpoint
-    and no ``--task`` was given (a generation model)."""
-    from swiftcore_infer.heads import find_head_checkpoint, load_head_engine
-
-    if task is None and find_head_checkpoint(engine_kwargs["model"]) is None:
-        return None
-    _refuse_engine_options(engine_kwargs)
-    return load_head_engine(engine_kwargs["model"], plugins, task=task, dtype=engine_kwargs.get("dtype", "float32"))
-
-
 def _flag_rows(
     texts: tuple[str, ...], query: str | None, docs: tuple[str, ...]
 ) -> list[tuple[str, dict[str, Any] | None, str | None]]:
@@ -353,7 +246,7 @@ def run_head(
             failed += "error" in row
             click.echo(json.dumps(row, ensure_ascii=False))
     else:
-        target = Path(output_path) if output_path else Path(input_path).with_suffix(".out.jsonl")
+        target = Path(output_path) if output_path else Path(str(input_path)).with_suffix(".out.jsonl")
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("w", encoding="utf-8") as out:
             for row in results:

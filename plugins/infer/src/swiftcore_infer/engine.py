@@ -17,8 +17,11 @@ SGLang backends cannot drift apart:
 
 A backend subclasses :class:`Engine` and implements the ``_``-prefixed primitives, which only ever see
 token ids: :meth:`Engine._generate_ids`, and optionally :meth:`Engine._stream_ids`,
-:meth:`Engine._embed_ids`, :meth:`Engine._load_adapter`, :meth:`Engine._update_weights` and
-:meth:`Engine._update_adapter` (the last two are the weight sync an online-RL trainer pushes its policy through).
+:meth:`Engine._embed_ids` and :meth:`Engine._load_adapter`.
+
+The weight sync an online-RL trainer pushes its policy through (``update_weights``, ``update_adapter`` and their
+primitives ``_update_weights``, ``_update_adapter``) is :class:`~swiftcore_infer.weight_sync.WeightSyncMixin`'s,
+which :class:`Engine` inherits: this module is about generation.
 """
 
 from __future__ import annotations
@@ -26,15 +29,19 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from swiftcore.api.models import resolve_checkpoint, warn_mismatches
 from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
 from swiftcore_infer.prepare import prepare_ahead
 from swiftcore_infer.types import Generation, Request, SamplingParams, StreamDelta
+from swiftcore_infer.weight_sync import WeightSyncMixin
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine", "EncodingTools"]
 
@@ -63,8 +70,9 @@ class EncodingTools:
     preparer: Any = None
 
 
-class Engine:
-    """Base class of inference engines (see the module docstring).
+class Engine(WeightSyncMixin):
+    """Base class of inference engines (see the module docstring); the weight sync is inherited
+    (:class:`~swiftcore_infer.weight_sync.WeightSyncMixin`).
 
     Args:
         model_dir: a checkpoint directory, or a LoRA adapter directory (its base model is found from it).
@@ -106,7 +114,7 @@ class Engine:
     def __init__(
         self,
         model_dir: str | Path,
-        plugins: Any,
+        plugins: PluginSet,
         *,
         adapter: str | Path | None = None,
         template: str | None = None,
@@ -141,7 +149,7 @@ class Engine:
         self._media: Any = None
         self._media_lock = threading.Lock()
 
-    def _template_name(self, template: str | None, plugins: Any) -> str:
+    def _template_name(self, template: str | None, plugins: PluginSet) -> str:
         """``--template``, else the manifest's template, else the model spec's default."""
         from swiftcore.api.models import manifest_template
 
@@ -498,7 +506,7 @@ class Engine:
         finally:
             pieces.close()  # a consumer that stops early stops the backend too
 
-    def stream_many(self, requests: Sequence[Request]) -> Iterator[tuple[int, StreamDelta | Exception]]:
+    def stream_many(self, requests: Sequence[Request]) -> Generator[tuple[int, StreamDelta | Exception], None, None]:
         """Stream several requests together (one batch where the backend can); yield ``(index, piece)``.
 
         An invalid request yields its exception once, before any of its text; each valid one yields
@@ -602,56 +610,6 @@ class Engine:
                 path,
             )
 
-    def update_weights(self, weights: str | Path | Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
-        """Replace base-model weights in place (RL-style weight sync) and return how many tensors changed.
-
-        Args:
-            weights: a directory of ``*.safetensors`` files, or Hugging Face names -> tensors
-                (a mapping or ``(name, tensor)`` pairs).
-
-        Raises:
-            UnsupportedError: the backend cannot update weights.
-        """
-        if "update_weights" not in self.capabilities:
-            raise UnsupportedError(f"backend {self.backend!r} cannot update weights")
-        if isinstance(weights, (str, Path)):
-            named = list(_read_safetensors_dir(Path(weights)))
-        elif isinstance(weights, Mapping):
-            named = list(weights.items())
-        else:
-            named = list(weights)
-        if not named:
-            raise InvalidRequestError("update_weights got no tensors")
-        self._update_weights(named)
-        return len(named)
-
-    def update_adapter(self, name: str, tensors: Mapping[str, Any]) -> int:
-        """Replace the tensors of the loaded LoRA adapter ``name`` in place (LoRA-only weight sync for online RL)
-        and return how many tensors changed; the base weights stay as they are.
-
-        This is the weight-sync interface a trainer pushes a LoRA policy through: only the adapter's tensors
-        move. A backend implements :meth:`_update_adapter` (the transformers backend copies them into its peft
-        model; a vLLM backend would implement it with vLLM's LoRA reload, as :meth:`update_weights` would with
-        its native weight update).
-
-        Args:
-            name: an adapter loaded with :meth:`load_adapter` (its rank and targets fix the tensors' shapes).
-            tensors: peft's state-dict names (``get_peft_model_state_dict``: no adapter name in them) -> tensors.
-
-        Raises:
-            UnsupportedError: the backend has no LoRA support, or cannot update an adapter in place.
-            InvalidRequestError: ``name`` is not a loaded adapter, ``tensors`` is empty, or a name or shape is not
-                the adapter's.
-        """
-        if "lora" not in self.capabilities:
-            raise UnsupportedError(f"backend {self.backend!r} does not support LoRA adapters")
-        if name not in self.adapters:
-            raise InvalidRequestError(f"update_adapter: no adapter {name!r} is loaded (load it with load_adapter)")
-        if not tensors:
-            raise InvalidRequestError("update_adapter got no tensors")
-        self._update_adapter(name, dict(tensors))
-        return len(tensors)
-
     def generate_rollouts(
         self, requests: Sequence[Request], *, logprobs: bool = False
     ) -> list[tuple[Generation, list[int]]]:
@@ -746,12 +704,6 @@ class Engine:
     def _load_adapter(self, name: str, path: Path) -> None:
         raise UnsupportedError(f"backend {self.backend!r} does not support LoRA adapters")
 
-    def _update_weights(self, named: list[tuple[str, Any]]) -> None:
-        raise UnsupportedError(f"backend {self.backend!r} cannot update weights")
-
-    def _update_adapter(self, name: str, tensors: dict[str, Any]) -> None:
-        raise UnsupportedError(f"backend {self.backend!r} cannot update a LoRA adapter in place")
-
 
 class _StreamState:
     """One streamed request: its tokens so far, the text already sent, and whether it has finished."""
@@ -773,7 +725,7 @@ class _StreamState:
         if self.done:
             return []
         engine, sampling = self.engine, self.request.sampling
-        new = []
+        new: list[int] = []
         stopped = False
         for token in chunk:
             if token in engine.stop_token_ids:
@@ -867,19 +819,11 @@ def _cut_at_stop(text: str, stops: Sequence[str]) -> str | None:
 
 
 def _max_model_len(hf_config: Mapping[str, Any], tokenizer: Any) -> int:
-    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+    text: Mapping[str, Any] = (
+        hf_config["text_config"] if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+    )
     value = text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
     if not value:
         value = getattr(tokenizer, "model_max_length", None)
         value = value if isinstance(value, int) and value < 10**7 else 4096
     return int(value)
-
-
-def _read_safetensors_dir(directory: Path) -> Iterator[tuple[str, Any]]:
-    from safetensors.torch import load_file
-
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise InvalidRequestError(f"{directory}: no *.safetensors files to load weights from")
-    for file in files:
-        yield from load_file(str(file)).items()

@@ -77,10 +77,12 @@ def head_result_rows(
         for where, row, error in part:
             problem = error or row_problem(engine.head_task, row)
             problems.append(None if problem is None else (error or f"{where}: {problem}"))
-        ready = [row for (_, row, _), problem in zip(part, problems, strict=True) if problem is None]
+        ready: list[dict[str, Any]] = [
+            row for (_, row, _), problem in zip(part, problems, strict=True) if problem is None and row is not None
+        ]
         answers = iter(_answer(engine, ready, dimensions) if ready else [])
         for (_, row, _), problem in zip(part, problems, strict=True):
             if problem is not None:
                 yield {**(row if isinstance(row, dict) else {}), "error": problem}
             else:
-                yield {**row, **next(answers)}
+                yield {**(row or {}), **next(answers)}

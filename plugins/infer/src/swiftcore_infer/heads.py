@@ -18,10 +18,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "HEAD_INFO_FILE",
@@ -89,7 +92,7 @@ def read_head_info(checkpoint_dir: str | Path) -> dict[str, Any]:
 
 
 def load_head_engine(
-    model_dir: str | Path, plugins: Any, *, task: str | None = None, dtype: str = "float32"
+    model_dir: str | Path, plugins: PluginSet, *, task: str | None = None, dtype: str = "float32"
 ) -> HeadEngine:
     """Load a head checkpoint with the predictor of the HeadSpec that reads it.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
 from swiftcore.api.models import (
@@ -21,13 +21,16 @@ from swiftcore.api.models import (
     warn_mismatches,
 )
 
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
+
 __all__ = ["merge_lora"]
 
 # Files a base checkpoint carries that save_pretrained of the merged model does not write.
 _CARRIED_FILES = ("preprocessor_config.json", "processor_config.json", "chat_template.jinja")
 
 
-def _load_base(base: Path, plugins: Any, dtype: str) -> tuple[Any, str | None]:
+def _load_base(base: Path, plugins: PluginSet, dtype: str) -> tuple[Any, str | None]:
     """The base model through its swiftcore spec (plugin hooks apply); plain transformers if none claims it."""
     try:
         spec = resolve_model_spec(str(base), plugins)
@@ -46,7 +49,7 @@ def _load_base(base: Path, plugins: Any, dtype: str) -> tuple[Any, str | None]:
 def merge_lora(
     model_dir: str | Path,
     out_dir: str | Path,
-    plugins: Any,
+    plugins: PluginSet,
     *,
     adapter: str | Path | None = None,
     dtype: str = "auto",

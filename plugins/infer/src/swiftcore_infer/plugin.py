@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import BackendSpec, CommandSpec, hookimpl
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
 
@@ -39,7 +42,7 @@ def swiftcore_register_commands() -> list[CommandSpec]:
 
 @hookimpl
 def swiftcore_export_checkpoint(
-    target: str, model: str, out: str, options: dict[str, Any], plugins: Any
+    target: str, model: str, out: str, options: dict[str, Any], plugins: PluginSet
 ) -> bool | None:
     """``swiftcore export --merge-lora`` (``target="merged"``): merge the LoRA adapter ``model`` names (or
     ``options["adapter"]`` into the base ``model``) and write the full model to ``out``; None for other targets."""

@@ -13,14 +13,17 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api.models import resolve_checkpoint
 from swiftcore_infer.engine import Engine
 from swiftcore_infer.errors import InvalidRequestError
 from swiftcore_infer.types import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["Generation", "TransformersEngine", "create_engine", "probe", "resolve_checkpoint"]
 
@@ -53,7 +56,7 @@ class TransformersEngine(Engine):
     def __init__(
         self,
         model_dir: str | Path,
-        plugins: Any,
+        plugins: PluginSet,
         *,
         adapter: str | Path | None = None,
         template: str | None = None,
@@ -322,7 +325,7 @@ class TransformersEngine(Engine):
 
     def _stream_batch(
         self, prompts: list[list[int]], params: SamplingParams, max_new_tokens: int, adapters: list[str | None]
-    ) -> Iterator[list[int]]:
+    ) -> Generator[list[int], None, None]:
         """Run ``generate`` on a thread and yield each step's new token per row."""
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
@@ -415,7 +418,7 @@ def _base_layer_name(name: str) -> str:
     return f"{module}.base_layer.{leaf}"
 
 
-def create_engine(model_dir: str | Path, plugins: Any, **options: Any) -> TransformersEngine:
+def create_engine(model_dir: str | Path, plugins: PluginSet, **options: Any) -> TransformersEngine:
     """The ``transformers`` BackendSpec factory: ``TransformersEngine(model_dir, plugins, **options)``."""
     return TransformersEngine(model_dir, plugins, **options)
 

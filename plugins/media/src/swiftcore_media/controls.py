@@ -64,6 +64,7 @@ def apply_controls(item: Any, kind: str, controls: Mapping[str, float], sampling
         return item[: max(1, int(controls["max_seconds"] * sampling_rate))] if "max_seconds" in controls else item
     width, height = item.size
     pixels = width * height
+    rounding: Any
     if pixels > controls.get("max_pixels", math.inf):
         scale, rounding = math.sqrt(controls["max_pixels"] / pixels), math.floor
     elif pixels < controls.get("min_pixels", 0):

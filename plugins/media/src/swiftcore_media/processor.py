@@ -193,6 +193,6 @@ def _without_missing_parts(cls: type) -> type:
     def check_argument_for_proper_class(self: Any, argument_name: str, argument: Any) -> Any:
         if argument is None:
             return None
-        return cls.check_argument_for_proper_class(self, argument_name, argument)
+        return cls.check_argument_for_proper_class(self, argument_name, argument)  # type: ignore[attr-defined]
 
     return type(cls.__name__, (cls,), {"check_argument_for_proper_class": check_argument_for_proper_class})

@@ -73,7 +73,7 @@ def _check_coverage(bridge: MegatronBridge, rules: list[Rule], available: set[st
     """Every HF tensor is used by exactly one rule and every rule's tensors exist."""
     wanted = [k for r in rules for k in r.hf]
     seen: set[str] = set()
-    twice = sorted({k for k in wanted if k in seen or seen.add(k)})
+    twice = sorted({k for k in wanted if k in seen or seen.add(k)})  # type: ignore[func-returns-value]  # add() marks
     if twice:
         raise CheckpointError(
             f"{type(bridge).__name__}: HF tensors {', '.join(twice[:8])} are used by more than one rule; "

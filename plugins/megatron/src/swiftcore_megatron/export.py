@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["export_to_hf", "export_to_mcore"]
 
 Echo = Callable[[str], None]
 
 
-def _bridge(plugins: Any, hf_config: dict[str, Any], name: str | None, echo: Echo) -> tuple[Any, Any]:
+def _bridge(plugins: PluginSet, hf_config: dict[str, Any], name: str | None, echo: Echo) -> tuple[Any, Any]:
     from swiftcore_megatron.resolve import resolve_bridge
 
     spec, bridge = resolve_bridge(hf_config, plugins, name)
@@ -30,7 +33,7 @@ def _bridge(plugins: Any, hf_config: dict[str, Any], name: str | None, echo: Ech
 def export_to_mcore(
     model: Path,
     out: Path,
-    plugins: Any,
+    plugins: PluginSet,
     *,
     tp: int = 1,
     ep: int = 1,
@@ -64,7 +67,7 @@ def export_to_mcore(
 def export_to_hf(
     mcore: Path,
     out: Path,
-    plugins: Any,
+    plugins: PluginSet,
     *,
     bridge_name: str | None = None,
     check_parity: bool = False,

@@ -90,7 +90,7 @@ class Stage:
         layer spec over the stage's layers itself)."""
         import dataclasses
 
-        block = getattr(spec, "submodules", None) if getattr(spec, "layer_specs", None) is None else spec
+        block: Any = getattr(spec, "submodules", None) if getattr(spec, "layer_specs", None) is None else spec
         layer_specs = getattr(block, "layer_specs", None)
         if self.size == 1 or layer_specs is None or len(layer_specs) == len(self.layers):
             return spec  # megatron's get_gpt_decoder_block_spec cuts its spec to the stage already

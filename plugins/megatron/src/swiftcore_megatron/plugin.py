@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError, hookimpl
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
 
@@ -50,7 +53,7 @@ def shard_bytes(value: str) -> int:
 
 @hookimpl
 def swiftcore_export_checkpoint(
-    target: str, model: str, out: str, options: dict[str, Any], plugins: Any
+    target: str, model: str, out: str, options: dict[str, Any], plugins: PluginSet
 ) -> bool | None:
     """Convert ``model`` to ``target`` (``"mcore"`` or ``"hf"``) at ``out``; None for targets not ours.
 

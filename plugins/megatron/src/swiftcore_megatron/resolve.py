@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore_megatron.errors import BridgeError, BridgeNotFoundError, CheckpointError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["find_bridge_spec", "make_bridge", "read_hf_config", "resolve_bridge"]
 
@@ -32,7 +35,7 @@ def read_hf_config(model_dir: str | Path) -> dict[str, Any]:
     return config
 
 
-def find_bridge_spec(model_type: str, plugins: Any, name: str | None = None) -> Any:
+def find_bridge_spec(model_type: str, plugins: PluginSet, name: str | None = None) -> Any:
     """The BridgeSpec converting ``model_type`` among the loaded plugins.
 
     Args:
@@ -89,7 +92,7 @@ def make_bridge(spec: Any, hf_config: dict[str, Any]) -> Any:
     return cls(hf_config)
 
 
-def resolve_bridge(hf_config: dict[str, Any], plugins: Any, name: str | None = None) -> tuple[Any, Any]:
+def resolve_bridge(hf_config: dict[str, Any], plugins: PluginSet, name: str | None = None) -> tuple[Any, Any]:
     """The installed bridge for a parsed config.json, as ``swiftcore export`` picks it.
 
     Args:

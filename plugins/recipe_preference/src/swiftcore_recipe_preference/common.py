@@ -6,12 +6,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore_train import check_recipe_fits_model, load_template
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_recipe_preference.data import Pair, load_pairs, split_pairs
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "Prepared",
@@ -43,7 +46,7 @@ class Prepared:
     val: list[Pair] = field(default_factory=list)
 
 
-def prepare(cfg: Any, plugins: Any, recipe: str, *, load: bool = True) -> Prepared:
+def prepare(cfg: Any, plugins: PluginSet, recipe: str, *, load: bool = True) -> Prepared:
     """Check everything checkable before a model is loaded: options, model type, template vs tokenizer, and
     (``load``) every row, read as preference pairs.
 

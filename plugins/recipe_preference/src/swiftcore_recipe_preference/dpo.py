@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["build_dpo_trainer", "dpo_trainer_class", "load_policy_and_reference", "pair_media", "run_dpo"]
 
@@ -59,7 +62,7 @@ def _check_ref_tokenizer(ref_dir: str, tokenizer: Any) -> None:
         )
 
 
-def load_policy_and_reference(cfg: Any, options: Any, spec: Any, plugins: Any, tokenizer: Any) -> tuple[Any, Any]:
+def load_policy_and_reference(cfg: Any, options: Any, spec: Any, plugins: PluginSet, tokenizer: Any) -> tuple[Any, Any]:
     """``(policy, reference)`` for DPO and KTO: the reference is None where TRL needs no separate model (LoRA, or
     ``--precompute-ref-logps`` without ``--ref-model``)."""
     from swiftcore_train import apply_tuner
@@ -90,7 +93,7 @@ def load_policy_and_reference(cfg: Any, options: Any, spec: Any, plugins: Any, t
 def build_dpo_trainer(
     cfg: Any,
     options: Any,
-    plugins: Any,
+    plugins: PluginSet,
     train: list[dict],
     val: list[dict],
     prepared: Any,
@@ -160,7 +163,7 @@ def build_dpo_trainer(
     return trainer
 
 
-def run_dpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
+def run_dpo(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
     """The ``dpo`` recipe (:class:`swiftcore.api.RecipeSpec`): DPO-train ``cfg.model`` on ``cfg.dataset`` pairs.
 
     Args:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import logging
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["build_kto_trainer", "kto_trainer_class", "run_kto"]
 
@@ -51,7 +54,7 @@ def kto_trainer_class() -> Any:
 
 
 def build_kto_trainer(
-    cfg: Any, options: Any, plugins: Any, train: list[dict], val: list[dict], prepared: Any, output_dir: Path
+    cfg: Any, options: Any, plugins: PluginSet, train: list[dict], val: list[dict], prepared: Any, output_dir: Path
 ) -> Any:
     """The configured :func:`kto_trainer_class` instance for encoded ``train`` / ``val`` samples."""
     import torch
@@ -104,7 +107,7 @@ def build_kto_trainer(
     return trainer
 
 
-def run_kto(cfg: Any, plugins: Any, options: Any = None) -> Any:
+def run_kto(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
     """The ``kto`` recipe: KTO-train ``cfg.model`` on labelled (or paired) replies; saves what SFT saves.
 
     Raises:

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["build_reference_free_trainer", "legacy_columns", "run_cpo", "run_orpo", "run_simpo"]
 
@@ -110,7 +113,7 @@ def build_reference_free_trainer(
     method: str,
     cfg: Any,
     options: Any,
-    plugins: Any,
+    plugins: PluginSet,
     train: list[dict],
     val: list[dict],
     prepared: Any,
@@ -140,7 +143,7 @@ def build_reference_free_trainer(
     )
 
 
-def _run(method: str, options_cls: Any, cfg: Any, plugins: Any, options: Any) -> Any:
+def _run(method: str, options_cls: Any, cfg: Any, plugins: PluginSet, options: Any) -> Any:
     from dataclasses import asdict
 
     from swiftcore_train import generation_defaults, start_run
@@ -168,21 +171,21 @@ def _run(method: str, options_cls: Any, cfg: Any, plugins: Any, options: Any) ->
     return finish(trainer, cfg, output_dir, train_samples=len(train), evaluate=bool(val))
 
 
-def run_cpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
+def run_cpo(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
     """The ``cpo`` recipe: contrastive preference optimisation (no reference model); saves what SFT saves."""
     from swiftcore_recipe_preference.options import CPOOptions
 
     return _run("cpo", CPOOptions, cfg, plugins, options)
 
 
-def run_simpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
+def run_simpo(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
     """The ``simpo`` recipe: SimPO (length-normalised, reference-free, target margin γ); saves what SFT saves."""
     from swiftcore_recipe_preference.options import SimPOOptions
 
     return _run("simpo", SimPOOptions, cfg, plugins, options)
 
 
-def run_orpo(cfg: Any, plugins: Any, options: Any = None) -> Any:
+def run_orpo(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
     """The ``orpo`` recipe: odds-ratio preference optimisation (SFT and preference in one loss, no reference)."""
     from swiftcore_recipe_preference.options import ORPOOptions
 

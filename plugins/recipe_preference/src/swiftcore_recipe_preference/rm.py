@@ -15,9 +15,12 @@ import copy
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["build_reward_trainer", "load_reward_model", "reward_trainer_class", "run_rm"]
 
@@ -117,7 +120,7 @@ def build_reward_trainer(
     return trainer
 
 
-def run_rm(cfg: Any, plugins: Any, options: Any = None) -> Any:
+def run_rm(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
     """The ``rm`` recipe: train a reward model on ``cfg.dataset`` pairs (loss ``-log σ(r_chosen - r_rejected)``).
 
     Args:

@@ -196,10 +196,11 @@ class RolloutOptions(SamplingOptions):
         mask_truncated_completions: leave completions that hit ``max_completion_length`` out of the loss.
         environment: a multi-turn environment by name (``grpo`` and ``reinforce_pp``; ``swiftcore plugins`` lists
             them): each rollout becomes an episode of replies and tool results (see
-            :mod:`swiftcore_recipe_rl.environments`). Empty: single-turn rollouts.
+            :mod:`swiftcore_recipe_rl.episodes`). Empty: single-turn rollouts.
         environment_option: ``KEY=VALUE`` options of the environment, passed to its factory as keyword arguments
             (``max_calls=2`` for the ``calculator``); the keys it takes, and their types, are its factory's keyword
-            parameters (checked when the run starts: :func:`~swiftcore_recipe_rl.environments.environment_factory`).
+            parameters (checked when the run starts:
+            :func:`~swiftcore_recipe_rl.environment_options.environment_factory`).
         max_turns: with ``environment``, the most replies per episode.
         async_rollouts: with a rollout engine or server (``grpo``, ``reinforce_pp``), generate and score the next
             generation round while the policy trains on this one (:mod:`swiftcore_recipe_rl.prefetch`); its
@@ -256,7 +257,8 @@ class RolloutOptions(SamplingOptions):
                 "NAME too (e.g. --environment calculator --environment-option max_calls=2), or drop the option"
             )
         # Syntax only: swiftcore_train.rewards parses the reward options for the run, and the environment's
-        # factory decides which keys it takes and their types (swiftcore_recipe_rl.environments.environment_factory).
+        # factory decides which keys it takes and their types
+        # (swiftcore_recipe_rl.environment_options.environment_factory).
         for item in self.reward_option:
             try:
                 split_option(item, flag="--reward-option", key=_REWARD_OPTION_KEY, expected=_REWARD_OPTION_FORM)

@@ -54,7 +54,7 @@ def swiftcore_register_environments() -> list[EnvironmentSpec]:
     return [
         EnvironmentSpec(
             name="calculator",
-            factory="swiftcore_recipe_rl.environments:Calculator",
+            factory="swiftcore_recipe_rl.calculator:Calculator",
             description="a calculator tool (safe arithmetic); rewards a correct final 'answer' reached with a call",
         )
     ]
@@ -67,7 +67,7 @@ def swiftcore_register_rewards() -> list[RewardSpec]:
     return [
         RewardSpec(
             name="environment",
-            function="swiftcore_recipe_rl.environments:environment_reward",
+            function="swiftcore_recipe_rl.environment_reward:environment_reward",
             description="the sum of the --environment's step rewards over the episode (e.g. calculator's)",
         ),
         RewardSpec(

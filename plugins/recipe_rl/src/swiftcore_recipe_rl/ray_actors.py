@@ -3,8 +3,10 @@ process.
 
 What runs where (a local Ray cluster is started unless ``RAY_ADDRESS`` names one to join):
 
-- the **trainer** (:class:`TrainerWorker`): the whole recipe (:func:`~swiftcore_recipe_rl.recipe.run_recipe`), with a
-  GPU when the cluster has one; the ``swiftcore train`` process only starts it and waits for its result;
+- the **trainer** (:class:`TrainerWorker`): the run's executor (:func:`~swiftcore_recipe_rl.execute.execute`), with
+  a GPU when the cluster has one. The ``swiftcore train`` process plans the run (every check, the prompts encoded:
+  :func:`~swiftcore_recipe_rl.plan.plan_run`), hands the plan to this actor and waits for its result; the actor
+  checks and encodes nothing again;
 - the **rollout worker** (:class:`RolloutWorker`): the rollout engine of ``--rollout-engine`` (``transformers`` when
   the trainer would generate itself) behind the same :class:`~swiftcore_recipe_rl.rollout_server.RolloutService`
   ``swiftcore rollout`` serves over HTTP; the trainer reaches it through :class:`RayRolloutEngine`, the
@@ -31,9 +33,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore_recipe_rl.remote import RemoteRolloutEngine
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
+    from swiftcore_recipe_rl.plan import RunPlan
 
 __all__ = [
     "RayReward",
@@ -41,7 +47,6 @@ __all__ = [
     "RewardWorker",
     "RolloutWorker",
     "TrainerWorker",
-    "inside_ray_trainer",
     "placement",
     "run_on_ray",
     "start_reward_workers",
@@ -49,10 +54,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("swiftcore.rl")
-
-#: Set in the trainer actor's process: the recipe then places its engine and rewards on Ray instead of starting
-#: another trainer actor.
-_ENV_TRAINER = "SWIFTCORE_RAY_TRAINER"
 
 
 def _ray() -> Any:
@@ -84,16 +85,11 @@ def _plugins(context: tuple[list[str], list[str]]) -> Any:
     return load_plugins(env={"SWIFTCORE_PLUGINS": ",".join(specs)})
 
 
-def _context(plugins: Any) -> tuple[list[str], list[str]]:
+def _context(plugins: PluginSet) -> tuple[list[str], list[str]]:
     """What a worker needs to load the command's plugins: their specs and the command's ``sys.path``."""
     import sys
 
     return list(plugins.resolved_specs), list(sys.path)
-
-
-def inside_ray_trainer() -> bool:
-    """True in the trainer actor's process."""
-    return os.environ.get(_ENV_TRAINER) == "1"
 
 
 def _gpus() -> float:
@@ -111,37 +107,49 @@ def _share() -> float:
 
 
 class TrainerWorker:
-    """The trainer actor: runs the recipe in its own process (see the module)."""
+    """The trainer actor: executes a run's plan in its own process, its rollout engine and rewards in actors of their
+    own (see the module)."""
 
     def __init__(self, context: tuple[list[str], list[str]]) -> None:
-        os.environ[_ENV_TRAINER] = "1"
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         self.plugins = _plugins(context)
 
-    def run(self, recipe: str, cfg: Any, options: Any) -> Any:
-        """The recipe's :class:`~swiftcore_train.config.TrainResult`."""
-        from swiftcore_recipe_rl.recipe import run_recipe
+    def run(self, plan: RunPlan) -> Any:
+        """Execute ``plan`` (a :class:`~swiftcore_recipe_rl.plan.RunPlan`): a reward worker per reward, the rollout
+        worker, then the executor with them; the run's :class:`~swiftcore_train.TrainResult`."""
+        from swiftcore_recipe_rl.execute import execute
 
-        return run_recipe(recipe, cfg, self.plugins, options)
+        options = plan.options
+        rewards = start_reward_workers(self.plugins, options.reward, plan.rewards)
+        # The rollout worker runs --rollout-engine's backend; the transformers engine for trainer (TRL's generate
+        # cannot run in another process).
+        backend = options.rollout_engine if options.rollout_engine != "trainer" else "transformers"
+        engine = start_rollout_worker(self.plugins, backend, plan.cfg, plan.template.name,
+                                      timeout=options.rollout_server_timeout)  # fmt: skip
+        return execute(plan, self.plugins, rewards=rewards, rollout_engine=engine,
+                       record={"ray": placement(engine, rewards)})  # fmt: skip
 
 
-def _absolute(cfg: Any) -> Any:
-    """``cfg`` with its local paths absolute: a worker's working directory is not the command's."""
+def _absolute(plan: RunPlan) -> RunPlan:
+    """``plan`` with its local paths absolute: a worker's working directory is not the command's."""
+    cfg = plan.cfg
 
     def fix(value: str) -> str:
         return str(Path(value).resolve()) if value and Path(value).exists() else value
 
-    return replace(
+    cfg = replace(
         cfg,
         model=fix(cfg.model),
         dataset=tuple(fix(d) for d in cfg.dataset),
         output_dir=str(Path(cfg.output_dir).resolve()),
         resume_from_checkpoint=fix(cfg.resume_from_checkpoint) if cfg.resume_from_checkpoint else None,
     )
+    return replace(plan, cfg=cfg, resume=plan.resume.resolve() if plan.resume is not None else None)
 
 
-def run_on_ray(recipe: str, cfg: Any, plugins: Any, options: Any) -> Any:
-    """``--ray``: join (``RAY_ADDRESS``) or start a Ray cluster, run the recipe in a trainer actor; its result."""
+def run_on_ray(plan: RunPlan, plugins: PluginSet) -> Any:
+    """``--ray``: join (``RAY_ADDRESS``) or start a Ray cluster and execute ``plan`` (a
+    :class:`~swiftcore_recipe_rl.plan.RunPlan`) in a trainer actor; its result."""
     ray = _ray()
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS") or None
@@ -152,8 +160,8 @@ def run_on_ray(recipe: str, cfg: Any, plugins: Any, options: Any) -> Any:
     trainer = ray.remote(TrainerWorker).options(num_cpus=1, num_gpus=_share(), max_restarts=0)
     actor = trainer.remote(_context(plugins))
     try:
-        return ray.get(actor.run.remote(recipe, _absolute(cfg), options))
-    except ray.exceptions.RayTaskError as exc:  # the recipe's own error, raised again here with its message
+        return ray.get(actor.run.remote(_absolute(plan)))
+    except ray.exceptions.RayTaskError as exc:  # the run's own error, raised again here with its message
         raise exc.as_instanceof_cause() from None
     finally:
         ray.kill(actor)
@@ -254,7 +262,9 @@ class RayRolloutEngine(RemoteRolloutEngine):
         _ray().kill(self._actor)
 
 
-def start_rollout_worker(plugins: Any, backend: str, cfg: Any, template: str, *, timeout: float) -> RayRolloutEngine:
+def start_rollout_worker(
+    plugins: PluginSet, backend: str, cfg: Any, template: str, *, timeout: float
+) -> RayRolloutEngine:
     """A :class:`RolloutWorker` actor of ``backend`` on the policy's base checkpoint, as a rollout engine."""
     ray = _ray()
     actor = (
@@ -339,7 +349,7 @@ class RayReward:
         return scores
 
 
-def start_reward_workers(plugins: Any, names: Sequence[str], rewards: Sequence[Any]) -> list[RayReward]:
+def start_reward_workers(plugins: PluginSet, names: Sequence[str], rewards: Sequence[Any]) -> list[RayReward]:
     """One :class:`RewardWorker` per loaded reward (restarted by Ray if it dies), each wrapped as a :class:`RayReward`.
 
     Args:

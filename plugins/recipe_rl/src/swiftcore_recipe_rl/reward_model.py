@@ -10,10 +10,11 @@ family's default) and encoded by the same sample path (the reply closed by the t
 the template writes after it). A completion with reasoning keeps it in the reply's text, as the template parses it.
 
 With ``--environment`` the completion is an episode's last reply, and the conversation scored is the whole episode:
-the ``messages`` keyword the episode loop passes (:data:`~swiftcore_recipe_rl.environments.EPISODE_KEYWORDS`: the
-prompt's messages, each earlier reply as the family's template parsed it, its ``tool_calls`` and
-``reasoning_content`` included, and each tool message), with the completion as its last assistant reply, in place
-of the prompt's messages alone; the record's ``tools`` and ``chat_template_kwargs`` still come from ``records``.
+the ``messages`` keyword the episode loop passes
+(:data:`~swiftcore_recipe_rl.environment_reward.EPISODE_KEYWORDS`: the prompt's messages, each earlier reply as the
+family's template parsed it, its ``tool_calls`` and ``reasoning_content`` included, and each tool message), with the
+completion as its last assistant reply, in place of the prompt's messages alone; the record's ``tools`` and
+``chat_template_kwargs`` still come from ``records``.
 Single-turn runs pass no ``messages``: the conversation is the prompt's messages and the completion, as above.
 (The episode is rendered and encoded by the same sample path; the ``rm`` recipe itself trains on no such pair on
 Qwen3.5, whose last round then spans the tool-calling reply too, so its pair check refuses it.)
@@ -137,7 +138,7 @@ def reward_model(
     # The reward model's defaults first, the record's own chat_template_kwargs on top: the rm recipe let a pair's own
     # kwargs win over its run's default in the same way, so a prompt row that asks for a mode is scored in that mode.
     # The RL recipes pass the rows' own kwargs only, never the policy run's --enable-thinking default (see
-    # swiftcore_recipe_rl.recipe._reward_record): that default is how the policy is prompted, not how the reward model
+    # swiftcore_recipe_rl.prompts.reward_record): that default is how the policy is prompted, not how the reward model
     # was trained, and applied here it would render the conversation unlike the reward model's training pairs.
     episodes = [None] * len(completions) if messages is None else list(messages)
     conversations = [

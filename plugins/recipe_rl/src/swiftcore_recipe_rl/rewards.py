@@ -10,13 +10,13 @@ as in serving. Faults are the core's to absorb (``swiftcore_train.rewards.Reward
 logged error, never a failed step; the count is logged as ``reward_faults/NAME``.
 
 With ``--environment`` the completion a reward scores is the episode's last reply, and the episode comes by keyword
-(``messages``, ``tool_calls``, ``turns``, ``env_reward``: :data:`~swiftcore_recipe_rl.environments.EPISODE_KEYWORDS`);
-``completion_ids`` are then the whole episode's (replies and tool results). ``messages`` is to ``records`` what the
-episode is to its prompt: the prompt record's messages, then every reply as the template parsed it (its
-``tool_calls`` and ``reasoning_content``) and every tool message, ending with the last reply; a reward that renders
-the conversation renders those messages with the record's ``tools`` and ``chat_template_kwargs`` (the
-``reward_model`` does). Single-turn runs pass no ``messages`` (a dataset's ``messages`` is the prompt, never a
-column).
+(``messages``, ``tool_calls``, ``turns``, ``env_reward``:
+:data:`~swiftcore_recipe_rl.environment_reward.EPISODE_KEYWORDS`); ``completion_ids`` are then the whole episode's
+(replies and tool results). ``messages`` is to ``records`` what the episode is to its prompt: the prompt record's
+messages, then every reply as the template parsed it (its ``tool_calls`` and ``reasoning_content``) and every tool
+message, ending with the last reply; a reward that renders the conversation renders those messages with the
+record's ``tools`` and ``chat_template_kwargs`` (the ``reward_model`` does). Single-turn runs pass no ``messages`` (a
+dataset's ``messages`` is the prompt, never a column).
 
 The adapter is an ``async`` callable that runs the reward on a worker thread, so TRL (which gathers async reward
 functions with ``asyncio.gather``) runs the run's rewards concurrently with each other: a reward waiting on a

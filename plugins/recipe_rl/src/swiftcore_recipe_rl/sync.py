@@ -28,7 +28,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "POLICY_ADAPTER",
@@ -185,7 +188,7 @@ def block_of(name: str) -> str:
 def create_rollout_engine(
     name: str,
     cfg: Any,
-    plugins: Any,
+    plugins: PluginSet,
     *,
     template: str | None,
     device: str | None = None,

@@ -270,7 +270,7 @@ def _environment_episodes() -> type:
     """The mixin that lets a multi-turn rollout (``--environment``, TRL's ``rollout_func``) see the batch's rows."""
 
     class EnvironmentEpisodes:
-        """A TRL GRPO trainer whose ``rollout_func`` (:class:`~swiftcore_recipe_rl.environments.EpisodeRollout`)
+        """A TRL GRPO trainer whose ``rollout_func`` (:class:`~swiftcore_recipe_rl.episodes.EpisodeRollout`)
         gets each prompt's dataset row: TRL hands a rollout function the prompts alone, an environment's ``reset``
         needs the row's columns (the calculator's ``answer``). ``episode_inputs`` holds them while a batch is
         generated."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from swiftcore.api import lazy_exports
 
 if TYPE_CHECKING:
-    from swiftcore_serve.app import ServerConfig
+    from swiftcore_serve.config import ServerConfig
 
 __all__ = [
     "EngineWorker",
@@ -25,7 +25,7 @@ __all__ = [
 
 # FastAPI is imported when a server is built, not when the plugin is listed or `deploy --help` runs.
 _WHERE = {
-    "ServerConfig": "app",
+    "ServerConfig": "config",
     "build_app": "app",
     "StreamParser": "stream_parser",
     "EngineWorker": "worker",

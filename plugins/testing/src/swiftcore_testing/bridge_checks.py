@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["PERTURB_SEED", "TINY_SIZES", "parity_problems", "round_trip_problems", "tiny_hf_checkpoint"]
 
@@ -34,7 +37,9 @@ TINY_SIZES: dict[str, Any] = {
 PERTURB_SEED = 0
 
 
-def tiny_hf_checkpoint(model_type: str, out_dir: Path, plugins: Any, overrides: dict[str, Any] | None = None) -> Path:
+def tiny_hf_checkpoint(
+    model_type: str, out_dir: Path, plugins: PluginSet, overrides: dict[str, Any] | None = None
+) -> Path:
     """A tiny random HF checkpoint of ``model_type`` in ``out_dir`` (as written: the checks perturb it).
 
     Args:

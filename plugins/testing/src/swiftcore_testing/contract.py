@@ -20,7 +20,7 @@ import math
 import types
 from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
@@ -29,6 +29,9 @@ from swiftcore_testing import bridge_checks, head_checks, model_checks, rules, t
 from swiftcore_testing.plugin_set import contract_plugins, own_names
 from swiftcore_testing.rules import violation
 from swiftcore_testing.samples import load_samples
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["PluginContract"]
 
@@ -208,11 +211,11 @@ class PluginContract:
 
         return tiny
 
-    def _own(self, plugins: Any) -> dict[str, list[Any]]:
+    def _own(self, plugins: PluginSet) -> dict[str, list[Any]]:
         """The specs of the plugin under test (not of its dependencies)."""
         return rules.own_specs(plugins, own_names(self.plugin, plugins))
 
-    def _spec(self, plugins: Any, kind: str, name: str) -> Any:
+    def _spec(self, plugins: PluginSet, kind: str, name: str) -> Any:
         return next(s for s in self._own(plugins).get(kind, []) if s.name == name)
 
     # ------------------------------------------------------------------ rules for every plugin
@@ -238,11 +241,13 @@ class PluginContract:
 
     def test_import_time_budget(self, contract_probe: dict[str, Any]) -> None:
         """Importing and registering the plugin takes less than :attr:`import_budget_s`."""
-        seconds = [contract_probe.get("import_seconds")]
+        seconds: list[float | None] = [contract_probe.get("import_seconds")]
         # A busy machine can stall one import; the best of three fresh interpreters measures the plugin.
-        while seconds[-1] is not None and min(seconds) > self.import_budget_s and len(seconds) < 3:
+        while seconds[-1] is not None and min(s for s in seconds if s is not None) > self.import_budget_s:
+            if len(seconds) >= 3:
+                break
             seconds.append(rules.import_probe(self.plugin).get("import_seconds"))
-        if seconds[-1] is None or min(seconds) > self.import_budget_s:
+        if seconds[-1] is None or min(s for s in seconds if s is not None) > self.import_budget_s:
             raise violation("import-time-budget", f"import took {seconds} s; the budget is {self.import_budget_s} s")
 
     def test_api_compatible(self) -> None:
@@ -281,7 +286,7 @@ class PluginContract:
 
     # ------------------------------------------------------------------ model plugins
 
-    def _model_template(self, spec: Any, plugins: Any, rule: str) -> tuple[Any, Any]:
+    def _model_template(self, spec: Any, plugins: PluginSet, rule: str) -> tuple[Any, Any]:
         """``(template, template_spec)`` of the model's default template; a template name two plugins provide
         is reported as theirs, naming both, not as the model's."""
         providers = plugins.registry.providers("template", spec.default_template) if spec.default_template else []
@@ -389,7 +394,7 @@ class PluginContract:
 
     # ------------------------------------------------------------------ template plugins
 
-    def _template(self, name: str, plugins: Any) -> tuple[Any, Any]:
+    def _template(self, name: str, plugins: PluginSet) -> tuple[Any, Any]:
         """``(template, spec)`` of the plugin's template ``name`` (its own, when another plugin has the name too)."""
         from swiftcore.api.template import get_template
 
@@ -439,7 +444,7 @@ class PluginContract:
 
     # ------------------------------------------------------------------ bridge plugins
 
-    def _bridge_checkpoint(self, name: str, plugins: Any, work: Path) -> tuple[Any, Path]:
+    def _bridge_checkpoint(self, name: str, plugins: PluginSet, work: Path) -> tuple[Any, Path]:
         """The bridge spec and the tiny HF checkpoint it converts (as written: the checks perturb a copy)."""
         spec = self._spec(plugins, "bridge", name)
         model_type = spec.model_types[0]
@@ -452,7 +457,7 @@ class PluginContract:
         # The contract's plugins first, then any installed model plugin: bridges do not depend on model plugins.
         from swiftcore.api.plugins import load_plugins
 
-        sets = [plugins, load_plugins(env={})]
+        sets: Any = [plugins, load_plugins(env={})]  # tiny_hf_checkpoint looks the family up in each in turn
         return spec, bridge_checks.tiny_hf_checkpoint(model_type, work / "hf", sets, overrides)
 
     def test_bridge_round_trip(self, name: str, contract_plugin_set: Any, tmp_path: Path) -> None:
@@ -467,7 +472,7 @@ class PluginContract:
 
     # ------------------------------------------------------------------ head plugins
 
-    def _head(self, name: str, plugins: Any, tiny: Any) -> tuple[Any, Any, Any]:
+    def _head(self, name: str, plugins: PluginSet, tiny: Any) -> tuple[Any, Any, Any]:
         import torch
 
         from swiftcore.api import resolve

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import hookimpl
 
@@ -48,6 +48,9 @@ _SPECIAL = (
     "<think>",
     "</think>",
 )
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 # As in Qwen3's released tokenizer, these stay in decoded text.
 _NON_SPECIAL = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 
@@ -185,7 +188,7 @@ class ServerThread:
 
 
 def train_tiny_lora(
-    model_dir: str | Path, work_dir: str | Path, plugins: Any, *, steps: int = 4, rank: int = 8
+    model_dir: str | Path, work_dir: str | Path, plugins: PluginSet, *, steps: int = 4, rank: int = 8
 ) -> Path:
     """Train a LoRA adapter on ``model_dir`` with ``swiftcore train``'s code (a few steps, high LR).
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_testing.rules import violation
 from swiftcore_testing.samples import text_only
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "MAX_LENGTH",
@@ -31,7 +34,7 @@ __all__ = [
 MAX_LENGTH = 64
 
 
-def load_problems(spec: Any, model_dir: Path, plugins: Any) -> list[str]:
+def load_problems(spec: Any, model_dir: Path, plugins: PluginSet) -> list[str]:
     """The tiny checkpoint must resolve to ``spec``, load, and agree with its tokenizer and ``parts``."""
     from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
     from swiftcore_testing.model_spec_checks import part_problems, special_token_problems
@@ -46,7 +49,7 @@ def load_problems(spec: Any, model_dir: Path, plugins: Any) -> list[str]:
     return problems
 
 
-def template_for(spec: Any, plugins: Any) -> tuple[Any, Any]:
+def template_for(spec: Any, plugins: PluginSet) -> tuple[Any, Any]:
     """``(template, template_spec)`` of the model's ``default_template``.
 
     Raises:
@@ -172,7 +175,7 @@ def _batch(template: Any, tokenizer: Any, records: list[dict[str, Any]]) -> dict
 def lora_losses(
     spec: Any,
     model_dir: Path,
-    plugins: Any,
+    plugins: PluginSet,
     template: Any,
     records: list[dict[str, Any]],
     steps: int = 2,
@@ -217,7 +220,7 @@ def lora_losses(
     return losses
 
 
-def generation_problems(model_dir: Path, plugins: Any, records: list[dict[str, Any]]) -> list[str]:
+def generation_problems(model_dir: Path, plugins: PluginSet, records: list[dict[str, Any]]) -> list[str]:
     """Generate a few tokens for a sample prompt with the transformers backend."""
     from swiftcore_infer import TransformersEngine
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["contract_plugins", "dependency_plugins", "own_names"]
 
@@ -27,7 +30,7 @@ def contract_plugins(plugin: str, also_load: tuple[str, ...] = ()) -> Any:
     return load_plugins([plugin, *dependency_plugins(plugin), *also_load], env={})
 
 
-def own_names(plugin: str, plugins: Any = None) -> set[str]:
+def own_names(plugin: str, plugins: PluginSet | None = None) -> set[str]:
     """The plugin names ``plugin`` stands for (a distribution may hold several), without importing them.
 
     Args:

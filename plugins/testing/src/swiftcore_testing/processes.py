@@ -71,7 +71,7 @@ def deploy_process(
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:]}")
+                raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:] if proc.stderr else ''}")
             try:
                 if httpx.get(f"{base}/health", timeout=2).status_code == 200:
                     break

@@ -13,9 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "RULES",
@@ -157,7 +160,7 @@ def api_problems(module: ModuleType, who: str) -> list[str]:
     return []
 
 
-def own_specs(plugins: Any, names: set[str]) -> dict[str, list[Any]]:
+def own_specs(plugins: PluginSet, names: set[str]) -> dict[str, list[Any]]:
     """kind -> the specs the plugins called ``names`` provide (raises on a bad spec)."""
     from swiftcore.api.plugins import SPEC_KINDS
 
@@ -169,7 +172,7 @@ def own_specs(plugins: Any, names: set[str]) -> dict[str, list[Any]]:
     return out
 
 
-def spec_problems(plugins: Any, names: set[str]) -> list[str]:
+def spec_problems(plugins: PluginSet, names: set[str]) -> list[str]:
     """Bad specs: collecting every kind from the explicitly loaded plugins raises for each."""
     from swiftcore.api.plugins import SPEC_KINDS
 
@@ -219,7 +222,9 @@ def conformance_problems(specs: dict[str, list[Any]]) -> list[str]:
     return problems
 
 
-def core_clash_problems(specs: dict[str, list[Any]], plugins: Any, names: set[str], installed: Any = None) -> list[str]:
+def core_clash_problems(
+    specs: dict[str, list[Any]], plugins: PluginSet, names: set[str], installed: Any = None
+) -> list[str]:
     """Names the plugin shares with another provider: swiftcore's built-ins, the plugins loaded beside it,
     or any installed plugin; and commands named like core commands. Each problem names both providers.
 
@@ -253,7 +258,8 @@ def core_clash_problems(specs: dict[str, list[Any]], plugins: Any, names: set[st
     for impl in plugins.pm.hook.swiftcore_register_commands.get_hookimpls():
         if impl.plugin_name not in names:
             continue
-        for spec in impl.function() or ():
+        registered: Any = impl.function() or []  # a hook implementation: untyped to pluggy
+        for spec in registered:
             if getattr(spec, "name", None) in CORE_COMMANDS:
                 problems.append(f"command {spec.name!r} is a core command and is refused; rename it")
     return problems

@@ -5,6 +5,9 @@
 - :mod:`swiftcore_tiny.tokenizer`: :func:`build_tiny_tokenizer`, which model plugins' ``tiny_tokenizer``
   functions call to write a small BPE tokenizer with their family's special tokens.
 - :mod:`swiftcore_tiny.processor`: :func:`save_processor_config` for multimodal families' processor files.
+- :mod:`swiftcore_tiny.family`: :class:`TinyFamily`, a family's tiny checkpoint as data (config class and numbers,
+  special tokens, chat template, :class:`TinyProcessor`), with :class:`TokenId` and :data:`VOCAB` for the values
+  the tokenizer decides; :mod:`swiftcore_tiny.builder`: :func:`build_tiny_family` turns one into files and a config.
 - :mod:`swiftcore_tiny.command`: ``swiftcore make-tiny``; :mod:`swiftcore_tiny.demo`: ``make demo``.
 
 Importing this package imports no torch or transformers; writing a checkpoint does.
@@ -19,8 +22,13 @@ from swiftcore_tiny.tokenizer import build_tiny_tokenizer
 
 __all__ = [
     "TINY_LOGIT_MARGIN",
+    "VOCAB",
     "TinyCheckpoint",
+    "TinyFamily",
     "TinyModelError",
+    "TinyProcessor",
+    "TokenId",
+    "build_tiny_family",
     "build_tiny_tokenizer",
     "describe_checkpoint",
     "make_tiny",
@@ -31,6 +39,11 @@ __all__ = [
 
 #: name -> the submodule that defines it, imported on first use (importing the package stays light).
 _WHERE = {
+    "VOCAB": "family",
+    "TinyFamily": "family",
+    "TinyProcessor": "family",
+    "TokenId": "family",
+    "build_tiny_family": "builder",
     "parity_records": "demo",
     "run_demo": "demo",
 }

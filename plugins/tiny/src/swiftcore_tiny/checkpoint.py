@@ -205,7 +205,7 @@ def _let_logits_peak(model: Any, margin: float) -> float:
 
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    norm = getattr(decoder, "norm", None)
+    norm: Any = getattr(decoder, "norm", None)
     weight = getattr(norm, "weight", None)
     head_weight = getattr(head, "weight", None)
     if (

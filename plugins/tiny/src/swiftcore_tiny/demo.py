@@ -17,12 +17,15 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["DemoResult", "demo_model", "main", "parity_records", "run_demo"]
 
 
-def demo_model(plugins: Any) -> Any:
+def demo_model(plugins: PluginSet) -> Any:
     """The model spec the installed plugins offer for the demo (``ModelSpec.demo``).
 
     The core names no model family: the demo's default is whatever an installed model plugin declares.

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError, resolve
 from swiftcore_train.config import DEFAULT_ENGINE, TrainConfig, TrainResult
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["run_training"]
 
 log = logging.getLogger("swiftcore.train")
 
 
-def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
+def run_training(cfg: TrainConfig, plugins: PluginSet) -> TrainResult:
     """Run ``cfg.recipe``: a :class:`~swiftcore.specs.RecipeSpec` some plugin registers (``sft``: swiftcore-train).
 
     The recipe's own options (``cfg.recipe_options``) are built into its config dataclass first, when it
@@ -46,7 +49,7 @@ def run_training(cfg: TrainConfig, plugins: Any) -> TrainResult:
     return run(cfg, plugins, options)
 
 
-def _run_head_recipe(cfg: TrainConfig, plugins: Any) -> TrainResult:
+def _run_head_recipe(cfg: TrainConfig, plugins: PluginSet) -> TrainResult:
     """``--task HEAD`` for a head whose plugin names its training function in ``HeadSpec.recipe``."""
     head = plugins.registry.get("head", cfg.task)
     if head.recipe is None:
@@ -57,7 +60,7 @@ def _run_head_recipe(cfg: TrainConfig, plugins: Any) -> TrainResult:
     return resolve(head.recipe, what=f"recipe of head {head.name!r} ({head.provider})")(cfg, plugins, head)
 
 
-def _no_engine_message(cfg: TrainConfig, plugins: Any) -> str:
+def _no_engine_message(cfg: TrainConfig, plugins: PluginSet) -> str:
     """Why ``--engine`` cannot run this recipe: what the engine does train, or that no plugin provides it."""
     base = cfg.recipe.removesuffix(f".{cfg.engine}")
     on_engine = sorted(

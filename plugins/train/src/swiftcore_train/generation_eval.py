@@ -31,9 +31,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "BACKEND",
@@ -151,7 +154,7 @@ def exact_match(reply: str, answer: str) -> bool:
     return (reply or "").strip().lower() == answer.strip().lower()
 
 
-def load_eval_records(value: str, plugins: Any = None) -> list[Any]:
+def load_eval_records(value: str, plugins: PluginSet | None = None) -> list[Any]:
     """The checked records of ``--eval-dataset`` (a file, or a built-in dataset of swiftcore-eval), before training.
 
     Also checks the backend is loaded, so a run that could not evaluate never starts.
@@ -201,7 +204,7 @@ def score_replies(records: Sequence[Any], generations: Sequence[Any]) -> list[di
     return rows
 
 
-def _default_engine(model_dir: Path, plugins: Any, **options: Any) -> Any:
+def _default_engine(model_dir: Path, plugins: PluginSet, **options: Any) -> Any:
     from swiftcore_infer import create_engine
 
     return create_engine(BACKEND, model_dir, plugins, **options)
@@ -224,12 +227,15 @@ class GenerationEvalCallback:
         *,
         model_dir: str | Path,
         output_dir: str | Path,
-        plugins: Any,
+        plugins: PluginSet,
         template: str | None = None,
         model_type: str | None = None,
         engine_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.options = options
+        if not options.eval_every:
+            raise ValueError("GenerationEvalCallback needs --eval-every N (N >= 1)")
+        self.every: int = int(options.eval_every)
         self.records = records
         self.model_dir = Path(model_dir)
         self.output_dir = Path(output_dir)
@@ -365,13 +371,13 @@ class GenerationEvalCallback:
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         # Every rank decides alike (saving is collective); the end of training saves anyway.
-        if state.global_step % int(self.options.eval_every) == 0:
+        if state.global_step % self.every == 0:
             control.should_save = True
         return control
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         step = int(state.global_step)
-        if step % int(self.options.eval_every) != 0 and step < state.max_steps:
+        if step % self.every != 0 and step < state.max_steps:
             return  # a --save-steps checkpoint between evaluations
         if state.is_world_process_zero:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["TrainSetup", "check_training", "setup_training"]
 
@@ -48,13 +51,13 @@ class TrainSetup:
     token_weighted_loss: bool = True
 
 
-def _hook(plugins: Any, name: str) -> Any:
+def _hook(plugins: PluginSet, name: str) -> Any:
     # None when this plugin set does not declare the hook (swiftcore-train's plugin not registered in it, e.g. a
     # set built by hand around a recipe function): then no capability can implement it either.
     return getattr(plugins.pm.hook, name, None)
 
 
-def check_training(plugins: Any, cfg: Any, options: Mapping[str, Any] | None, *, kind: str) -> None:
+def check_training(plugins: PluginSet, cfg: Any, options: Mapping[str, Any] | None, *, kind: str) -> None:
     """Call every ``swiftcore_train_check``: the capabilities refuse what they cannot train, before anything loads.
 
     Args:
@@ -71,7 +74,7 @@ def check_training(plugins: Any, cfg: Any, options: Mapping[str, Any] | None, *,
         hook(cfg=cfg, options=dict(options or {}), model_dir=str(cfg.model), kind=kind)
 
 
-def setup_training(plugins: Any, setup: TrainSetup) -> TrainSetup:
+def setup_training(plugins: PluginSet, setup: TrainSetup) -> TrainSetup:
     """Call every ``swiftcore_train_setup`` on ``setup`` and return it, for the recipe to build its Trainer from.
 
     Raises:

@@ -27,9 +27,12 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "FORMAT_PATTERN",
@@ -305,7 +308,7 @@ class _Timeout(Exception):
 
 
 def load_rewards(
-    plugins: Any,
+    plugins: PluginSet,
     names: Sequence[str],
     *,
     options: Mapping[str, Mapping[str, str]] | None = None,

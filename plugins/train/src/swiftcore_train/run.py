@@ -12,11 +12,14 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
 from swiftcore.api.template import ENCODE_CHUNK, SampleEncoder
 from swiftcore_train.config import TrainConfig, TrainResult
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "ENCODE_CHUNK",
@@ -50,7 +53,7 @@ def check_template_fits_tokenizer(template_spec: Any, tokenizer: Any, model_dir:
         )
 
 
-def check_recipe_fits_model(cfg: TrainConfig, spec: Any, plugins: Any) -> None:
+def check_recipe_fits_model(cfg: TrainConfig, spec: Any, plugins: PluginSet) -> None:
     """Refuse a model the run's recipe does not train: none of the recipe's ``RecipeSpec.tasks`` is among the
     model's ``ModelSpec.tasks`` (an encoder-only family declares no ``causal_lm``, so ``sft`` cannot train it).
 
@@ -69,7 +72,7 @@ def check_recipe_fits_model(cfg: TrainConfig, spec: Any, plugins: Any) -> None:
     )
 
 
-def load_template(cfg: TrainConfig, spec: Any, plugins: Any) -> tuple[Any, Any, Any]:
+def load_template(cfg: TrainConfig, spec: Any, plugins: PluginSet) -> tuple[Any, Any, Any]:
     """``(template spec, template, tokenizer)`` of a run: ``--template`` or the model's default, checked against
     the tokenizer (every special token it emits must be one token).
 
@@ -241,7 +244,7 @@ def start_run(
     cfg: TrainConfig,
     output_dir: Path,
     spec: Any,
-    plugins: Any,
+    plugins: PluginSet,
     *,
     fresh: bool,
     resumed_step: int | None = None,

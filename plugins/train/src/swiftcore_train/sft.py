@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_train.config import TrainConfig, TrainResult
@@ -25,6 +25,9 @@ from swiftcore_train.run import (
     start_run,
     train_and_report,
 )
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["run_sft"]
 
@@ -45,7 +48,7 @@ def _pack(samples: list[dict], cfg: TrainConfig) -> list[Any]:
     return pack_samples(samples, cfg.max_length, seed=cfg.seed)
 
 
-def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
+def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainResult:
     """The ``sft`` recipe: fine-tune ``cfg.model`` on ``cfg.dataset``; see ``swiftcore train --help``.
 
     Everything that can be checked before training (model directory, model type, template vs tokenizer,
@@ -125,7 +128,7 @@ def run_sft(cfg: TrainConfig, plugins: Any, options: Any = None) -> TrainResult:
         )
     collator = (
         media.collate
-        if multimodal
+        if multimodal and media is not None
         else _collator(cfg, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
     )
     # Capability plugins (sequence parallelism, a module freezer, ...) change the run here, not by name.

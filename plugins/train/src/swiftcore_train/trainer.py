@@ -155,7 +155,7 @@ class SwiftTrainer(Trainer):
                     "fresh run"
                 )
             resume_from_checkpoint = last
-        if resume_from_checkpoint:
+        if isinstance(resume_from_checkpoint, str):
             self._check_resumable(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint, *args, **kwargs)
 

@@ -16,10 +16,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import ModelSpec, SwiftcoreError
 from swiftcore_train.config import TrainConfig
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = [
     "LoraPlan",
@@ -454,7 +457,7 @@ def trainable_summary(model: Any) -> str:
     return f"trainable {trainable:,} / {total:,} parameters ({100.0 * trainable / max(total, 1):.2f}%)"
 
 
-def dry_run(cfg: TrainConfig, plugins: Any) -> str:
+def dry_run(cfg: TrainConfig, plugins: PluginSet) -> str:
     """``swiftcore train --dry-run``: load ``cfg.model`` and report what the tuner adapts
     (:func:`dry_run_report`); no data is read, nothing is trained and no output directory is written."""
     from swiftcore.api.models import check_requirements, load_model, resolve_model_spec

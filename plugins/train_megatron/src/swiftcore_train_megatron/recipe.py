@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore_train import (
     TrainConfig,
@@ -29,6 +29,9 @@ from swiftcore_train import (
 
 from swiftcore.api import SwiftcoreError
 from swiftcore_train_megatron.layout import ParallelLayout, world_size
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["run_megatron_sft"]
 
@@ -51,7 +54,7 @@ def _refuse_unsupported(cfg: TrainConfig) -> None:
         raise SwiftcoreError("--engine megatron:\n  " + "\n  ".join(problems))
 
 
-def _bridge(cfg: TrainConfig, spec: Any, plugins: Any) -> tuple[Any, Any]:
+def _bridge(cfg: TrainConfig, spec: Any, plugins: PluginSet) -> tuple[Any, Any]:
     from swiftcore_megatron import BridgeError, read_hf_config, resolve_bridge
 
     try:
@@ -63,7 +66,7 @@ def _bridge(cfg: TrainConfig, spec: Any, plugins: Any) -> tuple[Any, Any]:
         ) from exc
 
 
-def run_megatron_sft(cfg: TrainConfig, plugins: Any, layout: ParallelLayout) -> TrainResult:
+def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
     """Fine-tune ``cfg.model`` on ``cfg.dataset`` with megatron-core (see ``swiftcore train --help``)."""
     from swiftcore.api.models import check_requirements, resolve_model_spec
 

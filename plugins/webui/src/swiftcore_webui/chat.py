@@ -19,9 +19,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore_webui.paths import Root
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["ChatSession", "LoadedModel", "Reply", "user_message"]
 
@@ -107,7 +110,7 @@ class ChatSession:
         plugins: the loaded plugin set.
     """
 
-    def __init__(self, root: Root, plugins: Any) -> None:
+    def __init__(self, root: Root, plugins: PluginSet) -> None:
         self.root = root
         self.plugins = plugins
         self.engine: Any = None

@@ -15,11 +15,14 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftcore_webui.chat import ChatSession, LoadedModel
 from swiftcore_webui.jobs import Job, TrainProgress, TrainRun
 from swiftcore_webui.paths import PathRefused, Root
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 __all__ = ["Busy", "TrainSettings", "WebUI", "parse_json_output"]
 
@@ -71,7 +74,7 @@ class WebUI:
         plugins: the loaded plugin set (model specs for the families; the chat engine).
     """
 
-    def __init__(self, root: Root, plugins: Any) -> None:
+    def __init__(self, root: Root, plugins: PluginSet) -> None:
         import tempfile
 
         self.root = root

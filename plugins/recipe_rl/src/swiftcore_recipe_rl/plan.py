@@ -1,0 +1,249 @@
+"""Plan an RL run once: every check that can fail fast, and the prompts encoded, before any model loads
+(:func:`plan_run`). The result, a :class:`RunPlan`, is plain data that an executor trains: in this process
+(:func:`~swiftcore_recipe_rl.execute.execute`) or placed on Ray (:func:`~swiftcore_recipe_rl.ray_actors.run_on_ray`,
+whose trainer actor receives the plan and runs the same executor), so nothing is checked or encoded twice.
+
+What the plan step checks, in order: the common options and those the recipe refuses, the model (its spec and
+requirements), the rewards and their options (or the ``gkd`` teacher), every prompt row and the columns the rewards
+read, that the recipe trains the model's task, the template against the tokenizer, a ``--rollout-server`` (it
+answers and serves this checkpoint and template), the ``--environment`` and its options, every prompt's length, and
+the checkpoint ``--resume-from-checkpoint`` names.
+
+Importing this module imports neither torch nor TRL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from swiftcore_recipe_rl.options import GKDOptions, RolloutOptions, SamplingOptions
+from swiftcore_recipe_rl.prompts import EncodedPrompts, encode_prompts
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
+
+__all__ = ["EnvironmentPlan", "LocalParts", "RunPlan", "connect_server", "plan_environment", "plan_run"]
+
+log = logging.getLogger("swiftcore.rl")
+
+
+@dataclass
+class EnvironmentPlan:
+    """``--environment NAME``: what the episode loop needs, its options bound and checked.
+
+    Attributes:
+        name: the environment's name.
+        provider: the plugin that provides it.
+        factory: makes one environment per episode (the resolved ``EnvironmentSpec.factory``, its
+            ``--environment-option`` values bound:
+            :func:`~swiftcore_recipe_rl.environment_options.environment_factory`).
+        max_turns: the most replies per episode.
+    """
+
+    name: str
+    provider: Any
+    factory: Callable[[], Any]
+    max_turns: int
+
+    def episodes(self, codec: Any, rows: dict[str, dict] | None = None) -> Any:
+        """The episode loop (TRL's ``rollout_func``) over this environment, with the run's ``codec`` and ``rows``
+        (prompt text -> the row its environment is reset on)."""
+        from swiftcore_recipe_rl.episodes import EpisodeRollout
+
+        return EpisodeRollout(self.factory, codec, {} if rows is None else rows, max_turns=self.max_turns,
+                              name=self.name)  # fmt: skip
+
+
+@dataclass
+class LocalParts:
+    """What the plan step built that belongs to its own process: an executor in that process reuses them, and a plan
+    pickled for another process leaves them behind (that executor rebuilds them from the plan), so the plan itself
+    stays plain data.
+
+    Attributes:
+        codec: the run's :class:`~swiftcore_recipe_rl.rollout.PromptCodec` (the template and the tokenizer).
+        rollout_server: the ``--rollout-server`` client, connected and checked; None without the option.
+    """
+
+    codec: Any = None
+    rollout_server: Any = None
+
+
+@dataclass
+class RunPlan:
+    """An RL run, checked and ready to train: the input of an executor (see the module).
+
+    Attributes:
+        recipe: the recipe (a key of :data:`~swiftcore_recipe_rl.recipe.CONFIGS`).
+        cfg: the common options (``TrainConfig``), validated, ``recipe`` set.
+        options: the recipe's options.
+        spec: the policy's model spec.
+        template: the template's spec (``--template`` or the model's default), checked against the tokenizer.
+        teacher: the ``gkd`` teacher's model spec; None for the other recipes.
+        rewards: the rewards (``swiftcore_train.Reward``), loaded and checked against the dataset's columns.
+        prompts: the prompts, encoded and within the length budget.
+        environment: ``--environment``; None for single-turn rollouts.
+        resume: the checkpoint ``--resume-from-checkpoint`` names; None for a fresh run.
+        resumed_step: that checkpoint's step, when it has a trainer state.
+        local: what the plan step built in its process (:class:`LocalParts`); never pickled.
+    """
+
+    recipe: str
+    cfg: Any
+    options: SamplingOptions
+    spec: Any
+    template: Any
+    teacher: Any
+    rewards: list[Any]
+    prompts: EncodedPrompts
+    environment: EnvironmentPlan | None = None
+    resume: Path | None = None
+    resumed_step: int | None = None
+    local: LocalParts = field(default_factory=LocalParts, repr=False, compare=False)
+
+    @property
+    def output_dir(self) -> Path:
+        """``--output-dir``."""
+        return Path(self.cfg.output_dir)
+
+    @property
+    def on_ray(self) -> bool:
+        """``--ray``: the run's parts are placed on Ray."""
+        return bool(getattr(self.options, "ray", False))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A tokenizer and an HTTP client belong to this process; the receiving executor rebuilds them from the plan.
+        return {**self.__dict__, "local": LocalParts()}
+
+
+def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions) -> RunPlan:
+    """Check everything about a run of ``recipe`` that can fail before a model loads, and encode its prompts.
+
+    Raises:
+        SwiftcoreError: the first problem found (see the module for the order), naming it and what to do.
+    """
+    from dataclasses import replace
+
+    from swiftcore_train import check_recipe_fits_model, load_rewards, load_template, parse_reward_options
+
+    from swiftcore.api.models import check_requirements, resolve_model_spec
+    from swiftcore_recipe_rl.data import load_prompt_rows
+    from swiftcore_recipe_rl.rollout import PromptCodec
+
+    if cfg.recipe == "sft":  # called from Python with the default: the manifest must still name the recipe
+        cfg = replace(cfg, recipe=recipe)
+    cfg.validate()
+    _refuse_unsupported(cfg)
+    spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
+    check_requirements(spec)
+    rewards = []
+    if isinstance(options, RolloutOptions):
+        rewards = load_rewards(
+            plugins,
+            options.reward,
+            options=parse_reward_options(options.reward_option),
+            fallback=options.reward_fallback,
+            timeout=options.reward_timeout,
+        )
+    teacher = None
+    if isinstance(options, GKDOptions):  # the teacher's spec now, so a bad directory fails before any loading
+        teacher = resolve_model_spec(options.teacher_model, plugins)
+        check_requirements(teacher)
+    rows = load_prompt_rows(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
+    for reward in rewards:
+        reward.check_columns(rows[0].columns, where=f"--dataset {', '.join(cfg.dataset)}")
+    check_recipe_fits_model(cfg, spec, plugins)
+    template_spec, template, tokenizer = load_template(cfg, spec, plugins)
+    codec = PromptCodec(template, tokenizer)
+    server = connect_server(options, cfg, template_spec.name)
+    environment = plan_environment(options, plugins)
+    episodes = environment.episodes(codec) if environment is not None else None
+    prompts = encode_prompts(rows, codec, cfg, options, episodes)
+    resume = _resume(cfg, Path(cfg.output_dir))
+    return RunPlan(
+        recipe=recipe, cfg=cfg, options=options, spec=spec, template=template_spec, teacher=teacher,
+        rewards=rewards, prompts=prompts, environment=environment, resume=resume, resumed_step=_step_of(resume),
+        local=LocalParts(codec=codec, rollout_server=server),
+    )  # fmt: skip
+
+
+def _refuse_unsupported(cfg: Any) -> None:
+    """Refuse the common options the RL recipes do not support yet, naming them."""
+    from swiftcore.api import SwiftcoreError
+
+    unsupported = {
+        "--val-dataset / --split-ratio": bool(cfg.val_dataset) or cfg.split_ratio > 0,
+        "--packing": cfg.packing,
+        "--padding-free": cfg.padding_free,
+    }
+    given = [flag for flag, on in unsupported.items() if on]
+    if given:
+        raise SwiftcoreError(f"{', '.join(given)}: not supported by the {cfg.recipe} recipe yet; drop them")
+
+
+def connect_server(options: SamplingOptions, cfg: Any, template: str) -> Any:
+    """``--rollout-server URL``: the server, checked (answers, serves this base checkpoint and template) before
+    the model loads, so a wrong server fails in a second; None without the option."""
+    url = getattr(options, "rollout_server", "")
+    if not url:
+        return None
+    from swiftcore_recipe_rl.remote import connect_rollout_server
+
+    engine = connect_rollout_server(
+        url, cfg.model, template=template, lora=cfg.tuner != "full", timeout=options.rollout_server_timeout
+    )
+    log.info("rollouts: swiftcore rollout server %s (%s, weight version %d)", url, engine.info["backend"],
+             engine.weight_version)  # fmt: skip
+    return engine
+
+
+def plan_environment(options: SamplingOptions, plugins: PluginSet) -> EnvironmentPlan | None:
+    """``--environment NAME``: that environment's factory, its ``--environment-option`` values bound to it and
+    checked (None: single-turn rollouts).
+
+    Raises:
+        SwiftcoreError: an unknown environment, or an option it does not take or refuses.
+    """
+    if not isinstance(options, RolloutOptions) or not options.environment:
+        return None
+    from swiftcore.api import resolve
+    from swiftcore_recipe_rl.environment_options import environment_factory
+
+    name = options.environment
+
+    spec = plugins.registry.get("environment", name)
+    factory = resolve(spec.factory, what=f"environment {spec.name!r} of {spec.provider}")
+    env_options = options.environment_options()
+    factory = environment_factory(factory, env_options, name=spec.name, provider=spec.provider)
+    log.info("multi-turn episodes: environment %s (%s)%s, at most %d replies each", spec.name, spec.provider,
+             "".join(f" {k}={v}" for k, v in env_options.items()), options.max_turns)  # fmt: skip
+    return EnvironmentPlan(name=spec.name, provider=spec.provider, factory=factory, max_turns=options.max_turns)
+
+
+def _resume(cfg: Any, output_dir: Path) -> Path | None:
+    """The checkpoint ``--resume-from-checkpoint`` names (``latest``: the newest in ``--output-dir``)."""
+    from swiftcore.api import SwiftcoreError
+
+    value = cfg.resume_from_checkpoint
+    if not value:
+        return None
+    if value in ("latest", "true", "True"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+        if last is None:
+            raise SwiftcoreError(f"--resume-from-checkpoint latest: no checkpoint-N directory in {str(output_dir)!r}")
+        return Path(last)
+    return Path(value)
+
+
+def _step_of(checkpoint: Path | None) -> int | None:
+    """The global step a checkpoint's trainer state records (None: no checkpoint, or one without a state)."""
+    if checkpoint is None or not (checkpoint / "trainer_state.json").is_file():
+        return None
+    return int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8")).get("global_step", 0))
