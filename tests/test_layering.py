@@ -92,3 +92,29 @@ def test_the_core_stays_within_its_line_budget() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "within" in proc.stdout
+
+
+def test_distributions_tests_import_other_distributions_by_their_faces_too() -> None:
+    """A distribution's own tests, like its sources, use another distribution through its face only (import-linter
+    sees installed packages, not test folders, so this reads them). The cross-distribution tests in ``tests/`` may
+    reach inside (they patch internals to fake an engine, say), as may the core's tests."""
+    import ast
+
+    packages = {
+        p.name: p.parents[1]
+        for root in ("template_plugins", "model_plugins", "plugins", "megatron_bridges")
+        for p in (ROOT / root).glob("*/src/*")
+        if (p / "__init__.py").exists()
+    }
+    found = []
+    for folder in {f for f in packages.values()}:
+        own = {name for name, where in packages.items() if where == folder}
+        for path in (folder / "tests").rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                modules = [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+                modules += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                for module in modules:
+                    top = module.partition(".")[0]
+                    if top in packages and top not in own and "." in module:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {module}")
+    assert found == [], "import these from the package root (its face):\n" + "\n".join(found)

@@ -92,7 +92,9 @@ def _bridge_classes() -> dict[str, type]:
 
     classes = {c.__name__: c for c in (GPTBridge, SwappedNorms, SwappedQKNorms, DefaultRopeTheta)}
     if HAS_QWEN3_5:
-        from swiftcore_bridge_qwen3_5.bridge import Qwen3_5Bridge
+        from swiftcore.api import load_plugins, resolve
+
+        Qwen3_5Bridge = resolve(load_plugins(env={}).registry.get("bridge", "qwen3_5").factory)
 
         classes["Qwen35SwappedNorms"] = _swapping_norms(Qwen3_5Bridge)
     return classes

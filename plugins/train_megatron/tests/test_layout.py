@@ -133,8 +133,12 @@ def test_pipeline_stages_are_refused_for_multi_token_prediction_layers(tiny_mode
     even a bridge that builds stages gets a clear refusal for such a checkpoint."""
     from dataclasses import replace
 
-    from swiftcore_bridge_glm5.bridge import Glm5Bridge
     from swiftcore_train_megatron.layout import ParallelLayout
+
+    from swiftcore.api import load_plugins, resolve
+
+    # The bridge class as every caller finds it: through its spec (the bridge plugin's face is its registration).
+    Glm5Bridge = resolve(load_plugins(env={}).registry.get("bridge", "glm5").factory)
 
     config = json.loads((tiny_model_dir("glm5") / "config.json").read_text())
     bridge = Glm5Bridge({**config, "num_nextn_predict_layers": 1})
