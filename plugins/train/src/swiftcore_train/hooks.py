@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
+    from swiftcore_train.config import TrainConfig
 
 __all__ = ["TrainSetup", "check_training", "setup_training"]
 
@@ -44,7 +45,7 @@ class TrainSetup:
     trainer_class: Callable[..., Any]
     training_args: Any
     tokenizer: Any
-    cfg: Any
+    cfg: TrainConfig
     options: Mapping[str, Any] = field(default_factory=dict)
     callbacks: list[Any] = field(default_factory=list)
     multimodal: bool = False
@@ -57,7 +58,7 @@ def _hook(plugins: PluginSet, name: str) -> Any:
     return getattr(plugins.pm.hook, name, None)
 
 
-def check_training(plugins: PluginSet, cfg: Any, options: Mapping[str, Any] | None, *, kind: str) -> None:
+def check_training(plugins: PluginSet, cfg: TrainConfig, options: Mapping[str, Any] | None, *, kind: str) -> None:
     """Call every ``swiftcore_train_check``: the capabilities refuse what they cannot train, before anything loads.
 
     Args:

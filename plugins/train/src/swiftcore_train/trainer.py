@@ -14,12 +14,15 @@ import shutil
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from swiftcore.api import SwiftcoreError
+
+if TYPE_CHECKING:
+    from swiftcore_train.config import TrainConfig
 
 __all__ = ["SwiftTrainer", "JsonlLogCallback", "STAGING_DIR", "plot_loss_curve"]
 
@@ -35,7 +38,7 @@ _ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def training_arguments(
-    cfg: Any, output_dir: str | Path, *, evaluate: bool, args_class: type | None = None, **overrides: Any
+    cfg: TrainConfig, output_dir: str | Path, *, evaluate: bool, args_class: type | None = None, **overrides: Any
 ) -> Any:
     """transformers ``TrainingArguments`` from a :class:`~swiftcore_train.config.TrainConfig`.
 
