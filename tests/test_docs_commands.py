@@ -356,12 +356,13 @@ def _options(command: Any) -> set[str]:
     return names
 
 
-def _plugin_train_options() -> set[str]:
-    """The flags the installed plugins add to ``swiftcore train`` (``swiftcore_addoption``: the heads' options)."""
+def _plugin_options(command: str) -> set[str]:
+    """The flags the installed plugins add to ``swiftcore COMMAND`` (``swiftcore_addoption``: the heads' options to
+    ``train``, swiftcore-megatron's to ``export``)."""
     from swiftcore._plugins import load_plugins
     from swiftcore.options import collect_options
 
-    options = collect_options(load_plugins(env={}), "train", {})
+    options = collect_options(load_plugins(env={}), command, {})
     return {name for option in options for flag in option.flags for name in flag.split("/")}
 
 
@@ -369,7 +370,7 @@ def test_every_documented_swiftcore_command_names_real_options() -> None:
     import click
 
     from swiftcore import load_plugins
-    from swiftcore.cli.main import _PluginCommand, cli
+    from swiftcore.cli.main import PluginOptionsCommand, _PluginCommand, cli
 
     ctx = click.Context(cli)
     group_options = _options(cli) | {"-h", "--help", "--version"}
@@ -392,7 +393,8 @@ def test_every_documented_swiftcore_command_names_real_options() -> None:
             continue
         if isinstance(command, _PluginCommand):  # a plugin's command: its own options, from the plugin
             command = command.resolve_target(load_plugins(env={}))
-        known = group_options | _options(command) | (_plugin_train_options() if sub == "train" else set())
+        takes_plugin_options = sub == "train" or isinstance(command, PluginOptionsCommand)
+        known = group_options | _options(command) | (_plugin_options(sub) if takes_plugin_options else set())
         unknown = [w for w in words if w.startswith("--") and w.split("=")[0] not in known]
         if unknown:
             problems.append(f"{doc}: `swiftcore {sub}` has no option {', '.join(unknown)}")
