@@ -36,7 +36,7 @@ test: install
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 demo: install
-	$(BIN)/swiftcore demo
+	$(BIN)/python -m swiftcore.demo
 
 lint: install
 	$(BIN)/ruff check .

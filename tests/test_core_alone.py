@@ -72,6 +72,9 @@ def test_core_alone_names_what_to_install_for_the_plugin_commands(fresh: Path, t
         assert proc.returncode == 2, proc.stderr
         assert f"'swiftcore {command}' is the {dist} plugin's command" in proc.stderr
         assert f"pip install {dist}" in proc.stderr and "Traceback" not in proc.stderr
+    demo = _run(str(fresh / "python"), "-m", "swiftcore.demo", cwd=tmp_path)  # make demo's command, core alone
+    assert demo.returncode == 2 and "pip install swiftcore-tiny" in demo.stderr, demo.stderr
+    assert "Traceback" not in demo.stderr
     proc = _run(str(fresh / "swiftcore"), "export", "--model", str(model), "--to-mcore", "mcore", cwd=tmp_path)
     assert proc.returncode == 2 and "swiftcore-megatron" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "mcore").exists()
