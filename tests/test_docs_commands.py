@@ -18,6 +18,11 @@ Static checks (fast, no model):
 Running the commands (``test_documented_commands_run``, one test per doc file, in the doc's order, in a fresh
 working directory holding the small input files of :data:`INPUT_FILES`):
 
+- ``torchrun ... -m swiftcore.cli.main ARGS`` runs as a real torchrun subprocess in that directory (next to the
+  doc's ``tiny/`` checkpoint, which ``-m`` puts on the ranks' ``sys.path``: issue 53), on a free rendezvous port; rank
+  0 alone prints the summary. ``swiftcore train --nproc-per-node N`` runs in this process, like any ``swiftcore``
+  command below, and starts its ranks (torch.distributed.run) in that directory.
+
 - ``swiftcore ...`` runs in this pytest process through ``swiftcore.cli.main:main``, the function the ``swiftcore``
   console script calls, with the doc's argv (shlex-split): one interpreter imports torch, transformers and the
   Trainer once instead of once per command (``from transformers import Trainer`` alone took 15 s of CPU here).
@@ -75,19 +80,14 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "pip install ./plugins/webui": "installs into the test environment; the path is checked instead",
     },
     "plugins/sequence_parallel/README.md": {
-        "torchrun --nproc-per-node 4 $(which swiftcore) train --model M --dataset D --sequence-parallel-size 2 "
-        "--sp-mode ulysses": "placeholder paths M and D, and four gloo ranks; plugins/sequence_parallel/tests/"
-        "test_train_cli.py runs this command (SP 2, and SP 2 x DP 2) against one-process runs",
-        "torchrun --nproc-per-node 2 $(which swiftcore) train --model M --dataset D --task embedding "
-        "--sequence-parallel-size 2 --sp-mode ring": "placeholder paths M and D, and two gloo ranks; "
-        "plugins/sequence_parallel/tests/test_train_cli.py runs head recipes this way (embedding, classification) "
-        "against one-process runs",
-    },
-    "docs/megatron-training.md": {
-        "torchrun --nproc-per-node 2 -m swiftcore.cli.main train --engine megatron --tp 2 --tuner full --model ./tiny "
-        "--dataset data.jsonl": "two gloo ranks training for minutes; plugins/train_megatron/tests/"
-        "test_engine_outcomes.py runs this command (TP 2, and TP 1 / EP 2) and checks its losses against the "
-        "transformers engine",
+        "swiftcore train --nproc-per-node 4 --model M --dataset D --sequence-parallel-size 2 --sp-mode ulysses": (
+            "placeholder paths M and D, and four gloo ranks; plugins/sequence_parallel/tests/test_train_cli.py runs "
+            "this run under torchrun (SP 2, and SP 2 x DP 2) against one-process runs; README.md's and "
+            "docs/megatron-training.md's --nproc-per-node runs, here, launch the same way"
+        ),
+        "swiftcore train --nproc-per-node 2 --model M --dataset D --task embedding --sequence-parallel-size 2 "
+        "--sp-mode ring": "placeholder paths M and D, and two gloo ranks; plugins/sequence_parallel/tests/"
+        "test_train_cli.py runs head recipes under torchrun (embedding, classification) against one-process runs",
     },
     "docs/eval.md": {
         "swiftcore eval --api-url http://127.0.0.1:8000/v1 --dataset parity": "needs the server of the deploy "
@@ -128,10 +128,12 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "paths are checked instead",
     },
     "plugins/recipe_rl/README.md": {
-        "swiftcore rollout --model ./tiny --port 8001": "a server that runs until stopped, for the trainer beside it; "
-        "plugins/recipe_rl/tests/test_rollout_server.py starts swiftcore rollout for real and trains against it",
+        "swiftcore rollout --model ./tiny --port 8001 --api-key-file rollout.key": "a server that runs until "
+        "stopped, for the trainer beside it; plugins/recipe_rl/tests/test_rollout_server.py starts swiftcore rollout "
+        "for real (with a key file) and trains against it",
         "swiftcore train --recipe grpo --model ./tiny --dataset prompts.jsonl --reward format --rollout-server "
-        "http://127.0.0.1:8001 --output-dir out": "needs the rollout server of the command before it; "
+        "http://127.0.0.1:8001 --rollout-server-key-file rollout.key --output-dir out": "needs the rollout server of "
+        "the command before it; "
         "plugins/recipe_rl/tests/test_rollout_server.py runs this command (and kills and restarts the server)",
     },
     "plugins/scaffold/README.md": {
@@ -308,9 +310,23 @@ def is_listed(command: DocCommand) -> bool:
     return command.text in NOT_RUN.get(command.file, {})
 
 
+def torchrun_split(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """``torchrun ... -m swiftcore.cli.main ARGS`` -> (``torchrun ... -m swiftcore.cli.main``, ``swiftcore ARGS``);
+    None for any other command."""
+    if argv[0] != "torchrun" or "swiftcore.cli.main" not in argv:
+        return None
+    at = argv.index("swiftcore.cli.main")
+    return (argv[: at + 1], ["swiftcore", *argv[at + 1 :]]) if argv[at - 1] == "-m" else None
+
+
+def runs_here(command: DocCommand) -> bool:
+    """A ``swiftcore`` command, or one run by torchrun (``torchrun ... -m swiftcore.cli.main ...``)."""
+    return command.argv[0] == "swiftcore" or torchrun_split(command.argv) is not None
+
+
 def runnable(path: Path) -> list[DocCommand]:
-    """The commands of ``path`` this file runs: its ``swiftcore`` commands that :data:`NOT_RUN` does not list."""
-    return [c for c in fenced_commands(path) if c.argv[0] == "swiftcore" and not is_listed(c)]
+    """The commands of ``path`` this file runs: those :func:`runs_here` that :data:`NOT_RUN` does not list."""
+    return [c for c in fenced_commands(path) if runs_here(c) and not is_listed(c)]
 
 
 def section(text: str, heading: str) -> str:
@@ -334,7 +350,7 @@ def test_docs_have_commands_and_readme_commands_are_all_run() -> None:
 
 def test_every_documented_command_is_run_or_listed() -> None:
     commands = all_commands()
-    unlisted = [str(c) for c in commands if c.argv[0] != "swiftcore" and not is_listed(c)]
+    unlisted = [str(c) for c in commands if not runs_here(c) and not is_listed(c)]
     documented = {(c.file, c.text) for c in commands}
     stale = [
         f"{file}: {text}" for file, entries in NOT_RUN.items() for text in entries if (file, text) not in documented
@@ -376,6 +392,10 @@ def test_every_documented_swiftcore_command_names_real_options() -> None:
     group_options = _options(cli) | {"-h", "--help", "--version"}
     problems = []
     commands = [c for path in doc_files() for c in [*fenced_commands(path), *inline_swiftcore_commands(path)]]
+    # A torchrun form's swiftcore part (`torchrun ... -m swiftcore.cli.main train ...`) is checked as `swiftcore train`.
+    commands = [
+        DocCommand(c.file, c.line, split[1], c.env) if (split := torchrun_split(c.argv)) else c for c in commands
+    ]
     for doc in (c for c in commands if c.argv[0] == "swiftcore"):
         # `--enable-thinking/--disable-thinking` in prose names two options.
         words = [
@@ -399,6 +419,20 @@ def test_every_documented_swiftcore_command_names_real_options() -> None:
         if unknown:
             problems.append(f"{doc}: `swiftcore {sub}` has no option {', '.join(unknown)}")
     assert not problems, "\n".join(problems)
+
+
+def test_every_server_route_is_in_deploy_help_and_the_user_docs() -> None:
+    """Issue 53: ``/v1/audio/transcriptions`` was documented only in docs/testing.md's table of tests. Each route the
+    server's route modules declare is named by ``swiftcore deploy --help`` and by README.md or a user doc."""
+    sources = (ROOT / "plugins/serve/src/swiftcore_serve/routes").glob("*.py")
+    routes = {path for src in sources for path in re.findall(r'"(/v1/[\w/]+|/health)"', src.read_text("utf-8"))}
+    assert "/v1/audio/transcriptions" in routes and "/v1/embeddings" in routes, routes
+    helped = subprocess.run([str(SWIFTCORE), "deploy", "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0, helped.stderr
+    help_text = " ".join(helped.stdout.split())
+    docs = "\n".join(p.read_text("utf-8") for p in doc_files() if _rel(p) != "docs/testing.md")
+    missing = {r: [w for w, text in (("deploy --help", help_text), ("docs", docs)) if r not in text] for r in routes}
+    assert not {r: where for r, where in missing.items() if where}, missing
 
 
 def _extras(distribution: Path) -> set[str]:
@@ -660,6 +694,17 @@ def _run_in_process(argv: list[str], cwd: Path, env: dict[str, str]) -> Done:
     return Done(rc, out.getvalue(), err.getvalue())
 
 
+def _torchrun(doc: DocCommand, launcher: list[str], argv: list[str], cwd: Path) -> Done:
+    """The documented ``torchrun ... -m swiftcore.cli.main`` as a shell runs it: this environment's torchrun, a fresh
+    shell's environment, ``cwd`` (the doc's folder, with its ``tiny/`` checkpoint: ``-m`` puts it on the ranks'
+    ``sys.path``) and a free rendezvous port (torchrun reads ``PET_MASTER_PORT`` for ``--master-port``)."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = _child_env({**doc.env, "PET_MASTER_PORT": str(_free_port())})
+    proc = subprocess.run([str(torchrun), *launcher[1:], *argv[1:]], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=1200)  # fmt: skip
+    return Done(proc.returncode, proc.stdout, proc.stderr)
+
+
 def _set_env(values: dict[str, str | None]) -> None:
     for name, value in values.items():
         if value is None:
@@ -775,8 +820,8 @@ def _make_tiny(doc: DocCommand, argv: list[str], cwd: Path) -> Done | None:
     return Done(0, "", "")
 
 
-def _substituted(doc: DocCommand, renamed: dict[str, str], cwd: Path) -> list[str]:
-    argv = [renamed.get(w, w) for w in doc.argv]
+def _substituted(doc: DocCommand, argv: list[str], renamed: dict[str, str], cwd: Path) -> list[str]:
+    argv = [renamed.get(w, w) for w in argv]
     argv = [re.sub(r"checkpoint-(\d+)", lambda m: renamed.get(m.group(0), m.group(0)), w) for w in argv]
     if argv[1] == "train":
         documented = _option(argv, "--max-steps")
@@ -806,8 +851,17 @@ def test_documented_commands_run(path: Path, workspace: Path) -> None:
         (cwd / name).write_text(text, encoding="utf-8")
     renamed: dict[str, str] = {}
     for doc in runnable(path):
-        argv = _substituted(doc, renamed, cwd)
+        launcher, argv = torchrun_split(doc.argv) or ([], doc.argv)
+        argv = _substituted(doc, argv, renamed, cwd)
         started = time.monotonic()
+        if launcher:
+            done = _torchrun(doc, launcher, argv, cwd)
+            assert done.rc == 0, f"{doc}\nexit {done.rc}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+            # Issue 53: every rank trains, rank 0 alone reports.
+            assert done.stdout.count("checkpoint: ") == 1, f"{doc}: {done.stdout[-3000:]}"
+            _check_outputs(doc, argv, done, cwd)
+            print(f"{time.monotonic() - started:6.1f} s  {shlex.join([*launcher, *argv[1:]])}")
+            continue
         if argv[1] == "deploy" and "--help" not in argv:
             _deploy(doc, argv, cwd)
             print(f"{time.monotonic() - started:6.1f} s  {shlex.join(argv)}")

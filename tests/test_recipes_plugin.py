@@ -6,7 +6,7 @@ adds ``swiftcore train --recipe toy`` with its own ``--toy-scale``/``--toy-label
 
 - the recipe runs, and receives its options (flags and ``--config`` keys alike) in its config dataclass;
 - its options are refused with another recipe, and a bad value is refused by its config before anything runs;
-- ``swiftcore recipes`` and ``swiftcore train --help`` list it and its options;
+- ``swiftcore recipes`` and ``swiftcore train --recipe toy --help`` list it and its options;
 - a plugin option that clashes with a core option is refused naming both owners;
 - an unknown recipe gets close matches.
 """
@@ -89,9 +89,11 @@ def test_recipes_and_help_list_the_recipe_and_its_options(tmp_path: Path) -> Non
     assert set(rows) == {"toy"}  # the chosen plugin set only: sft is the swiftcore-train plugin's, not loaded
     assert [o["flags"] for o in rows["toy"]["options"]] == [["--toy-scale"], ["--toy-label"]]
     assert "swiftcore_recipe_toy" in rows["toy"]["provider"]
-    helped = _swiftcore("train", *PLUGIN, "--help", tmp_path=tmp_path)
+    helped = _swiftcore("train", *PLUGIN, "--recipe", "toy", "--help", tmp_path=tmp_path)
     assert helped.returncode == 0, helped.stderr
     assert "--toy-scale" in helped.stdout and "[recipe toy]" in helped.stdout
+    # The help shows the chosen recipe's options (issue 53): sft's run does not list toy's.
+    assert "--toy-scale" not in _swiftcore("train", *PLUGIN, "--help", tmp_path=tmp_path).stdout
     without = _swiftcore("train", "--plugin", "no:swiftcore_recipe_toy", "--help", tmp_path=tmp_path)
     assert "--toy-scale" not in without.stdout
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from swiftcore import __version__
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_version(run_cli) -> None:
@@ -86,6 +90,20 @@ def test_plugins_check_ignores_a_folder_named_like_a_plugin_in_the_cwd(run_cli, 
     proc = run_cli("plugins", "--check", "acme", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["check"][0]["ok"]
+
+
+def test_python_m_next_to_a_folder_named_like_a_plugin_keeps_the_group_plugin_set(plugin_site, tmp_path) -> None:
+    # Issue 53: `torchrun -m swiftcore.cli.main` beside `make-tiny ... ./tiny` failed with "--plugin 'tiny' is
+    # ambiguous". `-m` puts the working directory on sys.path, where the folder imports as a namespace package (never a
+    # plugin); and the module ran as __main__, a second copy whose CliState the commands' pass_state did not find, so
+    # they loaded the plugins again from the exported SWIFTCORE_PLUGINS, dropping the group's --plugin.
+    (tmp_path / "acme").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(plugin_site), str(FIXTURES / "loose")])
+    argv = [sys.executable, "-m", "swiftcore.cli.main", "--plugin", "acme", "template", "list"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [line.split()[0] for line in proc.stdout.splitlines()] == ["acme-chat", "jinja"], proc.stdout  # not qwen3_5
 
 
 def test_plugins_check_rechecks_in_a_fresh_process_after_a_heavy_import(tmp_path) -> None:

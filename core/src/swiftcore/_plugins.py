@@ -326,7 +326,9 @@ def _resolve_spec(spec: str, discovered: dict[str, PluginInfo]) -> list[PluginIn
             found = importlib.util.find_spec(spec)
         except (ImportError, ValueError):
             found = None
-        if found is not None:
+        # A folder without __init__.py (a checkpoint in the working directory, on sys.path under `python -m`) imports
+        # as a namespace package (no origin): it is never a plugin module, so it cannot shadow an entry point.
+        if found is not None and found.origin not in (None, "namespace"):
             candidates["module"] = [PluginInfo(name=spec, module=spec, source="module")]
 
     targets = {tuple(sorted(i.module for i in infos)) for infos in candidates.values()}

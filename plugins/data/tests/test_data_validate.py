@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -118,6 +119,34 @@ def test_invalid_json_line_is_reported_and_skippable(write_jsonl: Callable[..., 
     records = load_records([str(path)], skip_bad_rows=True, shuffle=False)
     assert [r["_source"] for r in records] == [f"{path}:1", f"{path}:3"]
     assert records.skipped.counts == {"invalid JSON": 1}
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        '{"messages": [], "x": ' + DEEP + "}",
+        json.dumps(chat(tools=DEEP)),  # a JSON string inside the row
+        json.dumps({"conversations": [{"from": "function_call", "value": DEEP}]}),
+    ],
+    ids=["line", "tools-string", "sharegpt-function_call"],
+)
+def test_json_nested_past_the_recursion_limit_is_a_bad_row(row: str, write_jsonl: Callable[..., Path]) -> None:
+    """Not a RecursionError traceback: an error naming file and line, and --skip-bad-rows skips it."""
+    path = write_jsonl([chat(), row, chat()])
+    with pytest.raises(DataError, match=rf"^{path}:2: .*(invalid JSON: nested too deeply|\(nested too deeply\))"):
+        load_records([str(path)])
+    records = load_records([str(path)], skip_bad_rows=True, shuffle=False)
+    assert [r["_source"] for r in records] == [f"{path}:1", f"{path}:3"]
+
+
+def test_a_json_array_nested_past_the_recursion_limit_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "train.json"
+    path.write_text("[\n" + json.dumps(chat()) + ",\n" + DEEP + "\n]\n")
+    with pytest.raises(DataError, match=rf"^{path}:3: invalid JSON: nested too deeply"):
+        load_records([str(path)], skip_bad_rows=True)
 
 
 def test_skip_bad_rows_counts_per_reason_and_logs(

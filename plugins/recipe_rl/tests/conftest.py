@@ -184,8 +184,11 @@ class RolloutServer:
         """Start it and wait until ``/health`` answers."""
         import httpx
 
+        # No key unless the test gives one (``extra``): a loopback server, said out loud with --no-api-key.
+        keyed = "--api-key-file" in self.extra
         command = [sys.executable, "-m", "swiftcore.cli.main", "rollout", "--model", str(self.model_dir),
-                   "--port", str(self.port), "--log-level", "warning", *self.extra]  # fmt: skip
+                   "--port", str(self.port), "--log-level", "warning", *(() if keyed else ("--no-api-key",)),
+                   *self.extra]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         with self.log.open("a") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -194,7 +197,7 @@ class RolloutServer:
             if self.process.poll() is not None:
                 pytest.fail(f"swiftcore rollout exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/health", headers=self.headers, timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
@@ -210,7 +213,19 @@ class RolloutServer:
     def health(self) -> dict[str, Any]:
         import httpx
 
-        return httpx.get(f"{self.url}/health", timeout=10).json()
+        return httpx.get(f"{self.url}/health", headers=self.headers, timeout=10).json()
+
+    @property
+    def key_file(self) -> str:
+        """The ``--api-key-file`` it was started with ("" without one)."""
+        return self.extra[self.extra.index("--api-key-file") + 1] if "--api-key-file" in self.extra else ""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The key's header when the server was started with ``--api-key-file FILE``."""
+        if not self.key_file:
+            return {}
+        return {"Authorization": f"Bearer {Path(self.key_file).read_text().splitlines()[0].strip()}"}
 
 
 @pytest.fixture(scope="module")

@@ -298,10 +298,10 @@ def _cli(*args: str) -> tuple[int, str]:
 
 
 def test_the_environment_option_flag_from_the_cli(tiny_dir: Path, tmp_path: Path) -> None:
-    """``--environment-option`` is in ``train --help`` (grpo and reinforce_pp), reaches the calculator's factory from
-    the command line (a value it refuses fails before the model loads, naming the option), and is refused without
-    ``--environment``, malformed, or with ``--recipe rloo``; no output directory is made."""
-    code, shown = _cli("train", "--help")
+    """``--environment-option`` is in ``train --recipe grpo --help`` (grpo and reinforce_pp), reaches the calculator's
+    factory from the command line (a value it refuses fails before the model loads, naming the option), and is refused
+    without ``--environment``, malformed, or with ``--recipe rloo``; no output directory is made."""
+    code, shown = _cli("train", "--recipe", "grpo", "--help")
     assert code == 0 and "--environment-option" in " ".join(shown.split()), shown
     assert "The calculator takes max_calls=N" in " ".join(shown.split())
     data = tmp_path / "calc.jsonl"

@@ -52,6 +52,7 @@ def _run_with_checks(
 ) -> tuple[list[dict], dict[str, Any]]:
     """A GRPO run on the vowel task with ``--rollout-engine ROLLOUT_ENGINE``; after every sync, the engine's greedy
     tokens are compared with the trainer model's. Returns the logs and what the checks saw."""
+    from swiftcore_infer import Engine
     from swiftcore_recipe_rl.options import GRPOOptions
     from swiftcore_recipe_rl.recipe import run
     from swiftcore_recipe_rl.sync import WeightSync, create_rollout_engine, greedy_tokens
@@ -85,6 +86,18 @@ def _run_with_checks(
         return stats
 
     monkeypatch.setattr(cls, "sync_rollout_engine", checked_sync)
+    # What crossed to the engine, by name: the sync's own byte count is only what it says of itself.
+    seen["sent"] = {"update_adapter": [], "update_weights": []}
+    for method in seen["sent"]:
+        original_method = getattr(Engine, method)
+
+        def recording(self: Any, *args: Any, _method: str = method, _original: Any = original_method) -> Any:
+            tensors = args[-1]
+            names = list(tensors) if isinstance(tensors, dict) else [name for name, _ in tensors]
+            seen["sent"][_method].append((self, names))
+            return _original(self, *args)
+
+        monkeypatch.setattr(Engine, method, recording)
     out = tmp_path / "out"
     cfg = TrainConfig(
         model=str(tiny_dir), dataset=(_dataset(tmp_path),), output_dir=str(out), tuner=tuner, learning_rate=lr,
@@ -137,6 +150,16 @@ def test_lora_rollouts_through_the_engine_learn_and_sync_only_the_adapter(
     full = sum(p.numel() * p.element_size() for n, p in base.named_parameters() if "lora_" not in n)
     # Only the adapter moved: on this tiny model (rank 8) about a tenth of the weights' bytes.
     assert sync_bytes[0] < full / 5, (sync_bytes[0], full)
+    # By name: every sync sent the adapter's LoRA tensors, all of them and nothing else (no base weight, no
+    # modules_to_save: this adapter trains none), and no full-weights call was made.
+    from peft import get_peft_model_state_dict
+
+    adapter_names = set(get_peft_model_state_dict(seen["trainer"].model))
+    engine = seen["trainer"].rollout_engine  # not the negative control's
+    sent = {k: [names for target, names in v if target is engine] for k, v in seen["sent"].items()}
+    assert sent["update_weights"] == [] and len(sent["update_adapter"]) == steps, {k: len(v) for k, v in sent.items()}
+    assert all(set(names) == adapter_names for names in sent["update_adapter"]), sent["update_adapter"][0]
+    assert adapter_names and all(".lora_A." in n or ".lora_B." in n for n in adapter_names), sorted(adapter_names)
 
 
 def test_full_fine_tuning_syncs_the_state_dict_in_buckets(
@@ -156,6 +179,14 @@ def test_full_fine_tuning_syncs_the_state_dict_in_buckets(
     )
     assert len(sync_bytes) == steps and sync_bytes[0] == sum(state.values())
     assert stats[0].buckets > 1 and all(s.bytes == stats[0].bytes for s in stats)
+    # By name: each sync sent every tensor of the state dict once (a tied one once), through update_weights only.
+    unique = {t.data_ptr(): n for n, t in trainer.model.state_dict().items()}
+    engine = trainer.rollout_engine  # not the negative control's
+    sent = {k: [names for target, names in v if target is engine] for k, v in seen["sent"].items()}
+    calls, size = sent["update_weights"], stats[0].buckets
+    assert sent["update_adapter"] == [] and len(calls) == steps * size, len(calls)
+    per_sync = [[name for names in calls[i : i + size] for name in names] for i in range(0, len(calls), size)]
+    assert all(sorted(names) == sorted(unique.values()) for names in per_sync), per_sync[0]
 
 
 def test_rollout_engine_options_are_checked() -> None:

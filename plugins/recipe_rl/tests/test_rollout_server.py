@@ -36,9 +36,19 @@ SWIFTCORE = [sys.executable, "-m", "swiftcore.cli.main"]
 
 
 @pytest.fixture(scope="module")
-def server(tiny_dir: Path, rollout_servers: Any) -> Any:
-    """The module's rollout server on the tiny checkpoint (conftest's ``Any``)."""
-    return rollout_servers(tiny_dir)
+def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module server's key, as a user keeps it (a file only its owner reads)."""
+    path = tmp_path_factory.mktemp("rollout-key") / "rollout.key"
+    path.write_text("rollout-server-test-key\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tiny_dir: Path, rollout_servers: Any, key_file: Path) -> Any:
+    """The module's rollout server on the tiny checkpoint (conftest's ``Any``), with a key the trainer sends
+    (``--rollout-server-key-file``)."""
+    return rollout_servers(tiny_dir, "--api-key-file", str(key_file))
 
 
 def _dataset(tmp_path: Path) -> str:
@@ -58,13 +68,15 @@ def _config(tiny_dir: Path, tmp_path: Path, **overrides: Any) -> Any:
     return TrainConfig(**{**values, **overrides})
 
 
-def _options(url: str, **overrides: Any) -> Any:
+def _options(served: Any, **overrides: Any) -> Any:
+    """GRPO options generating through ``served`` (a conftest ``RolloutServer``, whose key file they name, or a URL)."""
     from swiftcore_recipe_rl.options import GRPOOptions
 
+    url, key = (served, "") if isinstance(served, str) else (served.url, served.key_file)
     values = dict(
         reward=("format",), reward_option=(r"format.pattern=^\s*[aeiouAEIOU]",), num_generations=4,
         max_completion_length=4, grpo_loss_type="grpo", rollout_server=url, sync_bucket_mb=0.25,
-        rollout_server_timeout=120.0,
+        rollout_server_timeout=120.0, rollout_server_key_file=key,
     )  # fmt: skip
     return GRPOOptions(**{**values, **overrides})
 
@@ -112,7 +124,7 @@ def _run_with_checks(tuner: str, lr: float, server: Any, tiny_dir: Path, plugins
 
     monkeypatch.setattr(cls, "sync_rollout_engine", checked_sync)
     cfg = _config(tiny_dir, tmp_path, tuner=tuner, learning_rate=lr)
-    result = run(cfg, plugins, _options(server.url))
+    result = run(cfg, plugins, _options(server))
     assert result.global_step == 3
     trainer = seen["trainer"]
     prompts = [list(p) for p in list(trainer.prompt_records)[:3]]
@@ -159,7 +171,7 @@ def test_a_later_lora_run_with_other_settings_gets_an_adapter_of_its_own(
     from swiftcore_recipe_rl.recipe import run
 
     before = set(server.health()["adapters"])
-    result = run(_config(tiny_dir, tmp_path, lora_rank=4, max_steps=1), plugins, _options(server.url))
+    result = run(_config(tiny_dir, tmp_path, lora_rank=4, max_steps=1), plugins, _options(server))
     assert result.global_step == 1
     after = set(server.health()["adapters"])
     assert before < after and len(after - before) == 1, (before, after)
@@ -185,7 +197,7 @@ def test_bad_requests_get_4xx_naming_the_problem(server: Any, tiny_dir: Path, pl
         ("/update_adapter", save({"x": torch.zeros(1)}), "give the adapter's name"),
         ("/load_adapter?name=other", save({"x": torch.zeros(1)}), "adapter_config"),
     ]
-    with httpx.Client(base_url=server.url, timeout=30) as client:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as client:
         for route, body, expected in cases:
             response = client.post(route, content=body, headers=octets)
             assert 400 <= response.status_code < 500, (route, response.status_code, response.text)
@@ -201,7 +213,7 @@ def test_bad_requests_get_4xx_naming_the_problem(server: Any, tiny_dir: Path, pl
         for payload, expected in json_cases:
             response = client.post("/rollouts", json=payload)
             assert response.status_code == 400 and expected in response.json()["error"]["message"], response.text
-        response = client.post("/rollouts", content=b"{not json")
+        response = client.post("/rollouts", content=b"{not json", headers={"content-type": "application/json"})
         assert response.status_code == 400 and "not JSON" in response.json()["error"]["message"]
     health = server.health()
     assert health["weight_version"] == version and health["base_weights"] == "checkpoint"  # nothing was applied
@@ -217,7 +229,7 @@ def test_a_server_of_another_base_model_or_none_is_refused_at_start(
 
     # The seed-1 tiny model: the same config.json, other weights.
     with pytest.raises(SwiftcoreError, match="not this run's base checkpoint") as refused:
-        run(_config(teacher_dir, tmp_path), plugins, _options(server.url))
+        run(_config(teacher_dir, tmp_path), plugins, _options(server))
     assert server.url in str(refused.value) and f"swiftcore rollout --model {teacher_dir}" in str(refused.value)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -249,7 +261,7 @@ def test_a_killed_server_stops_the_run_and_resume_continues_it(
         "--recipe", "grpo", "--model", str(tiny_dir), "--dataset", _dataset(tmp_path), "--output-dir", str(out),
         "--reward", "format", "--num-generations", "4", "--max-completion-length", "4", "--batch-size", "2",
         "--max-steps", str(steps), "--save-steps", "1", "--logging-steps", "1", "--learning-rate", "5e-2",
-        "--seed", "0", "--no-plot", "--rollout-server", server.url,
+        "--seed", "0", "--no-plot", "--rollout-server", server.url, "--rollout-server-key-file", server.key_file,
     ]  # fmt: skip
     first = _train(args, tmp_path / "first.log")
     deadline = time.monotonic() + 300
@@ -300,7 +312,7 @@ def test_full_fine_tuning_through_the_server_matches_the_policy_after_every_sync
     from swiftcore.api import SwiftcoreError
 
     with pytest.raises(SwiftcoreError, match="a full sync replaced its base weights"):
-        run(_config(tiny_dir, tmp_path, output_dir=str(tmp_path / "lora")), plugins, _options(server.url))
+        run(_config(tiny_dir, tmp_path, output_dir=str(tmp_path / "lora")), plugins, _options(server))
 
 
 @pytest.mark.slow

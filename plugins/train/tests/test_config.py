@@ -49,3 +49,40 @@ def test_cli_reports_invalid_arguments_before_loading_anything(tmp_path) -> None
     assert isinstance(result.exception, SwiftcoreError)
     assert "--batch-size: must be at least 1" in str(result.exception)
     assert "--dataset" in str(result.exception)
+
+
+#: A "billion laughs": 339 bytes whose aliases expand to 9**9 strings under a real argument (each level lists
+#: the one before nine times).
+ALIAS_BOMB = (
+    "dataset:\n  - &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n"
+    + "".join(f"  - &{b} [{','.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefg", "bcdefgh", strict=True))
+    + f"  - [{','.join(['*h'] * 9)}]\n"
+)
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(ALIAS_BOMB)
+    assert len(ALIAS_BOMB) < 400
+    with pytest.raises(SwiftcoreError, match=r"bomb\.yaml': its YAML aliases \(\*name\) expand to 4\d{8} values"):
+        load_config_file(bomb)
+    result = CliRunner().invoke(train, ["--config", str(bomb)], standalone_mode=False)
+    assert isinstance(result.exception, SwiftcoreError) and "write the values out" in str(result.exception)
+    cycle = tmp_path / "cycle.yaml"
+    cycle.write_text("dataset: &a [a.jsonl, *a]\n")
+    with pytest.raises(SwiftcoreError, match="expand without end"):
+        load_config_file(cycle)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("dataset: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(SwiftcoreError, match="deep.yaml': nested too deeply"):
+        load_config_file(deep)
+
+
+def test_yaml_aliases_within_the_bound_still_work(tmp_path) -> None:
+    config = tmp_path / "ok.yaml"
+    config.write_text("model: &m ./m\ndataset: [*m, a.jsonl]\ntarget_modules: &t [q_proj, k_proj]\n")
+    assert load_config_file(config) == {
+        "model": "./m",
+        "dataset": ["./m", "a.jsonl"],
+        "target_modules": ["q_proj", "k_proj"],
+    }

@@ -265,4 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m` runs a second copy of this module as __main__: its CliState is not the one commands' pass_state finds.
+    from swiftcore.cli.main import main as _main
+
+    sys.exit(_main())

@@ -45,8 +45,6 @@ def model_class_for(spec: Any, hf_config: dict[str, Any] | None = None) -> Any:
         if cls is not None:
             return cls
     if spec.model_class is None:
-        from swiftcore.errors import SwiftcoreError
-
         raise SwiftcoreError(f"model {spec.name!r} ({spec.provider}) names no model_class; load it with its loader")
     return resolve(spec.model_class, what=_what(spec, "model_class"))
 
@@ -59,8 +57,6 @@ def _dtype(torch_dtype: Any) -> Any:
 
     value = getattr(torch, torch_dtype.removeprefix("torch."), None)
     if not isinstance(value, torch.dtype):
-        from swiftcore.errors import SwiftcoreError
-
         raise SwiftcoreError(
             f"torch_dtype {torch_dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto"
         )
@@ -84,7 +80,7 @@ def load_model(
 
     Raises:
         RequirementsError: ``spec.requires`` are not met.
-        SwiftcoreError: the loader or model class cannot be imported.
+        SwiftcoreError: the loader or model class cannot be imported, or the checkpoint lacks weights of the class.
     """
     check_requirements(spec)
     check_weight_files(model_dir)
@@ -97,7 +93,13 @@ def load_model(
     else:
         cls = model_class_for(spec, read_hf_config(model_dir))
         logger.info("load %s with %s.from_pretrained (dtype %s)", model_dir, cls.__name__, torch_dtype)
-        model = cls.from_pretrained(model_dir, dtype=dtype, **kwargs)
+        model, info = cls.from_pretrained(model_dir, dtype=dtype, output_loading_info=True, **kwargs)
+        if missing := sorted(info["missing_keys"]):  # transformers starts them random and says so in a log only
+            raise SwiftcoreError(
+                f"{model_dir}: {len(missing)} weight(s) of {cls.__name__} are not in its weight files "
+                f"({', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}); they would start random: copy the "
+                "whole checkpoint (every file model.safetensors.index.json names)"
+            )
     if plugins is not None:
         plugins.pm.hook.swiftcore_post_model_load(model=model, spec=spec, model_dir=model_dir)
     return model
@@ -144,8 +146,6 @@ def load_processor(model_dir: str | Path, **kwargs: Any) -> Any:
         return AutoProcessor.from_pretrained(str(model_dir), **kwargs)
     except ImportError as exc:  # ModuleNotFoundError included; transformers wraps a missing backend in it
         import importlib.util
-
-        from swiftcore.errors import SwiftcoreError
 
         # transformers hides the root cause ("Could not import module 'Gemma4Processor'"); torchvision
         # is the usual one, so name it when it is absent.

@@ -5,8 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from swiftcore.api import ModelParts, ModelSpec, hookimpl
+from swiftcore_plugin_qwen3_5.kernels import quiet_kernel_advice
 
 SWIFTCORE_API = "1.0"
+
+# Without CUDA, transformers' advice to install Qwen3.5's CUDA kernels becomes one line saying none is needed (see
+# ``kernels``); a logging filter, put on when the plugin loads so every command's first forward has it.
+quiet_kernel_advice()
 
 _TINY = "swiftcore_plugin_qwen3_5.tiny"
 
@@ -39,7 +44,9 @@ def swiftcore_register_models() -> list[ModelSpec]:
             tiny_config=f"{_TINY}:tiny_qwen3_5_config",
             tiny_tokenizer=f"{_TINY}:tiny_qwen3_5_tokenizer",
             tasks=("causal_lm",),
-            modalities=("text", "image", "video"),
+            # No video: swiftcore trains and serves images and audio only (transformers' video processor needs
+            # torchvision), so the spec lists what runs.
+            modalities=("text", "image"),
             description="Qwen3.5 dense (hybrid linear/full attention), text and vision",
             # make demo's default model: the core names no family, it runs the one a plugin offers.
             demo=True,
@@ -56,7 +63,7 @@ def swiftcore_register_models() -> list[ModelSpec]:
             tiny_config=f"{_TINY}:tiny_qwen3_5_moe_config",
             tiny_tokenizer=f"{_TINY}:tiny_qwen3_5_tokenizer",
             tasks=("causal_lm",),
-            modalities=("text", "image", "video"),
+            modalities=("text", "image"),
             description="Qwen3.5 mixture of experts (hybrid linear/full attention), text and vision",
         ),
     ]

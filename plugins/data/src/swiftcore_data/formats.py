@@ -165,15 +165,19 @@ def _from_sharegpt(row: Mapping[str, Any], where: str) -> tuple[list[dict[str, A
     return messages, origins, key
 
 
+def _json_problem(exc: json.JSONDecodeError | RecursionError) -> str:
+    """What is wrong with a JSON string: the decoder's message, or that it nests past the recursion limit."""
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+
+
 def _parse_function_calls(value: Any, where: str, field: str) -> list[dict[str, Any]]:
     """ShareGPT ``function_call`` values are JSON ``{"name", "arguments"}`` objects (or lists of them)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                where, field, f"function_call value is not valid JSON ({exc.msg})", reason="invalid tool call"
-            ) from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            problem = f"function_call value is not valid JSON ({_json_problem(exc)})"
+            raise DataError(where, field, problem, reason="invalid tool call") from None
     calls = value if isinstance(value, list) else [value]
     out = []
     for call in calls:
@@ -265,8 +269,8 @@ def _copy_extras(row: Mapping[str, Any], record: dict[str, Any], where: str) -> 
     if isinstance(tools, str):  # ShareGPT and many HF datasets store tools as a JSON string
         try:
             tools = json.loads(tools) if tools.strip() else None
-        except json.JSONDecodeError as exc:
-            raise DataError(where, "tools", f"not valid JSON ({exc.msg})", reason="invalid field") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise DataError(where, "tools", f"not valid JSON ({_json_problem(exc)})", reason="invalid field") from None
     if tools:
         record["tools"] = tools
     kwargs = row.get("chat_template_kwargs")

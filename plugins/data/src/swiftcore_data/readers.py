@@ -8,6 +8,7 @@ named by row number.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,16 @@ def _not_utf8(where: str, exc: UnicodeDecodeError) -> DataError:
     )
 
 
+def _too_deep(where: str) -> DataError:
+    """A row nested past Python's recursion limit: ``json`` raises RecursionError, which no caller expects."""
+    return DataError(
+        where,
+        None,
+        f"invalid JSON: nested too deeply (more than about {sys.getrecursionlimit()} levels of arrays and objects)",
+        reason="invalid JSON",
+    )
+
+
 def _iter_jsonl(path: Path, label: str) -> Iterator[RawRow]:
     # Lines are read as bytes and decoded one by one, so a non-UTF-8 byte is reported with its line.
     with path.open("rb") as fh:
@@ -75,6 +86,8 @@ def _iter_jsonl(path: Path, label: str) -> Iterator[RawRow]:
                     where,
                     DataError(where, None, f"invalid JSON: {exc.msg} (column {exc.colno})", reason="invalid JSON"),
                 )
+            except RecursionError:
+                yield where, _too_deep(where)
 
 
 def _iter_json(path: Path, label: str) -> Iterator[RawRow]:
@@ -103,6 +116,8 @@ def _iter_json(path: Path, label: str) -> Iterator[RawRow]:
             raise DataError(
                 f"{label}:{exc.lineno}", None, f"invalid JSON: {exc.msg} (column {exc.colno})", reason="invalid JSON"
             ) from None
+        except RecursionError:  # as a broken structure: the end of this row cannot be found
+            raise _too_deep(where) from None
         yield where, row
         index += 1
         pos = _skip_ws(text, pos)

@@ -82,7 +82,7 @@ class MediaPolicy:
 
         Raises:
             InvalidRequestError: no media root, a path outside it (``..``, an absolute path elsewhere, a
-                symlink pointing out), a missing file, or one over :attr:`max_item_bytes`.
+                symlink pointing out), a NUL character in it, a missing file, or one over :attr:`max_item_bytes`.
         """
         if self.media_root is None:
             raise InvalidRequestError(
@@ -90,6 +90,10 @@ class MediaPolicy:
                 "(a server started with --media-root DIR reads files under DIR): send it inline as a base64 "
                 "data: URL",
                 param="messages",
+            )
+        if "\x00" in value:  # the OS refuses such a name (ValueError deep in resolve(): a 500)
+            raise InvalidRequestError(
+                f"{what}: the path {value[:80]!r} holds a NUL character; no file can be named so", param="messages"
             )
         root = Path(self.media_root).resolve()
         raw = Path(value.removeprefix("file://"))
@@ -126,16 +130,20 @@ class MediaPolicy:
                             f"{self.max_item_bytes}", "--max-media-mb")  # fmt: skip
         return data
 
+    def over_item(self, kind: str, got: str) -> InvalidRequestError:
+        """The 400 for an image over :attr:`max_image_pixels` or a clip over :attr:`max_audio_seconds`."""
+        if kind == "image":
+            return self.over("pixels per image", got, f"{self.max_image_pixels} pixels", "--max-image-pixels")
+        return self.over("audio seconds", got, f"{self.max_audio_seconds:g} s", "--max-audio-seconds")
+
     def check_decoded(self, value: Any, kind: str, what: str, sampling_rate: int) -> None:
         """Refuse a decoded image over :attr:`max_image_pixels` or a clip over :attr:`max_audio_seconds`."""
         if kind == "image" and value.width * value.height > self.max_image_pixels:
-            raise self.over("pixels per image", f"{what}: {value.width}x{value.height} pixels",
-                            f"{self.max_image_pixels} pixels", "--max-image-pixels")  # fmt: skip
+            raise self.over_item(kind, f"{what}: {value.width}x{value.height} pixels")
         if kind == "audio":
             seconds = len(value["array"]) / sampling_rate
             if seconds > self.max_audio_seconds:
-                raise self.over("audio seconds", f"{what}: {seconds:.1f} s of audio",
-                                f"{self.max_audio_seconds:g} s", "--max-audio-seconds")  # fmt: skip
+                raise self.over_item(kind, f"{what}: {seconds:.1f} s of audio")
 
 
 class Prompt(list):
@@ -245,7 +253,12 @@ def decode_media(
         InvalidRequestError: an item is not an image / audio clip, is truncated, not valid base64, or over a
             limit of ``policy``.
     """
-    from swiftcore_media import MediaError, load_audio, load_image, media_value
+    from swiftcore_media import MediaError, MediaLimitError, load_audio, load_image, media_value
+
+    # The server's limits are checked on each file's header, before it is decoded (a 0.5 MB PNG can hold
+    # 13000x13000 pixels, a few KB of FLAC hours of silence), and again on the decoded value.
+    max_pixels = None if policy is None else policy.max_image_pixels
+    max_seconds = None if policy is None else policy.max_audio_seconds
 
     def load(value: Any, kind: str, what: str) -> Any:
         try:
@@ -254,14 +267,18 @@ def decode_media(
                 value = policy.fetch(value, what)  # only URLs the server allowed get this far
             decoded = value
             if kind == "image":
-                decoded = load_image(value, what)
+                decoded = load_image(value, what, max_pixels=max_pixels)
             elif kind == "audio":
-                decoded = {"array": load_audio(value, sampling_rate, what), "sampling_rate": sampling_rate}
+                wave = load_audio(value, sampling_rate, what, max_seconds=max_seconds)
+                decoded = {"array": wave, "sampling_rate": sampling_rate}
             if policy is not None and kind in ("image", "audio"):
                 policy.check_decoded(decoded, kind, what, sampling_rate)
             return decoded
         except InvalidRequestError:
             raise
+        except MediaLimitError as exc:
+            assert policy is not None  # only a policy sets bounds
+            raise policy.over_item(kind, f"{what}: {exc.shown}") from None
         except MediaError as exc:
             raise InvalidRequestError(str(exc), param="messages") from None
         except Exception as exc:  # a decoder's own error on bad bytes: still the request's fault

@@ -17,7 +17,7 @@ PIL or numpy.
 
 from swiftcore.api.template import media_tags_to_parts  # the core's: one sample path (SampleEncoder) uses it
 from swiftcore_media.controls import CONTROLS, apply_controls, media_controls
-from swiftcore_media.errors import MEDIA_COLUMNS, MediaError
+from swiftcore_media.errors import MEDIA_COLUMNS, MediaError, MediaLimitError
 from swiftcore_media.items import load_audio, load_image, media_value
 from swiftcore_media.preparer import MediaPreparer, has_media
 from swiftcore_media.processor import (
@@ -32,6 +32,7 @@ __all__ = [
     "CONTROLS",
     "MEDIA_COLUMNS",
     "MediaError",
+    "MediaLimitError",
     "MediaPreparer",
     "apply_controls",
     "has_media",

@@ -1,6 +1,8 @@
 """Media items of a record: the value a content part carries, and decoding images and audio.
 
-Importing this module does not import PIL or numpy; decoding does.
+Importing this module does not import PIL or numpy; decoding does. A caller's bounds (``max_pixels``,
+``max_seconds``) are checked against the file's header, before anything is decoded: a small file can
+declare a huge image or hours of audio.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from swiftcore_media.errors import MediaError
+from swiftcore_media.errors import MediaError, MediaLimitError
 
 __all__ = ["load_audio", "load_image", "media_value"]
 
@@ -47,30 +49,41 @@ def _read_source(value: Any, what: str) -> bytes | str | Path:
             return Path(value[len("file://") :])
         if value.startswith(("http://", "https://")):
             raise MediaError(f"{what}: {value!r} is a URL; download it and give its path (training reads local files)")
+        if "\x00" in value:
+            raise MediaError(f"{what}: the path {value[:80]!r} holds a NUL character; no file can be named so")
         return Path(value)
     raise MediaError(f"{what}: cannot read a {type(value).__name__}; give a path, bytes or a decoded object")
 
 
-def load_image(value: Any, what: str = "image") -> Any:
+def load_image(value: Any, what: str = "image", *, max_pixels: int | None = None) -> Any:
     """A PIL image (RGB) from a PIL image, path, ``file://`` / ``data:`` URL, bytes, numpy array, or a
     ``{"bytes", "path"}`` dict (a Hugging Face ``Image`` feature).
 
+    Args:
+        max_pixels: refuse an image of more pixels (width x height), read from its header before it is decoded.
+
     Raises:
         MediaError: the file is missing or not an image.
+        MediaLimitError: the image is over ``max_pixels``.
     """
     from PIL import Image
 
     if isinstance(value, Image.Image):
+        _check_pixels(value.width, value.height, max_pixels, what)
         return value.convert("RGB")
     if isinstance(value, Mapping):
         value = value.get("bytes") or value.get("path")
     if hasattr(value, "__array__") and not isinstance(value, (str, bytes)):
         import numpy as np
 
-        return Image.fromarray(np.asarray(value)).convert("RGB")
+        array = np.asarray(value)
+        if array.ndim >= 2:
+            _check_pixels(array.shape[1], array.shape[0], max_pixels, what)
+        return Image.fromarray(array).convert("RGB")
     source = _read_source(value, what)
     try:
-        image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)  # reads the header only
+        _check_pixels(image.width, image.height, max_pixels, what)
         image.load()
     except FileNotFoundError as exc:
         raise MediaError(f"{what}: file {str(source)!r} not found; fix the path in the dataset") from exc
@@ -79,12 +92,24 @@ def load_image(value: Any, what: str = "image") -> Any:
     return image.convert("RGB")
 
 
+def _check_pixels(width: int, height: int, max_pixels: int | None, what: str) -> None:
+    if max_pixels is not None and width * height > max_pixels:
+        raise MediaLimitError(what, f"{width}x{height} pixels", f"{max_pixels} pixels")
+
+
+def _check_seconds(frames: int, rate: int, max_seconds: float | None, what: str) -> None:
+    if rate <= 0:
+        raise MediaError(f"{what}: its header gives a sample rate of {rate} Hz; it is not playable audio")
+    if max_seconds is not None and frames / rate > max_seconds:
+        raise MediaLimitError(what, f"{frames / rate:.1f} s of audio", f"{max_seconds:g} s")
+
+
 def _describe(source: Any) -> str:
     """A file's path, or the size of inline bytes (their repr says nothing to a reader)."""
     return f"the {len(source)} given bytes" if isinstance(source, bytes) else repr(str(source)[:80])
 
 
-def load_audio(value: Any, sampling_rate: int, what: str = "audio") -> Any:
+def load_audio(value: Any, sampling_rate: int, what: str = "audio", *, max_seconds: float | None = None) -> Any:
     """A mono float32 numpy waveform at ``sampling_rate`` Hz.
 
     Accepts a numpy array (taken to be at ``sampling_rate`` already), a ``{"array", "sampling_rate"}``
@@ -92,8 +117,13 @@ def load_audio(value: Any, sampling_rate: int, what: str = "audio") -> Any:
     ``file://`` / ``data:`` URL. PCM WAV files are read with the standard library; other formats need
     ``soundfile``.
 
+    Args:
+        max_seconds: refuse a longer clip; a file's length is read from its header, and it is decoded (and
+            resampled) only when within the bound.
+
     Raises:
         MediaError: the file is missing or cannot be decoded.
+        MediaLimitError: the clip is over ``max_seconds``.
     """
     import numpy as np
 
@@ -108,7 +138,8 @@ def load_audio(value: Any, sampling_rate: int, what: str = "audio") -> Any:
     if hasattr(value, "__array__") and not isinstance(value, (str, bytes)):
         wave = np.asarray(value, dtype=np.float32)
     else:
-        wave, rate = _decode_audio(_read_source(value, what), what)
+        wave, rate = _decode_audio(_read_source(value, what), what, max_seconds)
+    _check_seconds(len(wave), rate, max_seconds, what)  # also arrays, before resampling multiplies them
     if wave.ndim == 2:  # (frames, channels) -> mono
         wave = wave.mean(axis=1)
     if wave.ndim != 1 or wave.size == 0:
@@ -116,7 +147,7 @@ def load_audio(value: Any, sampling_rate: int, what: str = "audio") -> Any:
     return _resample(wave.astype(np.float32), rate, sampling_rate)
 
 
-def _decode_audio(source: bytes | str | Path, what: str) -> tuple[Any, int]:
+def _decode_audio(source: bytes | str | Path, what: str, max_seconds: float | None) -> tuple[Any, int]:
     import wave as wavefile
 
     import numpy as np
@@ -126,11 +157,12 @@ def _decode_audio(source: bytes | str | Path, what: str) -> tuple[Any, int]:
         with wavefile.open(handle if isinstance(handle, io.BytesIO) else str(handle), "rb") as wav:
             width, channels, rate = wav.getsampwidth(), wav.getnchannels(), wav.getframerate()
             frames = wav.getnframes()
+            _check_seconds(frames, rate, max_seconds, what)
             raw = wav.readframes(frames)
     except FileNotFoundError as exc:
         raise MediaError(f"{what}: file {str(source)!r} not found; fix the path in the dataset") from exc
     except (wavefile.Error, EOFError) as exc:
-        return _decode_with_soundfile(source, what, exc)
+        return _decode_with_soundfile(source, what, exc, max_seconds)
     if len(raw) < frames * width * channels:
         raise MediaError(
             f"{what}: truncated WAV: its header says {frames} frames, the data holds "
@@ -147,7 +179,9 @@ def _decode_audio(source: bytes | str | Path, what: str) -> tuple[Any, int]:
     return data.reshape(-1, channels), rate
 
 
-def _decode_with_soundfile(source: bytes | str | Path, what: str, wav_error: Exception) -> tuple[Any, int]:
+def _decode_with_soundfile(
+    source: bytes | str | Path, what: str, wav_error: Exception, max_seconds: float | None
+) -> tuple[Any, int]:
     try:
         import soundfile
     except ImportError:
@@ -156,10 +190,16 @@ def _decode_with_soundfile(source: bytes | str | Path, what: str, wav_error: Exc
             "other formats (FLAC, OGG, float WAV), or convert it to 16-bit WAV"
         ) from None
     try:
-        data, rate = soundfile.read(io.BytesIO(source) if isinstance(source, bytes) else str(source), dtype="float32")
+        with soundfile.SoundFile(io.BytesIO(source) if isinstance(source, bytes) else str(source)) as sound:
+            rate = int(sound.samplerate)
+            _check_seconds(sound.frames, rate, max_seconds, what)
+            # The header's frame count caps the read; a bounded caller's read stops one frame past its bound too
+            # (an encoder may write no count or a wrong one), and load_audio refuses what got past it.
+            bound = -1 if max_seconds is None else int(max_seconds * rate) + 1
+            data = sound.read(frames=bound, dtype="float32")
     except RuntimeError as exc:
         raise MediaError(f"{what}: cannot decode {_describe(source)} as audio ({exc})") from exc
-    return data, int(rate)
+    return data, rate
 
 
 def _resample(wave: Any, rate: int, target: int) -> Any:

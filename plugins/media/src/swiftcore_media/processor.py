@@ -51,6 +51,7 @@ def prepare_media(spec: Any, model_dir: str | Path, tokenizer: Any) -> MediaPrep
     modalities = media_modalities(spec, model_dir)
     if not modalities:
         return None
+    log.info("media: model %r takes %s (its spec's modalities)", spec.name, " and ".join(modalities))
     processor = load_media_processor(spec, model_dir, tokenizer)
     return MediaPreparer(processor, tokenizer, modalities=modalities, where=str(model_dir))
 
@@ -176,7 +177,7 @@ def _load_part(attribute: str, model_dir: Path, tokenizer: Any) -> Any:
 
             return AutoVideoProcessor.from_pretrained(str(model_dir))
         except (ImportError, OSError, ValueError, AttributeError) as exc:
-            log.info("media: no video processor for %s (%s); images and audio only", model_dir, type(exc).__name__)
+            log.debug("media: no video processor for %s (%s); built without it", model_dir, type(exc).__name__)
             return None
     auto = {"image_processor": AutoImageProcessor, "feature_extractor": AutoFeatureExtractor}.get(attribute)
     if auto is None:

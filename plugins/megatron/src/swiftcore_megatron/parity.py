@@ -170,6 +170,12 @@ def _tp_worker(
     load_into_model(model, {k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     ours = mcore_logits(model, input_ids)
     if rank == 0:
+        from swiftcore.api import load_plugins
+
+        # The command's plugin set (SWIFTCORE_PLUGINS, inherited), as in the process that spawned this one, so what a
+        # model plugin sets up on load holds for the transformers reference too (Qwen3.5's: no CUDA-kernel advice on a
+        # CPU, issue 53).
+        load_plugins()
         report = compare_logits(hf_logits(hf_dir, input_ids), ours, tolerance)
         Path(result_file).write_text(json.dumps(report.__dict__), encoding="utf-8")
     torch.distributed.barrier()

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["checkpoint_identity"]
+__all__ = ["checkpoint_identity", "largest_tensor_elements"]
 
 #: Bytes of tensor data hashed at the start and at the end of each weight file: enough to tell two random
 #: initialisations (or two fine-tunes) of one architecture apart, cheap on a checkpoint of any size.
@@ -73,3 +73,13 @@ def checkpoint_identity(model_dir: str | Path) -> dict[str, Any]:
         for shard in sorted(root.glob("*.bin")):
             _sample(shard, 0, digest)
     return {"fingerprint": digest.hexdigest(), "num_parameters": count, "model_type": config.get("model_type")}
+
+
+def largest_tensor_elements(model_dir: str | Path) -> int:
+    """The element count of the largest tensor the checkpoint's ``.safetensors`` headers list (0 without any)."""
+    largest = 0
+    for shard in sorted(Path(model_dir).glob("*.safetensors")):
+        header, _ = _safetensors_header(shard)
+        header.pop("__metadata__", None)
+        largest = max([largest, *(math.prod(entry.get("shape", ())) for entry in header.values())])
+    return largest

@@ -124,6 +124,8 @@ class SamplingOptions:
             the trainer's process (server mode; see :mod:`swiftcore_recipe_rl.remote`). Empty: no server.
         rollout_server_timeout: seconds a call to the rollout server may take (a rollout round, a sync) before the
             run stops as if the server had died.
+        rollout_server_key_file: the file holding the rollout server's key (its ``--api-key-file``), sent with every
+            call; empty: ``$SWIFTCORE_ROLLOUT_KEY``, else no key (a server started with ``--no-api-key``).
     """
 
     max_completion_length: int = 256
@@ -134,6 +136,7 @@ class SamplingOptions:
     sync_bucket_mb: float = 64.0
     rollout_server: str = ""
     rollout_server_timeout: float = 600.0
+    rollout_server_key_file: str = ""
 
     #: The recipe these options belong to (not a flag).
     recipe = "rl"
@@ -164,6 +167,8 @@ class SamplingOptions:
     def _check_rollout_server(self, problems: list[str]) -> None:
         """``--rollout-server``: an http(s) URL, and the only rollout engine (it is one)."""
         url = self.rollout_server
+        if self.rollout_server_key_file and not url:
+            problems.append("--rollout-server-key-file without --rollout-server: the key is the server's; drop it")
         if not url:
             return
         if not _SERVER_URL.fullmatch(url):
@@ -498,6 +503,9 @@ _HELP = {
     "each generation round (LoRA: the adapter only). Not with --rollout-engine.",
     "rollout_server_timeout": "Seconds a call to the --rollout-server may take (a rollout round, a sync bucket); "
     "longer stops the run as if the server had died (resume with --resume-from-checkpoint latest).",
+    "rollout_server_key_file": "File holding the --rollout-server's key (the file `swiftcore rollout --api-key-file` "
+    "reads; first line), sent with every call. Default: $SWIFTCORE_ROLLOUT_KEY, else none (a server started with "
+    "--no-api-key).",
     "environment": "A multi-turn environment by name (grpo, reinforce_pp; `swiftcore plugins` lists them, e.g. "
     "calculator): each rollout generates, runs the tool calls the family's template parses, appends the results and "
     "generates again; only the model's tokens are trained.",

@@ -195,11 +195,30 @@ def connect_server(options: SamplingOptions, cfg: Any, template: str) -> Any:
     from swiftcore_recipe_rl.remote import connect_rollout_server
 
     engine = connect_rollout_server(
-        url, cfg.model, template=template, lora=cfg.tuner != "full", timeout=options.rollout_server_timeout
+        url,
+        cfg.model,
+        template=template,
+        lora=cfg.tuner != "full",
+        timeout=options.rollout_server_timeout,
+        api_key=_server_key(options),
     )
     log.info("rollouts: swiftcore rollout server %s (%s, weight version %d)", url, engine.info["backend"],
              engine.weight_version)  # fmt: skip
     return engine
+
+
+def _server_key(options: SamplingOptions) -> str | None:
+    """The rollout server's key: ``--rollout-server-key-file``'s first line, else ``$SWIFTCORE_ROLLOUT_KEY``, else
+    None (read with the server's own rules: :func:`swiftcore_serve.read_key_file`)."""
+    import os
+
+    from swiftcore_serve import checked_key, read_key_file
+
+    if options.rollout_server_key_file:
+        path = Path(options.rollout_server_key_file)
+        return checked_key(read_key_file(path, "--rollout-server-key-file"), f"--rollout-server-key-file {path}")
+    value = os.environ.get("SWIFTCORE_ROLLOUT_KEY")
+    return checked_key(value, "$SWIFTCORE_ROLLOUT_KEY") if value is not None else None
 
 
 def plan_environment(options: SamplingOptions, plugins: PluginSet) -> EnvironmentPlan | None:

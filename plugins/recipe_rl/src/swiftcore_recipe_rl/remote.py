@@ -38,6 +38,8 @@ class RemoteRolloutEngine:
     Args:
         url: the server's base URL (``http://127.0.0.1:8001``).
         timeout: seconds a call may wait for the server's answer (a rollout round included).
+        api_key: the server's key (``--rollout-server-key-file``), sent as ``Authorization: Bearer`` with every call;
+            None for a server started with ``--no-api-key``.
 
     Attributes:
         url: the base URL, without a trailing slash.
@@ -48,9 +50,10 @@ class RemoteRolloutEngine:
         backend, capabilities, stop_token_ids, pad_token_id, max_model_len: the server engine's.
     """
 
-    def __init__(self, url: str, *, timeout: float = 600.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 600.0, api_key: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self._api_key = api_key
         self._open()
         self.adapters: dict[str, str] = {}
         self.served_names: dict[str, str] = {}
@@ -68,6 +71,8 @@ class RemoteRolloutEngine:
         self.stop_token_ids = list(self.info["stop_token_ids"])
         self.pad_token_id = self.info["pad_token_id"]
         self.max_model_len = self.info["max_model_len"]
+        #: The most requests the server takes in one /rollouts call (a round is split into calls of this size).
+        self.max_requests_per_call = self.info.get("max_requests_per_call") or None
 
     # ------------------------------------------------------------------ transport (HTTP; a Ray actor in ray_actors)
 
@@ -79,7 +84,10 @@ class RemoteRolloutEngine:
         if quiet.level == logging.NOTSET:  # httpx logs every request at INFO: a line per sync bucket and rollout round
             quiet.setLevel(logging.WARNING)
         timeout = self.timeout
-        self._client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+        headers = {"authorization": f"Bearer {self._api_key}"} if self._api_key else None
+        self._client = httpx.Client(
+            base_url=self.url, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), headers=headers
+        )
 
     def _send(self, method: str, route: str, **kwargs: Any) -> tuple[int, Any, str]:
         """One request: ``(status, JSON answer or None, the answer's text)``.
@@ -152,11 +160,14 @@ class RemoteRolloutEngine:
         items = [request_to_json(r) for r in requests]
         for item in items:
             item["adapter"] = self.served_names.get(item["adapter"], item["adapter"])
-        body: dict[str, Any] = {"requests": items}
-        if logprobs:
-            body["logprobs"] = True
-        payload = self._call("POST", "/rollouts", json=body)
-        rollouts = payload.get("rollouts") or []
+        size = self.max_requests_per_call or len(items)
+        rollouts: list[Any] = []
+        for start in range(0, len(items), size):  # the server caps requests per call; a round is one or more calls
+            body: dict[str, Any] = {"requests": items[start : start + size]}
+            if logprobs:
+                body["logprobs"] = True
+            payload = self._call("POST", "/rollouts", json=body)
+            rollouts += payload.get("rollouts") or []
         if len(rollouts) != len(requests):
             from swiftcore.api import SwiftcoreError
 
@@ -210,7 +221,7 @@ class RemoteRolloutEngine:
 
 
 def connect_rollout_server(
-    url: str, model_dir: str | Path, *, template: str, lora: bool, timeout: float
+    url: str, model_dir: str | Path, *, template: str, lora: bool, timeout: float, api_key: str | None = None
 ) -> RemoteRolloutEngine:
     """The server at ``url``, checked to serve the trainer's base checkpoint with its template.
 
@@ -220,6 +231,7 @@ def connect_rollout_server(
         template: the trainer's template name.
         lora: whether the policy is a LoRA adapter (it needs the checkpoint's own base weights on the server).
         timeout: ``--rollout-server-timeout``.
+        api_key: the server's key (``--rollout-server-key-file`` or ``$SWIFTCORE_ROLLOUT_KEY``).
 
     Raises:
         SwiftcoreError: the server does not answer, serves another checkpoint or template, cannot receive weights,
@@ -230,8 +242,13 @@ def connect_rollout_server(
     from swiftcore_recipe_rl.identity import checkpoint_identity
 
     try:
-        engine = RemoteRolloutEngine(url, timeout=timeout)
+        engine = RemoteRolloutEngine(url, timeout=timeout, api_key=api_key)
     except SwiftcoreError as exc:
+        if "answered HTTP 401" in str(exc):
+            raise SwiftcoreError(
+                f"--rollout-server {url}: the server wants its key; give this run the file the server was started "
+                "with (--rollout-server-key-file FILE, or $SWIFTCORE_ROLLOUT_KEY)"
+            ) from exc
         raise SwiftcoreError(
             f"--rollout-server {url}: no rollout server answers there ({exc.__cause__ or exc}); start one with "
             f"`swiftcore rollout --model {model_dir} --port PORT` and pass its URL"
@@ -243,7 +260,7 @@ def connect_rollout_server(
     problems = []
     if served.get("fingerprint") != mine["fingerprint"]:
         problems.append(
-            f"it serves {served.get('dir')!r} ({served.get('model_type')}, {served.get('num_parameters')} "
+            f"it serves {served.get('name')!r} ({served.get('model_type')}, {served.get('num_parameters')} "
             f"parameters), not this run's base checkpoint {str(base)!r} ({mine['model_type']}, "
             f"{mine['num_parameters']} parameters): restart it with `swiftcore rollout --model {base}`"
         )

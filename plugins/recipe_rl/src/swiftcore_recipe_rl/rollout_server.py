@@ -3,8 +3,9 @@
 
 Routes (tensors travel as safetensors bytes, everything else as JSON; see :mod:`~swiftcore_recipe_rl.wire`):
 
-- ``GET /health``: the model (name, directory, :func:`~swiftcore_recipe_rl.identity.checkpoint_identity`), backend,
-  template, the current weight version, whether the base weights are still the checkpoint's, the loaded adapters.
+- ``GET /health``: the model (name, :func:`~swiftcore_recipe_rl.identity.checkpoint_identity`; never its directory),
+  backend, template, the current weight version, whether the base weights are still the checkpoint's, the loaded
+  adapters, the most requests one ``/rollouts`` call may carry.
 - ``POST /rollouts``: ``{"requests": [{"prompt": [ids] | "record": {...}, "sampling": {...}, "adapter": NAME}]}``
   -> ``{"weight_version": N, "rollouts": [{"prompt_ids", "completion_ids", "text", ...}]}`` (the engine's
   :meth:`~swiftcore_infer.Engine.generate_rollouts`).
@@ -13,10 +14,17 @@ Routes (tensors travel as safetensors bytes, everything else as JSON; see :mod:`
 - ``POST /update_adapter?name=NAME``: LoRA-only sync (peft state-dict names).
 - ``POST /update_weights``: full sync, one bucket per call (the model's own parameter names).
 
-Each successful sync bumps the weight version, which every answer carries. Every name and shape is checked against
-the engine's model before anything is copied, so a refused sync leaves the weights as they were; bad requests get
-HTTP 400 (409 for a sync the engine's state forbids, 413 for a body over ``--max-body-mb``) with a message naming the
-problem, never a 5xx.
+Each successful sync bumps the weight version, which every answer carries. Every name, shape and value (finite) is
+checked against the engine's model before anything is copied, so a refused sync leaves the weights as they were; bad
+requests get HTTP 400 (409 for a sync the engine's state forbids, 413 for a body over ``--max-body-mb``) with a message
+naming the problem, never a 5xx; an answer never names a path of the server's.
+
+Who may call (the shared :class:`swiftcore_serve.RequestGuard`, as ``swiftcore deploy``): every route, ``/health``
+included, needs the API key unless the server runs with ``--no-api-key`` on a loopback address; a loopback server
+answers only requests naming a loopback ``Host`` (DNS rebinding), requests from another site's page (``Origin``) are
+refused, bodies must be ``application/json`` (``/rollouts``) or ``application/octet-stream`` (tensors), and the body
+limit holds while a chunked body arrives. Media a rollout's record names are read only from ``--media-root``, with
+deploy's rules (:class:`swiftcore_infer.MediaPolicy`).
 
 Why one worker thread: every engine call (encode, generate, sync) runs on it in arrival order, so a sync never
 interleaves a rollout and the engine (not thread-safe) is only ever touched by one thread.
@@ -41,9 +49,17 @@ from swiftcore_recipe_rl.wire import (
     tensors_from_bytes,
 )
 
-__all__ = ["RolloutService", "SyncConflictError", "create_app", "serve"]
+__all__ = ["KEY_ENV", "RolloutService", "SyncConflictError", "create_app", "default_max_body_bytes", "serve"]
 
 log = logging.getLogger("swiftcore.rl.rollout")
+
+#: The environment variable that may hold the rollout server's key (both ends read it; a file is the other way).
+KEY_ENV = "SWIFTCORE_ROLLOUT_KEY"
+#: The body types the server reads: JSON (``/rollouts``) and safetensors bytes (the syncs). A browser may send
+#: neither to another site without asking it first (CORS), and this server never says yes.
+_JSON, _TENSORS = "application/json", "application/octet-stream"
+#: The prefix of the temporary folders loaded adapters are kept in.
+_ADAPTER_PREFIX = "swiftcore-rollout-adapter-"
 
 
 class SyncConflictError(ValueError):
@@ -61,15 +77,22 @@ class RolloutService:
     Args:
         engine: a :class:`swiftcore_infer.Engine` (``update_weights`` capability).
         identity: the served checkpoint's :func:`~swiftcore_recipe_rl.identity.checkpoint_identity`.
+        media: the :class:`~swiftcore_infer.MediaPolicy` rollouts' media are held to (an HTTP server's); None for a
+            caller in the trainer's own trust (the Ray worker), whose records' files are read as training reads them.
+        max_requests: the most requests one ``/rollouts`` call may carry (None: no limit).
 
     Attributes:
         weight_version: bumped by each successful sync (0: the checkpoint as loaded).
         base_synced: whether a full sync replaced (some of) the checkpoint's base weights.
     """
 
-    def __init__(self, engine: Any, *, identity: dict[str, Any]) -> None:
+    def __init__(
+        self, engine: Any, *, identity: dict[str, Any], media: Any = None, max_requests: int | None = None
+    ) -> None:
         self.engine = engine
         self.identity = identity
+        self.media = media
+        self.max_requests = max_requests
         self.weight_version = 0
         self.base_synced = False
         self._adapter_configs: dict[str, str] = {}
@@ -97,7 +120,7 @@ class RolloutService:
         return {
             "status": "ok",
             "backend": engine.backend,
-            "model": {"name": engine.spec.name, "dir": str(engine.base_dir), **self.identity},
+            "model": {"name": engine.spec.name, **self.identity},
             "template": engine.template.name,
             "weight_version": self.weight_version,
             "base_weights": "synced" if self.base_synced else "checkpoint",
@@ -106,6 +129,7 @@ class RolloutService:
             "stop_token_ids": list(engine.stop_token_ids),
             "pad_token_id": engine.pad_token_id,
             "max_model_len": engine.max_model_len,
+            "max_requests_per_call": self.max_requests,
         }
 
     def rollouts(self, payload: Any) -> dict[str, Any]:
@@ -119,11 +143,17 @@ class RolloutService:
         logprobs = payload.get("logprobs", False)
         if not isinstance(logprobs, bool):
             raise WireError(f"logprobs: expected true or false, got {logprobs!r}")
+        if self.max_requests is not None and len(payload["requests"]) > self.max_requests:
+            raise WireError(f"{len(payload['requests'])} requests in one call, over this server's limit of "
+                            f"{self.max_requests} (swiftcore rollout --max-requests-per-call): split them")  # fmt: skip
         requests = [request_from_json(item, f"requests[{i}]") for i, item in enumerate(payload["requests"])]
         from swiftcore_infer import InvalidRequestError
 
         for index, request in enumerate(requests):
             try:
+                if self.media is not None and request.record is not None:
+                    request.record = _media_checked(request.record, self.media)
+                    request.media_policy = self.media
                 self.engine.encode(request)
             except InvalidRequestError as exc:
                 raise WireError(f"requests[{index}]: {exc}") from exc
@@ -137,6 +167,7 @@ class RolloutService:
     def load_adapter(self, name: str, body: bytes) -> dict[str, Any]:
         """``POST /load_adapter``: load the policy's adapter (or, already loaded with that config, update it)."""
         tensors, metadata = tensors_from_bytes(body)
+        _check_finite("load_adapter", tensors)
         config = metadata.get(ADAPTER_CONFIG_KEY)
         if not config:
             raise WireError(f"load_adapter: the safetensors metadata carries no {ADAPTER_CONFIG_KEY!r} (the adapter's "
@@ -159,7 +190,7 @@ class RolloutService:
             return self.update_adapter(name, body)
         from safetensors.torch import save_file
 
-        tmp = tempfile.TemporaryDirectory(prefix="swiftcore-rollout-adapter-")
+        tmp = tempfile.TemporaryDirectory(prefix=_ADAPTER_PREFIX)
         Path(tmp.name, "adapter_config.json").write_text(config, encoding="utf-8")
         save_file(tensors, str(Path(tmp.name, "adapter_model.safetensors")))
         try:
@@ -180,6 +211,7 @@ class RolloutService:
                 f"update_adapter: no adapter {name!r} is loaded (loaded: {loaded}); POST /load_adapter first"
             )
         _check_shapes("update_adapter", tensors, _adapter_shapes(self.engine, name), f"adapter {name!r}")
+        _check_finite("update_adapter", tensors)
         count = self.engine.update_adapter(name, tensors)
         return self._synced(count)
 
@@ -187,6 +219,7 @@ class RolloutService:
         """``POST /update_weights``: one bucket of the full state dict, names and shapes checked first."""
         tensors, _ = tensors_from_bytes(body)
         _check_shapes("update_weights", tensors, _weight_shapes(self.engine), "the model")
+        _check_finite("update_weights", tensors)
         count = self.engine.update_weights(tensors)
         self.base_synced = True
         return self._synced(count)
@@ -239,6 +272,89 @@ def _check_shapes(route: str, tensors: dict[str, Any], expected: dict[str, tuple
             raise WireError(f"{route}: {name!r} is {tensor.dtype}, not a floating-point tensor")
 
 
+def _check_finite(route: str, tensors: dict[str, Any]) -> None:
+    """Refuse (naming it) a tensor holding NaN or an infinity: synced, it would poison every later rollout."""
+    import torch
+
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise WireError(f"{route}: {name!r} holds NaN or infinite values; the trainer's weights diverged (nothing "
+                            "was synced)")  # fmt: skip
+
+
+def _placeholders(record: dict[str, Any]) -> tuple[list[tuple[int, int, Any]], Any]:
+    """The record's media parts that carry no value (``(message, part, the part)``), and its messages with each of
+    them replaced by an empty text part."""
+    from swiftcore.api.template import media_type
+
+    found, messages = [], record.get("messages")
+    if not isinstance(messages, list):
+        return found, messages
+    out = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = list(content)
+            for j, part in enumerate(content):
+                kind = media_type(part) if isinstance(part, dict) and part.get("type") != "text" else None
+                if kind is not None and all(part.get(k) is None for k in (kind, f"{kind}_url", f"input_{kind}")):
+                    found.append((i, j, part))
+                    content[j] = {"type": "text", "text": ""}
+            message = {**message, "content": content}
+        out.append(message)
+    return found, out
+
+
+#: The keys an inline media item of a record's ``images`` / ``audios`` column may have (a path is checked).
+_INLINE_KEYS = frozenset({"data", "format", "array", "sampling_rate", "path"})
+
+
+def _media_checked(record: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """``record`` with every media value held to ``policy`` as ``swiftcore deploy`` holds a chat request's: inline
+    ``data:`` values, http(s) URLs only where allowed, local paths only under the media root (checked and resolved
+    there, so the engine never opens a file outside it), at most ``policy.max_items`` items.
+
+    Raises:
+        InvalidRequestError: a value the policy refuses (the message names the part, never a file of the server's
+            beyond what the record named).
+    """
+    from swiftcore_infer import InvalidRequestError, media_kinds, openai_media_parts
+
+    kinds = media_kinds(record)
+    if not kinds:
+        return record
+    accepted = tuple(sorted({kind for _, kind in kinds}))  # what the model takes is the engine's check, later
+    # A part with no value of its own ({"type": "image"}, its item in the "images" column) is checked with the column;
+    # deploy's check would refuse it, so it stands aside as an empty text part and comes back as it was.
+    placeholders, messages = _placeholders(record)
+    out = openai_media_parts({**record, "messages": messages}, accepted, "the policy", policy)
+    for i, j, part in placeholders:
+        content = list(out["messages"][i]["content"])
+        content[j] = part
+        out["messages"][i] = {**out["messages"][i], "content": content}
+    for column in ("images", "audios", "videos"):
+        items = record.get(column)
+        if not isinstance(items, list):
+            continue
+        checked = []
+        for k, item in enumerate(items):
+            what = f"{column}[{k}]"
+            if isinstance(item, str) and item.startswith(("http://", "https://")) and not policy.allow_remote:
+                raise InvalidRequestError(f"{what}: remote media is off on this server; send it inline as a base64 "
+                                          "data: URL", param="messages")  # fmt: skip
+            if isinstance(item, str) and not item.startswith(("http://", "https://", "data:")):
+                item = str(policy.local_file(item, what))
+            elif isinstance(item, dict) and set(item) <= _INLINE_KEYS and isinstance(item.get("path", ""), str):
+                if "path" in item:
+                    item = {**item, "path": str(policy.local_file(item["path"], what))}
+            elif not isinstance(item, str):  # {"bytes": ...} would be read as a path: JSON carries no bytes
+                raise InvalidRequestError(f"{what}: expected a data: URL, a path under the media root, or "
+                                          "{'data': base64, 'format': ...}", param="messages")  # fmt: skip
+            checked.append(item)
+        out[column] = checked
+    return out
+
+
 def _status(exc: BaseException) -> int:
     """The HTTP status of an error a route raised: 4xx for the request's fault (a capability the backend lacks
     included: the request asked for it), 500 for the engine's own."""
@@ -251,29 +367,94 @@ def _status(exc: BaseException) -> int:
     return 500
 
 
-def create_app(service: RolloutService, *, max_body_bytes: int) -> Any:
-    """The FastAPI app of the routes in the module docstring, over ``service``.
+def _openapi_bodies(max_requests: int | None) -> dict[str, dict[str, Any]]:
+    """The request bodies of the routes, as OpenAPI (the routes read raw bodies; this is what they take)."""
+    sampling = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "max_new_tokens": {"type": "integer", "minimum": 1},
+            "temperature": {"type": "number", "minimum": 0},
+            "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "top_k": {"type": "integer", "minimum": 0},
+            "seed": {"type": ["integer", "null"]},
+            "stop": {"type": "array", "items": {"type": "string"}},
+            "repetition_penalty": {"type": "number", "exclusiveMinimum": 0},
+        },
+    }
+    item = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "prompt": {"oneOf": [{"type": "array", "items": {"type": "integer", "minimum": 0}}, {"type": "string"}]},
+            "record": {"type": "object"},
+            "sampling": sampling,
+            "adapter": {"type": ["string", "null"]},
+        },
+    }
+    requests: dict[str, Any] = {"type": "array", "items": item}
+    if max_requests is not None:
+        requests["maxItems"] = max_requests
+    rollouts = {
+        "type": "object",
+        "required": ["requests"],
+        "additionalProperties": False,
+        "properties": {"requests": requests, "logprobs": {"type": "boolean"}},
+    }
+    tensors = {"content": {_TENSORS: {"schema": {"type": "string", "format": "binary"}}}, "required": True}
+    return {
+        "rollouts": {"requestBody": {"content": {_JSON: {"schema": rollouts}}, "required": True}},
+        "tensors": {"requestBody": tensors},
+        "adapter": {
+            "requestBody": tensors,
+            "parameters": [{"name": "name", "in": "query", "required": True, "schema": {"type": "string"}}],
+        },
+    }
+
+
+def create_app(
+    service: RolloutService,
+    *,
+    max_body_bytes: int,
+    api_key: str | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+) -> Any:
+    """The FastAPI app of the routes in the module docstring, over ``service``, behind the shared request guard.
+
+    The OpenAPI schema is not served (``app.openapi()`` builds it in-process, for the fuzz test): the routes are a
+    trainer's, not a public API's.
 
     Args:
         service: the engine and its state.
-        max_body_bytes: the largest request body; a larger one gets HTTP 413 before it is read.
+        max_body_bytes: the largest request body; a larger one gets HTTP 413 (on its ``Content-Length``, or the
+            moment a chunked body passes it).
+        api_key: the key every route needs (None: none, a loopback server started with ``--no-api-key``).
+        allowed_hosts: more ``Host`` names a loopback server answers to (``swiftcore rollout --allowed-host``).
     """
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
     from swiftcore_infer import error_text
+    from swiftcore_serve import RequestGuard
 
     app = FastAPI(title="swiftcore rollout", docs_url=None, redoc_url=None, openapi_url=None)
+    bodies = _openapi_bodies(service.max_requests)
+    paths = _server_paths(service.engine)
 
-    def error(status: int, message: str) -> Any:
-        return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> Any:
+        message = paths.sub("<server path>", message)  # an engine's message may name a file of the server's
+        return JSONResponse({"error": {"message": message, "code": status}}, status_code=status, headers=headers)
 
-    async def body_of(request: Request) -> bytes | Any:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > max_body_bytes:
-            limit = f"{max_body_bytes / 2**20:g} MiB"
-            return error(413, f"the body has {int(length)} bytes, over this server's --max-body-mb ({limit}): "
-                              "lower the trainer's --sync-bucket-mb or raise it")  # fmt: skip
-        return await request.body()
+    async def http_error(request: Request, exc: HTTPException) -> Any:  # 404, 405, the guard's 413 mid-body
+        return error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+    app.add_exception_handler(HTTPException, http_error)
+
+    async def body_of(request: Request, kind: str) -> bytes | Any:
+        declared = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if declared != kind:
+            return error(415, f"{request.url.path}: send the body as {kind} (got {declared or 'no type'!r})")
+        return await request.body()  # the guard holds it to --max-body-mb while it arrives
 
     async def answer(route: str, func: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -282,17 +463,18 @@ def create_app(service: RolloutService, *, max_body_bytes: int) -> Any:
             status = _status(exc)
             if status >= 500:
                 log.exception("%s failed", route)
-            else:
-                log.warning("%s refused: %s", route, exc)
+                return error(status, f"{route}: the rollout engine failed on this request; the server's log has the "
+                                     "details")  # fmt: skip
+            log.warning("%s refused: %s", route, exc)
             return error(status, error_text(exc))
 
     @app.get("/health")
     async def health() -> Any:
         return await answer("/health", service.health)
 
-    @app.post("/rollouts")
+    @app.post("/rollouts", openapi_extra=bodies["rollouts"])
     async def rollouts(request: Request) -> Any:
-        body = await body_of(request)
+        body = await body_of(request, _JSON)
         if not isinstance(body, bytes):
             return body
         try:
@@ -303,7 +485,7 @@ def create_app(service: RolloutService, *, max_body_bytes: int) -> Any:
 
     async def adapter_call(request: Request, route: str, func: Callable[..., Any]) -> Any:
         """``func(name, body)`` for a route that takes an adapter's name (``?name=``) and its tensors."""
-        body = await body_of(request)
+        body = await body_of(request, _TENSORS)
         if not isinstance(body, bytes):
             return body
         name = request.query_params.get("name", "")
@@ -311,32 +493,96 @@ def create_app(service: RolloutService, *, max_body_bytes: int) -> Any:
             return error(400, f"{route}: give the adapter's name (?name=policy)")
         return await answer(route, func, name, body)
 
-    @app.post("/load_adapter")
+    @app.post("/load_adapter", openapi_extra=bodies["adapter"])
     async def load_adapter(request: Request) -> Any:
         return await adapter_call(request, "/load_adapter", service.load_adapter)
 
-    @app.post("/update_adapter")
+    @app.post("/update_adapter", openapi_extra=bodies["adapter"])
     async def update_adapter(request: Request) -> Any:
         return await adapter_call(request, "/update_adapter", service.update_adapter)
 
-    @app.post("/update_weights")
+    @app.post("/update_weights", openapi_extra=bodies["tensors"])
     async def update_weights(request: Request) -> Any:
-        body = await body_of(request)
+        body = await body_of(request, _TENSORS)
         if not isinstance(body, bytes):
             return body
         return await answer("/update_weights", service.update_weights, body)
 
+    # Outermost: Host, Origin, key, body type and size come before any route (swiftcore deploy's own guard).
+    app.add_middleware(
+        RequestGuard,
+        api_key=api_key,
+        max_body_bytes=max_body_bytes,
+        allowed_hosts=allowed_hosts,
+        check_origin=True,
+        body_types=(_JSON, _TENSORS),
+        public_paths=(),
+        command="swiftcore rollout",
+        key_sources=f"--api-key-file or ${KEY_ENV}",
+    )
     return app
 
 
-def serve(engine: Any, *, host: str, port: int, log_level: str = "info", max_body_bytes: int = 2**32) -> None:
-    """Serve ``engine`` on ``host:port`` until interrupted (uvicorn), then free it."""
-    import uvicorn
+def _server_paths(engine: Any) -> Any:
+    """A pattern of the server's own paths an error message could name: the model's directory (as given and
+    resolved) and the adapters' temporary folders."""
+    import re
+
+    found = {re.escape(str(Path(tempfile.gettempdir()) / _ADAPTER_PREFIX)) + r"[\w.-]*"}
+    base = getattr(engine, "base_dir", None)
+    if base is not None:
+        found |= {re.escape(str(base)), re.escape(str(Path(base).resolve()))}
+    return re.compile("|".join(sorted(found, key=len, reverse=True)))
+
+
+def default_max_body_bytes(model_dir: str | Path) -> int:
+    """``--max-body-mb``'s default for a checkpoint: its largest tensor in float32 (a tensor larger than a sync
+    bucket travels alone; the trainer may hold float32 weights), or a 64 MiB bucket, whichever is larger, plus
+    1 MiB for the safetensors header."""
+    from swiftcore_recipe_rl.identity import largest_tensor_elements
+
+    return max(largest_tensor_elements(model_dir) * 4, 64 * 2**20) + 2**20
+
+
+def serve(
+    engine: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    max_body_bytes: int | None = None,
+    api_key: str | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+    media: Any = None,
+    max_requests: int | None = 256,
+) -> None:
+    """Serve ``engine`` on ``host:port`` until interrupted (uvicorn, as every swiftcore server listens), then free it.
+
+    Args:
+        engine: the rollout engine.
+        host: the address to bind.
+        port: the TCP port.
+        log_level: uvicorn's log level.
+        max_body_bytes: the largest request body (None: :func:`default_max_body_bytes` of the served checkpoint).
+        api_key: the key every route needs (None: none; the command allows that on a loopback address only).
+        allowed_hosts: more ``Host`` names a loopback server answers to.
+        media: the :class:`~swiftcore_infer.MediaPolicy` of rollouts' media (None: deploy's default, no local files).
+        max_requests: the most requests one ``/rollouts`` call may carry.
+    """
+    from swiftcore_infer import MediaPolicy
+    from swiftcore_serve import run_uvicorn
 
     from swiftcore_recipe_rl.identity import checkpoint_identity
 
-    service = RolloutService(engine, identity=checkpoint_identity(engine.base_dir))
+    limit = max_body_bytes if max_body_bytes is not None else default_max_body_bytes(engine.base_dir)
+    service = RolloutService(
+        engine,
+        identity=checkpoint_identity(engine.base_dir),
+        media=media if media is not None else MediaPolicy(),
+        max_requests=max_requests,
+    )
+    app = create_app(service, max_body_bytes=limit, api_key=api_key, allowed_hosts=allowed_hosts)
     try:
-        uvicorn.run(create_app(service, max_body_bytes=max_body_bytes), host=host, port=port, log_level=log_level)
+        run_uvicorn(app, host=host, port=port, log_level=log_level)
     finally:
         service.close()

@@ -1,4 +1,7 @@
-"""The OpenAI-compatible server behind ``swiftcore deploy`` (FastAPI + uvicorn).
+"""The OpenAI-compatible server behind ``swiftcore deploy`` (FastAPI + uvicorn), and what every swiftcore server
+shares: the request guard (:class:`RequestGuard`: Host, Origin, API key, content type, body limit), where its key
+comes from (:func:`resolve_api_key`) and how uvicorn listens (:func:`run_uvicorn`: slow clients timed out).
+``swiftcore rollout`` and ``swiftcore web-ui`` import these from this face rather than keep copies.
 
 ::
 
@@ -16,11 +19,20 @@ if TYPE_CHECKING:
     from swiftcore_serve.config import ServerConfig
 
 __all__ = [
+    "HEADER_TIMEOUT_S",
     "EngineWorker",
+    "Listener",
+    "RequestGuard",
     "ServerConfig",
     "StreamParser",
     "build_app",
+    "checked_key",
+    "is_loopback",
+    "read_key_file",
+    "resolve_api_key",
+    "run_uvicorn",
     "serve",
+    "uvicorn_config",
 ]
 
 # FastAPI is imported when a server is built, not when the plugin is listed or `deploy --help` runs.
@@ -29,6 +41,15 @@ _WHERE = {
     "build_app": "app",
     "StreamParser": "stream_parser",
     "EngineWorker": "worker",
+    "RequestGuard": "guard",
+    "is_loopback": "guard",
+    "checked_key": "keys",
+    "read_key_file": "keys",
+    "resolve_api_key": "keys",
+    "HEADER_TIMEOUT_S": "listener",
+    "Listener": "listener",
+    "run_uvicorn": "listener",
+    "uvicorn_config": "listener",
 }
 __getattr__ = lazy_exports(__name__, _WHERE)
 
@@ -45,9 +66,7 @@ def serve(
         port: the TCP port.
         log_level: uvicorn's log level.
     """
-    import uvicorn
-
     from swiftcore_serve.app import build_app
+    from swiftcore_serve.listener import run_uvicorn
 
-    # No "server: uvicorn" header: an unauthenticated client learns nothing it does not need.
-    uvicorn.run(build_app(engine, config), host=host, port=port, log_level=log_level, server_header=False)
+    run_uvicorn(build_app(engine, config), host=host, port=port, log_level=log_level)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,65 +30,6 @@ def _parse_loras(values: tuple[str, ...]) -> dict[str, str]:
             raise SwiftcoreError(f"--lora: the name {name!r} is given twice")
         out[name] = path
     return out
-
-
-def _resolve_api_key(key_file: str | None, key: str | None, no_key: bool, host: str) -> str | None:
-    """The API key: --api-key-file or --api-key (one of them), else $SWIFTCORE_API_KEY; None with --no-api-key.
-
-    The command line wins over the environment, as usual; two keys on the command line, or --no-api-key with
-    a key anywhere, are contradictions and refused rather than guessed at.
-
-    Raises:
-        SwiftcoreError: no key and no --no-api-key, a contradiction, an empty or unusable key, or
-            --no-api-key on an address other machines can reach.
-    """
-    from swiftcore_serve.guard import is_loopback
-
-    env = os.environ.get(API_KEY_ENV)
-    given = [name for name, value in (("--api-key-file", key_file), ("--api-key", key)) if value is not None]
-    if no_key:
-        if given or env is not None:
-            raise SwiftcoreError(f"--no-api-key contradicts {', '.join(given) or '$' + API_KEY_ENV}: drop one")
-        if not is_loopback(host):
-            raise SwiftcoreError(
-                f"--no-api-key on --host {host} would let anyone who can reach this machine use the model; "
-                "serve on 127.0.0.1, or give a key (--api-key-file)"
-            )
-        return None
-    if len(given) > 1:
-        raise SwiftcoreError("--api-key-file and --api-key both give the key: keep one")
-    if key_file is not None:
-        where, value = "--api-key-file", _read_key_file(Path(key_file))
-    elif key is not None:
-        where, value = "--api-key", key
-        click.echo(f"warning: --api-key shows the key to every user of this machine (ps); prefer --api-key-file "
-                   f"or ${API_KEY_ENV}", err=True)  # fmt: skip
-    elif env is not None:
-        where, value = f"${API_KEY_ENV}", env
-    else:
-        raise SwiftcoreError(
-            f"no API key: give one with --api-key-file FILE or ${API_KEY_ENV} (or --api-key, visible in `ps`), "
-            "or serve without one on this machine only with --no-api-key"
-        )
-    value = value.strip()
-    if not value:
-        raise SwiftcoreError(f"the API key from {where} is empty: an empty key would protect nothing")
-    if not all("!" <= c <= "~" for c in value):
-        raise SwiftcoreError(
-            f"the API key from {where} must be printable ASCII without spaces (it travels in an HTTP header)"
-        )
-    return value
-
-
-def _read_key_file(path: Path) -> str:
-    """The first line of ``path``; warns when other users may read the file."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SwiftcoreError(f"--api-key-file {path}: cannot read it ({exc})") from exc
-    if os.name == "posix" and path.stat().st_mode & 0o077:
-        click.echo(f"warning: {path} is readable by other users; chmod 600 it", err=True)
-    return lines[0] if lines else ""
 
 
 @click.command("deploy")
@@ -253,7 +193,9 @@ def deploy(
 
     \b
     Routes: /health, /v1/models, /v1/chat/completions (streaming, tools,
-    chat_template_kwargs such as enable_thinking), /v1/completions, /v1/embeddings.
+    chat_template_kwargs such as enable_thinking), /v1/completions, /v1/embeddings,
+    /v1/audio/transcriptions (a model that takes audio, e.g. Qwen3-ASR: multipart
+    file=CLIP model=NAME, response_format json | text | verbose_json).
     A head checkpoint (`swiftcore train --task ...` output) serves its task instead:
     embedding -> /v1/embeddings (dimensions, encoding_format), reranker and
     generative_reranker -> /v1/rerank ({"query", "documents", "top_n", "return_documents"}),
@@ -274,11 +216,12 @@ def deploy(
 
     from swiftcore_serve import ServerConfig, serve
     from swiftcore_serve.guard import is_loopback
+    from swiftcore_serve.keys import resolve_api_key
 
     logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(levelname)s %(name)s: %(message)s")
     adapters = _parse_loras(loras)
     # The key is settled before the model loads: a refused start should take a second, not a minute.
-    api_key = _resolve_api_key(api_key_file, api_key, no_api_key, host)
+    api_key = resolve_api_key(api_key_file, api_key, no_api_key, host, env=API_KEY_ENV)
     plugins = state.plugins(plugin_specs)
     engine = build_head_engine(plugins, task, engine_kwargs)
     if engine is not None and adapters:

@@ -1,19 +1,31 @@
 """What every request goes through before any route sees it: the Host check, the API key and the body limit.
 
 :class:`RequestGuard` is a plain ASGI middleware (not Starlette's ``BaseHTTPMiddleware``, which would buffer
-streams and hide client disconnects from the routes). In order, for every HTTP request:
+streams and hide client disconnects from the routes). It guards every server swiftcore runs: ``swiftcore deploy``,
+``swiftcore rollout`` and ``swiftcore web-ui`` (one guard, on this distribution's face, so a fix reaches all three).
+In order, for every HTTP request (and every WebSocket handshake, which gets the first three checks):
 
 1. **Host** (DNS-rebinding defence): a request that arrives on a loopback address must name a loopback host
    (``localhost``, ``127.0.0.1``, ``[::1]``, any port) or one of ``allowed_hosts``; otherwise 421. A page on
    ``evil.example`` whose name an attacker re-points at 127.0.0.1 gets no further, though the browser sends
    it straight to the server.
-2. **API key**: every path but ``/health`` needs ``Authorization: Bearer <key>`` when a key is set;
-   otherwise 401. Checked on the headers alone, so an unauthenticated body is never read.
-3. **Body size**: a ``Content-Length`` over the limit is a 413 at once, before one byte of the body is read;
+2. **Origin** (cross-site requests; on when ``check_origin``): a request that carries an ``Origin`` header must
+   come from the page's own origin (the ``Origin`` names the ``Host`` it was sent to) or from one of
+   ``allowed_hosts``; otherwise 403. A page on another site the user opens can then make no request of its
+   own count, whatever address the server is bound to.
+3. **API key**: every path but the public ones (``/health``) needs ``Authorization: Bearer <key>`` when a key
+   is set; otherwise 401. Checked on the headers alone, so an unauthenticated body is never read.
+4. **Content type** (on when ``body_types`` is given): a request with a body must declare one of those types;
+   otherwise 415. The types a browser form may send cross-site without asking (``text/plain``, forms) are
+   never among them.
+5. **Body size**: a ``Content-Length`` over the limit is a 413 at once, before one byte of the body is read;
    a chunked body is counted as it arrives and cut off with a 413 the moment it passes the limit. Both
    answers close the connection (``Connection: close``), so the rest of the body is not drained either.
 
 Every refusal is an OpenAI-shaped error (:func:`error_body`).
+
+Slow clients are the server's business, not this middleware's: :func:`~swiftcore_serve.listener.uvicorn_config`
+times out a connection whose request headers do not arrive in time.
 """
 
 from __future__ import annotations
@@ -21,8 +33,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["LOOPBACK_HOSTS", "PUBLIC_PATHS", "RequestGuard", "error_body", "has_api_key", "is_loopback"]
 
@@ -43,7 +56,15 @@ _TYPES = {
     500: "server_error",
     503: "server_error",
 }
-_CODES = {401: "invalid_api_key", 413: "request_too_large", 421: "misdirected_request"}
+_CODES = {
+    401: "invalid_api_key",
+    403: "cross_origin_request",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    421: "misdirected_request",
+}
+#: The methods whose requests carry a body (the content-type check applies to them).
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: Error messages echo request values (a model name, a path); past this they are cut.
 _MAX_MESSAGE = 2000
 
@@ -120,11 +141,27 @@ class RequestGuard:
         app: the ASGI app it guards.
         api_key: the key every non-public path needs (None: no key).
         max_body_bytes: the largest request body read.
-        allowed_hosts: more ``Host`` names a loopback request may carry (``"*"``: any).
+        allowed_hosts: more ``Host`` names a loopback request may carry, and more origins' host names a request
+            may come from (``"*"``: any).
+        check_origin: refuse (403) a request whose ``Origin`` is not the server's own or an allowed host's.
+        body_types: the content types a request with a body may declare (None: any); others get 415.
+        public_paths: the paths that need no key.
+        command: the command that runs the server, as refusals name it with its options.
+        key_sources: where that command takes its key from, as the 401 names them.
     """
 
     def __init__(
-        self, app: Any, *, api_key: str | None, max_body_bytes: int, allowed_hosts: Iterable[str] = ()
+        self,
+        app: Any,
+        *,
+        api_key: str | None,
+        max_body_bytes: int,
+        allowed_hosts: Iterable[str] = (),
+        check_origin: bool = False,
+        body_types: Collection[str] | None = None,
+        public_paths: Collection[str] = PUBLIC_PATHS,
+        command: str = "swiftcore deploy",
+        key_sources: str = "--api-key-file, SWIFTCORE_API_KEY or --api-key",
     ) -> None:
         from starlette.exceptions import HTTPException
 
@@ -133,16 +170,25 @@ class RequestGuard:
         self.max_body_bytes = max_body_bytes
         extra = {h.lower().strip("[]").rstrip(".") for h in allowed_hosts}
         self.any_host = "*" in extra
+        self.extra_hosts = frozenset(extra)
         self.hosts = frozenset(LOOPBACK_HOSTS) | extra
+        self.check_origin = check_origin
+        self.body_types = None if body_types is None else frozenset(t.lower() for t in body_types)
+        self.public_paths = frozenset(public_paths)
+        self.command = command
+        self.key_sources = key_sources
         self._http_exception = HTTPException
 
     def _too_large(self) -> str:
         return (
             f"the request body is larger than this server's limit of {self.max_body_bytes / 2**20:g} MiB "
-            "(swiftcore deploy --max-body-mb)"
+            f"({self.command} --max-body-mb)"
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":  # lifespan events
             await self.app(scope, receive, send)
             return
@@ -151,13 +197,21 @@ class RequestGuard:
         if problem:
             await _send_error(send, 421, problem)
             return
-        if scope.get("path") not in PUBLIC_PATHS and not has_api_key(headers, self.api_key):
+        problem = self._origin_problem(headers)
+        if problem:
+            await _send_error(send, 403, problem)
+            return
+        if scope.get("path") not in self.public_paths and not has_api_key(headers, self.api_key):
             await _send_error(
                 send,
                 401,
-                "invalid API key: send 'Authorization: Bearer <key>' with the key swiftcore deploy was given "
-                "(--api-key-file, SWIFTCORE_API_KEY or --api-key)",
+                f"invalid API key: send 'Authorization: Bearer <key>' with the key {self.command} was given "
+                f"({self.key_sources})",
             )
+            return
+        problem = self._type_problem(scope, headers)
+        if problem:
+            await _send_error(send, 415, problem, close=True)
             return
         declared = [value for name, value in headers if name.lower() == b"content-length"]
         if declared:
@@ -168,6 +222,48 @@ class RequestGuard:
                 await _send_error(send, 413, self._too_large(), close=True)
                 return
         await self._app_with_limited_body(scope, receive, send)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket handshake gets the Host, Origin and key checks; refused, it is closed before it is
+        accepted (the client sees HTTP 403)."""
+        headers: list[tuple[bytes, bytes]] = scope.get("headers") or []
+        refused = (
+            self._host_problem(scope, headers)
+            or self._origin_problem(headers)
+            or (scope.get("path") not in self.public_paths and not has_api_key(headers, self.api_key))
+        )
+        if refused:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await self.app(scope, receive, send)
+
+    def _origin_problem(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        if not self.check_origin or self.any_host:
+            return None
+        origins = [value for name, value in headers if name.lower() == b"origin"]
+        if not origins:
+            return None  # not sent by a browser on another site's behalf (browsers send Origin on every POST)
+        origin = origins[0].decode("latin-1").strip()
+        hosts = [value.decode("latin-1").strip().lower() for name, value in headers if name.lower() == b"host"]
+        parts = urlsplit(origin.lower()) if len(origins) == 1 else None
+        if parts is not None and parts.scheme in ("http", "https") and parts.netloc:
+            if hosts and parts.netloc == hosts[0]:
+                return None  # the page's own origin
+            if _host_name(parts.netloc) in self.extra_hosts:
+                return None
+        return (
+            f"the Origin {origin[:100]!r} is not this server's own: requests from other sites' pages are refused "
+            f"(a proxy's name can be allowed with {self.command} --allowed-host NAME)"
+        )
+
+    def _type_problem(self, scope: Scope, headers: list[tuple[bytes, bytes]]) -> str | None:
+        if self.body_types is None or scope.get("method") not in _BODY_METHODS:
+            return None
+        values = [value for name, value in headers if name.lower() == b"content-type"]
+        kind = values[0].decode("latin-1").partition(";")[0].strip().lower() if len(values) == 1 else ""
+        if kind in self.body_types:
+            return None
+        return f"Content-Type {kind or 'missing'!r}: this server takes {' or '.join(sorted(self.body_types))} bodies"
 
     def _host_problem(self, scope: Scope, headers: list[tuple[bytes, bytes]]) -> str | None:
         server = scope.get("server")
@@ -181,7 +277,7 @@ class RequestGuard:
             shown = values[0].decode("latin-1")[:100]
             return (
                 f"the Host header {shown!r} does not name this loopback server; use localhost, 127.0.0.1 or "
-                "[::1] (or start swiftcore deploy with --allowed-host NAME)"
+                f"[::1] (or start {self.command} with --allowed-host NAME)"
             )
         return None
 

@@ -11,7 +11,7 @@ what each route answers, and the property-based fuzz test checks every answer ag
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from swiftcore_infer import InvalidRequestError, SamplingParams
@@ -86,8 +86,25 @@ Penalty = Annotated[float, Field(ge=0.01, le=100)]
 _REQUEST_CONFIG = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
 
 
+def _same(value: Any, allowed: Any) -> bool:
+    """JSON equality: 1.0 is 1, but true is not 1 and false is not 0."""
+    if isinstance(value, bool) or isinstance(allowed, bool):
+        return type(value) is type(allowed) and value == allowed
+    return bool(value == allowed)
+
+
+def _refused(why: str, *allowed: Any) -> Any:
+    """A field of OpenAI's API this server does not implement: only ``allowed`` values (the first is the default)
+    pass, in the schema as at run time (:meth:`_Body.refuse_unsupported`, whose 400 names the field and says
+    ``why``); any other is refused rather than ignored, so a client never takes a silently dropped option for
+    an honoured one."""
+    return Field(default=allowed[0], description=f"Not supported: {why}", json_schema_extra={"enum": list(allowed)})
+
+
 class _Body(BaseModel):
     model_config = _REQUEST_CONFIG
+    #: The fields this server refuses unless they ask for nothing (each is a :func:`_refused`).
+    UNSUPPORTED: ClassVar[tuple[str, ...]] = ()
 
     model: str = Field(max_length=MAX_MODEL_NAME)
     max_tokens: PositiveInt | None = None
@@ -102,6 +119,19 @@ class _Body(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     repetition_penalty: Penalty | None = None
+
+    def refuse_unsupported(self) -> None:
+        """Refuse a field of :attr:`UNSUPPORTED` set to anything but its allowed values.
+
+        Raises:
+            InvalidRequestError: naming the first such field and what to do instead.
+        """
+        for name in self.UNSUPPORTED:
+            field = type(self).model_fields[name]
+            value = getattr(self, name)
+            if not any(_same(value, a) for a in field.json_schema_extra["enum"]):  # type: ignore[index]
+                why = (field.description or "").removeprefix("Not supported: ")
+                raise InvalidRequestError(f"{name}={value!r} is not supported: {why}", param=name)
 
 
 class ChatMessageIn(BaseModel):
@@ -125,6 +155,12 @@ class ChatCompletionRequest(_Body):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     chat_template_kwargs: dict[str, Any] | None = None
+    logprobs: Any = _refused("this server returns no log probabilities; remove it", False, None)
+    top_logprobs: Any = _refused("this server returns no log probabilities; remove it", None)
+    response_format: Any = _refused(
+        "this server does not constrain the output to JSON; remove it, or send {'type': 'text'}", None, {"type": "text"}
+    )
+    UNSUPPORTED = ("logprobs", "top_logprobs", "response_format")
 
     def record(self) -> dict[str, Any]:
         """The swiftcore chat record (what the template encodes)."""
@@ -146,6 +182,10 @@ class CompletionRequest(_Body):
 
     prompt: TextOrIds
     echo: bool = Field(default=False, json_schema_extra={"enum": [False]})  # refused with a message when true
+    logprobs: Any = _refused("this server returns no log probabilities; remove it", None)
+    best_of: Any = _refused("this server generates one completion per prompt; send best_of=1 or leave it out", None, 1)
+    suffix: Any = _refused("this server does not fill in the middle; put the whole text in prompt", None)
+    UNSUPPORTED = ("logprobs", "best_of", "suffix")
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts as a list (a single prompt becomes a list of one)."""
@@ -231,8 +271,10 @@ def sampling_from(body: _Body, default_max_tokens: int) -> SamplingParams:
     """Build (and so validate) the sampling parameters of a request body.
 
     Raises:
-        InvalidRequestError: a value is out of range, or ``n`` is not 1.
+        InvalidRequestError: a value is out of range, ``n`` is not 1, or a field the server does not implement
+            (``logprobs``, ``best_of`` ...: ``UNSUPPORTED``) is set.
     """
+    body.refuse_unsupported()
     if body.n != 1:
         raise InvalidRequestError(f"n={body.n} is not supported; send n=1 (or several requests)", param="n")
     stop = body.stop

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import shutil
+import subprocess
+import sys
 from typing import Any
 
 import click
@@ -33,6 +37,7 @@ from swiftcore_train.config import (
     load_config_file,
     recipe_for,
 )
+from swiftcore_train.run import is_main_process
 
 __all__ = ["train"]
 
@@ -135,6 +140,9 @@ def _options(func: Any) -> Any:
     return func
 
 
+_ARGS = "swiftcore.train.args"  # ctx.meta key: the arguments this invocation was given
+
+
 class TrainCommand(PluginOptionsCommand):
     """``swiftcore train`` with the options the loaded plugins add (``swiftcore_addoption``): the plugin set is the one
     ``--plugin`` chooses plus the plugin providing the recipe asked for."""
@@ -142,6 +150,23 @@ class TrainCommand(PluginOptionsCommand):
     def plugin_set(self, state: CliState, args: list[str]) -> Any:
         """The chosen plugins and the provider of the recipe ``args`` ask for."""
         return state.plugins(with_provider(state, plugin_args(args), "recipe", _recipe_arg(args)))
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Kept for --nproc-per-node, which starts the ranks with these arguments, and for --help, which shows the
+        # options of the recipe they ask for.
+        ctx.meta[_ARGS] = list(args)
+        return super().parse_args(ctx, args)
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        """The command's parameters; in ``--help``, only the plugin options of the recipe the arguments ask for
+        (``--recipe grpo --help`` shows grpo's, not every recipe's): the others stay, hidden, to refuse them."""
+        params = super().get_params(ctx)
+        recipe = _recipe_arg(ctx.meta.get(_ARGS, []))
+        foreign = {o.dest for o in ctx.meta.get(PLUGIN_OPTIONS, ()) if not o.applies_to(recipe)}
+        for param in params:
+            if param.name in foreign and isinstance(param, click.Option):
+                param.hidden = True
+        return params
 
 
 def _recipe_arg(args: list[str]) -> str:
@@ -187,9 +212,17 @@ def _recipe_options(ctx: click.Context, options: dict[str, Any], recipe: str) ->
     help="YAML file of arguments (keys are the flag names); flags override it.",
 )
 @_options
+@click.option(
+    "--nproc-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Start N training processes on this machine (data parallel; with --engine megatron, --tp/--pp/--ep ranks) "
+    "through torchrun's launcher, torch.distributed.run: no torchrun command line needed. Gloo on a CPU, NCCL on "
+    "GPUs. Under a torchrun you start yourself, leave it out.",
+)
 @plugin_option
 @pass_state
-def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> None:
+def train(state: CliState, plugin_specs: tuple[str, ...], nproc_per_node: int | None, **options: Any) -> None:
     """Train a model with a recipe: supervised fine-tuning (sft, the default) with full weights or LoRA,
     an lm_head (--task), or any recipe a plugin adds (`swiftcore recipes` lists them).
 
@@ -198,8 +231,9 @@ def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> Non
       swiftcore make-tiny qwen3_5 ./tiny
       swiftcore train --model ./tiny --dataset data.jsonl --tuner lora --max-steps 50
 
-    Works unchanged under torchrun for data-parallel training. Options marked [recipe NAME] come from
-    plugins and apply to that recipe only.
+    `swiftcore train --nproc-per-node N ...` trains on N processes (it starts torchrun's launcher; the command also
+    runs unchanged under a torchrun you start). Options marked [recipe NAME] come from plugins and apply to that
+    recipe only; the help shows the chosen recipe's (`swiftcore train --recipe grpo --help`).
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     ctx = click.get_current_context()
@@ -218,10 +252,15 @@ def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> Non
 
         click.echo(dry_run(cfg, plugins))
         return
+    if nproc_per_node is not None and nproc_per_node > 1:
+        _launch(nproc_per_node, ctx.meta[_ARGS])
+        return
 
     from swiftcore_train.dispatch import run_training
 
     result = run_training(cfg, plugins)
+    if not is_main_process():
+        return  # every rank trained; rank 0 reports, once
     click.echo(f"trained {result.global_step} steps on {result.train_samples} samples; final loss {result.final_loss}")
     click.echo(f"checkpoint: {result.last_checkpoint}")
     click.echo(f"log:        {result.log_file}")
@@ -231,3 +270,36 @@ def train(state: CliState, plugin_specs: tuple[str, ...], **options: Any) -> Non
         click.echo(f"eval:       eval_accuracy {result.eval_accuracy:.4f} (last evaluation)")
     if result.best_checkpoint is not None:
         click.echo(f"best:       {result.best_checkpoint} ({result.best_value:.4f})")
+
+
+def _launch(nproc: int, args: list[str]) -> None:
+    """Run ``swiftcore train ARGS`` (without ``--nproc-per-node``) on ``nproc`` ranks under torch.distributed.run, the
+    launcher behind ``torchrun``; the ranks load the plugins this process resolved (``SWIFTCORE_PLUGINS``).
+
+    Raises:
+        click.UsageError: this process is already a rank of a torchrun launch.
+        SystemExit: with the launcher's exit status, when a rank failed (torchrun has printed which and why).
+    """
+    if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ:
+        raise click.UsageError(
+            "--nproc-per-node starts torchrun itself, and this process already is a torchrun rank: drop "
+            "--nproc-per-node, or run `swiftcore train --nproc-per-node N ...` without torchrun"
+        )
+    rest, skip = [], False
+    for arg in args:
+        if skip or arg == "--nproc-per-node":
+            skip = not skip
+            continue
+        if not arg.startswith("--nproc-per-node="):
+            rest.append(arg)
+    # --standalone: a rendezvous on a free local port, so two launches on one machine do not collide.
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    # The ranks run this environment's console script, as the web-UI's subprocesses do: `-m` would put the working
+    # directory on their sys.path, where a .py file or a folder (a `tiny/` checkpoint) could shadow a module or a
+    # plugin name. Without the script (a --user install), `-m`: a checkpoint folder is never taken for a plugin.
+    script = shutil.which("swiftcore", path=os.path.dirname(sys.executable))
+    command = [*launcher, *([script] if script else ["-m", "swiftcore.cli.main"]), "train", *rest]
+    logging.getLogger("swiftcore.train").info("launch: %s", " ".join(command))
+    status = subprocess.run(command, check=False).returncode
+    if status:
+        raise SystemExit(status)

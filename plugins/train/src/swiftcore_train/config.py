@@ -6,6 +6,7 @@ No torch here: ``swiftcore train --help`` and config validation stay fast.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,36 @@ def recipe_for(task: str, recipe: str, engine: str = DEFAULT_ENGINE) -> str:
     return name
 
 
+#: The most values (scalars, lists, mappings) a ``--config`` file may hold once its YAML aliases are expanded.
+MAX_CONFIG_VALUES = 100_000
+
+
+def _expanded_size(root: Any) -> int:
+    """The number of nodes under ``root`` (a composed YAML node) with every alias expanded, counted without
+    expanding them (each shared node's count is computed once); an alias cycle counts as unbounded."""
+    if root is None:
+        return 0
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # entered, not yet counted: the path from the root
+    stack = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        value = node.value if isinstance(node.value, list) else []
+        children = [c for item in value for c in (item if isinstance(item, tuple) else (item,))]
+        if children_done:
+            sizes[id(node)] = min(1 + sum(sizes[id(c)] for c in children), sys.maxsize)
+            open_nodes.discard(id(node))
+            continue
+        if id(node) in open_nodes:  # reached again from inside itself: an alias cycle
+            return sys.maxsize
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
 def load_config_file(path: str | Path, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """Read a YAML (or JSON) file of training arguments; keys are flag names with ``-`` or ``_``.
 
@@ -196,17 +227,30 @@ def load_config_file(path: str | Path, extra_keys: tuple[str, ...] = ()) -> dict
         extra_keys: destination names of options plugins added (``swiftcore_addoption``), also accepted.
 
     Raises:
-        SwiftcoreError: the file is missing, unparsable, or has keys that are not training arguments.
+        SwiftcoreError: the file is missing, unparsable, nested too deeply, expands (through YAML aliases) to more
+            than :data:`MAX_CONFIG_VALUES` values, or has keys that are not training arguments.
     """
     import yaml
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        # Composed first (aliases stay shared nodes), so a few hundred bytes of nested aliases (a "billion laughs")
+        # are refused before anything expands them.
+        size = _expanded_size(yaml.compose(text, Loader=yaml.SafeLoader))
+        if size > MAX_CONFIG_VALUES:
+            shown = "without end (an alias inside its own anchor)" if size == sys.maxsize else f"to {size} values"
+            raise SwiftcoreError(
+                f"--config {str(path)!r}: its YAML aliases (*name) expand {shown}, more than the {MAX_CONFIG_VALUES} "
+                "a file of arguments may hold; write the values out instead of repeating anchors"
+            )
+        data = yaml.safe_load(text) or {}
     except FileNotFoundError as exc:
         raise SwiftcoreError(f"--config {str(path)!r}: no such file") from exc
     except yaml.YAMLError as exc:
         raise SwiftcoreError(f"--config {str(path)!r}: not valid YAML: {exc}") from exc
+    except RecursionError:
+        raise SwiftcoreError(f"--config {str(path)!r}: nested too deeply to be a file of arguments") from None
     if not isinstance(data, dict):
         raise SwiftcoreError(f"--config {str(path)!r}: expected a mapping of argument: value")
     known = {f.name for f in fields(TrainConfig) if f.name != "recipe_options"} | set(extra_keys)

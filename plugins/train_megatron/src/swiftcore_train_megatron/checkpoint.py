@@ -159,14 +159,39 @@ def _finish(
     shutil.rmtree(staging, ignore_errors=True)
 
 
+def _load_rank_state(path: Path) -> dict[str, Any]:
+    """Read one rank file with ``weights_only=True``: tensors and plain values, never code.
+
+    A rank file is a pickle; unpickling an arbitrary one runs whatever it names, so a checkpoint from elsewhere
+    could run code at ``--resume-from-checkpoint``. What ``save_checkpoint`` writes (state dicts of tensors,
+    numbers, strings, lists and dicts) needs no other class.
+    """
+    import pickle
+
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [line for line in str(exc).splitlines() if "GLOBAL" in line or "Unsupported" in line]
+        first = lines[0].strip().rstrip(".") if lines else type(exc).__name__
+        raise SwiftcoreError(
+            f"--resume-from-checkpoint: {path} holds more than tensors and plain values ({first}); "
+            "refusing to unpickle it, as that could run code: resume only from checkpoints this tool wrote"
+        ) from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "scheduler", "rng_state", "iteration"} <= state.keys():
+        raise SwiftcoreError(f"--resume-from-checkpoint: {path} is not a rank file written by --engine megatron")
+    return state
+
+
 def load_checkpoint(
     checkpoint: Path, *, model: Any, optimizer: Any, scheduler: Any, tp: int, ep: int, pp: int = 1
 ) -> int:
     """Restore this rank's model, optimizer, scheduler and RNG from ``checkpoint``; return its step.
 
     Raises:
-        SwiftcoreError: the checkpoint has no Megatron state (a transformers-engine checkpoint), or was saved at
-            another ``--tp``/``--pp``/``--ep``.
+        SwiftcoreError: the checkpoint has no Megatron state (a transformers-engine checkpoint), was saved at
+            another ``--tp``/``--pp``/``--ep``, or its rank file holds anything but tensors and plain values.
     """
     import torch
     from swiftcore_megatron import CheckpointError, load_into_model, read_metadata
@@ -186,7 +211,7 @@ def load_checkpoint(
             f"--resume-from-checkpoint {str(checkpoint)!r} was saved at --tp {meta['tp']} --pp {meta['pp']} --ep "
             f"{meta['ep']}; this run is --tp {tp} --pp {pp} --ep {ep}: resume with the layout it was saved at"
         )
-    state = torch.load(_rank_path(root, ep, pp), map_location="cpu", weights_only=False)
+    state = _load_rank_state(_rank_path(root, ep, pp))
     load_into_model(model, state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

@@ -57,7 +57,16 @@ def is_loopback(host: str) -> bool:
     default="127.0.0.1",
     show_default=True,
     help="Address to listen on. The default only accepts connections from this machine; the page has no login, "
-    "so another address lets anyone who reaches it train and run models under --root.",
+    "so another address lets anyone who reaches it train and run models under --root (to reach it from elsewhere, "
+    "tunnel to it: docs/webui.md).",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name (and page origin) accepted besides localhost/127.0.0.1/[::1], e.g. the name a reverse proxy "
+    "with a login forwards (repeatable). Other names get HTTP 421, other sites' pages 403.",
 )
 @click.option(
     "--port",
@@ -68,7 +77,9 @@ def is_loopback(host: str) -> bool:
 )
 @plugin_option
 @pass_state
-def web_ui(state: CliState, plugin_specs: tuple[str, ...], root: str, host: str, port: int) -> None:
+def web_ui(
+    state: CliState, plugin_specs: tuple[str, ...], root: str, host: str, port: int, allowed_hosts: tuple[str, ...]
+) -> None:
     """Start a local web page (gradio) to make, train, chat with and export models.
 
     \b
@@ -85,8 +96,9 @@ def web_ui(state: CliState, plugin_specs: tuple[str, ...], root: str, host: str,
 
     \b
     Every path the page accepts must resolve inside --root, and the page
-    serves no file of the disk but those uploaded to it. Ctrl-C stops it
-    (and a training run it started).
+    serves no file of the disk but those uploaded to it. It answers only
+    requests naming a loopback host (or --allowed-host) and refuses other
+    sites' pages. Ctrl-C stops it (and a training run it started).
 
     \b
     Example:
@@ -112,33 +124,24 @@ def web_ui(state: CliState, plugin_specs: tuple[str, ...], root: str, host: str,
     ui = None
     _stop_on_signals()
     try:
+        from swiftcore_serve import Listener
+
         from swiftcore_webui.app import CSS, build_app
+        from swiftcore_webui.server import guarded_app
 
         ui = WebUI(confined, plugins)
         demo = build_app(ui)
         demo.queue()
-        demo.launch(
-            server_name=host,
-            server_port=port,
-            share=False,
-            inbrowser=False,
-            prevent_thread_lock=True,
-            quiet=True,
-            show_error=True,
-            allowed_paths=[],
-            ssr_mode=False,
-            mcp_server=False,
-            pwa=False,
-            enable_monitoring=False,
-            footer_links=[],
-            css=CSS,
-        )
-        shown = f"[{host}]" if ":" in host else host
-        click.echo(f"swiftcore web-ui: http://{shown}:{demo.server_port} (root {confined.path}); Ctrl-C stops it")
+        listener = Listener(guarded_app(demo, css=CSS, allowed_hosts=allowed_hosts), host=host, port=port)
         try:
-            demo.block_thread()  # until Ctrl-C (or SIGTERM); gradio then closes the server
+            listener.start()
+        except OSError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"swiftcore web-ui: {listener.url} (root {confined.path}); Ctrl-C stops it")
+        try:
+            listener.wait()  # until Ctrl-C (or SIGTERM)
         except KeyboardInterrupt:
-            demo.close()
+            listener.stop()
     finally:
         if ui is not None:
             ui.shutdown()

@@ -23,6 +23,8 @@ __all__ = ["router"]
 router = api_router()
 
 _FORMATS = ("json", "text", "verbose_json")
+#: How the media decoder names the clip (the chat route's part it builds); this endpoint has the field ``file``.
+_CHAT_PART = "messages[0].content[0] (file)"
 
 
 @router.post("/v1/audio/transcriptions", response_model=None, responses=documented(TranscriptionResponse))
@@ -70,7 +72,10 @@ async def transcriptions(
         request_id=f"transcription-{uuid.uuid4().hex}",
         media_policy=policy,
     )
-    await state.encode_media(request)
+    try:
+        await state.encode_media(request)
+    except InvalidRequestError as exc:  # the clip is decoded as a chat part; name this endpoint's field instead
+        raise InvalidRequestError(str(exc).replace(_CHAT_PART, "file"), param="file") from None
     generation = await unless_disconnected(http, state.worker.generate(request))
     replies.raise_failed(generation)
     text = (replies.message(generation).get("content") or "").strip()
