@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +46,34 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture(scope="module")
-def server(setup: Any) -> Iterator[str]:
+def app(setup: Any) -> Any:
     from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing import ServerThread
 
     engine, lora = setup
-    app = build_app(engine, ServerConfig(model_name=MODEL, adapters={"parity": str(lora)}, api_key=API_KEY))
+    return build_app(engine, ServerConfig(model_name=MODEL, adapters={"parity": str(lora)}, api_key=API_KEY))
+
+
+@pytest.fixture(scope="module")
+def server(app: Any) -> Iterator[str]:
+    from swiftcore_testing import ServerThread
+
     with ServerThread(app) as base_url:
         yield base_url
+
+
+@pytest.fixture
+def on_worker(app: Any, server: str) -> Callable[[Callable[[], Any]], Any]:
+    """``on_worker(fn)``: ``fn()`` run on the server's engine thread, its value returned.
+
+    The engine is not thread-safe; in the server one thread, the worker's, touches it. A reply arrives as soon as
+    its last token is out, while the worker may still be closing that request's generation (leaving the base
+    model's ``disable_adapter`` context); a direct engine call from the test's own thread could overlap that and
+    generate with the adapter half switched on (seen once in a full run: a garbled reply). Queued on the worker,
+    the reference call runs only after the served one is wholly done, as the server's own calls do.
+    """
+    import asyncio
+
+    return lambda fn: asyncio.run(app.state.worker.call(fn))
 
 
 @pytest.fixture
@@ -75,9 +95,9 @@ def test_models_lists_base_and_adapters(client: Any) -> None:
     assert [m.id for m in client.models.list().data] == [MODEL, "parity"]
 
 
-def test_chat_matches_the_engine(client: Any, engine: Any) -> None:
+def test_chat_matches_the_engine(client: Any, engine: Any, on_worker: Any) -> None:
     reply = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=8, temperature=0)
-    expected = engine.generate([{"messages": USER}], max_new_tokens=8)[0]
+    expected = on_worker(lambda: engine.generate([{"messages": USER}], max_new_tokens=8)[0])
     assert reply.choices[0].message.content == expected.content
     assert reply.choices[0].message.role == "assistant"
     assert reply.usage.prompt_tokens == expected.prompt_tokens
@@ -85,10 +105,10 @@ def test_chat_matches_the_engine(client: Any, engine: Any) -> None:
     assert reply.choices[0].finish_reason == expected.finish_reason
 
 
-def test_adapter_is_selected_by_model_name(client: Any, engine: Any) -> None:
+def test_adapter_is_selected_by_model_name(client: Any, engine: Any, on_worker: Any) -> None:
     tuned = client.chat.completions.create(model="parity", messages=USER, max_tokens=8, temperature=0)
     base = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=8, temperature=0)
-    expected = engine.generate([{"messages": USER}], max_new_tokens=8, adapter="parity")[0]
+    expected = on_worker(lambda: engine.generate([{"messages": USER}], max_new_tokens=8, adapter="parity")[0])
     assert tuned.choices[0].message.content == expected.content
     assert tuned.choices[0].message.content != base.choices[0].message.content
 
@@ -185,10 +205,10 @@ def test_tool_call_round_trip(client: Any, engine: Any, monkeypatch: pytest.Monk
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_embeddings(client: Any, engine: Any) -> None:
+def test_embeddings(client: Any, engine: Any, on_worker: Any) -> None:
     texts = ["hello world", "something else"]
     got = client.embeddings.create(model=MODEL, input=texts)  # the client asks for base64 and decodes it
-    expected = engine.embed(texts)
+    expected = on_worker(lambda: engine.embed(texts))
     assert [d.index for d in got.data] == [0, 1]
     for item, vector in zip(got.data, expected, strict=True):
         assert item.embedding == pytest.approx(vector, abs=1e-6)
@@ -197,13 +217,12 @@ def test_embeddings(client: Any, engine: Any) -> None:
     assert got.usage.prompt_tokens > 0
 
 
-def test_completions(client: Any, engine: Any) -> None:
+def test_completions(client: Any, engine: Any, on_worker: Any) -> None:
     from swiftcore_infer import Request, SamplingParams
 
     reply = client.completions.create(model=MODEL, prompt="The number twelve is", max_tokens=6, temperature=0)
-    expected = engine.generate_requests(
-        [Request(prompt="The number twelve is", sampling=SamplingParams(max_new_tokens=6))]
-    )[0]
+    request = Request(prompt="The number twelve is", sampling=SamplingParams(max_new_tokens=6))
+    expected = on_worker(lambda: engine.generate_requests([request])[0])
     assert reply.choices[0].text == expected.text
     streamed = client.completions.create(
         model=MODEL, prompt="The number twelve is", max_tokens=6, temperature=0, stream=True
