@@ -1,4 +1,4 @@
-"""The README's vowel-task command learns through the CLI (issue 53, point 4).
+"""The README's vowel-task commands learn through the CLI (issue 53, points 3 and 4): grpo, rloo and reinforce_pp.
 
 README's "A first run that learns" section shows one ``swiftcore train --recipe grpo`` command on
 ``examples/vowel_prompts.jsonl``; this runs it as written (the session's tiny qwen3_5 as ``./tiny``), with the CLI's
@@ -25,19 +25,26 @@ README = PLUGIN / "README.md"
 EXAMPLES = PLUGIN / "examples"
 
 
-def vowel_command(text: str) -> list[str]:
-    """The argv of README's inline command that trains on ``examples/vowel_prompts.jsonl``."""
-    found = [c for c in re.findall(r"`(swiftcore train [^`]+)`", text) if "examples/vowel_prompts.jsonl" in c]
-    assert len(found) == 1, f"README should show one command on examples/vowel_prompts.jsonl, found {found}"
-    return shlex.split(found[0])
+def vowel_command(text: str, recipe: str) -> list[str]:
+    """The argv of README's inline ``--recipe RECIPE`` command that trains on ``examples/vowel_prompts.jsonl``."""
+    found = [
+        argv
+        for c in re.findall(r"`(swiftcore train [^`]+)`", text)
+        if "examples/vowel_prompts.jsonl" in c and (argv := shlex.split(c))[argv.index("--recipe") + 1] == recipe
+    ]
+    assert len(found) == 1, f"README should show one {recipe} command on examples/vowel_prompts.jsonl: {found}"
+    return found[0]
 
 
 @pytest.mark.slow
-def test_readme_vowel_example_learns(tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("recipe", ["grpo", "rloo", "reinforce_pp"])
+def test_readme_vowel_example_learns(
+    recipe: str, tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
     from swiftcore_testing import run_cli
 
-    argv = vowel_command(README.read_text(encoding="utf-8"))
+    argv = vowel_command(README.read_text(encoding="utf-8"), recipe)
     assert argv[argv.index("--model") + 1] == "./tiny"
     (tmp_path / "tiny").symlink_to(tiny_dir)
     (tmp_path / "plugins" / "recipe_rl").mkdir(parents=True)
@@ -55,7 +62,7 @@ def test_readme_vowel_example_learns(tiny_dir: Path, tmp_path: Path, monkeypatch
     rewards = [row["rewards/format/mean"] for row in logs if "rewards/format/mean" in row]
     steps = int(argv[argv.index("--max-steps") + 1])
     first, last = rewards[0], sum(rewards[-5:]) / 5
-    print(f"README vowel example: reward {first:.2f} at step 1 -> {last:.2f} over the last 5 steps; {rewards}")
+    print(f"README vowel example ({recipe}): reward {first:.2f} at step 1 -> {last:.2f} over the last 5; {rewards}")
     assert len(rewards) == steps, f"logs.jsonl has {len(rewards)} steps' rewards, not {steps}"
     assert last >= 0.8, f"the README example's policy did not keep the reward: {rewards}"
     assert last - first >= 0.4, f"the README example's reward rose too little: {rewards}"
