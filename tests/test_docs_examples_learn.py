@@ -21,7 +21,6 @@ import json
 import re
 import shlex
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,17 +38,6 @@ def typical_run(readme: str) -> tuple[list[dict], list[list[str]]]:
     rows = [json.loads(line) for line in data.group(1).splitlines() if line.strip()]
     commands = [shlex.split(line, comments=True) for line in shell.group(1).splitlines() if line.strip()]
     return rows, [argv for argv in commands if argv]
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """One torch thread: the model is tiny and the machine shared (thread-pool waits cost more than they save)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def run_typical_run(readme: str, tiny: Path, work: Path) -> tuple[list[str], list[str]]:

@@ -14,7 +14,6 @@ generation reproducing each answer token by token from its prompt.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,18 +49,6 @@ def plugins():
     import swiftcore
 
     return swiftcore.load_plugins(env={})
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Run torch on one thread: these models are too small to gain from two, and on a busy 2-core machine
-    the thread pool's waits made a 20-step run take minutes instead of seconds (measured 197 s vs 1.5 s)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

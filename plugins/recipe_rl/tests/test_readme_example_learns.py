@@ -39,9 +39,8 @@ def vowel_command(text: str, recipe: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["grpo", "rloo", "reinforce_pp"])
 def test_readme_vowel_example_learns(
-    recipe: str, tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    recipe: str, tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: None
 ) -> None:
-    import torch
     from swiftcore_testing import run_cli
 
     argv = vowel_command(README.read_text(encoding="utf-8"), recipe)
@@ -50,12 +49,7 @@ def test_readme_vowel_example_learns(
     (tmp_path / "plugins" / "recipe_rl").mkdir(parents=True)
     (tmp_path / "plugins" / "recipe_rl" / "examples").symlink_to(EXAMPLES)
     monkeypatch.chdir(tmp_path)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a shared machine: thread-pool waits cost more than they save
-    try:
-        run_cli(*argv[1:])
-    finally:
-        torch.set_num_threads(threads)
+    run_cli(*argv[1:])
 
     out = tmp_path / argv[argv.index("--output-dir") + 1]
     logs: list[dict[str, Any]] = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
