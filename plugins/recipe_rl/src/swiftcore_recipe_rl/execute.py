@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from swiftcore_recipe_rl.options import GKDOptions, ReinforcePPOptions, RolloutOptions, SamplingOptions
+from swiftcore_recipe_rl.options import GKDOptions, GRPOOptions, ReinforcePPOptions, RolloutOptions, SamplingOptions
 from swiftcore_recipe_rl.plan import RunPlan, connect_server
 
 if TYPE_CHECKING:
@@ -116,7 +116,8 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
     from swiftcore_recipe_rl.recipe import CONFIGS
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.rollout import stop_token_ids
-    from swiftcore_recipe_rl.trainer import trainer_class
+    from swiftcore_recipe_rl.shaping import extra_rewards
+    from swiftcore_recipe_rl.trainer import configure_loss_variants, trainer_class
 
     cfg, options, spec, tokenizer = plan.cfg, plan.options, plan.spec, codec.tokenizer
     torch.manual_seed(cfg.seed)
@@ -137,7 +138,8 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
             "teacher_model": load_model(plan.teacher, options.teacher_model, plugins, torch_dtype=dtype)
         }
     else:
-        method = {"reward_funcs": [TRLReward(r, codec, plan.prompts.reward_records) for r in rewards]}
+        reward_funcs = [TRLReward(r, codec, plan.prompts.reward_records) for r in rewards]
+        method = {"reward_funcs": reward_funcs + extra_rewards(options)}  # shaping (--overlong-buffer) last
     trainer = trainer_class(plan.recipe)(
         model=model,
         **method,
@@ -151,6 +153,8 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
         trainer.rollout_func = plan.environment.episodes(codec, plan.prompts.environment_rows)
     if isinstance(options, ReinforcePPOptions):
         trainer.baseline = options.reinforce_pp_baseline
+    if isinstance(options, GRPOOptions):
+        configure_loss_variants(trainer, options)
     return trainer
 
 

@@ -41,8 +41,11 @@ __all__ = [
     "split_option",
 ]
 
-#: The GRPO loss aggregations this recipe offers (TRL 1.16's ``GRPOConfig.loss_type`` values of that family).
-GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+#: The GRPO loss variants this recipe offers (docs/rl.md has each one's formula). All but ``fipo`` are TRL 1.16's
+#: ``GRPOConfig.loss_type`` values, ``gspo`` being TRL's ``grpo`` with ``importance_sampling_level="sequence"``;
+#: ``fipo`` is TRL's ``dapo`` with swiftcore's future-KL weighting of the advantages
+#: (:mod:`swiftcore_recipe_rl.losses`).
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "fipo")
 #: The recipes that run multi-turn episodes (``--environment``): those on TRL's GRPOTrainer, which masks tool results.
 ENVIRONMENT_RECIPES = ("grpo", "reinforce_pp")
 #: The importance-sampling corrections of engine rollouts (TRL 1.16's ``vllm_importance_sampling_mode`` values), and
@@ -362,31 +365,89 @@ class RolloutOptions(SamplingOptions):
 
 @dataclass
 class GRPOOptions(RolloutOptions):
-    """Options of ``--recipe grpo``: :class:`RolloutOptions` and GRPO's own.
+    """Options of ``--recipe grpo``: :class:`RolloutOptions` and GRPO's own (its loss variants: ``docs/rl.md``).
 
     Attributes:
-        grpo_loss_type: one of :data:`GRPO_LOSS_TYPES` (how per-token losses are averaged).
+        grpo_loss_type: one of :data:`GRPO_LOSS_TYPES` (the per-token loss and how it is averaged).
         grpo_beta: weight of the KL penalty to the reference model (0: no reference model is kept).
         grpo_epsilon: the ratio clipping range's lower side, ``1 - epsilon``.
-        grpo_epsilon_high: its upper side, ``1 + epsilon_high`` (default: ``grpo_epsilon``; DAPO uses 0.28).
+        grpo_epsilon_high: its upper side, ``1 + epsilon_high`` (default: ``grpo_epsilon``; DAPO uses 0.28); with
+            ``cispo`` the cap of the importance weight itself (TRL's convention; it recommends 5).
+        grpo_delta: TRL's ``delta``: the unclipped ratio is also capped at ``delta`` (two-sided clipping,
+            INTELLECT-2); with ``fipo`` also the ratio above which a token is left out of the future-KL sum.
         scale_rewards: one of :data:`SCALE_REWARDS`.
+        sapo_temperature_pos: ``sapo``: the gate's temperature for tokens with a positive advantage.
+        sapo_temperature_neg: ``sapo``: the gate's temperature for the others.
+        fipo_decay_rate: ``fipo``: the future-KL's half-life in tokens (``gamma = 2 ** (-1 / decay_rate)``).
+        fipo_clip_range: ``fipo``: the influence weight is clipped to ``[1 - range, 1 + range]``.
+        fipo_clip_high_only: ``fipo``: clip it to ``[1, 1 + range]`` instead (the FIPO paper's default).
+        fipo_safety_threshold: ``fipo``: a negative-advantage token whose ratio exceeds this keeps a weight in
+            ``[0.8, 1]`` (0: off).
+        dynamic_sampling: DAPO's dynamic sampling, filter form: groups whose rewards are all equal (zero advantage,
+            no signal) are left out of the loss and of its token count (no refill).
+        overlong_buffer: DAPO's soft overlong punishment: the last ``overlong_buffer`` tokens before
+            ``max_completion_length`` earn a penalty growing linearly to ``-overlong_penalty`` (0: off).
+        overlong_penalty: the penalty's largest size (also given to completions cut at ``max_completion_length``).
     """
 
     grpo_loss_type: str = "dapo"
     grpo_beta: float = 0.0
     grpo_epsilon: float = 0.2
     grpo_epsilon_high: float | None = None
+    grpo_delta: float | None = None
     scale_rewards: str = "group"
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    fipo_decay_rate: float = 32.0
+    fipo_clip_range: float = 0.2
+    fipo_clip_high_only: bool = True
+    fipo_safety_threshold: float = 4.0
+    dynamic_sampling: bool = False
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
 
     recipe = "grpo"
 
     def _check_method(self, problems: list[str]) -> None:
-        if self.grpo_loss_type not in GRPO_LOSS_TYPES:
-            problems.append(f"--grpo-loss-type: {self.grpo_loss_type!r} is not one of {', '.join(GRPO_LOSS_TYPES)}")
+        loss = self.grpo_loss_type
+        if loss not in GRPO_LOSS_TYPES:
+            problems.append(f"--grpo-loss-type: {loss!r} is not one of {', '.join(GRPO_LOSS_TYPES)}")
         if self.scale_rewards not in SCALE_REWARDS:
             problems.append(f"--scale-rewards: {self.scale_rewards!r} is not one of {', '.join(SCALE_REWARDS)}")
         _check_finite(self, {"grpo_beta": (-1e-12, math.inf), "grpo_epsilon": (0.0, math.inf)}, problems)
         _check_epsilon_high("grpo_epsilon_high", self.grpo_epsilon_high, problems)
+        if loss == "cispo" and not (self.grpo_epsilon_high is not None and self.grpo_epsilon_high > 1):
+            problems.append(
+                f"--grpo-loss-type cispo: caps the importance weight at --grpo-epsilon-high itself (TRL's convention), "
+                f"so give one above 1 (TRL recommends 5.0); got {self.grpo_epsilon_high!r}"
+            )
+        if self.grpo_delta is not None and not (math.isfinite(self.grpo_delta) and self.grpo_delta > 1):
+            problems.append(f"--grpo-delta: {self.grpo_delta!r} must be a finite number above 1")
+        _check_finite(
+            self,
+            {"sapo_temperature_pos": (0.0, math.inf), "sapo_temperature_neg": (0.0, math.inf),
+             "fipo_decay_rate": (0.0, math.inf), "fipo_clip_range": (0.0, 1.0),
+             "fipo_safety_threshold": (-1e-12, math.inf), "overlong_penalty": (0.0, math.inf)},
+            problems,
+        )  # fmt: skip
+        self._check_only_with("sapo", ("sapo_temperature_pos", "sapo_temperature_neg"), problems)
+        fipo = ("fipo_decay_rate", "fipo_clip_range", "fipo_clip_high_only", "fipo_safety_threshold")
+        self._check_only_with("fipo", fipo, problems)
+        if not 0 <= int(self.overlong_buffer) < int(self.max_completion_length):
+            problems.append(
+                f"--overlong-buffer: {self.overlong_buffer} must be in [0, --max-completion-length "
+                f"{self.max_completion_length}) (0: off)"
+            )
+
+    def _check_only_with(self, loss: str, names: tuple[str, ...], problems: list[str]) -> None:
+        """A loss variant's own flags, set away from their defaults while another variant runs: refused (they would
+        silently do nothing)."""
+        if self.grpo_loss_type == loss:
+            return
+        defaults = {f.name: f.default for f in fields(GRPOOptions)}
+        for name in names:
+            if getattr(self, name) != defaults[name]:
+                problems.append(f"{_flag(name)}: only read by --grpo-loss-type {loss}; drop it or set that loss")
 
 
 @dataclass
@@ -526,10 +587,30 @@ _HELP = {
     "Ray actors (pip install ray): a local Ray cluster, or the one RAY_ADDRESS names. Not with --rollout-server.",
     "sync_bucket_mb": "Weight sync to the rollout engine with --tuner full: largest bucket in MiB (LoRA sends only "
     "the adapter).",
-    "grpo_loss_type": f"GRPO loss aggregation: {', '.join(GRPO_LOSS_TYPES)}.",
+    "grpo_loss_type": "GRPO loss variant (docs/rl.md has each formula): grpo (per-sequence token mean), bnpo (token "
+    "mean of the micro-batch), dr_grpo (token sum / max length, Dr. GRPO), dapo (token sum / tokens of the generation "
+    "batch, DAPO), gspo (one length-normalised ratio per sequence, GSPO; use small epsilons, e.g. 3e-4 / 4e-4), cispo "
+    "(clipped, detached importance weight times log-prob, CISPO; needs --grpo-epsilon-high > 1), sapo (soft sigmoid "
+    "gate instead of clipping, SAPO), fipo (dapo with advantages weighted by the discounted future log-ratio, FIPO).",
     "grpo_beta": "KL penalty weight to the reference model (0 = no reference model).",
     "grpo_epsilon": "Clipping range of the probability ratio: [1 - eps, 1 + eps_high].",
-    "grpo_epsilon_high": "Upper clipping epsilon (default: --grpo-epsilon; DAPO uses 0.28).",
+    "grpo_epsilon_high": "Upper clipping epsilon, clip-higher (default: --grpo-epsilon; DAPO uses 0.28). With "
+    "--grpo-loss-type cispo: the cap of the importance weight itself (e.g. 5.0).",
+    "grpo_delta": "Cap of the unclipped probability ratio (two-sided clipping, INTELLECT-2; > 1, e.g. 10); with fipo "
+    "also the ratio above which a token is left out of the future-KL sum. Default: none.",
+    "sapo_temperature_pos": "sapo: temperature of the soft gate for tokens with a positive advantage.",
+    "sapo_temperature_neg": "sapo: temperature of the soft gate for tokens with a non-positive advantage.",
+    "fipo_decay_rate": "fipo: half-life of the future-KL sum in tokens (discount 2 ** (-1 / rate)).",
+    "fipo_clip_range": "fipo: the influence weight exp(future KL) is clipped to [1 - range, 1 + range].",
+    "fipo_clip_high_only": "fipo: clip the influence weight to [1, 1 + range] (the paper's default; "
+    "--no-fipo-clip-high-only: two-sided).",
+    "fipo_safety_threshold": "fipo: a token with a negative advantage and a ratio above this keeps an influence "
+    "weight in [0.8, 1] (0 = off).",
+    "dynamic_sampling": "DAPO's dynamic sampling (filter form): leave groups whose rewards are all equal out of the "
+    "loss and its token count, so the batch's update comes from groups that carry a signal (no resampling).",
+    "overlong_buffer": "DAPO's soft overlong punishment: completions longer than --max-completion-length minus this "
+    "many tokens get a reward penalty growing linearly to --overlong-penalty at the limit (0 = off).",
+    "overlong_penalty": "Largest size of the --overlong-buffer penalty (added to the reward as a negative number).",
     "scale_rewards": f"Reward scaling into advantages: {', '.join(SCALE_REWARDS)}.",
     "rloo_beta": "Weight of the KL penalty subtracted from each reward: beta * sum over tokens of "
     "(log pi - log pi_ref) (0 = no reference model).",
@@ -547,8 +628,8 @@ _HELP = {
     "(--no-reinforce-pp-baseline: plain REINFORCE++).",
 }
 
-_TYPES = {"grpo_epsilon_high": float, "rloo_epsilon_high": float, "reinforce_pp_epsilon_high": float,
-          "reward_timeout": float}  # fmt: skip
+_TYPES = {"grpo_epsilon_high": float, "grpo_delta": float, "rloo_epsilon_high": float,
+          "reinforce_pp_epsilon_high": float, "reward_timeout": float}  # fmt: skip
 
 _TITLES = {
     "grpo": "GRPO online RL (swiftcore-recipe-rl)",

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIGS",
+    "TRL_LOSS",
     "gkd_config",
     "grpo_config",
     "reinforce_pp_config",
@@ -56,6 +57,8 @@ def _rl_config(
     """
     from swiftcore_train import training_arguments
 
+    from swiftcore_recipe_rl.shaping import extra_rewards
+
     rollout: dict[str, Any] = {}
     if isinstance(options, RolloutOptions):
         weights = options.weights()
@@ -63,7 +66,8 @@ def _rl_config(
             num_generations=options.num_generations,
             num_iterations=options.num_iterations,
             mask_truncated_completions=options.mask_truncated_completions,
-            reward_weights=[weights.get(name, 1.0) for name in reward_names],
+            # the --reward functions', then those the options add (shaping.extra_rewards), each of weight 1
+            reward_weights=[weights.get(name, 1.0) for name in reward_names] + [1.0] * len(extra_rewards(options)),
         )
         mode = options.importance_sampling_mode()
         if mode is not None:  # TRL's correction of vLLM rollouts, fed the engine's sampling log-probs (trainer.py)
@@ -90,14 +94,21 @@ def _rl_config(
     )
 
 
+#: ``--grpo-loss-type`` -> TRL's ``(loss_type, importance_sampling_level)``: GSPO is TRL's per-sequence mean with
+#: the sequence-level ratio; FIPO is TRL's ``dapo`` fed future-KL-weighted advantages (the trainer's ``fipo``).
+TRL_LOSS = {"gspo": ("grpo", "sequence"), "fipo": ("dapo", "token")}
+
+
 def grpo_config(cfg: Any, options: GRPOOptions, output_dir: Path, *, reward_names: list[str]) -> Any:
-    """TRL's ``GRPOConfig`` for ``--recipe grpo``."""
+    """TRL's ``GRPOConfig`` for ``--recipe grpo`` (the loss variant mapped by :data:`TRL_LOSS`)."""
     from trl import GRPOConfig
 
+    loss_type, level = TRL_LOSS.get(options.grpo_loss_type, (options.grpo_loss_type, "token"))
     return _rl_config(
         cfg, options, output_dir, reward_names=reward_names, args_class=GRPOConfig,
-        loss_type=options.grpo_loss_type, beta=options.grpo_beta, epsilon=options.grpo_epsilon,
-        epsilon_high=options.grpo_epsilon_high, scale_rewards=options.scale_rewards,
+        loss_type=loss_type, importance_sampling_level=level, beta=options.grpo_beta, epsilon=options.grpo_epsilon,
+        epsilon_high=options.grpo_epsilon_high, delta=options.grpo_delta, scale_rewards=options.scale_rewards,
+        sapo_temperature_pos=options.sapo_temperature_pos, sapo_temperature_neg=options.sapo_temperature_neg,
     )  # fmt: skip
 
 

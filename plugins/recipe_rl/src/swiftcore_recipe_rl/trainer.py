@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any
 
 __all__ = [
+    "configure_loss_variants",
     "gkd_trainer_class",
     "grpo_trainer_class",
     "reinforce_pp_advantages",
@@ -288,17 +289,94 @@ def _environment_episodes() -> type:
 
 
 @cache
+def _loss_variants() -> type:
+    """The mixin that adds the GRPO loss variants TRL lacks (:mod:`swiftcore_recipe_rl.losses`) around its loss."""
+    import torch
+
+    from swiftcore_recipe_rl.losses import fipo_weights, informative_groups
+
+    class LossVariants:
+        """A TRL GRPO trainer with FIPO's weighted advantages and DAPO's dynamic sampling (filter form).
+
+        Set by the recipe: ``fipo`` (:func:`~swiftcore_recipe_rl.losses.fipo_weights`' keyword arguments; None: not
+        FIPO) and ``dynamic_sampling``.
+
+        Why FIPO hooks ``_get_per_token_logps_and_entropies``: its weights need the current policy's log-probs, which
+        TRL's ``_compute_loss`` computes and then, a few lines on, combines with ``inputs["advantages"]``. Hooking the
+        log-prob call of the loss (and handing TRL a copy of the batch whose advantages it replaces) leaves the loss
+        itself, clipping, normalisation and metrics TRL's, with ``(B, T)`` advantages, a shape TRL supports.
+        """
+
+        fipo: dict[str, Any] | None = None
+        dynamic_sampling: bool = False
+        _loss_batch: dict[str, Any] | None = None
+        _group_rewards: Any = None
+
+        def _compute_loss(self, model: Any, inputs: Any) -> Any:
+            if self.fipo is None:
+                return super()._compute_loss(model, inputs)
+            self._loss_batch = dict(inputs)  # a copy: the generation batch's advantages stay unweighted
+            try:
+                return super()._compute_loss(model, self._loss_batch)
+            finally:
+                self._loss_batch = None
+
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            batch = self._loss_batch
+            if batch is not None:  # the loss's own call: weight its advantages (FIPO)
+                logps, old = out[0].detach(), batch.get("old_per_token_logps")
+                log_ratio = torch.zeros_like(logps) if old is None else logps - old  # None: on-policy, ratio 1
+                mask = batch["completion_mask"]
+                mask = mask * batch["tool_mask"] if "tool_mask" in batch else mask
+                advantages = batch["advantages"]
+                weights = fipo_weights(log_ratio, mask, advantages, filter_ratio=self.args.delta, **self.fipo)
+                batch["advantages"] = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages) * weights
+                mode = "train" if self.model.training else "eval"
+                mean = (weights.sum() / mask.sum().clamp(min=1)).detach()
+                self._metrics[mode]["fipo/weight_mean"].append(self.accelerator.gather(mean).mean().item())
+            return out
+
+        def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+            self._group_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            return self._group_rewards
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            if not self.dynamic_sampling:
+                return out
+            mode = "train" if self.model.training else "eval"
+            per_func = self._group_rewards  # every process's rows: groups are whole here
+            rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+            rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+            size = self.num_generations if mode == "train" else self.num_generations_eval
+            keep = informative_groups(rewards, size)
+            self._metrics[mode]["dynamic_sampling/kept"].append(keep.float().mean().item())
+            n, rank = len(inputs), self.accelerator.process_index
+            keep = keep[rank * n : (rank + 1) * n].to(out["completion_mask"].dtype).unsqueeze(1)
+            out["completion_mask"] = out["completion_mask"] * keep
+            mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+            # the dapo/cispo normaliser counts the kept groups' tokens only (DAPO: the batch is the informative groups)
+            out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+            return out
+
+    return LossVariants
+
+
+@cache
 def grpo_trainer_class() -> type:
     """The ``grpo`` trainer: :class:`swiftcore_train.trainer.SwiftTrainer` (atomic checkpoints, resume checks) over
-    :class:`trl.GRPOTrainer` (rollouts, rewards, advantages, the clipped loss of every loss type)."""
+    :class:`trl.GRPOTrainer` (rollouts, rewards, advantages, the clipped loss of every loss type), with FIPO and
+    dynamic sampling (:func:`_loss_variants`)."""
     from swiftcore_train import SwiftTrainer
     from trl import GRPOTrainer
 
     class SwiftGRPOTrainer(
-        SwiftTrainer, _template_prompts(), _step_timing(), _engine_rollouts(), _environment_episodes(), GRPOTrainer
-    ):
-        """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally a rollout engine and
-        multi-turn episodes)."""
+        SwiftTrainer, _template_prompts(), _step_timing(), _engine_rollouts(), _environment_episodes(),
+        _loss_variants(), GRPOTrainer,
+    ):  # fmt: skip
+        """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally a rollout engine,
+        multi-turn episodes and the loss variants TRL lacks)."""
 
     return SwiftGRPOTrainer
 
@@ -464,6 +542,19 @@ def gkd_trainer_class() -> type:
         _returns_logprobs = False  # DistillationTrainer's _generate_single_turn returns the ids alone
 
     return SwiftGKDTrainer
+
+
+def configure_loss_variants(trainer: Any, options: Any) -> None:
+    """Set the ``grpo`` trainer's own loss variants from its options: FIPO's settings with ``--grpo-loss-type
+    fipo``, and ``--dynamic-sampling``."""
+    if getattr(options, "grpo_loss_type", None) == "fipo":
+        trainer.fipo = dict(
+            decay_rate=options.fipo_decay_rate,
+            clip_range=options.fipo_clip_range,
+            clip_high_only=options.fipo_clip_high_only,
+            safety_threshold=options.fipo_safety_threshold,
+        )
+    trainer.dynamic_sampling = bool(getattr(options, "dynamic_sampling", False))
 
 
 def trainer_class(recipe: str) -> type:
