@@ -7,23 +7,69 @@ KTO (Ethayarajh et al.) learns from replies labelled desirable or undesirable, p
 weighted by ``--desirable-weight`` / ``--undesirable-weight`` and averaged; ``z_ref`` is the batch's mean
 log-ratio on mismatched (prompt, reply) pairs (TRL 1.16 does not clamp it at 0 as the paper does). The
 reference model is handled as for DPO (:mod:`swiftcore_recipe_preference.dpo`).
+
+The KL estimate pairs each row with another row of its batch, so the ``kto`` loss needs a batch of 2 or more. When
+``--batch-size`` is not given, the recipe trains :data:`DEFAULT_BATCH_SIZE` rows a batch instead of ``swiftcore
+train``'s default of 1 (:func:`kto_batch_size`); a batch of 1 that was asked for is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import SwiftcoreError
+from swiftcore_recipe_preference.options import KTO_DEFAULT_BATCH_SIZE
 
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
-__all__ = ["build_kto_trainer", "kto_trainer_class", "run_kto"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "batch_size_given",
+    "build_kto_trainer",
+    "kto_batch_size",
+    "kto_trainer_class",
+    "run_kto",
+]
 
 log = logging.getLogger("swiftcore.preference")
+
+#: The ``kto`` recipe's batch when ``--batch-size`` is not given: the KTO paper's and TRL's examples use batches of
+#: 8 or more, and a batch of 1 leaves the KL estimate no other row to pair with.
+DEFAULT_BATCH_SIZE = KTO_DEFAULT_BATCH_SIZE
+
+
+def batch_size_given() -> bool:
+    """Whether this run's ``--batch-size`` was given (on the command line, in a ``--config`` file or through the
+    environment) rather than left at ``swiftcore train``'s default.
+
+    ``TrainConfig`` holds a value, not where it came from, so the answer is the ``swiftcore train`` command's own
+    record (click's parameter source). Outside that command, from Python, a ``TrainConfig``'s batch size is the
+    caller's choice: True.
+    """
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or "batch_size" not in ctx.params:
+        return True
+    return ctx.get_parameter_source("batch_size") not in (None, click.core.ParameterSource.DEFAULT)
+
+
+def kto_batch_size(cfg: Any) -> Any:
+    """``cfg``, or a copy of it with :data:`DEFAULT_BATCH_SIZE` rows a batch when ``--batch-size`` was not given."""
+    if batch_size_given() or cfg.batch_size == DEFAULT_BATCH_SIZE:
+        return cfg
+    log.info(
+        "--recipe kto: --batch-size not given: %d rows a batch, not %d (the KL estimate pairs each row with "
+        "another row of its batch); give --batch-size to choose",
+        DEFAULT_BATCH_SIZE,
+        cfg.batch_size,
+    )
+    return dataclasses.replace(cfg, batch_size=DEFAULT_BATCH_SIZE)
 
 
 def kto_trainer_class() -> Any:
@@ -67,7 +113,9 @@ def build_kto_trainer(
 
     if options.loss_type == "kto" and cfg.batch_size < 2:
         raise SwiftcoreError(
-            "--recipe kto: --batch-size must be at least 2 (the KL estimate uses the batch's other rows)"
+            f"--recipe kto: --batch-size {cfg.batch_size}: the kto loss needs at least 2 rows a batch (its KL "
+            f"estimate pairs each row with another row of the batch); leave --batch-size out for the recipe's "
+            f"default of {DEFAULT_BATCH_SIZE}, or give 2 or more"
         )
     torch.manual_seed(cfg.seed)
     policy, reference = load_policy_and_reference(cfg, options, prepared.spec, plugins, prepared.tokenizer)
@@ -123,6 +171,7 @@ def run_kto(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
     from swiftcore_recipe_preference.options import KTOOptions
 
     options = options if isinstance(options, KTOOptions) else KTOOptions(**(options or {}))
+    cfg = kto_batch_size(cfg)  # before anything reads it, so args.json records the batch trained
     prepared = prepare(cfg, plugins, "kto", load=False)
     examples = load_unpaired(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
     if cfg.val_dataset:

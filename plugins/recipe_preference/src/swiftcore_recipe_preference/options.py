@@ -18,6 +18,7 @@ __all__ = [
     "CPOOptions",
     "DPO_LOSS_TYPES",
     "DPOOptions",
+    "KTO_DEFAULT_BATCH_SIZE",
     "KTO_LOSS_TYPES",
     "KTOOptions",
     "ORPOOptions",
@@ -46,6 +47,8 @@ DPO_LOSS_TYPES = (
 )
 #: The loss types of TRL 1.16's KTOTrainer.
 KTO_LOSS_TYPES = ("kto", "apo_zero_unpaired")
+#: The ``kto`` recipe's batch when ``--batch-size`` is not given (see ``swiftcore_recipe_preference.kto``).
+KTO_DEFAULT_BATCH_SIZE = 8
 #: The loss types of TRL 1.16's CPOTrainer for ``--recipe cpo`` (``simpo`` has its own recipe).
 CPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo")
 
@@ -255,7 +258,9 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], Any, str]] = {
         ("dpo", "kto", "cpo"),
         str,
         f"Loss: dpo {', '.join(DPO_LOSS_TYPES)} (comma-separated to combine; default sigmoid); kto "
-        f"{', '.join(KTO_LOSS_TYPES)} (default kto); cpo {', '.join(CPO_LOSS_TYPES)} (default sigmoid).",
+        f"{', '.join(KTO_LOSS_TYPES)} (default kto; the kto recipe trains {KTO_DEFAULT_BATCH_SIZE} rows a batch "
+        f"unless --batch-size is given, as the kto loss's KL estimate pairs rows of a batch); cpo "
+        f"{', '.join(CPO_LOSS_TYPES)} (default sigmoid).",
     ),
     "loss_weights": (("dpo",), "multiple", "One weight per --loss-type value (default 1 each)."),
     "label_smoothing": (

@@ -29,7 +29,8 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             name="kto",
             run=f"{_PKG}.kto:run_kto",
             config=f"{_PKG}.options:KTOOptions",
-            description="KTO on replies labelled desirable / undesirable, paired or not (TRL KTOTrainer)",
+            description="KTO on replies labelled desirable / undesirable, paired or not (TRL KTOTrainer); "
+            "8 rows a batch unless --batch-size is given",
         ),
         RecipeSpec(
             name="cpo",
