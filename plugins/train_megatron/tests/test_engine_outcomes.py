@@ -3,7 +3,8 @@
 - Loss parity: the first 10 step losses at TP1, TP2, PP2 and EP2 equal the transformers trainer's on the same init
   and data to 1e-4 relative (fp32), for Qwen3.5 dense, Qwen3.5-MoE and OLMoE (TP2 and PP2 for all three, EP2 for
   the two MoE families); PP2 also with two micro-batches a step (1F1B), with TP2 and with EP2, and with a tied
-  embedding (its copies on the first and last stage).
+  embedding (its copies on the first and last stage); DeepSeek-V4, GLM-5, MiMo-V2-Flash and Qwen3-ASR at TP1.
+  Gemma 4 is a strict xfail: its known gap (see the parameter's reason) fails loudly once mended.
 - kill -9 and resume from the megatron checkpoint (TP2, PP2): the remaining losses equal the uninterrupted run's.
 - The exported checkpoint is a plain transformers model whose logits equal the trained mcore model's to 1e-5,
   also when the mcore model was saved as pipeline stages.
@@ -143,13 +144,32 @@ LAYOUTS = [  # family, tp, ep, pp, gradient accumulation
     ("olmoe", 2, 1, 1, 1),  # sequence parallelism with the local spec's torch norms (sequence_parallel_norms)
     ("olmoe", 1, 2, 1, 1),
     ("olmoe", 1, 1, 2, 1),
+    # Every other family with a bridge, on one process (measured: within 3e-7 of the reference at every step).
+    ("deepseek_v4", 1, 1, 1, 1),
+    ("glm5", 1, 1, 1, 1),
+    ("mimo_v2_flash", 1, 1, 1, 1),
+    ("qwen3_asr", 1, 1, 1, 1),
+    pytest.param(
+        "gemma4", 1, 1, 1, 1,
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="known gap (#47): Gemma 4's losses equal the reference's to 2e-8 at steps 1-2, then drift to "
+            "6e-4 by step 10 (step-1 grad norm 1.7e-6 apart, against 5e-7 for the other families); one backward "
+            "outside the engine shows the embedding rows of the pad token (id 0, HF's padding_idx) differ",
+        ),
+    ),
 ]
+
+
+def _values(layout) -> tuple:
+    """A layout's five values, also for one given as a ``pytest.param``."""
+    return tuple(layout.values) if hasattr(layout, "values") else layout
 
 
 @pytest.mark.parametrize(
     ("family", "tp", "ep", "pp", "accum"),
     LAYOUTS,
-    ids=[f"{f}-tp{t}-ep{e}-pp{p}" + ("-ga2" if a > 1 else "") for f, t, e, p, a in LAYOUTS],
+    ids=[f"{f}-tp{t}-ep{e}-pp{p}" + ("-ga2" if a > 1 else "") for f, t, e, p, a in (_values(x) for x in LAYOUTS)],
 )
 def test_the_first_ten_losses_equal_the_transformers_engine(family, tp, ep, pp, accum, reference, megatron_run) -> None:
     expected = _losses(reference(family))
