@@ -153,9 +153,9 @@ LAYOUTS = [  # family, tp, ep, pp, gradient accumulation
         "gemma4", 1, 1, 1, 1,
         marks=pytest.mark.xfail(
             strict=True,
-            reason="known gap (#47): Gemma 4's losses equal the reference's to 2e-8 at steps 1-2, then drift to "
-            "6e-4 by step 10 (step-1 grad norm 1.7e-6 apart, against 5e-7 for the other families); one backward "
-            "outside the engine shows the embedding rows of the pad token (id 0, HF's padding_idx) differ",
+            reason="known gap (#47), cause not found yet: Gemma 4's losses equal the reference's to 2e-8 at steps 1-2, "
+            "then drift to 6e-4 by step 10 (step-1 grad norms 1.7e-6 apart, 5e-7 for the other families), while one "
+            "backward outside the engine gives every gradient within 1e-5 of HF's (test_gemma4_bridge_parity.py)",
         ),
     ),
 ]

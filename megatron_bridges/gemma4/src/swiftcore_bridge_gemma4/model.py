@@ -13,7 +13,7 @@ layer, loss) with what Gemma 4 adds around the decoder (transformers 5.19 ``Gemm
   the loss megatron computes sees capped logits, as HF's does);
 - the multimodal checkpoint's image/video/audio placeholder tokens embed as the pad token
   (``Gemma4Model.forward`` does this before scattering media features in; on text-only input the
-  language model sees pad there).
+  language model sees pad there); the pad token's embedding rows never train (HF's ``padding_idx``).
 
 Rotary tables are per layer type, so the model has no global rotary embedding
 (``position_embedding_type="none"``); the attention layers compute theirs from the positions the
@@ -37,6 +37,18 @@ from swiftcore_bridge_gemma4.norm import Gemma4RMSNorm
 __all__ = ["Gemma4GPTModel", "Gemma4PerLayerEmbedding"]
 
 
+def _no_pad_gradient(embedded: torch.Tensor, ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+    """``embedded`` ``[seq, batch, ...]`` with no gradient flowing back to the pad token's row.
+
+    HF's Gemma 4 embeddings are ``nn.Embedding(..., padding_idx=pad_token_id)``: the pad row is looked up (pad tokens,
+    and media placeholders on text-only input) but never trained. megatron's ``VocabParallelEmbedding`` has no
+    ``padding_idx``, so without this the row would train, and a zero pad row through the RMSNorm that follows gets a
+    gradient of order ``1/sqrt(eps)``.
+    """
+    pad = (ids == pad_token_id).transpose(0, 1).reshape(*embedded.shape[:2], *(1,) * (embedded.dim() - 2))
+    return torch.where(pad, embedded.detach(), embedded)
+
+
 class Gemma4PerLayerEmbedding(MegatronModule):
     """Per-layer input embeddings (HF ``embed_tokens_per_layer``, ``per_layer_model_projection``, its norm).
 
@@ -49,11 +61,12 @@ class Gemma4PerLayerEmbedding(MegatronModule):
         vocab_size: HF ``vocab_size_per_layer_input``.
         num_layers: decoder layers.
         size: HF ``hidden_size_per_layer_input``.
+        pad_token_id: the row that never trains (HF's ``padding_idx``).
     """
 
-    def __init__(self, config: Any, vocab_size: int, num_layers: int, size: int) -> None:
+    def __init__(self, config: Any, vocab_size: int, num_layers: int, size: int, pad_token_id: int = 0) -> None:
         super().__init__(config=config)
-        self.num_layers, self.size = num_layers, size
+        self.num_layers, self.size, self.pad_token_id = num_layers, size, pad_token_id
         tp_group = get_tensor_model_parallel_group_if_none(None)
         self.embed_tokens = VocabParallelEmbedding(vocab_size, num_layers * size, init_method=config.init_method,
                                                    config=config, tp_group=tp_group)
@@ -66,7 +79,7 @@ class Gemma4PerLayerEmbedding(MegatronModule):
     def forward(self, input_ids: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
         """``[seq, batch, layers, size]`` from ids ``[batch, seq]`` and scaled embeddings ``[seq, batch, hidden]``."""
         s, b = embeddings.shape[0], embeddings.shape[1]
-        tokens = self.embed_tokens(input_ids).transpose(0, 1)
+        tokens = _no_pad_gradient(self.embed_tokens(input_ids).transpose(0, 1), input_ids, self.pad_token_id)
         tokens = tokens * torch.tensor(self.size**0.5, dtype=tokens.dtype)
         projected, _ = self.model_projection(embeddings)
         projected = self.projection_norm((projected * self.config.hidden_size**-0.5).reshape(s, b, self.num_layers,
@@ -103,7 +116,7 @@ class Gemma4GPTModel(GPTModel):
         self.per_layer_input_size = per_layer_input_size
         if self.pre_process and per_layer_input_size:
             self.per_layer_embedding = Gemma4PerLayerEmbedding(config, per_layer_vocab_size, config.num_layers,
-                                                               per_layer_input_size)
+                                                               per_layer_input_size, pad_token_id)
         if self.post_process and final_logit_softcapping:
             # A hook keeps output_layer's parameters and names megatron's own; it caps before the loss.
             self.output_layer.register_forward_hook(self._softcap_hook)
@@ -139,7 +152,7 @@ class Gemma4GPTModel(GPTModel):
         state = Gemma4ForwardState(positions=position_ids)
         ids = self.text_ids(input_ids)
         if decoder_input is None:
-            embedded = self.embedding(input_ids=ids, position_ids=None)
+            embedded = _no_pad_gradient(self.embedding(input_ids=ids, position_ids=None), ids, self.pad_token_id)
             decoder_input = embedded * torch.tensor(self.config.hidden_size**0.5, dtype=embedded.dtype)
         elif self.per_layer_input_size:
             raise ValueError("Gemma4GPTModel computes per-layer inputs from input_ids; do not pass decoder_input")
