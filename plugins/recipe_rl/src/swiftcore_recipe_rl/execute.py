@@ -154,7 +154,7 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
     if isinstance(options, ReinforcePPOptions):
         trainer.baseline = options.reinforce_pp_baseline
     if isinstance(options, GRPOOptions):
-        configure_loss_variants(trainer, options)
+        configure_loss_variants(trainer, options, chord_samples=plan.chord_samples, seed=cfg.seed)
     return trainer
 
 

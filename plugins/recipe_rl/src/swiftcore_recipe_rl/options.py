@@ -388,6 +388,15 @@ class GRPOOptions(RolloutOptions):
         overlong_buffer: DAPO's soft overlong punishment: the last ``overlong_buffer`` tokens before
             ``max_completion_length`` earn a penalty growing linearly to ``-overlong_penalty`` (0: off).
         overlong_penalty: the penalty's largest size (also given to completions cut at ``max_completion_length``).
+        chord_dataset: CHORD (:mod:`swiftcore_recipe_rl.chord`): expert chat data (``messages``) whose
+            cross-entropy is mixed into the loss, ``(1 - mu) L_GRPO + mu L_SFT`` (empty: off).
+        chord_mu_peak: CHORD: ``mu`` at the end of the warmup.
+        chord_mu_valley: CHORD: ``mu`` after the cosine decay.
+        chord_mu_warmup_steps: CHORD: optimiser steps of ``mu``'s linear warmup from 0 to ``chord_mu_peak``.
+        chord_mu_decay_steps: CHORD: optimiser steps of its cosine decay from ``chord_mu_peak`` to
+            ``chord_mu_valley``.
+        chord_batch_size: CHORD: expert samples per device and micro-batch of the loss.
+        chord_phi: CHORD-phi: weight each expert token's loss by ``p (1 - p)``.
     """
 
     grpo_loss_type: str = "dapo"
@@ -405,6 +414,14 @@ class GRPOOptions(RolloutOptions):
     dynamic_sampling: bool = False
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
+    chord_dataset: str = ""
+    # the mu settings of ms-swift's CHORD example (swift rlhf --rlhf_type grpo ... --chord_mu_*)
+    chord_mu_peak: float = 0.9
+    chord_mu_valley: float = 0.05
+    chord_mu_warmup_steps: int = 0
+    chord_mu_decay_steps: int = 200
+    chord_batch_size: int = 1
+    chord_phi: bool = False
 
     recipe = "grpo"
 
@@ -438,6 +455,26 @@ class GRPOOptions(RolloutOptions):
                 f"--overlong-buffer: {self.overlong_buffer} must be in [0, --max-completion-length "
                 f"{self.max_completion_length}) (0: off)"
             )
+        self._check_chord(problems)
+
+    def _check_chord(self, problems: list[str]) -> None:
+        """CHORD's flags: weights in [0, 1], step counts >= 0, a batch of at least 1; refused without
+        ``--chord-dataset`` (they would silently do nothing)."""
+        for name in ("chord_mu_peak", "chord_mu_valley"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 1.0):
+                problems.append(f"{_flag(name)}: {value!r} must be in [0, 1] (the SFT term's weight mu)")
+        for name, low in (("chord_mu_warmup_steps", 0), ("chord_mu_decay_steps", 0), ("chord_batch_size", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                problems.append(f"{_flag(name)}: {value!r} must be an integer >= {low}")
+        if self.chord_dataset:
+            return
+        defaults = {f.name: f.default for f in fields(GRPOOptions)}
+        for name in ("chord_mu_peak", "chord_mu_valley", "chord_mu_warmup_steps", "chord_mu_decay_steps",
+                     "chord_batch_size", "chord_phi"):  # fmt: skip
+            if getattr(self, name) != defaults[name]:
+                problems.append(f"{_flag(name)}: only read with --chord-dataset PATH (CHORD); give one or drop it")
 
     def _check_only_with(self, loss: str, names: tuple[str, ...], problems: list[str]) -> None:
         """A loss variant's own flags, set away from their defaults while another variant runs: refused (they would
@@ -611,6 +648,17 @@ _HELP = {
     "overlong_buffer": "DAPO's soft overlong punishment: completions longer than --max-completion-length minus this "
     "many tokens get a reward penalty growing linearly to --overlong-penalty at the limit (0 = off).",
     "overlong_penalty": "Largest size of the --overlong-buffer penalty (added to the reward as a negative number).",
+    "chord_dataset": "CHORD (arXiv:2508.11408): expert chat data (messages rows, read and encoded as --recipe sft "
+    "reads --dataset) whose token-mean cross-entropy L_SFT is mixed into the loss: (1 - mu) L_GRPO + mu L_SFT, mu "
+    "scheduled by --chord-mu-*. Default: off.",
+    "chord_mu_peak": "CHORD: weight mu of the SFT term at the end of its warmup (in [0, 1]).",
+    "chord_mu_valley": "CHORD: mu after the cosine decay, kept for the rest of the run (in [0, 1]).",
+    "chord_mu_warmup_steps": "CHORD: optimiser steps over which mu rises linearly from 0 to --chord-mu-peak.",
+    "chord_mu_decay_steps": "CHORD: optimiser steps after the warmup over which mu falls from --chord-mu-peak to "
+    "--chord-mu-valley along a half cosine.",
+    "chord_batch_size": "CHORD: expert samples per device in each micro-batch's SFT term (the data is cycled).",
+    "chord_phi": "CHORD-phi: weight each expert token's loss by p (1 - p), p the policy's probability of the token "
+    "(detached), so tokens it already predicts or finds far off-policy pull less.",
     "scale_rewards": f"Reward scaling into advantages: {', '.join(SCALE_REWARDS)}.",
     "rloo_beta": "Weight of the KL penalty subtracted from each reward: beta * sum over tokens of "
     "(log pi - log pi_ref) (0 = no reference model).",

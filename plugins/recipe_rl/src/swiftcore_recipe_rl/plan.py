@@ -7,7 +7,7 @@ What the plan step checks, in order: the common options and those the recipe ref
 requirements), the rewards and their options (or the ``gkd`` teacher), every prompt row and the columns the rewards
 read, that the recipe trains the model's task, the template against the tokenizer, a ``--rollout-server`` (it
 answers and serves this checkpoint and template), the ``--environment`` and its options, every prompt's length, and
-the checkpoint ``--resume-from-checkpoint`` names.
+the checkpoint ``--resume-from-checkpoint`` names; then ``--chord-dataset``'s expert rows are encoded.
 
 Importing this module imports neither torch nor TRL.
 """
@@ -90,6 +90,8 @@ class RunPlan:
         environment: ``--environment``; None for single-turn rollouts.
         resume: the checkpoint ``--resume-from-checkpoint`` names; None for a fresh run.
         resumed_step: that checkpoint's step, when it has a trainer state.
+        chord_samples: ``--chord-dataset``'s expert rows encoded as SFT encodes them
+            (:func:`~swiftcore_recipe_rl.chord.encode_expert_data`); empty without the option.
         local: what the plan step built in its process (:class:`LocalParts`); never pickled.
     """
 
@@ -104,6 +106,7 @@ class RunPlan:
     environment: EnvironmentPlan | None = None
     resume: Path | None = None
     resumed_step: int | None = None
+    chord_samples: list[dict[str, list[int]]] = field(default_factory=list)
     local: LocalParts = field(default_factory=LocalParts, repr=False, compare=False)
 
     @property
@@ -164,11 +167,17 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
     environment = plan_environment(options, plugins)
     episodes = environment.episodes(codec) if environment is not None else None
     prompts = encode_prompts(rows, codec, cfg, options, episodes)
+    chord_samples = []
+    if getattr(options, "chord_dataset", ""):  # CHORD's expert data, encoded now so a bad row fails before training
+        from swiftcore_recipe_rl.chord import encode_expert_data
+
+        chord_samples = encode_expert_data(options.chord_dataset, template, tokenizer, cfg)
+        log.info("CHORD: %d expert samples from %s", len(chord_samples), options.chord_dataset)
     resume = _resume(cfg, Path(cfg.output_dir))
     return RunPlan(
         recipe=recipe, cfg=cfg, options=options, spec=spec, template=template_spec, teacher=teacher,
         rewards=rewards, prompts=prompts, environment=environment, resume=resume, resumed_step=_step_of(resume),
-        local=LocalParts(codec=codec, rollout_server=server),
+        chord_samples=chord_samples, local=LocalParts(codec=codec, rollout_server=server),
     )  # fmt: skip
 
 

@@ -293,13 +293,17 @@ def _loss_variants() -> type:
     """The mixin that adds the GRPO loss variants TRL lacks (:mod:`swiftcore_recipe_rl.losses`) around its loss."""
     import torch
 
+    from swiftcore_recipe_rl.chord import mu_schedule, sft_loss
     from swiftcore_recipe_rl.losses import fipo_weights, informative_groups
 
     class LossVariants:
-        """A TRL GRPO trainer with FIPO's weighted advantages and DAPO's dynamic sampling (filter form).
+        """A TRL GRPO trainer with FIPO's weighted advantages, DAPO's dynamic sampling (filter form) and CHORD's
+        SFT term.
 
         Set by the recipe: ``fipo`` (:func:`~swiftcore_recipe_rl.losses.fipo_weights`' keyword arguments; None: not
-        FIPO) and ``dynamic_sampling``.
+        FIPO), ``dynamic_sampling``, and ``chord`` (:class:`~swiftcore_recipe_rl.chord.ExpertBatches`) with
+        ``chord_schedule`` (:func:`~swiftcore_recipe_rl.chord.mu_schedule`'s keyword arguments) and ``chord_phi``
+        (None: not CHORD).
 
         Why FIPO hooks ``_get_per_token_logps_and_entropies``: its weights need the current policy's log-probs, which
         TRL's ``_compute_loss`` computes and then, a few lines on, combines with ``inputs["advantages"]``. Hooking the
@@ -309,10 +313,20 @@ def _loss_variants() -> type:
 
         fipo: dict[str, Any] | None = None
         dynamic_sampling: bool = False
+        chord: Any = None
+        chord_schedule: dict[str, Any] | None = None
+        chord_phi: bool = False
         _loss_batch: dict[str, Any] | None = None
         _group_rewards: Any = None
 
         def _compute_loss(self, model: Any, inputs: Any) -> Any:
+            loss = self._variant_loss(model, inputs)
+            if self.chord is None or not self.model.training:
+                return loss
+            return self._chord_loss(model, loss)
+
+        def _variant_loss(self, model: Any, inputs: Any) -> Any:
+            """TRL's loss of the batch (with FIPO, on a copy of it whose advantages get weighted)."""
             if self.fipo is None:
                 return super()._compute_loss(model, inputs)
             self._loss_batch = dict(inputs)  # a copy: the generation batch's advantages stay unweighted
@@ -320,6 +334,25 @@ def _loss_variants() -> type:
                 return super()._compute_loss(model, self._loss_batch)
             finally:
                 self._loss_batch = None
+
+        def _chord_loss(self, model: Any, grpo_loss: Any) -> Any:
+            """CHORD: ``(1 - mu) * grpo_loss + mu * L_SFT`` on the next expert batch, ``mu`` of this optimiser
+            step; logs ``chord/mu`` and ``chord/sft_loss``.
+
+            TRL's loss of a micro-batch is already divided by the gradient-accumulation steps (the step's loss is
+            the sum of its micro-batches'), so the SFT term is too: the step's SFT term is then the mean of its
+            micro-batches' token means, as in ms-swift, where each micro-batch adds one expert batch.
+            """
+            mu = mu_schedule(self.state.global_step, **self.chord_schedule)
+            self._metrics["train"]["chord/mu"].append(mu)
+            if mu <= 0:  # no expert forward pass while the term weighs nothing
+                return grpo_loss
+            batch = self.chord.next_batch(grpo_loss.device)
+            labels = batch.pop("labels")
+            sft = sft_loss(model(**batch, use_cache=False).logits, labels, phi=self.chord_phi)
+            self._metrics["train"]["chord/sft_loss"].append(self.accelerator.gather(sft.detach()).mean().item())
+            accumulation = self.current_gradient_accumulation_steps
+            return (1.0 - mu) * grpo_loss + mu * sft.to(grpo_loss.dtype) / accumulation
 
         def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
             out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
@@ -544,9 +577,27 @@ def gkd_trainer_class() -> type:
     return SwiftGKDTrainer
 
 
-def configure_loss_variants(trainer: Any, options: Any) -> None:
+def configure_loss_variants(
+    trainer: Any, options: Any, *, chord_samples: list[dict[str, list[int]]] | None = None, seed: int = 0
+) -> None:
     """Set the ``grpo`` trainer's own loss variants from its options: FIPO's settings with ``--grpo-loss-type
-    fipo``, and ``--dynamic-sampling``."""
+    fipo``, ``--dynamic-sampling``, and with ``--chord-dataset`` CHORD on ``chord_samples`` (the expert rows the
+    plan encoded), shuffled by ``seed``."""
+    if getattr(options, "chord_dataset", ""):
+        from swiftcore_recipe_rl.chord import ExpertBatches
+
+        pad_id = getattr(trainer.processing_class, "pad_token_id", None)  # a processor without one: pad with 0
+        trainer.chord = ExpertBatches(
+            chord_samples or [], options.chord_batch_size, 0 if pad_id is None else pad_id, seed=seed,
+            rank=trainer.accelerator.process_index, world=trainer.accelerator.num_processes,
+        )  # fmt: skip
+        trainer.chord_schedule = dict(
+            warmup_steps=options.chord_mu_warmup_steps,
+            decay_steps=options.chord_mu_decay_steps,
+            peak=options.chord_mu_peak,
+            valley=options.chord_mu_valley,
+        )
+        trainer.chord_phi = options.chord_phi
     if getattr(options, "grpo_loss_type", None) == "fipo":
         trainer.fipo = dict(
             decay_rate=options.fipo_decay_rate,
