@@ -9,7 +9,11 @@ head, :func:`swiftcore_heads.testing.make_head_checkpoint`):
 
 - classification: accuracy on ``cls_heldout.jsonl`` (the class words in sentence frames training never used);
 - embedding: recall@1 of the 20 held-out queries of ``retrieval_heldout.jsonl`` against their 20 documents;
-- reranker: the MRR of the same queries, each ranking all 20 documents.
+- reranker and generative_reranker: the MRR of the same queries, each ranking all 20 documents.
+
+The untrained head reads what the trained one does: the command's ``--max-length`` (the generative reranker's cuts its
+prompt to the last 64 tokens, README says why) is given to the untrained checkpoint too, since scoring uses the
+``max_length`` a checkpoint records.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ BOUNDS = {
     "classification": ("accuracy", 0.8, 0.3),
     "embedding": ("recall@1", 0.8, 0.2),
     "reranker": ("MRR", 0.35, 0.15),
-}  # generative_reranker's command is shown too, but does not learn yet (README: 0.22 -> 0.17): not asserted
+    # Measured 0.177 -> 0.399 (LoRA, 80 steps); with the whole 191-token prompt it fell 0.22 -> 0.17 instead.
+    "generative_reranker": ("MRR", 0.3, 0.15),
+}
 
 
 def readme_commands(text: str) -> dict[str, list[str]]:
@@ -95,7 +101,11 @@ def test_readme_head_example_learns(
     (tmp_path / "plugins" / "heads" / "examples").symlink_to(EXAMPLES)
     monkeypatch.chdir(tmp_path)
 
-    options = {"num_labels": int(argv[argv.index("--num-labels") + 1])} if "--num-labels" in argv else {}
+    options: dict[str, Any] = {}
+    if "--num-labels" in argv:
+        options["num_labels"] = int(argv[argv.index("--num-labels") + 1])
+    if "--max-length" in argv:  # scored as the trained head is: its checkpoint records the training max_length
+        options["max_length"] = int(argv[argv.index("--max-length") + 1])
     before = held_out_metric(task, make_head_checkpoint(tiny, task, tmp_path / "untrained", plugins, **options))
     run_cli(*argv[1:])
     out = tmp_path / argv[argv.index("--output-dir") + 1]
