@@ -136,6 +136,14 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "the command before it; "
         "plugins/recipe_rl/tests/test_rollout_server.py runs this command (and kills and restarts the server)",
     },
+    "docs/agents.md": {
+        "swiftcore train --model ./tiny --dataset tools.jsonl --tuner full --learning-rate 3e-3 --batch-size 4 "
+        "--max-steps 60 --max-length 1024 --output-dir out": "tests/test_agents_e2e.py trains on its tool rows with "
+        "these settings and serves the result",
+        "SWIFTCORE_API_KEY=secret swiftcore deploy --model out/checkpoint-60 --served-model-name agent": "needs the "
+        "trained checkpoint of the command before it; tests/test_agents_e2e.py serves it and drives the tool loop "
+        "with the openai client",
+    },
     "plugins/scaffold/README.md": {
         "pip install ./plugins/scaffold": "installs into the test environment; the path is checked instead",
     },
@@ -822,6 +830,9 @@ def _make_tiny(doc: DocCommand, argv: list[str], cwd: Path) -> Done | None:
 
 def _substituted(doc: DocCommand, argv: list[str], renamed: dict[str, str], cwd: Path) -> list[str]:
     argv = [renamed.get(w, w) for w in argv]
+    # The example files the docs ship (plugins/heads/examples/...) are read from the repository, as a user runs
+    # the commands from a clone's root.
+    argv = [str(ROOT / w) if w.startswith(PACKAGE_ROOTS) and (ROOT / w).is_file() else w for w in argv]
     argv = [re.sub(r"checkpoint-(\d+)", lambda m: renamed.get(m.group(0), m.group(0)), w) for w in argv]
     if argv[1] == "train":
         documented = _option(argv, "--max-steps")

@@ -1,0 +1,271 @@
+"""Agents end to end: a tiny model trained on OpenAI-format tool data calls the tool when served.
+
+For each family whose official chat template has a tool format, a tiny random model is fully fine-tuned by
+``swiftcore train`` on four rows of a tool task (``user: What is 3 plus 4?`` -> ``assistant: add(a=3, b=4)``
+-> ``tool: 7`` -> ``assistant: 7``, ``tools=[add]`` on every row) until it has memorised them; then
+``swiftcore deploy`` (transformers backend) serves it and the real ``openai`` client drives the tool loop for
+every training prompt: the first reply stops with ``finish_reason == "tool_calls"`` and the call's name and JSON
+arguments; the test runs the tool, sends its result back as a ``tool`` message, and the second reply's content is
+the result. One streamed request checks that the ``tool_calls`` deltas assemble into the same call. The
+untrained model calls nothing, so a pass is the learning signal (the model answers its training targets).
+
+OLMoE's and Qwen3-ASR's official templates have no tool format (tool turns are refused or render as nothing), so
+they have no case here; see docs/agents.md.
+
+A cheaper check runs without training: the training encoding of a tool row puts the call tokens in the loss and
+the tool's result outside it (``test_tool_call_trained_tool_result_not``).
+
+Each family's model is trained, and its server started, once per module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from swiftcore_testing import deploy_process, loss_runs, user_env
+
+openai = pytest.importorskip("openai")
+
+API_KEY = "agents-e2e-key"
+SERVED = "agent"
+PAIRS = [(3, 4), (12, 30), (5, 8), (21, 9)]
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+TOOLS = [ADD]
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one family is trained and asked.
+
+    Attributes:
+        steps: full fine-tuning steps (batch = all four rows) after which greedy decoding gives every target.
+        learning_rate: the learning rate of those steps.
+        tool_result: how the family's template renders the tool message ``7`` (must stay out of the loss).
+        chat_kwargs: ``chat_template_kwargs`` sent with each request: the rows carry no reasoning, so they train
+            the non-thinking prompt, and a family whose serving default is thinking is asked without it.
+    """
+
+    steps: int
+    learning_rate: float
+    tool_result: str
+    chat_kwargs: dict[str, Any] | None = None
+
+
+NO_THINKING = {"enable_thinking": False}
+# Steps measured on the 2-core CPU machine (one torch thread): Qwen3.5 at 40 steps still called add(3, 4) for 5 + 8;
+# 60 gave every call and answer. Gemma 4 gave every call at 40.
+FAMILIES: dict[str, Family] = {
+    "qwen3_5": Family(60, 3e-3, "<tool_response>\n7\n</tool_response>", NO_THINKING),
+    "gemma4": Family(40, 1e-3, 'response:add{value:<|"|>7<|"|>}'),
+}
+# The other families with a tool format: their data check runs (``test_tool_call_trained_tool_result_not``),
+# the end-to-end case does not yet. GLM-5 at 40 steps of 3e-3 plateaued at loss 0.39 (not memorised); DeepSeek-V4
+# and MiMo-V2-Flash were not measured. Add each to FAMILIES with measured steps.
+TOOL_RESULTS: dict[str, str] = {
+    **{name: family.tool_result for name, family in FAMILIES.items()},
+    "glm5": "<tool_response>7</tool_response>",
+    "deepseek_v4": "<tool_result>7</tool_result>",
+    "mimo_v2_flash": "<tool_response>\n7\n</tool_response>",
+}
+# Families whose final answer (after the tool result) does not come back; the reason is a train/serve mismatch,
+# not the test (each is marked xfail, strict).
+ANSWER_XFAIL: dict[str, str] = {
+    "gemma4": (
+        "gemma4 template: the training encoding gives the tool-call turn the thinking-off generation prompt "
+        "'<|turn>model\\n<|channel>thought\\n<channel|>' and trains the final answer after the tool response in that "
+        "same model turn, but serving re-renders the history with the official template, which drops the empty "
+        "thought channel before '<|tool_call>', so the answer is asked after a prompt never trained "
+        "(token 151 differs)"
+    ),
+}
+
+
+def _rows() -> list[dict[str, Any]]:
+    """The tool task in the OpenAI tool format: one row per pair, each a full tool loop."""
+    rows = []
+    for i, (a, b) in enumerate(PAIRS):
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "add", "arguments": json.dumps({"a": a, "b": b})},
+        }
+        rows.append({"tools": TOOLS, "messages": [
+            {"role": "user", "content": f"What is {a} plus {b}?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": str(a + b)},
+            {"role": "assistant", "content": str(a + b)},
+        ]})  # fmt: skip
+    return rows
+
+
+def _swiftcore(*args: str) -> None:
+    """``swiftcore ARGS`` in this process (a subprocess would mostly import torch), its plugin env undone."""
+    from swiftcore.cli.main import main
+
+    saved = {k: os.environ.get(k) for k in ("SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT")}
+    try:
+        code = main(list(args))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    assert code == 0, f"swiftcore {' '.join(args)} exited {code}"
+
+
+def _losses(log_file: Path) -> list[float]:
+    rows = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
+    return [r["loss"] for r in rows if "loss" in r]
+
+
+# ---------------------------------------------------------------------------------- training data
+
+
+@pytest.mark.parametrize("name", list(TOOL_RESULTS))
+def test_tool_call_trained_tool_result_not(name: str, tiny_model_dir: Any) -> None:
+    """The encoding ``swiftcore train`` uses: the call is trained (and parses back into the same OpenAI call),
+    the final answer is trained, the tool's result is not."""
+    from transformers import AutoTokenizer
+
+    import swiftcore
+    from swiftcore.models import resolve_model_spec
+    from swiftcore.template import get_template
+
+    plugins = swiftcore.load_plugins(env={})
+    model_dir = tiny_model_dir(name)
+    tpl = get_template(resolve_model_spec(str(model_dir), plugins).default_template, plugins)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    enc = tpl.encode(tok, _rows()[0])
+    assert TOOL_RESULTS[name] in enc.text  # the result is in the sequence ...
+    runs = loss_runs(enc.input_ids, enc.labels, tok)
+    assert all(TOOL_RESULTS[name] not in run for run in runs)  # ... but not in the loss
+    assert len(runs) == 2, runs
+    call = tpl.parse_response(runs[0])
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in call["tool_calls"]] == [
+        ("add", {"a": 3, "b": 4})
+    ]
+    assert tpl.parse_response(runs[1])["content"].strip() == "7"
+
+
+# ---------------------------------------------------------------------------------- trained and served
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def served(
+    request: pytest.FixtureRequest, tiny_model_dir: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Any]]:
+    """``(family, openai client)``: the family's tiny model fully fine-tuned on the tool rows, then deployed."""
+    import torch
+
+    name: str = request.param
+    family = FAMILIES[name]
+    work = tmp_path_factory.mktemp(f"agents-{name}")
+    data = work / "tools.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _rows()), encoding="utf-8")
+    run = work / "run"
+    # One torch thread: these models gain nothing from two, and the pool's waits are slow on a busy machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _swiftcore(
+            "train", "--model", str(tiny_model_dir(name)), "--dataset", str(data), "--tuner", "full",
+            "--learning-rate", str(family.learning_rate), "--batch-size", str(len(PAIRS)),
+            "--max-steps", str(family.steps), "--save-steps", str(family.steps), "--logging-steps", "5",
+            "--max-length", "1024", "--seed", "0", "--no-plot", "--output-dir", str(run),
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    losses = _losses(run / "logs.jsonl")
+    assert losses[-1] < losses[0] / 20, f"{name} did not memorise the tool rows: losses {losses}"
+    env = user_env(SWIFTCORE_API_KEY=API_KEY)
+    with deploy_process("--model", str(run / f"checkpoint-{family.steps}"), served_model_name=SERVED, env=env) as (
+        base,
+        _,
+    ):
+        yield name, openai.OpenAI(base_url=f"{base}/v1", api_key=API_KEY, max_retries=0, timeout=180)
+
+
+def _ask(client: Any, name: str, messages: list[dict[str, Any]], **extra: Any) -> Any:
+    """One greedy chat completion with the add tool offered."""
+    kwargs = FAMILIES[name].chat_kwargs
+    body = {"chat_template_kwargs": kwargs} if kwargs else None
+    return client.chat.completions.create(
+        model=SERVED, messages=messages, tools=TOOLS, temperature=0, max_tokens=128, extra_body=body, **extra
+    )
+
+
+def _question(a: int, b: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"What is {a} plus {b}?"}]
+
+
+@pytest.mark.slow
+def test_served_model_calls_the_tool(served: tuple[str, Any]) -> None:
+    """First reply of every training prompt: a call to ``add`` with that prompt's numbers, and nothing else."""
+    name, client = served
+    got = []
+    for a, b in PAIRS:
+        choice = _ask(client, name, _question(a, b)).choices[0]
+        calls = choice.message.tool_calls or []
+        got.append((choice.finish_reason, [(c.function.name, json.loads(c.function.arguments)) for c in calls]))
+        assert all(c.id and c.type == "function" for c in calls)
+    assert got == [("tool_calls", [("add", {"a": a, "b": b})]) for a, b in PAIRS], f"{name}: {got}"
+
+
+@pytest.mark.slow
+def test_served_model_streams_the_tool_call(served: tuple[str, Any]) -> None:
+    """Streamed: the ``tool_calls`` deltas assemble into the same call, and no raw call markup leaks as content."""
+    name, client = served
+    a, b = PAIRS[0]
+    chunks = [c for c in _ask(client, name, _question(a, b), stream=True) if c.choices]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assembled: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for delta in chunk.choices[0].delta.tool_calls or []:
+            call = assembled.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] += delta.id or ""
+            call["name"] += (delta.function.name or "") if delta.function else ""
+            call["arguments"] += (delta.function.arguments or "") if delta.function else ""
+    assert [(c["name"], json.loads(c["arguments"])) for c in assembled.values()] == [("add", {"a": a, "b": b})]
+    assert all(c["id"] for c in assembled.values())
+    assert text.strip() == "", f"{name}: content beside the call: {text!r}"
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.slow
+def test_served_model_answers_with_the_tool_result(served: tuple[str, Any], request: pytest.FixtureRequest) -> None:
+    """The full loop: the call comes back, the test runs ``add`` and returns its result as a ``tool`` message (the
+    assistant message sent back as the client received it), and the second reply's content is that result."""
+    name, client = served
+    if name in ANSWER_XFAIL:  # the family comes from a module fixture's parameter: mark the case here
+        request.applymarker(pytest.mark.xfail(strict=True, reason=ANSWER_XFAIL[name]))
+    answers = []
+    for a, b in PAIRS:
+        messages = _question(a, b)
+        first = _ask(client, name, messages).choices[0]
+        assert first.finish_reason == "tool_calls", f"{name}: {first}"
+        call = first.message.tool_calls[0]
+        args = json.loads(call.function.arguments)
+        result = str(args["a"] + args["b"])  # run the tool
+        messages.append(first.message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        second = _ask(client, name, messages).choices[0]
+        answers.append((second.finish_reason, (second.message.content or "").strip(), second.message.tool_calls))
+    assert answers == [("stop", str(a + b), None) for a, b in PAIRS], f"{name}: {answers}"
