@@ -140,6 +140,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("plugins/recipe_rl/tests/test_rollout_engine.py::test_full_fine_tuning_syncs_the_state_dict_in_buckets",),
     ),
     Mutation(
+        "weight-sync-tied",
+        "RL weight sync: a tied embedding/head crosses once (the engine ties it)",
+        "plugins/recipe_rl/src/swiftcore_recipe_rl/sync.py",
+        "            if key in seen:",
+        "            if False:",
+        ("plugins/recipe_rl/tests/test_full_sync_tied.py::test_a_tied_head_crosses_once_and_the_engine_follows",),
+    ),
+    Mutation(
         "rl-advantage-normalisation",
         "RL recipes: REINFORCE++ advantages are normalised over the batch",
         "plugins/recipe_rl/src/swiftcore_recipe_rl/trainer.py",
