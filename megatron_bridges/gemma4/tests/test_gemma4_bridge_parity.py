@@ -108,7 +108,7 @@ def test_megatron_loss_sees_capped_logits_and_trains(gemma4_extras: Path, extras
         assert grads[name].grad is not None and grads[name].grad.abs().sum() > 0, name
 
 
-def _hf_gradients_as_mcore(hf_dir: Path, bridge, tokens, labels, out: Path) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
+def _hf_gradients_as_mcore(model_class, hf_dir: Path, bridge, tokens, labels, out: Path) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
     """One backward of the transformers model (mean cross-entropy), its gradients in the mcore layout.
 
     The gradients are written as a checkpoint of the model's own shape and converted by the bridge: the rules that
@@ -117,10 +117,9 @@ def _hf_gradients_as_mcore(hf_dir: Path, bridge, tokens, labels, out: Path) -> d
     import shutil
 
     from safetensors.torch import save_file
-    from swiftcore_megatron import hf_to_mcore, read_hf_config
-    from swiftcore_megatron.parity import hf_model_class
+    from swiftcore_megatron import hf_to_mcore
 
-    model = hf_model_class(read_hf_config(hf_dir)).from_pretrained(hf_dir, dtype=torch.float32)
+    model = model_class.from_pretrained(hf_dir, dtype=torch.float32)
     logits = model(input_ids=tokens).logits.float()
     torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels).backward()
     named = dict(model.named_parameters())
@@ -134,8 +133,8 @@ def _hf_gradients_as_mcore(hf_dir: Path, bridge, tokens, labels, out: Path) -> d
     return load_mcore_state(out / "mcore", bridge)
 
 
-def test_gradients_equal_transformers_with_pad_and_placeholder_tokens(gemma4_tiny: Path, bridge, state,
-                                                                      tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_gradients_equal_transformers_with_pad_and_placeholder_tokens(gemma4_tiny: Path, bridge, state, tmp_path: Path,
+                                                                      plain_class) -> None:  # type: ignore[no-untyped-def]
     """One backward through the mcore model gives every parameter the gradient transformers gives it.
 
     The tokens hold the pad token and the image/video placeholders (which embed as pad): HF's embeddings have
@@ -149,7 +148,7 @@ def test_gradients_equal_transformers_with_pad_and_placeholder_tokens(gemma4_tin
     config = json.loads((gemma4_tiny / "config.json").read_text())
     tokens[0, 5], tokens[1, 7] = config["image_token_id"], config["video_token_id"]
     labels = torch.roll(tokens, -1, dims=1)
-    expected = _hf_gradients_as_mcore(gemma4_tiny, bridge, tokens, labels, tmp_path)
+    expected = _hf_gradients_as_mcore(plain_class("gemma4"), gemma4_tiny, bridge, tokens, labels, tmp_path)
 
     init_model_parallel(1, 1)
     model = bridge.build_model(params_dtype=torch.float32)
