@@ -31,7 +31,8 @@ def example_commands(text: str) -> dict[str, list[str]]:
     commands: dict[str, list[str]] = {}
     for code in re.findall(r"`(swiftcore train --recipe [^`]+)`", section):
         argv = shlex.split(code)
-        commands[argv[argv.index("--recipe") + 1]] = argv
+        if "--help" not in argv:  # the section also points at a recipe's --help; that is no example run
+            commands[argv[argv.index("--recipe") + 1]] = argv
     return commands
 
 
