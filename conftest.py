@@ -19,6 +19,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 _PLUGIN_ENV = ("SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under pytest-xdist (`pytest -n 2`) each worker has one core's worth: torch (read when it is first imported)
+    # and every subprocess a test starts run one thread each. Two workers on two cores with two threads each
+    # thrash (a 20-step tiny run measured 197 s instead of 1.5 s on a busy machine).
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_name] = "1"
+
 
 @pytest.fixture(autouse=True)
 def _restore_plugin_env() -> Iterator[None]:

@@ -9,6 +9,8 @@
 #      fused-expert adapter, which the CPU build refuses), plus images and audio on the multimodal families
 #      (plugins/backend_vllm/tests/test_media_gpu.py: vLLM's model files for them import torchvision, which
 #      the CPU build cannot have).
+#   3. Quantized checkpoints on vLLM's CUDA build (plugins/quantize/tests/test_vllm.py): every
+#      `swiftcore export --quantize` scheme served with the answers unchanged (FP8 needs Hopper or newer).
 #
 # SGLang's and vLLM's wheels each pin their own CUDA torch, so each gets its own virtual environment
 # (.venv-gpu-sglang, .venv-gpu-vllm), separate from the CPU .venv. Usage:
@@ -30,7 +32,7 @@ SWIFTCORE_DISTS=(-e "./core[train]")
 for dist in ./template_plugins/* ./model_plugins/* ./plugins/{data,media,train,infer,serve,tiny,testing}; do
   SWIFTCORE_DISTS+=(-e "$dist")
 done
-TARGETS=("${@:-sglang vllm}")
+TARGETS=("${@:-sglang vllm quantize}")
 status=0
 
 setup_env() {  # $1 = venv dir, rest = extra requirements
@@ -61,7 +63,13 @@ for target in ${TARGETS[*]}; do
       "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/backend_vllm/tests tests/test_deploy_vllm.py \
         || status=1
       ;;
-    *) echo "gpu_check: unknown target $target (sglang, vllm)" >&2; exit 2 ;;
+    quantize)
+      venv=.venv-gpu-vllm
+      setup_env "$venv" "vllm>=0.32"
+      "$venv/bin/pip" install -q --no-build-isolation -e ./plugins/quantize || status=1
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/quantize/tests/test_vllm.py || status=1
+      ;;
+    *) echo "gpu_check: unknown target $target (sglang, vllm, quantize)" >&2; exit 2 ;;
   esac
 done
 exit $status

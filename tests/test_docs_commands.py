@@ -144,6 +144,20 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "trained checkpoint of the command before it; tests/test_agents_e2e.py serves it and drives the tool loop "
         "with the openai client",
     },
+    "plugins/quantize/README.md": {
+        "pip install ./plugins/quantize": "installs into the test environment; the path is checked instead",
+        "swiftcore export --model ./out/checkpoint-100 --to-hf ./q-w4 --quantize w4a16": "needs a trained "
+        "checkpoint; plugins/quantize/tests/test_outcomes.py exports a trained tiny model with every scheme through "
+        "this command and checks the logits, answers and size",
+        "swiftcore export --model ./out/checkpoint-100 --to-hf ./q-int8 --quantize w8a8-int8 --calibration-dataset "
+        "data/train.jsonl --calibration-samples 256": "needs a trained checkpoint; the same test runs w8a8-int8 "
+        "calibrated on its training data",
+        "swiftcore export --model ./lora-out/checkpoint-100 --merge-lora ./merged": "needs a trained adapter; "
+        "README.md's export --merge-lora runs here",
+        "swiftcore export --model ./merged --to-hf ./q-fp8 --quantize fp8 --ignore re:.*mlp\\.experts\\..*": "needs "
+        "a merged checkpoint; plugins/quantize/tests/test_outcomes.py runs fp8, and --ignore of the experts on a "
+        "tiny OLMoE (test_vllm.py)",
+    },
     "plugins/scaffold/README.md": {
         "pip install ./plugins/scaffold": "installs into the test environment; the path is checked instead",
     },
