@@ -131,3 +131,27 @@ def test_quantized_export_keeps_the_trained_model(
     names = {f.name for f in out.iterdir()}
     assert {"tokenizer.json", "chat_template.jinja", "swiftcore_args.json", "generation_config.json"} <= names
     assert not names & {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin"}
+
+
+def test_a_process_group_in_the_process_does_not_send_a_cpu_export_to_the_accelerator(
+    trained: Any, facts_file: Path, tmp_path: Path
+) -> None:
+    """With a ``torch.distributed`` group initialised (a CPU torchrun; in the suite, an earlier test's megatron
+    group), llm-compressor took its distributed path and all-reduced on an accelerator this host lacks
+    ("'NoneType' object has no attribute 'type'" in AWQ); a CPU-only export keeps to itself."""
+    import torch.distributed as dist
+    from swiftcore_testing import free_port, run_cli
+
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        out = tmp_path / "out"
+        run_cli(
+            "export", "--model", str(trained("qwen3_5")), "--to-hf", str(out), "--quantize", "awq",
+            "--calibration-dataset", str(facts_file), "--calibration-samples", "4", *EXTRA["awq"],
+        )  # fmt: skip
+        assert (out / "config.json").is_file()
+    finally:
+        if owned:
+            dist.destroy_process_group()

@@ -106,20 +106,29 @@ def _load(model: Path) -> Any:
 
 
 @contextlib.contextmanager
-def _no_pinned_memory_without_accelerator() -> Iterator[None]:
-    """llm-compressor's AWQ pins its activation cache for faster host-to-device copies, which fails with no
-    accelerator ("Cannot access accelerator device"); pinning is only a speed-up, so skip it on CPU-only hosts."""
+def _cpu_only_host() -> Iterator[None]:
+    """llm-compressor's settings for a host with no accelerator (none changed where there is one).
+
+    - AWQ pins its activation cache for faster host-to-device copies, which fails with no accelerator ("Cannot
+      access accelerator device"); pinning is only a speed-up, so it is skipped.
+    - With a ``torch.distributed`` process group initialised in this process (a CPU torchrun, or a caller that set
+      one up), llm-compressor takes the distributed path, whose all-reduces run on the accelerator device and fail
+      without one ("'NoneType' object has no attribute 'type'"); compressed-tensors' ``as_single_threaded`` keeps
+      this process's export to itself.
+    """
     import torch
 
     if torch.accelerator.is_available():
         yield
         return
+    from compressed_tensors.offload import as_single_threaded
     from llmcompressor.pipelines.cache import IntermediatesCache
 
     original = IntermediatesCache.pin_memory
     IntermediatesCache.pin_memory = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
     try:
-        yield
+        with as_single_threaded():
+            yield
     finally:
         IntermediatesCache.pin_memory = original  # type: ignore[method-assign]
 
@@ -130,13 +139,14 @@ def _oneshot(model: Any, src: Path, scheme: Scheme, recipe: list[Any], ids: list
     from swiftcore.api.models import load_tokenizer
 
     if not scheme.calibrated:
-        oneshot(model=model, recipe=recipe)
+        with _cpu_only_host():
+            oneshot(model=model, recipe=recipe)
         return
     from datasets import Dataset
 
     data = Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]})
     try:
-        with _no_pinned_memory_without_accelerator():
+        with _cpu_only_host():
             oneshot(
                 model=model,
                 dataset=data,
