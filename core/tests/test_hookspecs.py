@@ -340,6 +340,24 @@ def test_addoption_adds_options_per_plugin_and_refuses_clashes(swiftcore_plugins
         collect_options(swiftcore_plugins, "train", {})
 
 
+def test_addoption_dest_names_the_value_click_parses() -> None:
+    """An option declared with ``dest=`` reaches the command under that name (click parses it there), as
+    :meth:`OptionGroup.addoption` documents; without it, under the flag's own name."""
+    import click
+    from click.testing import CliRunner
+
+    from swiftcore.options import OptionParser
+
+    parser = OptionParser("train")
+    parser.getgroup("toy").addoption("--toy-scale", "-s", dest="scale", type=float, default=1.0)
+    parser.getgroup("toy").addoption("--toy-name", default="a")
+    seen: dict = {}
+    command = click.Command("c", params=[o.click_option() for o in parser.options], callback=seen.update)
+    result = CliRunner().invoke(command, ["-s", "2.5", "--toy-name", "b"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"scale": 2.5, "toy_name": "b"}
+
+
 _TOY_EXPORTER = """
 import json
 from pathlib import Path

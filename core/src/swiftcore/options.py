@@ -52,7 +52,7 @@ class PluginOption:
         scope = f"[recipe {'|'.join(self.recipes)}] " if self.recipes else f"[{self.group}] "
         kwargs["help"] = scope + str(kwargs.get("help", ""))
         kwargs.setdefault("show_default", kwargs.get("default") not in (None, (), ""))
-        return click.Option(list(self.flags), **kwargs)
+        return click.Option([*self.flags, self.dest], **kwargs)  # the bare name is click's destination
 
 
 @dataclass
