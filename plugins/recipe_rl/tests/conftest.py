@@ -65,6 +65,33 @@ def vowel() -> Callable[..., tuple[Any, Any]]:
     return vowel_task
 
 
+#: The completion lengths of the loss checks' fixed batch (2 prompts x groups of 4).
+FIXED_LENGTHS = (3, 6, 1, 4, 5, 2, 6, 3)
+
+
+@pytest.fixture(scope="session")
+def fixed_batch() -> Callable[..., dict[str, Any]]:
+    """``fixed_batch(**columns)``: the loss checks' fixed batch as TRL's ``_compute_loss`` reads it: 8 completions of
+    :data:`FIXED_LENGTHS` tokens after 3-token prompts (``prompt_ids``, ``prompt_mask``, ``completion_ids``,
+    ``completion_mask``: 1 on each completion's tokens), plus ``columns`` (``advantages``, ``old_per_token_logps``,
+    ``num_items_in_batch``, ...) as given."""
+
+    def make(**columns: Any) -> dict[str, Any]:
+        import torch
+
+        lengths = torch.tensor(FIXED_LENGTHS)
+        width = max(FIXED_LENGTHS)
+        return {
+            "prompt_ids": torch.ones(len(FIXED_LENGTHS), 3, dtype=torch.long),
+            "prompt_mask": torch.ones(len(FIXED_LENGTHS), 3, dtype=torch.long),
+            "completion_ids": torch.ones(len(FIXED_LENGTHS), width, dtype=torch.long),
+            "completion_mask": (torch.arange(width)[None, :] < lengths[:, None]).long(),
+            **columns,
+        }
+
+    return make
+
+
 def column_reward(completions: list[str], *, r: list[float], **kwargs: Any) -> list[float]:
     """A reward that returns the row's ``r`` column: fixed rewards for the fixed-batch checks."""
     return [float(x) for x in r]

@@ -125,7 +125,12 @@ def test_advantages_equal_the_reference_and_trl(grpo_trainer: Any, scale: str, m
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 @pytest.mark.parametrize(("beta", "bias_correction"), [(0.0, True), (0.04, True), (0.04, False)])
 def test_loss_equals_the_reference_and_trl(
-    grpo_trainer: Any, loss_type: str, beta: float, bias_correction: bool, monkeypatch: pytest.MonkeyPatch
+    grpo_trainer: Any,
+    loss_type: str,
+    beta: float,
+    bias_correction: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    fixed_batch: Any,
 ) -> None:
     import torch
 
@@ -136,7 +141,13 @@ def test_loss_equals_the_reference_and_trl(
     ratios = [math.exp(x - y) for lp, lo in zip(logps, old, strict=True) for x, y in zip(lp, lo, strict=True)]
     assert min(ratios) < 1 - EPS_LOW and max(ratios) > 1 + EPS_HIGH  # both sides of the clipping are exercised
     current = _padded(logps, torch).requires_grad_(True)
-    mask = (torch.arange(max(LENGTHS))[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+    inputs = fixed_batch(
+        advantages=torch.tensor(adv, dtype=torch.float32),
+        old_per_token_logps=_padded(old, torch),
+        ref_per_token_logps=_padded(ref, torch),
+        num_items_in_batch=torch.tensor(num_items),
+    )
+    mask = inputs["completion_mask"]
 
     def fixed_logps_and_entropies(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, **kw: Any):
         assert logits_to_keep == max(LENGTHS)
@@ -154,16 +165,6 @@ def test_loss_equals_the_reference_and_trl(
         monkeypatch.setattr(trainer, name, value, raising=False)
     monkeypatch.setattr(trainer.args, "use_bias_correction_kl", bias_correction)
     trainer.model.train()
-    inputs = {
-        "prompt_ids": torch.ones(8, 3, dtype=torch.long),
-        "prompt_mask": torch.ones(8, 3, dtype=torch.long),
-        "completion_ids": torch.ones(8, max(LENGTHS), dtype=torch.long),
-        "completion_mask": mask,
-        "advantages": torch.tensor(adv, dtype=torch.float32),
-        "old_per_token_logps": _padded(old, torch),
-        "ref_per_token_logps": _padded(ref, torch),
-        "num_items_in_batch": torch.tensor(num_items),
-    }
     loss = trainer._compute_loss(trainer.model, inputs)
     want = reference_loss(
         logps, old, adv, loss_type, num_items=num_items, ref=ref, beta=beta, bias_correction=bias_correction

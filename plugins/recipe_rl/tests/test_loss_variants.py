@@ -64,14 +64,20 @@ def trl_args(tmp_path: Path, **method: Any) -> Any:
         return grpo_config(cfg, options(**method), tmp_path, reward_names=["column"])
 
 
-def trainer_loss(trainer: Any, args: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
-    """The trainer's loss on the fixed batch, with the settings of ``args`` (as GRPOTrainer.__init__ reads them);
-    ``(loss, the current log-probs tensor (its .grad after backward), completion mask)``."""
+def trainer_loss(trainer: Any, args: Any, monkeypatch: pytest.MonkeyPatch, fixed_batch: Any) -> tuple[Any, Any, Any]:
+    """The trainer's loss on the fixed batch (the ``fixed_batch`` fixture's), with the settings of ``args`` (as
+    GRPOTrainer.__init__ reads them); ``(loss, the current log-probs tensor (its .grad after backward), completion
+    mask)``."""
     import torch
     import trl
 
     current = _padded(CURRENT, torch).requires_grad_(True)
-    mask = (torch.arange(max(LENGTHS))[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+    inputs = fixed_batch(
+        advantages=torch.tensor(ADVANTAGES, dtype=torch.float32),
+        old_per_token_logps=_padded(OLD, torch),
+        num_items_in_batch=torch.tensor(NUM_ITEMS),
+    )
+    mask = inputs["completion_mask"]
 
     def fixed_logps_and_entropies(self: Any, model: Any, input_ids: Any, attention_mask: Any, keep: int, **kw: Any):
         return current, torch.ones_like(current), None
@@ -90,15 +96,6 @@ def trainer_loss(trainer: Any, args: Any, monkeypatch: pytest.MonkeyPatch) -> tu
     for name in ("delta", "sapo_temperature_pos", "sapo_temperature_neg"):
         monkeypatch.setattr(trainer.args, name, getattr(args, name))
     trainer.model.train()
-    inputs = {
-        "prompt_ids": torch.ones(8, 3, dtype=torch.long),
-        "prompt_mask": torch.ones(8, 3, dtype=torch.long),
-        "completion_ids": torch.ones(8, max(LENGTHS), dtype=torch.long),
-        "completion_mask": mask,
-        "advantages": torch.tensor(ADVANTAGES, dtype=torch.float32),
-        "old_per_token_logps": _padded(OLD, torch),
-        "num_items_in_batch": torch.tensor(NUM_ITEMS),
-    }
     loss = trainer._compute_loss(trainer.model, inputs)
     assert torch.equal(inputs["advantages"], torch.tensor(ADVANTAGES))  # the batch itself is left as it was
     return loss, current, mask
@@ -119,13 +116,15 @@ def check_gradient(current: Any, mask: Any, want_grad: list[list[float]]) -> Non
 # ------------------------------------------------------------------------------------------------ GSPO
 
 
-def test_gspo_sequence_ratio_equals_the_reference(grpo_trainer: Any, tmp_path: Path, monkeypatch: Any) -> None:
+def test_gspo_sequence_ratio_equals_the_reference(
+    grpo_trainer: Any, tmp_path: Path, monkeypatch: Any, fixed_batch: Any
+) -> None:
     """GSPO (Zheng et al., 2025, arXiv:2507.18071, eq. 5-7): ``s_i = exp(mean_t (log pi - log pi_old))``,
     ``J = 1/G sum_i min(s_i A_i, clip(s_i, 1 - eps, 1 + eps_high) A_i)``; the loss is ``-J``."""
     eps, eps_high = 0.05, 0.08
     args = trl_args(tmp_path, grpo_loss_type="gspo", grpo_epsilon=eps, grpo_epsilon_high=eps_high)
     assert (args.loss_type, args.importance_sampling_level) == ("grpo", "sequence")
-    loss, current, mask = trainer_loss(grpo_trainer, args, monkeypatch)
+    loss, current, mask = trainer_loss(grpo_trainer, args, monkeypatch, fixed_batch)
 
     seq = [math.exp(sum(a - b for a, b in zip(lp, lo, strict=True)) / len(lp)) for lp, lo in zip(CURRENT, OLD)]
     clipped = [min(max(s, 1 - eps), 1 + eps_high) for s in seq]
@@ -146,14 +145,14 @@ def test_gspo_sequence_ratio_equals_the_reference(grpo_trainer: Any, tmp_path: P
 # ------------------------------------------------------------------------------------------------ CISPO
 
 
-def test_cispo_equals_the_reference(grpo_trainer: Any, tmp_path: Path, monkeypatch: Any) -> None:
+def test_cispo_equals_the_reference(grpo_trainer: Any, tmp_path: Path, monkeypatch: Any, fixed_batch: Any) -> None:
     """CISPO (MiniMax-M1, arXiv:2506.13585, eq. 4; TRL's convention caps the weight at ``eps_max``):
     ``L = -1/N sum_{i,t} sg(min(r_{i,t}, eps_max)) A_i log pi(y_{i,t})``, ``N`` the generation batch's tokens; the
     gradient flows through ``log pi`` only (the clipped weight is detached, so clipped tokens still learn)."""
     eps_max = 1.3
     args = trl_args(tmp_path, grpo_loss_type="cispo", grpo_epsilon_high=eps_max)
     assert args.loss_type == "cispo"
-    loss, current, mask = trainer_loss(grpo_trainer, args, monkeypatch)
+    loss, current, mask = trainer_loss(grpo_trainer, args, monkeypatch, fixed_batch)
 
     r = ratios()
     assert max(max(row) for row in r) > eps_max
@@ -171,12 +170,14 @@ def test_cispo_equals_the_reference(grpo_trainer: Any, tmp_path: Path, monkeypat
 # ------------------------------------------------------------------------------------------------ SAPO
 
 
-def test_sapo_soft_gate_equals_the_reference(grpo_trainer: Any, tmp_path: Path, monkeypatch: Any) -> None:
+def test_sapo_soft_gate_equals_the_reference(
+    grpo_trainer: Any, tmp_path: Path, monkeypatch: Any, fixed_batch: Any
+) -> None:
     """SAPO (arXiv:2511.20347): the hard clip replaced by ``f(r) = 4 / tau * sigmoid(tau (r - 1))``, ``tau`` of the
     advantage's sign; ``L = -1/G sum_i 1/|y_i| sum_t f(r_{i,t}) A_i``."""
     tau_pos, tau_neg = 1.0, 1.7
     args = trl_args(tmp_path, grpo_loss_type="sapo", sapo_temperature_pos=tau_pos, sapo_temperature_neg=tau_neg)
-    loss, _, _ = trainer_loss(grpo_trainer, args, monkeypatch)
+    loss, _, _ = trainer_loss(grpo_trainer, args, monkeypatch, fixed_batch)
 
     def gate(r: float, tau: float) -> float:
         return 4.0 / tau / (1.0 + math.exp(-tau * (r - 1.0)))
@@ -222,7 +223,7 @@ def reference_fipo_weights(
     ],
 )
 def test_fipo_equals_the_reference(
-    grpo_trainer: Any, tmp_path: Path, monkeypatch: Any, method: dict, filter_ratio: float | None
+    grpo_trainer: Any, tmp_path: Path, monkeypatch: Any, fixed_batch: Any, method: dict, filter_ratio: float | None
 ) -> None:
     """FIPO (arXiv:2603.19835): DAPO's token-level clipped loss with each token's advantage times its influence
     weight ``f_t = clip(exp(sum_{k>=t} gamma^(k-t) d_k))`` (see :func:`swiftcore_recipe_rl.losses.fipo_weights`)."""
@@ -234,7 +235,7 @@ def test_fipo_equals_the_reference(
     monkeypatch.setattr(grpo_trainer, "fipo", None)  # restored after the test
     configure_loss_variants(grpo_trainer, options(grpo_loss_type="fipo", **method))
     assert grpo_trainer.fipo is not None
-    loss, current, mask = trainer_loss(grpo_trainer, args, monkeypatch)
+    loss, current, mask = trainer_loss(grpo_trainer, args, monkeypatch, fixed_batch)
 
     opts = options(grpo_loss_type="fipo", **method)
     weights = reference_fipo_weights(

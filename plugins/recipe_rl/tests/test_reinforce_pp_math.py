@@ -104,7 +104,9 @@ def test_reinforce_pp_advantages_equal_the_reference(
     assert abs(flat.mean().item()) < 1e-6 and abs(flat.var(unbiased=False).item() - 1) < 1e-5  # globally normalised
 
 
-def test_reinforce_pp_loss_equals_the_reference(reinforce_pp_trainer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reinforce_pp_loss_equals_the_reference(
+    reinforce_pp_trainer: Any, monkeypatch: pytest.MonkeyPatch, fixed_batch: Any
+) -> None:
     import torch
 
     trainer = reinforce_pp_trainer
@@ -120,17 +122,13 @@ def test_reinforce_pp_loss_equals_the_reference(reinforce_pp_trainer: Any, monke
 
     monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", fixed_logps_and_entropies)
     monkeypatch.setattr(trainer, "current_gradient_accumulation_steps", 1, raising=False)
-    mask = (torch.arange(max(LENGTHS))[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+    inputs = fixed_batch(
+        advantages=_padded(adv, torch),
+        old_per_token_logps=_padded(old, torch),
+        num_items_in_batch=torch.tensor(num_items),
+    )
+    mask = inputs["completion_mask"]
     trainer.model.train()
-    inputs = {
-        "prompt_ids": torch.ones(8, 3, dtype=torch.long),
-        "prompt_mask": torch.ones(8, 3, dtype=torch.long),
-        "completion_ids": torch.ones(8, max(LENGTHS), dtype=torch.long),
-        "completion_mask": mask,
-        "advantages": _padded(adv, torch),
-        "old_per_token_logps": _padded(old, torch),
-        "num_items_in_batch": torch.tensor(num_items),
-    }
     assert trainer.loss_type == "dapo" and trainer.epsilon_high == EPS_HIGH
     loss = trainer._compute_loss(trainer.model, inputs)
     want = reference_loss(logps, old, adv, num_items)

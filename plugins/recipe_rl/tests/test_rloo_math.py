@@ -96,7 +96,9 @@ def test_rloo_advantages_equal_the_reference_and_trl(
     assert torch.allclose(out["old_logps"], torch.tensor([sum(x) for x in old]), atol=1e-5)
 
 
-def test_rloo_loss_equals_the_reference_and_trl(rloo_trainer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rloo_loss_equals_the_reference_and_trl(
+    rloo_trainer: Any, monkeypatch: pytest.MonkeyPatch, fixed_batch: Any
+) -> None:
     import torch
 
     trainer = rloo_trainer
@@ -117,16 +119,12 @@ def test_rloo_loss_equals_the_reference_and_trl(rloo_trainer: Any, monkeypatch: 
         return current, torch.ones_like(current), None
 
     monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", fixed_logps_and_entropies)
-    mask = (torch.arange(max(LENGTHS))[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+    inputs = fixed_batch(
+        old_logps=torch.tensor([sum(x) for x in old], dtype=torch.float32),
+        advantages=torch.tensor(adv, dtype=torch.float32),
+    )
+    mask = inputs["completion_mask"]
     trainer.model.train()
-    inputs = {
-        "prompt_ids": torch.ones(8, 3, dtype=torch.long),
-        "prompt_mask": torch.ones(8, 3, dtype=torch.long),
-        "completion_ids": torch.ones(8, max(LENGTHS), dtype=torch.long),
-        "completion_mask": mask,
-        "old_logps": torch.tensor([sum(x) for x in old], dtype=torch.float32),
-        "advantages": torch.tensor(adv, dtype=torch.float32),
-    }
     loss = trainer._compute_loss(trainer.model, inputs)
     want = reference_rloo_loss(logps, old, adv)
     diff = abs(loss.item() - want)

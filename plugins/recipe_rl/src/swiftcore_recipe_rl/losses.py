@@ -3,6 +3,8 @@
 - :func:`fipo_weights`: FIPO's future-KL influence weights (Ma et al., 2026, "FIPO: Eliciting Deep Reasoning with
   Future-KL Influenced Policy Optimization", arXiv:2603.19835). The trainer multiplies each token's advantage by
   its weight and hands the ``(B, T)`` advantages to TRL's ``dapo`` loss (TRL takes that shape for subclasses).
+- :func:`rollout_kl`: the training-inference mismatch, ``KL(engine || trainer)`` over the sampled tokens, logged as
+  ``rollout_kl`` when an engine's rollouts are importance-corrected (the correction itself, TIS or MIS, is TRL's).
 - :func:`informative_groups`: DAPO's dynamic sampling (Yu et al., 2025, arXiv:2503.14476, eq. 11), filter form: the
   groups whose rewards are not all equal; the trainer leaves the others out of the loss and of its token count.
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["fipo_weights", "informative_groups"]
+__all__ = ["fipo_weights", "informative_groups", "rollout_kl"]
 
 
 def fipo_weights(
@@ -85,3 +87,27 @@ def informative_groups(rewards: Any, group_size: int) -> Any:
     filled_max = grouped.nan_to_num(nan=-math.inf).amax(dim=1)
     filled_min = grouped.nan_to_num(nan=math.inf).amin(dim=1)
     return (filled_max > filled_min).repeat_interleave(group_size)
+
+
+def rollout_kl(trainer_logps: Any, rollout_logps: Any, mask: Any) -> Any:
+    """The mismatch between a rollout engine and the trainer: ``KL(mu || pi)`` per completion token, a 0-dim tensor.
+
+    ``mu`` is the engine's sampling distribution (its log-probs of the tokens it sampled, ``rollout_logps``) and
+    ``pi`` the trainer's policy on the same tokens (``trainer_logps``, TRL's ``old_per_token_logps``). The tokens were
+    drawn from ``mu``, so with ``r_t = pi(y_t) / mu(y_t)`` the k3 estimator::
+
+        rollout_kl = sum_t M_t (r_t - 1 - log r_t) / sum_t M_t
+
+    is an unbiased estimate of ``KL(mu || pi)`` (``E_mu[r] = 1``) and never negative; it is 0 exactly when the two
+    agree on every sampled token. Tokens the engine could not score (NaN) are left out.
+
+    Args:
+        trainer_logps: ``(B, T)`` the trainer's log-probs of the sampled tokens.
+        rollout_logps: ``(B, T)`` the engine's sampling log-probs of them.
+        mask: ``(B, T)`` 1 on the completion tokens the loss counts.
+    """
+    log_ratio = trainer_logps.detach().double() - rollout_logps.detach().double()
+    keep = mask.bool() & ~log_ratio.isnan()
+    log_ratio = log_ratio.nan_to_num(nan=0.0)
+    k3 = (log_ratio.exp() - 1.0 - log_ratio) * keep
+    return (k3.sum() / keep.sum().clamp(min=1)).to(trainer_logps.dtype)

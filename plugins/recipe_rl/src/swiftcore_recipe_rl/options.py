@@ -397,6 +397,8 @@ class GRPOOptions(RolloutOptions):
             ``chord_mu_valley``.
         chord_batch_size: CHORD: expert samples per device and micro-batch of the loss.
         chord_phi: CHORD-phi: weight each expert token's loss by ``p (1 - p)``.
+        fp32_lm_head: compute the policy's LM head (and so its log-probs) in float32 when it trains in bfloat16 or
+            float16: TRL's ``cast_lm_head_to_fp32``, one of the training-inference mismatch remedies (docs/rl.md).
     """
 
     grpo_loss_type: str = "dapo"
@@ -422,6 +424,7 @@ class GRPOOptions(RolloutOptions):
     chord_mu_decay_steps: int = 200
     chord_batch_size: int = 1
     chord_phi: bool = False
+    fp32_lm_head: bool = False
 
     recipe = "grpo"
 
@@ -617,9 +620,11 @@ _HELP = {
     "rollout_staleness), corrected by --rollout-importance-sampling.",
     "rollout_importance_sampling": "Correct engine rollouts for the gap between the engine's sampling and the policy "
     "being trained (staleness, numerics): " + ", ".join(IMPORTANCE_SAMPLING_MODES[2:]) + " (TRL's modes: truncate "
-    "clips the ratio at --rollout-is-clip-max, mask zeroes tokens or sequences above it), none, or auto "
-    "(token_truncate with --async-rollouts, else none).",
-    "rollout_is_clip_max": "Upper bound of the importance ratio of --rollout-importance-sampling.",
+    "clips the ratio at --rollout-is-clip-max, mask zeroes tokens or sequences above it; token_truncate is TIS, "
+    "token_mask and sequence_mask are MIS), none, or auto (token_truncate with --async-rollouts, else none). With a "
+    "correction on, the engine-trainer mismatch is logged as rollout_kl (docs/rl.md).",
+    "rollout_is_clip_max": "Upper bound of the importance ratio of --rollout-importance-sampling (the cap C of TIS "
+    "and MIS).",
     "ray": "Run the trainer, the rollout engine (--rollout-engine; transformers when it is trainer) and each reward as "
     "Ray actors (pip install ray): a local Ray cluster, or the one RAY_ADDRESS names. Not with --rollout-server.",
     "sync_bucket_mb": "Weight sync to the rollout engine with --tuner full: largest bucket in MiB (LoRA sends only "
@@ -659,6 +664,9 @@ _HELP = {
     "chord_batch_size": "CHORD: expert samples per device in each micro-batch's SFT term (the data is cycled).",
     "chord_phi": "CHORD-phi: weight each expert token's loss by p (1 - p), p the policy's probability of the token "
     "(detached), so tokens it already predicts or finds far off-policy pull less.",
+    "fp32_lm_head": "Compute the policy's LM head in float32 (TRL's cast_lm_head_to_fp32), for --dtype bfloat16 or "
+    "float16 runs: the trainer's log-probs then lose less precision against the rollout engine's (a "
+    "training-inference mismatch remedy; no effect with --dtype float32).",
     "scale_rewards": f"Reward scaling into advantages: {', '.join(SCALE_REWARDS)}.",
     "rloo_beta": "Weight of the KL penalty subtracted from each reward: beta * sum over tokens of "
     "(log pi - log pi_ref) (0 = no reference model).",

@@ -109,6 +109,7 @@ def grpo_config(cfg: Any, options: GRPOOptions, output_dir: Path, *, reward_name
         loss_type=loss_type, importance_sampling_level=level, beta=options.grpo_beta, epsilon=options.grpo_epsilon,
         epsilon_high=options.grpo_epsilon_high, delta=options.grpo_delta, scale_rewards=options.scale_rewards,
         sapo_temperature_pos=options.sapo_temperature_pos, sapo_temperature_neg=options.sapo_temperature_neg,
+        cast_lm_head_to_fp32=options.fp32_lm_head,
     )  # fmt: skip
 
 

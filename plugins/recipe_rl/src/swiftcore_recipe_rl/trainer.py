@@ -74,6 +74,10 @@ def _engine_rollouts() -> type:
         policy's log-probs of each rollout, forms the truncated (or masked) ratio and weighs the loss with it.
         Inside generation it reads False, so TRL never reaches for a vLLM client of its own.
 
+        With the correction on, the mismatch between the engine's and the trainer's log-probs of each round is logged
+        as ``rollout_kl`` (:func:`~swiftcore_recipe_rl.losses.rollout_kl`, ``KL(engine || trainer)``), next to TRL's
+        ``sampling/sampling_logp_difference/*`` and ``sampling/importance_sampling_ratio/*``.
+
         Set by the recipe (None: TRL's own generation): ``rollout_engine`` (an engine), ``weight_sync``
         (:class:`~swiftcore_recipe_rl.sync.WeightSync`), ``prompt_records`` (template ids -> the prompt record,
         so the engine encodes and parses it as served), ``async_rollouts`` and ``importance_sampling``.
@@ -130,6 +134,18 @@ def _engine_rollouts() -> type:
                 return completion_ids
             logprobs = [g.logprobs for g, _ in rollouts] if self.importance_sampling else None
             return completion_ids, logprobs
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            sampled, trained = out.get("sampling_per_token_logps"), out.get("old_per_token_logps")
+            if self.importance_sampling and sampled is not None and trained is not None:
+                from swiftcore_recipe_rl.losses import rollout_kl
+
+                mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+                kl = rollout_kl(trained, sampled, mask)
+                mode = "train" if self.model.training else "eval"
+                self._metrics[mode]["rollout_kl"].append(self.accelerator.gather(kl).mean().item())
+            return out
 
         def sync_rollout_engine(self) -> Any:
             """Push the policy's weights to the engine once per optimiser step (the first round included); log
