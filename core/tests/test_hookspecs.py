@@ -326,6 +326,7 @@ def test_addoption_adds_options_per_plugin_and_refuses_clashes(swiftcore_plugins
         (("--verbose-toy",), "verbose_toy", (), "adds"),
     ]
     assert options[0].applies_to("toy") and not options[0].applies_to("sft") and options[1].applies_to("sft")
+    assert options[0].applies_to("toy.megatron") and not options[0].applies_to("sft.megatron")
 
     class Clashes:
         SWIFTCORE_API = "1.1"

@@ -41,8 +41,9 @@ class PluginOption:
     plugin: str
 
     def applies_to(self, recipe: str) -> bool:
-        """Whether the option is valid with ``recipe`` (an option of no recipe is valid with all)."""
-        return not self.recipes or recipe in self.recipes
+        """Whether the option is valid with ``recipe`` (an option of no recipe is valid with all; ``NAME.ENGINE``,
+        the recipe on another engine, takes ``NAME``'s, so the engine's plugin need not be named by the recipe's)."""
+        return not self.recipes or recipe in self.recipes or recipe.partition(".")[0] in self.recipes
 
     def click_option(self) -> Any:
         """The :class:`click.Option` for this option (its help names the group or recipe)."""

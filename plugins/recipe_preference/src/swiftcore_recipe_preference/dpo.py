@@ -48,7 +48,7 @@ def dpo_trainer_class() -> Any:
     return PreferenceDPOTrainer
 
 
-def _check_ref_tokenizer(ref_dir: str, tokenizer: Any) -> None:
+def check_ref_tokenizer(ref_dir: str, tokenizer: Any) -> None:
     """Refuse a reference model whose tokenizer differs from the policy's: their log-probs would score other
     token sequences, and the DPO log-ratio would be meaningless."""
     from swiftcore.api.models import load_tokenizer
@@ -83,7 +83,7 @@ def load_policy_and_reference(cfg: Any, options: Any, spec: Any, plugins: Plugin
         return policy, None  # TRL scores the reference with the untrained policy before the first step
     ref_dir = ref_model or cfg.model
     if ref_model:
-        _check_ref_tokenizer(ref_dir, tokenizer)
+        check_ref_tokenizer(ref_dir, tokenizer)
     ref_spec = resolve_model_spec(ref_dir, plugins) if ref_model else spec
     reference = load_model(ref_spec, ref_dir, plugins, torch_dtype=dtype).eval()
     reference.requires_grad_(False)

@@ -37,6 +37,8 @@ class TrainLoop:
     step: int = 0
     log_history: list[dict[str, Any]] = field(default_factory=list)
     _checked: bool = False
+    #: Metrics of the last step besides its loss (a recipe's, e.g. DPO's rewards), averaged over the logging window.
+    _step_metrics: dict[str, float] = field(default_factory=dict)
 
     def resume(self, checkpoint: Path) -> None:
         """Continue from ``checkpoint``: model, optimizer, schedule and RNG restored, its log kept."""
@@ -65,6 +67,7 @@ class TrainLoop:
         total = self.schedule.total_steps
         bar = tqdm(total=total, initial=self.step, desc="training (megatron)", disable=not rank0)
         window: list[float] = []
+        metrics: list[dict[str, float]] = []
         start, tokens = time.perf_counter(), 0
         last_saved = None
         self.model.train()
@@ -75,6 +78,7 @@ class TrainLoop:
             self.step += 1
             tokens += step_tokens
             window.append(loss)
+            metrics.append(self._step_metrics)
             bar.update(1)
             if self.step % self.cfg.logging_steps == 0 or self.step == total:
                 record = {
@@ -82,20 +86,22 @@ class TrainLoop:
                     "grad_norm": norm,
                     "learning_rate": learning_rate,
                 }
+                for name in metrics[-1]:
+                    record[name] = sum(m[name] for m in metrics) / len(metrics)
                 elapsed = time.perf_counter() - start
                 if elapsed > 0:
                     record["tokens_per_second"] = round(tokens / elapsed, 1)
                 self._log(record)
                 bar.set_postfix(loss=f"{record['loss']:.4f}")
-                window = []
+                window, metrics = [], []
             if self.val_samples and self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0:
-                self._log({"eval_loss": self._evaluate()})
+                self._log(self._eval_record())
             if self.step % self.cfg.save_steps == 0:
                 last_saved = self._save()
         bar.close()
         self._log(_peak_memory())
         if self.val_samples and not self.cfg.eval_steps:
-            self._log({"eval_loss": self._evaluate()})
+            self._log(self._eval_record())
         if last_saved is None or last_saved.name != f"checkpoint-{self.step}":
             last_saved = self._save()
         log_file = self.output_dir / "logs.jsonl"
@@ -120,15 +126,10 @@ class TrainLoop:
         from megatron.core import parallel_state
 
         from swiftcore_train_megatron.engine import (
-            check_replicated_gradients,
-            clip_gradients,
-            gradient_norm,
             label_tokens,
             micro_batch_loss,
             model_inputs,
             pipeline_loss,
-            reduce_gradients,
-            reduce_tied_embedding,
             scale_mtp_loss,
         )
 
@@ -156,6 +157,21 @@ class TrainLoop:
         dp_group = parallel_state.get_data_parallel_group()
         if dist.get_world_size(dp_group) > 1:
             dist.all_reduce(loss_sum, group=dp_group)
+        norm = self._apply_gradients()
+        tokens = sum(len(self.train_samples[i]["input_ids"]) for batches in per_rank for mb in batches for i in mb)
+        return float(loss_sum) / max(step_tokens, 1), norm, tokens
+
+    def _apply_gradients(self) -> float:
+        """The end of every step, whatever its loss: gradients reduced over the ranks, checked (first step),
+        clipped, the optimiser and schedule stepped; returns the gradient norm before clipping."""
+        from swiftcore_train_megatron.engine import (
+            check_replicated_gradients,
+            clip_gradients,
+            gradient_norm,
+            reduce_gradients,
+            reduce_tied_embedding,
+        )
+
         reduce_gradients(self.model, self.bridge)
         reduce_tied_embedding(self.model)
         if not self._checked:  # the first step of this process (also after a resume)
@@ -166,8 +182,7 @@ class TrainLoop:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        tokens = sum(len(self.train_samples[i]["input_ids"]) for batches in per_rank for mb in batches for i in mb)
-        return float(loss_sum) / max(step_tokens, 1), norm, tokens
+        return norm
 
     def _padded(self, length: int) -> int:
         """``length`` rounded up to a multiple of the tensor-parallel size under sequence parallelism (each rank
@@ -177,6 +192,10 @@ class TrainLoop:
 
     def _samples(self, indices: list[int]) -> list[dict]:
         return [self.train_samples[i] for i in indices]
+
+    def _eval_record(self) -> dict[str, float]:
+        """What an evaluation logs: ``eval_loss`` (a recipe's loop may add its own metrics)."""
+        return {"eval_loss": self._evaluate()}
 
     def _evaluate(self) -> float:
         """Token-mean loss over the validation samples (batches of ``--batch-size``, split over data-parallel ranks)."""

@@ -1,4 +1,5 @@
-"""Hook implementations of swiftcore-train-megatron: the ``sft.megatron`` recipe and its parallelism options."""
+"""Hook implementations of swiftcore-train-megatron: the ``sft.megatron`` and ``dpo.megatron`` recipes and their
+parallelism options."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from swiftcore.api import RecipeSpec, hookimpl
 SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 #: The recipes this engine trains, as ``swiftcore train --engine megatron --recipe NAME`` names them.
-RECIPES = ("sft.megatron",)
+RECIPES = ("sft.megatron", "dpo.megatron")
 
 
 @hookimpl
 def swiftcore_register_recipes() -> list[RecipeSpec]:
-    """``sft.megatron``: supervised fine-tuning on megatron-core (``swiftcore train --engine megatron``)."""
+    """``sft.megatron``: supervised fine-tuning on megatron-core (``swiftcore train --engine megatron``);
+    ``dpo.megatron``: the ``dpo`` recipe (swiftcore-recipe-preference) on megatron-core."""
     return [
         RecipeSpec(
             name="sft.megatron",
@@ -23,7 +25,15 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             tasks=("causal_lm",),
             description="supervised fine-tuning (full weights or LoRA) on megatron-core through the family's bridge: "
             "--tp, --pp, --ep under torchrun; checkpoints resume exactly and load in transformers",
-        )
+        ),
+        RecipeSpec(
+            name="dpo.megatron",
+            run="swiftcore_train_megatron.dpo:run_megatron_dpo",
+            config="swiftcore_train_megatron.layout:ParallelLayout",
+            tasks=("causal_lm",),
+            description="DPO on megatron-core (full weights or LoRA, --tp under torchrun): the dpo recipe's pairs, "
+            "template encoding and loss (TRL's), reference log-probs computed once from the initial weights",
+        ),
     ]
 
 

@@ -54,11 +54,12 @@ def _refuse_unsupported(cfg: TrainConfig) -> None:
         raise SwiftcoreError("--engine megatron:\n  " + "\n  ".join(problems))
 
 
-def _bridge(cfg: TrainConfig, spec: Any, plugins: PluginSet) -> tuple[Any, Any]:
+def _bridge(cfg: TrainConfig, spec: Any, plugins: PluginSet, model_dir: str | None = None) -> tuple[Any, Any]:
+    """``(bridge spec, bridge)`` of ``model_dir`` (default ``--model``)."""
     from swiftcore_megatron import BridgeError, read_hf_config, resolve_bridge
 
     try:
-        return resolve_bridge(read_hf_config(Path(cfg.model)), plugins)
+        return resolve_bridge(read_hf_config(Path(model_dir or cfg.model)), plugins)
     except BridgeError as exc:
         raise SwiftcoreError(
             f"--engine megatron: model {spec.name!r} ({spec.provider}) cannot be trained on megatron-core: {exc}. "

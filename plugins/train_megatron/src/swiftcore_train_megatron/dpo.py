@@ -1,0 +1,316 @@
+"""The ``dpo.megatron`` recipe: DPO on megatron-core (``swiftcore train --engine megatron --recipe dpo``), read top to
+bottom.
+
+It is the ``dpo`` recipe of swiftcore-recipe-preference on this engine, with that recipe's own parts: its options
+(``DPOOptions``), its checks and pair loading (``prepare``), its encoding of each pair with the family's template
+(``encode_dpo_pairs``) and its loss, TRL's (``dpo_loss`` runs TRL 1.16's ``DPOTrainer._compute_loss`` on the log-probs
+computed here). The policy's log-probs come from the sharded megatron model (megatron's vocabulary-parallel cross
+entropy, so tensor parallelism never gathers the logits); the reference's are computed once before the first step, from
+the initial weights (with LoRA: the model before its adapter learns anything, B = 0) or from ``--ref-model``, so no
+second model stays in memory. Steps, checkpoints, LoRA and the Hugging Face export are the SFT loop's
+(:mod:`~swiftcore_train_megatron.loop`).
+
+The step's loss is the mean over its pairs (every micro-batch of every data-parallel rank), as the transformers
+engine's with equal micro-batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from swiftcore_train import TrainConfig, TrainResult, is_main_process
+
+from swiftcore.api import SwiftcoreError
+from swiftcore_train_megatron.layout import ParallelLayout, world_size
+from swiftcore_train_megatron.loop import TrainLoop
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
+
+__all__ = ["DPOLoop", "run_megatron_dpo"]
+
+log = logging.getLogger("swiftcore.train.megatron")
+
+_MEDIA = ("images", "audios", "videos")
+
+
+def _dpo_options(cfg: TrainConfig) -> Any:
+    """The ``dpo`` recipe's options from the flags this run was given (its defaults for the others)."""
+    import dataclasses
+
+    from swiftcore_recipe_preference import DPOOptions
+
+    own = {f.name for f in dataclasses.fields(DPOOptions)}
+    try:
+        return DPOOptions(**{k: v for k, v in cfg.recipe_options.items() if k in own})
+    except (TypeError, ValueError) as exc:
+        raise SwiftcoreError(f"recipe 'dpo.megatron': invalid options: {exc}") from exc
+
+
+def _refuse_dpo(cfg: TrainConfig, options: Any, layout: ParallelLayout) -> None:
+    """What ``dpo.megatron`` does not do yet, refused by name before anything loads (besides the engine's own)."""
+    problems = []
+    if layout.pp > 1:
+        problems.append(f"--pp {layout.pp}: DPO does not run through pipeline stages yet; use --tp (and --pp 1)")
+    if layout.ep > 1:
+        problems.append(f"--ep {layout.ep}: DPO trains dense families only so far; use --ep 1")
+    if cfg.truncation in ("truncate_right", "truncate_left"):
+        problems.append(f"--truncation {cfg.truncation}: DPO on this engine does not cut pairs; use drop or error")
+    if cfg.resume_from_checkpoint:
+        problems.append("--resume-from-checkpoint: DPO on this engine does not resume yet; start a new run")
+    if cfg.tuner == "lora" and options.ref_model:
+        problems.append("--ref-model: with --tuner lora the reference is --model before the adapter learns; drop "
+                        "--ref-model, or train with --tuner full")  # fmt: skip
+    if problems:
+        raise SwiftcoreError("--engine megatron --recipe dpo:\n  " + "\n  ".join(problems))
+
+
+def _refuse_model(bridge: Any, bridge_spec: Any) -> None:
+    if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
+        raise SwiftcoreError(
+            f"--engine megatron --recipe dpo: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
+            "layers, whose extra losses DPO on this engine does not add yet; train a dense family, or run "
+            "--recipe dpo on the default engine (drop --engine)"
+        )
+
+
+def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
+    """DPO-train ``cfg.model`` on ``cfg.dataset`` pairs with megatron-core (see ``swiftcore train --help``).
+
+    Returns:
+        :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model (or a peft
+        adapter with LoRA) and the megatron shards, as ``sft.megatron`` saves them.
+    """
+    from swiftcore_train import generation_defaults, start_run
+
+    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _optimizer_and_scheduler, _refuse_unsupported
+
+    cfg.validate()
+    _refuse_unsupported(cfg)
+    options = _dpo_options(cfg)
+    _refuse_dpo(cfg, options, layout)
+    from swiftcore_recipe_preference import check_ref_tokenizer, encode_dpo_pairs, prepare
+
+    prepared = prepare(cfg, plugins, "dpo")
+    if any(pair.prompt.get(k) for pair in [*prepared.train, *prepared.val] for k in _MEDIA):
+        raise SwiftcoreError(
+            "--engine megatron --recipe dpo: image / audio / video pairs are not supported by this engine yet; "
+            "run them on the default engine (drop --engine)"
+        )
+    bridge_spec, bridge = _bridge(cfg, prepared.spec, plugins)
+    _refuse_model(bridge, bridge_spec)
+    world = world_size()
+    layout.check(bridge, bridge_spec, world)
+    if options.ref_model:
+        check_ref_tokenizer(options.ref_model, prepared.tokenizer)
+        ref_bridge_spec, ref_bridge = _bridge(cfg, prepared.spec, plugins, model_dir=options.ref_model)
+        _refuse_model(ref_bridge, ref_bridge_spec)
+        layout.check(ref_bridge, ref_bridge_spec, world)
+    train = encode_dpo_pairs(prepared.train, prepared.template, prepared.tokenizer, cfg)
+    val = encode_dpo_pairs(prepared.val, prepared.template, prepared.tokenizer, cfg) if prepared.val else []
+    output_dir = Path(cfg.output_dir)
+    if is_main_process():
+        from swiftcore_train import plan_output_dir, run_inputs
+
+        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+    log.info("dpo: model %s, bridge %s, tp %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp, world)
+
+    # Every check passed: only now the process group and the model.
+    from swiftcore_megatron import init_model_parallel
+
+    from swiftcore_train_megatron.engine import load_sharded_model
+
+    init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
+    model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    lora = _add_lora(cfg, prepared.spec, bridge, model) if cfg.tuner == "lora" else None
+    pad_id = prepared.tokenizer.pad_token_id
+    pad_id = pad_id if pad_id is not None else (prepared.tokenizer.eos_token_id or 0)
+    if options.ref_model:
+        reference = load_sharded_model(ref_bridge, options.ref_model, tp=layout.tp, ep=layout.ep)
+        ref_train, ref_val = (reference_logps(reference, s, pad_id, cfg.batch_size) for s in (train, val))
+        del reference
+    else:  # the initial weights (with LoRA, B = 0: the base model) are the reference
+        ref_train, ref_val = (reference_logps(model, s, pad_id, cfg.batch_size) for s in (train, val))
+    from swiftcore_train_megatron.schedule import Schedule
+
+    schedule = Schedule(
+        num_samples=len(train),
+        batch_size=cfg.batch_size,
+        grad_accum=cfg.gradient_accumulation_steps,
+        data_parallel=layout.data_parallel(world),
+        seed=cfg.seed,
+        max_steps=cfg.max_steps,
+        epochs=cfg.num_train_epochs,
+    )
+    optimizer, scheduler = _optimizer_and_scheduler(cfg, output_dir, model, schedule.total_steps)
+    from dataclasses import asdict
+    from importlib import metadata
+
+    args_record = start_run(
+        cfg,
+        output_dir,
+        prepared.spec,
+        plugins,
+        fresh=True,
+        template=prepared.template_spec,
+        generation_defaults=generation_defaults([p.record(p.chosen) for p in prepared.train], prepared.template, cfg),
+        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
+        preference={
+            "recipe": "dpo",
+            "trl": metadata.version("trl"),
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(options).items()},
+        },
+    )
+    loop = DPOLoop(
+        cfg=cfg,
+        output_dir=output_dir,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        schedule=schedule,
+        train_samples=train,
+        val_samples=val,
+        pad_token_id=pad_id,
+        bridge=bridge,
+        bridge_name=bridge_spec.name,
+        layout=layout,
+        extras={"swiftcore_args.json": json.dumps(args_record, indent=2)},
+        lora=lora,
+        options=options,
+        ref_train=ref_train,
+        ref_val=ref_val,
+    )
+    return loop.run()
+
+
+def _rows(samples: list[dict]) -> list[dict]:
+    """Each pair as two causal-LM rows, TRL's layout: every chosen sequence, then every rejected one; loss (and so
+    log-probs) on the reply tokens only."""
+    return [
+        {"input_ids": s["prompt_ids"] + s[key], "labels": [-100] * len(s["prompt_ids"]) + s[key]}
+        for key in ("chosen_ids", "rejected_ids")
+        for s in samples
+    ]
+
+
+def per_token_logps(model: Any, samples: list[dict], pad_token_id: int, length: int | None = None) -> tuple[Any, Any]:
+    """``(logps, completion_mask)`` of ``samples`` (DPO pairs) under the megatron model, as TRL lays them out.
+
+    ``logps`` is ``[2B, T-1]``: at position ``t`` the log-prob of token ``t+1`` where it is a reply token, else 0
+    (megatron's per-token loss is minus that log-prob, computed over the tensor-parallel vocabulary shards);
+    ``completion_mask`` is ``[2B, T]``, 1 on reply tokens.
+    """
+    import torch
+    from swiftcore_megatron import eager_on_cpu
+
+    from swiftcore_train_megatron.engine import model_inputs
+
+    inputs = model_inputs(_rows(samples), pad_token_id, length)
+    with eager_on_cpu():
+        per_token = model(**inputs.forward_kwargs())
+    logps = -(per_token.float() * inputs.mask)  # megatron's position t scores label t+1
+    completion = torch.zeros_like(inputs.mask, dtype=torch.long)
+    completion[:, 1:] = inputs.mask[:, :-1].long()
+    return logps[:, :-1], completion
+
+
+def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_size: int) -> list[tuple[float, float]]:
+    """``(chosen, rejected)`` summed reply log-probs of every pair under ``model`` as it is now (no gradient)."""
+    import torch
+
+    out: list[tuple[float, float]] = []
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(samples), batch_size):
+            logps, _ = per_token_logps(model, samples[start : start + batch_size], pad_token_id)
+            chosen, rejected = logps.sum(dim=1).double().chunk(2)
+            out += list(zip(chosen.tolist(), rejected.tolist(), strict=True))
+    model.train(was_training)
+    return out
+
+
+class DPOLoop(TrainLoop):
+    """:class:`~swiftcore_train_megatron.loop.TrainLoop` with DPO's step and evaluation.
+
+    Args (besides the loop's):
+        options: the ``dpo`` recipe's ``DPOOptions``.
+        ref_train: the reference's ``(chosen, rejected)`` log-probs of each training pair.
+        ref_val: the same for the validation pairs.
+    """
+
+    def __init__(self, *, options: Any, ref_train: list, ref_val: list, **loop: Any) -> None:
+        super().__init__(**loop)
+        self.options = options
+        self.ref_train = ref_train
+        self.ref_val = ref_val
+
+    def _pairs_loss(self, samples: list[dict], refs: list[tuple[float, float]], *, training: bool) -> tuple:
+        """``(loss, metrics)`` of one batch of pairs: TRL's DPO loss (mean over the pairs) on the megatron log-probs."""
+        import torch
+
+        longest = max(len(s["prompt_ids"]) + max(len(s["chosen_ids"]), len(s["rejected_ids"])) for s in samples)
+        logps, completion = per_token_logps(self.model, samples, self.pad_token_id, self._padded(longest))
+        ref = torch.tensor(refs, dtype=logps.dtype, device=logps.device)
+        from swiftcore_recipe_preference import dpo_loss
+
+        return dpo_loss(logps, completion, ref[:, 0], ref[:, 1], self.options, training=training)
+
+    def _train_step(self) -> tuple[float, float, int]:
+        """One optimiser step over every micro-batch of every data-parallel rank; ``(loss, grad norm, tokens)``.
+
+        Each micro-batch's loss (the mean over its pairs) is weighted by its share of the step's pairs, so the
+        gradients are those of the mean over all of them; the step's metrics are pair means too.
+        """
+        import torch
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        per_rank = self.schedule.micro_batches(self.step)
+        step_pairs = sum(len(mb) for batches in per_rank for mb in batches)
+        mine = per_rank[parallel_state.get_data_parallel_rank()]
+        device = next(self.model.parameters()).device
+        sums = None  # loss, then each metric, summed over this rank's pairs
+        for batch in mine:
+            loss, metrics = self._pairs_loss(
+                [self.train_samples[i] for i in batch], [self.ref_train[i] for i in batch], training=True
+            )
+            (loss * (len(batch) / step_pairs)).backward()
+            values = torch.tensor([float(loss.detach()), *metrics.values()], dtype=torch.float64, device=device)
+            values *= len(batch)
+            sums = values if sums is None else sums + values
+        dp_group = parallel_state.get_data_parallel_group()
+        if dist.get_world_size(dp_group) > 1:
+            dist.all_reduce(sums, group=dp_group)
+        means = (sums / step_pairs).tolist()
+        self._step_metrics = dict(zip(metrics, means[1:], strict=True))
+        norm = self._apply_gradients()
+        tokens = sum(
+            len(self.train_samples[i]["prompt_ids"]) * 2
+            + len(self.train_samples[i]["chosen_ids"])
+            + len(self.train_samples[i]["rejected_ids"])
+            for batches in per_rank
+            for mb in batches
+            for i in mb
+        )
+        return means[0], norm, tokens
+
+    def _eval_record(self) -> dict[str, float]:
+        """``eval_loss`` and TRL's ``eval_rewards/*`` and ``eval_logps/*`` over the validation pairs (pair means;
+        every rank scores all of them, in batches of ``--batch-size``)."""
+        import torch
+
+        totals: dict[str, float] = {}
+        self.model.eval()
+        with torch.no_grad():
+            size = self.cfg.batch_size
+            for start in range(0, len(self.val_samples), size):
+                batch = self.val_samples[start : start + size]
+                loss, metrics = self._pairs_loss(batch, self.ref_val[start : start + size], training=False)
+                for name, value in {"loss": float(loss), **metrics}.items():
+                    totals[name] = totals.get(name, 0.0) + value * len(batch)
+        self.model.train()
+        return {f"eval_{name}": value / len(self.val_samples) for name, value in totals.items()}
