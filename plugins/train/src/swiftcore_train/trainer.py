@@ -87,6 +87,9 @@ def training_arguments(
         # trains alone on the same data; with it, accelerate sets up gloo data parallelism.
         use_cpu=not torch.cuda.is_available(),
     )
+    from swiftcore_train.distributed import sharding_arguments
+
+    args.update(sharding_arguments(cfg))  # --fsdp / --deepspeed (refused here when they cannot run)
     args.update(overrides)
     return (args_class or TrainingArguments)(**args)
 
@@ -133,6 +136,41 @@ def _checkpoint_keys(checkpoint: Path) -> set[str] | None:
         return set(handle.keys())
 
 
+def _load_fsdp2_optimizer(
+    fsdp_plugin: Any, accelerator: Any, optimizer: Any, model: Any, input_dir: str, **_: Any
+) -> None:
+    """accelerate's ``load_fsdp_optimizer`` for an FSDP2 sharded checkpoint, for parameters that never had a gradient.
+
+    AdamW keeps no state for a trainable parameter that never received a gradient (a tower a text-only run never
+    reaches), so the saved optimizer has none for it; but torch's ``get_optimizer_state_dict`` on the fresh optimizer
+    of the resuming run first creates state for *every* parameter, and the checkpoint load then fails on the first
+    missing key. Only the parameters the checkpoint holds state for are read; the others are left without state, as
+    they were in the interrupted run, so the resumed steps equal the uninterrupted ones.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    directory = Path(input_dir) / "optimizer_0"  # accelerate's save_fsdp_optimizer: f"{OPTIMIZER_NAME}_{index}"
+    reader = dcp.FileSystemReader(str(directory))
+    stored = set(reader.read_metadata().state_dict_metadata)
+    accelerator.wait_for_everyone()
+    state = get_optimizer_state_dict(model, optimizer)
+    state["state"] = {
+        fqn: values
+        for fqn, values in state["state"].items()
+        if all(f"optimizer.state.{fqn}.{key}" in stored for key in values)
+    }
+    wrapped = {"optimizer": state}
+    dcp.load(state_dict=wrapped, storage_reader=reader)
+    # strict=False: torch's own switch for exactly this case (a parameter with no saved state).
+    set_optimizer_state_dict(model, optimizer, wrapped["optimizer"], options=StateDictOptions(strict=False))
+    accelerator.wait_for_everyone()
+
+
 class SwiftTrainer(Trainer):
     """A :class:`transformers.Trainer` whose checkpoints appear atomically (write, then rename).
 
@@ -174,6 +212,22 @@ class SwiftTrainer(Trainer):
                 f"--resume-from-checkpoint {str(checkpoint)!r}: no trainer_state.json, so it is no training "
                 f"checkpoint ({PREFIX_CHECKPOINT_DIR}-N of a swiftcore train run); to start a new run from its "
                 "weights, pass it as --model instead"
+            )
+        sharded_by = (
+            "--fsdp"
+            if any(checkpoint.glob("pytorch_model_fsdp_*"))
+            else "--deepspeed"
+            if (checkpoint / "latest").is_file() and any(checkpoint.glob("global_step*"))
+            else None
+        )
+        running = "--fsdp" if self.is_fsdp_enabled else "--deepspeed" if self.is_deepspeed_enabled else None
+        if sharded_by != running:
+            saved = f"was saved by a {sharded_by} run" if sharded_by else "holds no sharded optimizer state"
+            raise SwiftcoreError(
+                f"--resume-from-checkpoint {str(checkpoint)!r} {saved}, and this run uses "
+                f"{running or 'neither --fsdp nor --deepspeed'}: resume it as it was trained"
+                f"{f' ({sharded_by} with --nproc-per-node N)' if sharded_by else f' (without {running})'}, or start a "
+                f"new run from its weights with --model {checkpoint} and no --resume-from-checkpoint"
             )
         lora_run = hasattr(self.model, "peft_config")
         full, adapter = _has_any(checkpoint, _FULL_WEIGHTS), _has_any(checkpoint, _ADAPTER_WEIGHTS)
@@ -231,6 +285,67 @@ class SwiftTrainer(Trainer):
                 f"{checkpoint}: its weights do not fit this model (e.g. {', '.join(odd)}); resume with the "
                 "--model (and --tuner) the checkpoint was trained from"
             )
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """transformers' accelerator set-up; on CPU ranks, ``--fsdp`` is made to take effect.
+
+        accelerate turns its FSDP plugin on for accelerator back ends only: on CPUs (``MULTI_CPU``, gloo) it drops
+        the plugin without a word and the run silently trains as DDP. torch's FSDP2 (``fully_shard``) itself runs on
+        CPU tensors over gloo, so the plugin is put back in place here, as accelerate would have on GPUs.
+        """
+        super().create_accelerator_and_postprocess()
+        if not self.args.fsdp or self.is_fsdp_enabled:
+            return
+        from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+        state = self.accelerator.state
+        if state.distributed_type != DistributedType.MULTI_CPU:
+            raise SwiftcoreError(
+                f"--fsdp: accelerate set this run up as {state.distributed_type}, not FSDP; run it under torchrun "
+                "with several processes (--nproc-per-node N)"
+            )
+        from accelerate.state import PartialState
+
+        state.distributed_type = DistributedType.FSDP
+        # Every later AcceleratorState() copies PartialState's fields over its own, as accelerate's own set-up
+        # records FSDP there too.
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        state.fsdp_plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
+        self.is_fsdp_enabled = True
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if not (checkpoint and self.is_fsdp_enabled and self.accelerator.is_fsdp2):
+            super()._load_optimizer_and_scheduler(checkpoint)
+            return
+        import transformers.trainer as hf_trainer
+
+        # Swapped for this call only (see _load_fsdp2_optimizer); the scheduler and RNG loads are untouched.
+        saved = hf_trainer.load_fsdp_optimizer
+        hf_trainer.load_fsdp_optimizer = _load_fsdp2_optimizer
+        try:
+            super()._load_optimizer_and_scheduler(checkpoint)
+        finally:
+            hf_trainer.load_fsdp_optimizer = saved
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """:meth:`transformers.Trainer.save_model`; under ``--fsdp`` (sharded checkpoints) the full model is also
+        gathered to rank 0 and saved as a plain transformers checkpoint (or peft adapter), so every checkpoint
+        loads in transformers as it does without FSDP. Collective: every rank calls it."""
+        if self.is_fsdp_enabled and "SHARDED_STATE_DICT" in str(self.accelerator.state.fsdp_plugin.state_dict_type):
+            state_dict = self.accelerator.get_state_dict(self.model)  # full tensors, on rank 0's CPU
+            if self.args.should_save:
+                self._save(output_dir or self.args.output_dir, state_dict=state_dict)
+            return
+        super().save_model(output_dir, _internal_call)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        if state_dict is not None and (self.is_fsdp_enabled or self.is_deepspeed_enabled):
+            # Gathered (FSDP) or cloned (DeepSpeed) tensors share no storage, so save_pretrained cannot see tied
+            # weights (lm_head tied to the embeddings) and would store both: drop the tied copies, as a save of the
+            # unsharded model does.
+            tied = getattr(self.accelerator.unwrap_model(self.model), "all_tied_weights_keys", None) or {}
+            state_dict = {k: v for k, v in state_dict.items() if not (k in tied and tied[k] in state_dict)}
+        super()._save(output_dir, state_dict)
 
     def _get_output_dir(self, trial: Any) -> str:
         run_dir = super()._get_output_dir(trial)
