@@ -1,4 +1,5 @@
-"""Execute a :class:`~swiftcore_recipe_rl.plan.RunPlan` in this process: load the policy (and the ``gkd`` teacher),
+"""Execute a :class:`~swiftcore_recipe_rl.plan.RunPlan` in this process: load the policy (and the ``gkd`` / ``opd``
+teacher),
 build the recipe's TRL trainer on the plan's encoded prompts, attach the rollout engine, write the manifest, train
 and report (:func:`execute`).
 
@@ -17,7 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from swiftcore_recipe_rl.options import GKDOptions, GRPOOptions, ReinforcePPOptions, RolloutOptions, SamplingOptions
+from swiftcore_recipe_rl.options import (
+    GKDOptions,
+    GRPOOptions,
+    OPDOptions,
+    ReinforcePPOptions,
+    RolloutOptions,
+    SamplingOptions,
+)
 from swiftcore_recipe_rl.plan import RunPlan, connect_server
 
 if TYPE_CHECKING:
@@ -72,7 +80,7 @@ def execute(
         plan.spec.provider,
         plan.template.name,
         f"teacher {options.teacher_model}"
-        if isinstance(options, GKDOptions)
+        if isinstance(options, GKDOptions | OPDOptions)
         else "rewards " + ", ".join(f"{r.name} ({r.spec.provider})" for r in rewards),
         len(plan.prompts.dataset),
         getattr(options, "num_generations", 1),
@@ -139,6 +147,8 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
         }
     else:
         reward_funcs = [TRLReward(r, codec, plan.prompts.reward_records) for r in rewards]
+        if not reward_funcs and isinstance(options, OPDOptions):  # pure distillation: TRL needs a reward function
+            reward_funcs = [no_reward]
         method = {"reward_funcs": reward_funcs + extra_rewards(options)}  # shaping (--overlong-buffer) last
     trainer = trainer_class(plan.recipe)(
         model=model,
@@ -155,7 +165,17 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
         trainer.baseline = options.reinforce_pp_baseline
     if isinstance(options, GRPOOptions):
         configure_loss_variants(trainer, options, chord_samples=plan.chord_samples, seed=cfg.seed)
+    if isinstance(options, OPDOptions):  # the teacher scores the student's tokens; frozen, on the trainer's device
+        teacher = load_model(plan.teacher, options.teacher_model, plugins, torch_dtype=dtype)
+        trainer.teacher = teacher.to(trainer.accelerator.device).eval().requires_grad_(False)
+        trainer.reward_weight = options.opd_reward_weight
     return trainer
+
+
+def no_reward(completions: list[Any], **kwargs: Any) -> list[float]:
+    """``opd`` without ``--reward``: every completion scores 0 (TRL's GRPOTrainer needs a reward function; the
+    advantages are the teacher's)."""
+    return [0.0] * len(completions)
 
 
 def _attach_rollout_engine(trainer: Any, plan: RunPlan, plugins: PluginSet, engine: Any = None) -> None:

@@ -5,6 +5,10 @@
   its weight and hands the ``(B, T)`` advantages to TRL's ``dapo`` loss (TRL takes that shape for subclasses).
 - :func:`rollout_kl`: the training-inference mismatch, ``KL(engine || trainer)`` over the sampled tokens, logged as
   ``rollout_kl`` when an engine's rollouts are importance-corrected (the correction itself, TIS or MIS, is TRL's).
+- :func:`kl_advantages`: on-policy distillation's per-token advantages (``--recipe opd``), the negative reverse-KL
+  estimate ``log p_teacher(y_t) - log p_student(y_t)`` of each sampled token (Thinking Machines, "On-Policy
+  Distillation", 2025; Agarwal et al., GKD, arXiv:2306.13649, on-policy reverse KL), handed as ``(B, T)`` advantages
+  to TRL's loss as FIPO's are.
 - :func:`informative_groups`: DAPO's dynamic sampling (Yu et al., 2025, arXiv:2503.14476, eq. 11), filter form: the
   groups whose rewards are not all equal; the trainer leaves the others out of the loss and of its token count.
 
@@ -17,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["fipo_weights", "informative_groups", "rollout_kl"]
+__all__ = ["fipo_weights", "informative_groups", "kl_advantages", "rollout_kl"]
 
 
 def fipo_weights(
@@ -70,6 +74,32 @@ def fipo_weights(
         unsafe = (adv < 0) & (log_ratio.detach().exp() > safety_threshold)
         weights = weights.where(~unsafe, weights.clamp(min=0.8, max=1.0))
     return weights * mask
+
+
+def kl_advantages(
+    teacher_logps: Any, student_logps: Any, mask: Any, task_advantages: Any = None, *, reward_weight: float = 0.0
+) -> Any:
+    """On-policy distillation's advantage of each sampled token, ``(B, T)``, detached::
+
+        A_t = M_t * (log p_teacher(y_t | x, y_<t) - log p_student(y_t | x, y_<t) + reward_weight * A_i)
+
+    The first two terms are the negative single-sample (k1) estimate of the reverse KL(student || teacher) at
+    token ``t``: TRL's policy-gradient loss with these advantages lowers the student's reverse KL to the teacher on
+    its own samples, token by token (the student's log-prob is a constant here, detached, as in the paper's
+    ``advantage = -reverse_kl``). ``A_i`` is the completion's GRPO advantage of the task reward (``reward_weight``
+    0: pure distillation).
+
+    Args:
+        teacher_logps: ``(B, T)`` the teacher's log-probs of the sampled tokens.
+        student_logps: ``(B, T)`` the student's (the policy that sampled them, ``pi_old``).
+        mask: ``(B, T)`` 1 on the completion tokens the loss counts.
+        task_advantages: ``(B,)`` GRPO's advantages of the task reward (read when ``reward_weight`` is not 0).
+        reward_weight: their weight.
+    """
+    advantages = teacher_logps.detach() - student_logps.detach()
+    if reward_weight:
+        advantages = advantages + reward_weight * task_advantages.detach().to(advantages.dtype).unsqueeze(1)
+    return advantages * mask
 
 
 def informative_groups(rewards: Any, group_size: int) -> Any:

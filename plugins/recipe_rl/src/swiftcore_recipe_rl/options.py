@@ -5,11 +5,12 @@ the classes here carry what only the RL recipes read. They are built from the fl
 so a bad value fails in ``__post_init__`` within a second.
 
 - :class:`SamplingOptions`: how completions are sampled (length, temperature, top-p, top-k), valid with every recipe
-  here (``grpo``, ``rloo``, ``reinforce_pp``, ``gkd``).
+  here (``grpo``, ``rloo``, ``reinforce_pp``, ``gkd``, ``opd``).
 - :class:`RolloutOptions`: what the reward-driven recipes add (rewards, group size, optimisation passes), valid with
-  ``grpo``, ``rloo`` and ``reinforce_pp``.
-- :class:`GRPOOptions`, :class:`RLOOOptions`, :class:`ReinforcePPOptions`, :class:`GKDOptions`: those plus the
-  method's own flags, each group valid with its recipe alone.
+  ``grpo``, ``rloo``, ``reinforce_pp`` and ``opd``.
+- :class:`GRPOOptions`, :class:`RLOOOptions`, :class:`ReinforcePPOptions`, :class:`GKDOptions`,
+  :class:`OPDOptions`: those plus the method's own flags, each group valid with the recipes that have them
+  (``opd`` has every GRPO flag, and ``--teacher-model`` as ``gkd`` has it).
 
 Flags that another recipe could mean differently carry a prefix (``--grpo-loss-type``, ``--rloo-beta``,
 ``--reinforce-pp-beta``, ``--rollout-temperature``): the preference recipes own ``--loss-type`` and ``--beta``, the
@@ -34,6 +35,7 @@ __all__ = [
     "RLOOOptions",
     "ReinforcePPOptions",
     "GKDOptions",
+    "OPDOptions",
     "RolloutOptions",
     "SamplingOptions",
     "add_grpo_options",
@@ -53,7 +55,7 @@ ENVIRONMENT_RECIPES = ("grpo", "reinforce_pp")
 IMPORTANCE_SAMPLING_MODES = ("auto", "none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 #: The recipes that can correct engine rollouts by importance sampling: those on TRL's GRPOTrainer, which has the
 #: correction (its RLOOTrainer has none).
-IMPORTANCE_SAMPLING_RECIPES = ("grpo", "reinforce_pp")
+IMPORTANCE_SAMPLING_RECIPES = ("grpo", "reinforce_pp", "opd")
 #: How rewards are scaled into advantages (TRL's ``scale_rewards``).
 SCALE_REWARDS = ("group", "batch", "none")
 
@@ -243,7 +245,7 @@ class RolloutOptions(SamplingOptions):
         self.reward_option = _strings(self.reward_option)
         self.reward_weight = _strings(self.reward_weight)
         self.environment_option = _strings(self.environment_option)
-        if not self.reward:
+        if not self.reward and self._rewards_required():
             problems.append("--reward: name at least one reward (e.g. --reward format); `swiftcore rewards` lists them")
         if int(self.max_turns) < 1:
             problems.append(f"--max-turns: {self.max_turns} must be at least 1")
@@ -292,6 +294,10 @@ class RolloutOptions(SamplingOptions):
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             problems.append(f"--reward-timeout: {timeout!r} must be a positive number of seconds")
         super()._check(problems)
+
+    def _rewards_required(self) -> bool:
+        """Whether the recipe needs ``--reward`` (``opd`` without a reward weight does not)."""
+        return True
 
     def _check_async(self, problems: list[str]) -> None:
         """``--async-rollouts`` and ``--rollout-importance-sampling``: an engine generates the rollouts (the sampling
@@ -576,12 +582,59 @@ class GKDOptions(SamplingOptions):
             problems.append(f"--gkd-beta: {value!r} must be in [0, 1]")
 
 
+@dataclass
+class OPDOptions(GRPOOptions):
+    """Options of ``--recipe opd``: on-policy distillation with KL advantages on the ``grpo`` trainer.
+
+    Every GRPO option applies (the loss, ``--grpo-loss-type`` and its variants, the rollout engines, the
+    importance-sampling correction). The student samples; the teacher scores each sampled token; a token's advantage
+    is ``log p_teacher(y_t) - log p_student(y_t)`` (the negative k1 estimate of the reverse KL, detached), plus
+    ``opd_reward_weight`` times GRPO's group advantage of the task reward (:func:`~swiftcore_recipe_rl.losses.
+    kl_advantages`).
+
+    Attributes:
+        teacher_model: the teacher, a local model directory with the student's tokenizer vocabulary (as ``gkd``'s).
+        opd_reward_weight: weight of GRPO's reward advantage added to each token's KL advantage (0: pure
+            distillation; ``--reward`` is then optional and, when given, only logged).
+    """
+
+    teacher_model: str = ""
+    opd_reward_weight: float = 0.0
+
+    recipe = "opd"
+
+    def _rewards_required(self) -> bool:
+        return self.opd_reward_weight != 0
+
+    def _check_method(self, problems: list[str]) -> None:
+        super()._check_method(problems)
+        if not self.teacher_model:
+            problems.append(
+                "--teacher-model: give the teacher model's directory (opd's advantages are the teacher's log-probs of "
+                "the student's tokens minus the student's)"
+            )
+        value = self.opd_reward_weight
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            problems.append(f"--opd-reward-weight: {value!r} must be a finite number >= 0 (0: pure distillation)")
+        elif value and not self.reward:
+            problems.append(
+                f"--opd-reward-weight {value:g}: adds the task reward's advantage; name the reward with --reward NAME "
+                "(or drop the weight for pure distillation)"
+            )
+        if self.dynamic_sampling:
+            problems.append(
+                "--dynamic-sampling with --recipe opd: groups of equal rewards still carry the teacher's signal (with "
+                "--opd-reward-weight 0 every group would be dropped); drop --dynamic-sampling"
+            )
+
+
 #: The recipes of this plugin and their options classes.
 RL_RECIPES: dict[str, type[RolloutOptions]] = {
     "grpo": GRPOOptions,
     "rloo": RLOOOptions,
     "reinforce_pp": ReinforcePPOptions,
     "gkd": GKDOptions,
+    "opd": OPDOptions,
 }
 
 _HELP = {
@@ -677,8 +730,11 @@ _HELP = {
     "(0 = no reference model).",
     "reinforce_pp_epsilon": "Clipping range of the per-token probability ratio: [1 - eps, 1 + eps_high].",
     "reinforce_pp_epsilon_high": "Upper clipping epsilon (default: --reinforce-pp-epsilon).",
-    "teacher_model": "The teacher: a local model directory with the student's vocabulary.",
+    "teacher_model": "The teacher: a local model directory with the student's tokenizer vocabulary (gkd: the "
+    "distributions to match; opd: scores the student's sampled tokens).",
     "teacher_api": "An OpenAI-compatible teacher URL: refused with an explanation (TRL 1.16 cannot use one).",
+    "opd_reward_weight": "opd: weight of the task reward's GRPO advantage added to each token's KL advantage "
+    "log p_teacher - log p_student (0 = pure distillation; --reward is then optional and only logged).",
     "gkd_beta": "Divergence: 0 forward KL(teacher||student), 1 reverse KL(student||teacher), else generalised JSD.",
     "reinforce_pp_baseline": "REINFORCE++-baseline: subtract the prompt's group-mean reward before the returns "
     "(--no-reinforce-pp-baseline: plain REINFORCE++).",
@@ -692,6 +748,7 @@ _TITLES = {
     "rloo": "RLOO online RL, leave-one-out baseline (swiftcore-recipe-rl)",
     "reinforce_pp": "REINFORCE++ online RL, globally normalised KL-penalised returns (swiftcore-recipe-rl)",
     "gkd": "GKD on-policy distillation to a teacher model (swiftcore-recipe-rl)",
+    "opd": "On-policy distillation with KL advantages (swiftcore-recipe-rl)",
 }
 
 
@@ -728,9 +785,22 @@ def add_rl_options(parser: Any, recipes: tuple[str, ...] = tuple(RL_RECIPES)) ->
         title = "multi-turn environments (swiftcore-recipe-rl)"
         _add_fields(parser.getgroup("rl-environment", title, recipe=multi_turn), episodes)
     base = {f.name for f in (*sampling, *rollout, *episodes)}
+    # A flag is one option: one several recipes have (opd has GRPO's, gkd and opd --teacher-model) goes into a group
+    # of those recipes, named after them (``grpo-opd``); a recipe's flags of its own into the group of its name.
+    owners: dict[str, list[str]] = {}
+    named: dict[str, Any] = {}
     for name in recipes:
-        own = [f for f in fields(RL_RECIPES[name]) if f.name not in base]
-        _add_fields(parser.getgroup(name, _TITLES[name], recipe=name), own)
+        for f in fields(RL_RECIPES[name]):
+            if f.name not in base:
+                owners.setdefault(f.name, []).append(name)
+                named[f.name] = f
+    groups: dict[tuple[str, ...], list[Any]] = {}
+    for field_name, owned_by in owners.items():
+        groups.setdefault(tuple(owned_by), []).append(named[field_name])
+    for owned_by, own in groups.items():
+        name = "-".join(owned_by)
+        title = _TITLES[name] if len(owned_by) == 1 else f"{', '.join(owned_by)} (swiftcore-recipe-rl)"
+        _add_fields(parser.getgroup(name, title, recipe=owned_by if len(owned_by) > 1 else name), own)
 
 
 def add_grpo_options(parser: Any) -> None:

@@ -4,8 +4,9 @@
 whose trainer actor receives the plan and runs the same executor), so nothing is checked or encoded twice.
 
 What the plan step checks, in order: the common options and those the recipe refuses, the model (its spec and
-requirements), the rewards and their options (or the ``gkd`` teacher), every prompt row and the columns the rewards
-read, that the recipe trains the model's task, the template against the tokenizer, a ``--rollout-server`` (it
+requirements), the rewards and their options (and the ``gkd`` / ``opd`` teacher), every prompt row and the columns the
+rewards read, that the recipe trains the model's task, the template against the tokenizer, the teacher's tokenizer
+vocabulary against the student's, a ``--rollout-server`` (it
 answers and serves this checkpoint and template), the ``--environment`` and its options, every prompt's length, and
 the checkpoint ``--resume-from-checkpoint`` names; then ``--chord-dataset``'s expert rows are encoded.
 
@@ -21,13 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swiftcore_recipe_rl.options import GKDOptions, RolloutOptions, SamplingOptions
+from swiftcore_recipe_rl.options import GKDOptions, OPDOptions, RolloutOptions, SamplingOptions
 from swiftcore_recipe_rl.prompts import EncodedPrompts, encode_prompts
 
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
-__all__ = ["EnvironmentPlan", "LocalParts", "RunPlan", "connect_server", "plan_environment", "plan_run"]
+__all__ = [
+    "EnvironmentPlan",
+    "LocalParts",
+    "RunPlan",
+    "check_teacher_vocabulary",
+    "connect_server",
+    "plan_environment",
+    "plan_run",
+]
 
 log = logging.getLogger("swiftcore.rl")
 
@@ -84,7 +93,7 @@ class RunPlan:
         options: the recipe's options.
         spec: the policy's model spec.
         template: the template's spec (``--template`` or the model's default), checked against the tokenizer.
-        teacher: the ``gkd`` teacher's model spec; None for the other recipes.
+        teacher: the ``gkd`` / ``opd`` teacher's model spec; None for the other recipes.
         rewards: the rewards (``swiftcore_train.Reward``), loaded and checked against the dataset's columns.
         prompts: the prompts, encoded and within the length budget.
         environment: ``--environment``; None for single-turn rollouts.
@@ -145,7 +154,7 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
     rewards = []
-    if isinstance(options, RolloutOptions):
+    if isinstance(options, RolloutOptions) and (options.reward or not isinstance(options, OPDOptions)):
         rewards = load_rewards(
             plugins,
             options.reward,
@@ -154,7 +163,7 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
             timeout=options.reward_timeout,
         )
     teacher = None
-    if isinstance(options, GKDOptions):  # the teacher's spec now, so a bad directory fails before any loading
+    if isinstance(options, GKDOptions | OPDOptions):  # the teacher's spec now: a bad directory fails before loading
         teacher = resolve_model_spec(options.teacher_model, plugins)
         check_requirements(teacher)
     rows = load_prompt_rows(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
@@ -163,6 +172,8 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
     check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     codec = PromptCodec(template, tokenizer)
+    if teacher is not None:
+        check_teacher_vocabulary(options.teacher_model, tokenizer, recipe)
     server = connect_server(options, cfg, template_spec.name)
     environment = plan_environment(options, plugins)
     episodes = environment.episodes(codec) if environment is not None else None
@@ -179,6 +190,35 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
         rewards=rewards, prompts=prompts, environment=environment, resume=resume, resumed_step=_step_of(resume),
         chord_samples=chord_samples, local=LocalParts(codec=codec, rollout_server=server),
     )  # fmt: skip
+
+
+def check_teacher_vocabulary(teacher_dir: str, tokenizer: Any, recipe: str) -> None:
+    """Refuse a teacher whose tokenizer maps tokens to other ids than the student's: the distillation recipes score
+    the student's token ids with the teacher, so an id must mean the same token to both.
+
+    Raises:
+        SwiftcoreError: the vocabularies differ (naming their sizes and a token they disagree on).
+    """
+    from swiftcore.api import SwiftcoreError
+    from swiftcore.api.models import load_tokenizer
+
+    try:
+        theirs = load_tokenizer(teacher_dir).get_vocab()
+    except Exception as exc:  # a directory without a tokenizer, or one transformers cannot read
+        raise SwiftcoreError(
+            f"--teacher-model {teacher_dir}: its tokenizer could not be loaded ({type(exc).__name__}: {exc}); the "
+            f"{recipe} recipe checks that it is the student's; give a model directory with its tokenizer files"
+        ) from exc
+    ours = tokenizer.get_vocab()
+    if theirs == ours:
+        return
+    differing = sorted(t for t in set(ours) | set(theirs) if ours.get(t) != theirs.get(t))
+    raise SwiftcoreError(
+        f"--teacher-model {teacher_dir}: its tokenizer vocabulary differs from the student's ({len(theirs)} tokens "
+        f"vs {len(ours)}; {len(differing)} differ, e.g. {differing[0]!r}: teacher id {theirs.get(differing[0])}, "
+        f"student id {ours.get(differing[0])}); the {recipe} recipe scores the student's token ids with the teacher, "
+        "so they must mean the same tokens: use a teacher with the student's tokenizer (the same model family)"
+    )
 
 
 def _refuse_unsupported(cfg: Any) -> None:

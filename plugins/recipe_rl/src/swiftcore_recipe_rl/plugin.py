@@ -1,5 +1,5 @@
-"""Hook implementations of swiftcore-recipe-rl: the ``grpo``, ``rloo``, ``reinforce_pp`` and ``gkd`` recipes and their
-options, the ``calculator`` environment, the ``environment`` and ``reward_model`` rewards, and the ``swiftcore
+"""Hook implementations of swiftcore-recipe-rl: the ``grpo``, ``rloo``, ``reinforce_pp``, ``gkd`` and ``opd`` recipes
+and their options, the ``calculator`` environment, the ``environment`` and ``reward_model`` rewards, and the ``swiftcore
 rollout`` command (server mode's rollout server), as plain data."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ SWIFTCORE_API = "1.4"  # the environment plugin kind (swiftcore_register_environ
 def swiftcore_register_recipes() -> list[RecipeSpec]:
     """``grpo`` (group-relative), ``rloo`` (leave-one-out) on TRL's trainers of those names, and ``reinforce_pp``
     (REINFORCE++ advantages on TRL's GRPOTrainer), rewarded by reward plugins; ``gkd`` (on-policy distillation on
-    TRL's DistillationTrainer)."""
+    TRL's DistillationTrainer) and ``opd`` (on-policy distillation with KL advantages on the ``grpo`` trainer)."""
     return [
         RecipeSpec(
             name="grpo",
@@ -44,6 +44,13 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             config="swiftcore_recipe_rl.options:GKDOptions",
             tasks=("causal_lm",),
             description="on-policy distillation (GKD: generalised JSD to --teacher-model) on TRL's DistillationTrainer",
+        ),
+        RecipeSpec(
+            name="opd",
+            run="swiftcore_recipe_rl.recipe:run_opd",
+            config="swiftcore_recipe_rl.options:OPDOptions",
+            tasks=("causal_lm",),
+            description="on-policy distillation with KL advantages (log p_teacher - log p_student) on GRPO's loss",
         ),
     ]
 

@@ -1,5 +1,5 @@
-"""The RL recipes ``grpo``, ``rloo``, ``reinforce_pp`` and ``gkd``: one path (:func:`run_recipe`), read top to bottom
-like the core's SFT recipe; the recipes differ only in their TRL config (:data:`CONFIGS`) and trainer class
+"""The RL recipes ``grpo``, ``rloo``, ``reinforce_pp``, ``gkd`` and ``opd``: one path (:func:`run_recipe`), read top
+to bottom like the core's SFT recipe; the recipes differ only in their TRL config (:data:`CONFIGS`) and trainer class
 (:func:`~swiftcore_recipe_rl.trainer.trainer_class`).
 
 A run is planned once, then executed. The plan step (:func:`~swiftcore_recipe_rl.plan.plan_run`) checks everything
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from swiftcore_recipe_rl.options import (
     GKDOptions,
     GRPOOptions,
+    OPDOptions,
     ReinforcePPOptions,
     RLOOOptions,
     RolloutOptions,
@@ -36,10 +37,12 @@ __all__ = [
     "TRL_LOSS",
     "gkd_config",
     "grpo_config",
+    "opd_config",
     "reinforce_pp_config",
     "rloo_config",
     "run",
     "run_gkd",
+    "run_opd",
     "run_recipe",
     "run_reinforce_pp",
     "run_rloo",
@@ -148,9 +151,16 @@ def gkd_config(cfg: Any, options: GKDOptions, output_dir: Path, *, reward_names:
     )  # fmt: skip
 
 
+def opd_config(cfg: Any, options: OPDOptions, output_dir: Path, *, reward_names: list[str]) -> Any:
+    """TRL's ``GRPOConfig`` for ``--recipe opd``: the ``grpo`` recipe's (opd is GRPO's loss on KL advantages); without
+    ``--reward`` its one reward function is :func:`~swiftcore_recipe_rl.execute.no_reward`, of weight 1."""
+    return grpo_config(cfg, options, output_dir, reward_names=list(reward_names) or ["no_reward"])
+
+
 #: Each recipe's TRL config builder.
 CONFIGS: dict[str, Callable[..., Any]] = {
     "grpo": grpo_config,
+    "opd": opd_config,
     "rloo": rloo_config,
     "reinforce_pp": reinforce_pp_config,
     "gkd": gkd_config,
@@ -180,6 +190,13 @@ def run_gkd(cfg: Any, plugins: PluginSet, options: GKDOptions) -> Any:
     the ``--teacher-model``'s next-token distributions on it (generalised JSD of ``--gkd-beta``, TRL's
     DistillationTrainer)."""
     return run_recipe("gkd", cfg, plugins, options)
+
+
+def run_opd(cfg: Any, plugins: PluginSet, options: OPDOptions) -> Any:
+    """The ``opd`` recipe: on-policy distillation with KL advantages; the student samples, the ``--teacher-model``
+    scores each sampled token, and GRPO's loss trains on the per-token advantages ``log p_teacher - log p_student``
+    (plus ``--opd-reward-weight`` times the reward's; see :mod:`swiftcore_recipe_rl.trainer`)."""
+    return run_recipe("opd", cfg, plugins, options)
 
 
 def run_recipe(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions) -> Any:

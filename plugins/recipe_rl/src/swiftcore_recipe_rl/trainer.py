@@ -22,6 +22,7 @@ __all__ = [
     "configure_loss_variants",
     "gkd_trainer_class",
     "grpo_trainer_class",
+    "opd_trainer_class",
     "reinforce_pp_advantages",
     "reinforce_pp_trainer_class",
     "rloo_trainer_class",
@@ -593,6 +594,85 @@ def gkd_trainer_class() -> type:
     return SwiftGKDTrainer
 
 
+@cache
+def opd_trainer_class() -> type:
+    """The ``opd`` trainer: the ``grpo`` trainer whose advantages are on-policy distillation's KL advantages
+    (:func:`~swiftcore_recipe_rl.losses.kl_advantages`)."""
+    import torch
+    from trl.trainer.utils import selective_log_softmax
+
+    from swiftcore_recipe_rl.losses import kl_advantages
+
+    class SwiftOPDTrainer(grpo_trainer_class()):
+        """GRPOTrainer whose per-token advantages are ``log p_teacher(y_t) - log p_student(y_t)`` (plus
+        ``reward_weight`` times GRPO's reward advantage).
+
+        Why a subclass of the ``grpo`` trainer and nothing more: the method differs from GRPO only in its advantages.
+        The student's rollouts (TRL's, or a swiftcore engine's), the rewards, the loss of ``--grpo-loss-type`` (TRL's
+        ``_compute_loss`` takes ``(B, T)`` advantages, as FIPO and REINFORCE++ use it), the importance-sampling
+        correction, logging and checkpoints stay the ``grpo`` trainer's. Set after construction (the recipe does):
+        ``teacher`` (the teacher model, frozen, on the trainer's device) and ``reward_weight``.
+        Logged: ``opd/reverse_kl`` (the mean over completion tokens of ``log p_student - log p_teacher``) and
+        ``opd/teacher_logp`` (the mean teacher log-prob of a sampled token).
+        """
+
+        teacher: Any = None
+        reward_weight: float = 0.0
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            return self.distillation_advantages(out)
+
+        def distillation_advantages(self, out: dict[str, Any]) -> dict[str, Any]:
+            """``out`` (a generation batch) with its ``advantages`` replaced by the ``(B, T)`` KL advantages."""
+            mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+            student = out.get("old_per_token_logps")
+            if student is None:  # on-policy: TRL skips the old log-probs; the advantages need them
+                student = self._student_logps(out)
+            teacher = self.teacher_logps(out)
+            tokens = mask.sum().clamp(min=1)
+            mode = "train" if self.model.training else "eval"
+            reverse_kl = ((student - teacher) * mask).sum() / tokens
+            self._metrics[mode]["opd/reverse_kl"].append(self.accelerator.gather(reverse_kl).mean().item())
+            teacher_logp = (teacher * mask).sum() / tokens
+            self._metrics[mode]["opd/teacher_logp"].append(self.accelerator.gather(teacher_logp).mean().item())
+            out["advantages"] = kl_advantages(
+                teacher, student, mask, out["advantages"], reward_weight=self.reward_weight
+            )
+            return out
+
+        def teacher_logps(self, out: dict[str, Any]) -> Any:
+            """The teacher's per-token log-probs ``(B, T)`` of the completions, at the rollout temperature (as TRL
+            computes the student's), in float32."""
+            input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            keep = out["completion_ids"].size(1)
+            size = self.args.per_device_train_batch_size
+            chunks = []
+            with torch.no_grad():
+                for start in range(0, input_ids.size(0), size):
+                    ids = input_ids[start : start + size]
+                    logits = self.teacher(
+                        input_ids=ids, attention_mask=attention_mask[start : start + size], use_cache=False
+                    ).logits
+                    logits = logits[:, -keep - 1 : -1, :].float() / self.temperature
+                    chunks.append(selective_log_softmax(logits, ids[:, -keep:]))
+            return torch.cat(chunks)
+
+        def _student_logps(self, out: dict[str, Any]) -> Any:
+            """The current policy's per-token log-probs of the rollouts (no gradient)."""
+            input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, out["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )  # fmt: skip
+            return logps
+
+    return SwiftOPDTrainer
+
+
 def configure_loss_variants(
     trainer: Any, options: Any, *, chord_samples: list[dict[str, list[int]]] | None = None, seed: int = 0
 ) -> None:
@@ -625,11 +705,12 @@ def configure_loss_variants(
 
 
 def trainer_class(recipe: str) -> type:
-    """The trainer class of ``recipe`` (``grpo``, ``rloo``, ``reinforce_pp`` or ``gkd``)."""
+    """The trainer class of ``recipe`` (``grpo``, ``rloo``, ``reinforce_pp``, ``gkd`` or ``opd``)."""
     classes = {
         "grpo": grpo_trainer_class,
         "rloo": rloo_trainer_class,
         "reinforce_pp": reinforce_pp_trainer_class,
         "gkd": gkd_trainer_class,
+        "opd": opd_trainer_class,
     }
     return classes[recipe]()
