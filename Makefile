@@ -15,7 +15,7 @@ TYPED  := core/src/swiftcore plugins/train/src/swiftcore_train plugins/infer/src
 
 install: $(STAMP)
 
-$(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DISTS)) plugins/backend_vllm/requirements-cpu.txt plugins/eval/requirements-evalscope.txt
+$(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DISTS)) plugins/backend_vllm/requirements-cpu.txt plugins/eval/requirements-evalscope.txt plugins/eagle3/requirements-speculators.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip setuptools wheel
 	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
@@ -28,6 +28,9 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 	# EvalScope (swiftcore eval), pinned, without dependencies: its modelscope[datasets] caps datasets below our pin
 	# (see plugins/eval/requirements-evalscope.txt).
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r plugins/eval/requirements-evalscope.txt
+	# speculators (swiftcore-plugin-eagle3), pinned, without dependencies: it declares CUDA torchvision/torchaudio and
+	# caps datasets below our pin (see plugins/eagle3/pyproject.toml).
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r plugins/eagle3/requirements-speculators.txt
 	touch $(STAMP)
 
 # --durations: CI's log names the slowest tests, so a suite growing toward CI's 90 minutes shows where.

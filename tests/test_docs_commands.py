@@ -62,6 +62,17 @@ PACKAGE_ROOTS = ("core", "template_plugins", "model_plugins", "plugins", "megatr
 SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console"}
 
 #: Documented commands this file does not run, by doc file, exactly as documented (without the comment).
+_VLLM_EAGLE3 = (
+    'vllm serve ./out/checkpoint-100 --speculative-config {"method": "eagle3", "model": "./draft-run/checkpoint-2000", '
+    '"num_speculative_tokens": 3}'
+)
+_TRAIN_EAGLE3 = (
+    "swiftcore train --recipe eagle3 --model ./out/checkpoint-100 --dataset data/chats.jsonl --output-dir ./draft-run "
+    "--max-steps 2000 --batch-size 8 --learning-rate 3e-4"
+)
+_TRAIN_EAGLE3_WHY = "needs a trained target; plugins/eagle3/tests/conftest.py runs this command on a fine-tuned Qwen3.5"
+_VLLM_EAGLE3_WHY = "vLLM's speculative decoding needs its CUDA build, absent on CPU (its GPU check is still to write)"
+
 NOT_RUN: dict[str, dict[str, str]] = {
     "README.md": {
         "make demo": "tests/test_demo.py runs the demo's run_demo with make demo's defaults and asserts what the "
@@ -157,6 +168,15 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "swiftcore export --model ./merged --to-hf ./q-fp8 --quantize fp8 --ignore re:.*mlp\\.experts\\..*": "needs "
         "a merged checkpoint; plugins/quantize/tests/test_outcomes.py runs fp8, and --ignore of the experts on a "
         "tiny OLMoE (test_vllm.py)",
+    },
+    "plugins/eagle3/README.md": {
+        "pip install ./plugins/eagle3": "installs into the test environment; the path is checked instead",
+        _TRAIN_EAGLE3: _TRAIN_EAGLE3_WHY,
+        _VLLM_EAGLE3: _VLLM_EAGLE3_WHY,
+    },
+    "docs/speculative.md": {
+        _TRAIN_EAGLE3: _TRAIN_EAGLE3_WHY,
+        _VLLM_EAGLE3: _VLLM_EAGLE3_WHY,
     },
     "plugins/scaffold/README.md": {
         "pip install ./plugins/scaffold": "installs into the test environment; the path is checked instead",
@@ -531,8 +551,10 @@ def test_every_documented_pip_install_extra_is_declared() -> None:
                     if declared is None:
                         problems.append(f"{_rel(path)}: `pip install {word}`: {target} is no distribution here")
                     elif not wanted <= declared:
-                        problems.append(f"{_rel(path)}: `pip install {word}`: {target} declares no extra "
-                                        f"{', '.join(sorted(wanted - declared))} (it has {sorted(declared)})")
+                        problems.append(
+                            f"{_rel(path)}: `pip install {word}`: {target} declares no extra "
+                            f"{', '.join(sorted(wanted - declared))} (it has {sorted(declared)})"
+                        )
     assert not problems, "\n".join(problems)
 
 

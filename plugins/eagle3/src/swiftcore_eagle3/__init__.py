@@ -1,0 +1,21 @@
+"""swiftcore-plugin-eagle3: ``swiftcore train --recipe eagle3`` trains an Eagle3 draft head (speculators' model, the
+format vLLM's ``--speculative-config`` loads) for a frozen target; :func:`speculative_generate` decodes greedily with
+it on transformers, token for token as the target alone would.
+
+Importing this package is cheap: torch, transformers and speculators load when a draft is trained or used.
+"""
+
+from __future__ import annotations
+
+from swiftcore.api import lazy_exports
+
+__all__ = ["SpeculativeOutput", "load_draft", "speculative_generate"]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "SpeculativeOutput": "speculative",
+        "speculative_generate": "speculative",
+        "load_draft": "draft",
+    },
+)

@@ -1,0 +1,55 @@
+"""Hook implementations of swiftcore-plugin-eagle3: the ``eagle3`` recipe and its options, as plain data.
+
+Importing it imports neither torch, transformers nor speculators.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swiftcore.api import RecipeSpec, hookimpl
+
+SWIFTCORE_API = "1.5"  # recipe options tagged with the recipe (swiftcore_addoption's getgroup(recipe=...))
+
+
+@hookimpl
+def swiftcore_register_recipes() -> list[RecipeSpec]:
+    """``eagle3``: train an Eagle3 draft head for a frozen target model (speculative decoding)."""
+    return [
+        RecipeSpec(
+            name="eagle3",
+            run="swiftcore_eagle3.recipe:run",
+            config="swiftcore_eagle3.options:Eagle3Options",
+            tasks=("causal_lm",),
+            description="an Eagle3 draft head for the frozen --model (speculators' format, served by vLLM)",
+        )
+    ]
+
+
+@hookimpl
+def swiftcore_addoption(parser: Any) -> None:
+    """The ``eagle3`` recipe's own options (``--draft-layers``, ``--ttt-steps``, ``--aux-layers``)."""
+    import click  # the CLI's own dependency, cheap; for the option types
+
+    group = parser.getgroup("eagle3", "Eagle3 draft head (swiftcore-plugin-eagle3)", recipe="eagle3")
+    group.addoption(
+        "--draft-layers",
+        default=1,
+        type=click.IntRange(min=1),
+        help="Decoder layers of the draft head (Eagle3 uses 1).",
+    )
+    group.addoption(
+        "--ttt-steps",
+        default=3,
+        type=click.IntRange(min=1),
+        help="Training-time-test steps: how many tokens ahead the draft learns to predict from its own hidden "
+        "states; also the speculative tokens per verification written into the draft's config.",
+    )
+    group.addoption(
+        "--aux-layers",
+        default=None,
+        metavar="I,J,K",
+        help="The target's hidden states the draft reads (indices into transformers' hidden_states: 0 is the "
+        "embeddings, i the output of layer i-1, as vLLM counts them); default 2,N/2,N-3 for N layers "
+        "(1,N/2,N-1 below 6 layers).",
+    )
