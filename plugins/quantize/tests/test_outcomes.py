@@ -38,6 +38,7 @@ SCHEMES: dict[str, tuple[str, float, float]] = {
     "w4a16": ("pack-quantized", 0.08, 0.55),  # measured 0.0389, 0.526
     "awq": ("pack-quantized", 0.10, 0.56),  # measured 0.0522, 0.534
     "fp8": ("float-quantized", 0.08, 0.60),  # measured 0.0368, 0.569
+    "fp8-static": ("float-quantized", 0.07, 0.60),  # measured 0.0349, 0.563
 }
 
 

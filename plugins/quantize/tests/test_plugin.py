@@ -109,3 +109,47 @@ def test_group_size_that_does_not_divide_is_refused_naming_the_layers(tiny_model
     assert code != 0, text
     assert "model.language_model.layers.0.mlp.gate_proj (columns=64, group_size=128)" in text
     assert "--group-size" in text and not out.exists()
+
+
+def test_refuses_a_head_checkpoint_of_an_unknown_format(tmp_path: Path) -> None:
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"model_type": "qwen3_5_text"}))
+    (head / "swiftcore_head.json").write_text(json.dumps({"task": "embedding", "format": "onnx"}))
+    code, text = _export("--model", str(head), "--to-hf", str(tmp_path / "out"), "--quantize", "w4a16")
+    assert code != 0 and "head format 'onnx'" in text and "cannot be quantized" in text
+
+
+def test_a_head_keeps_its_score_layer() -> None:
+    """A classification or reranker head saved as ``*ForSequenceClassification`` keeps ``score`` in full precision;
+    one saved as decoder + ``score.safetensors`` keeps that file as it is."""
+    from swiftcore_quantize.heads import head_ignore, head_kept_files
+
+    seq = {"task": "classification", "format": "transformers-sequence-classification"}
+    (pattern,) = head_ignore(seq)
+    assert pattern.startswith("re:") and re.match(pattern[3:], "score") and not re.match(pattern[3:], "scores_proj")
+    assert head_kept_files({"task": "reranker", "format": "swiftcore-score"}) == ("score.safetensors",)
+    assert head_ignore({"task": "embedding", "format": "sentence-transformers"}) == []
+
+
+def test_smoothquant_finds_the_family_mappings_for_a_head_backbone(tiny_model_dir: Any) -> None:
+    """llm-compressor looks SmoothQuant's mappings up by causal-LM class name; a head's backbone
+    (``Qwen3_5TextModel``) took the defaults, which match Qwen3.5's linear-attention norms too and fail ("must match
+    a single smooth layer"). It now takes Qwen3.5's: only the full-attention layers' norms smooth q/k/v."""
+    pytest.importorskip("llmcompressor")
+    import torch
+    import transformers
+    from swiftcore_quantize.schemes import awq_mappings, smoothquant_mappings
+
+    config = transformers.AutoConfig.from_pretrained(tiny_model_dir("qwen3_5")).text_config
+    with torch.device("meta"):
+        backbone = transformers.Qwen3_5TextModel(config)
+    attention, mlp = smoothquant_mappings(backbone)
+    full = [str(i) for i, kind in enumerate(config.layer_types) if kind == "full_attention"]
+    assert full and attention.smooth_layers == rf"re:.*layers\.({'|'.join(full)})\.input_layernorm$"
+    assert mlp.balance_layers == [r"re:.*mlp\.gate_proj$", r"re:.*mlp\.up_proj$"]
+    # AWQ's lookup is the same (its defaults fail alike: "AWQ needs to match a single smoothlayer").
+    smooth = [m.smooth_layer for m in awq_mappings(backbone)]
+    assert not any(s == "re:.*input_layernorm$" for s in smooth) and any(full[0] in s for s in smooth), smooth
+    with torch.device("meta"):  # a class llm-compressor knows itself: left to it
+        assert smoothquant_mappings(transformers.Qwen3_5ForCausalLM(config)) is None

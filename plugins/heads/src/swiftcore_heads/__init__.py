@@ -21,8 +21,10 @@ __all__ = [
     "make_head_checkpoint",
     "make_retrieval_task",
     "mean_reciprocal_rank",
+    "model_texts",
     "recall_at_1",
     "score",
+    "texts_to_ids",
     "yes_no_token_ids",
 ]
 
@@ -31,6 +33,8 @@ HEAD_FILE = "swiftcore_head.json"
 
 #: name -> the submodule that defines it, imported on first use (importing the package stays light).
 _WHERE = {
+    "model_texts": "data",
+    "texts_to_ids": "data",
     "classify": "api",
     "embed": "api",
     "forward_texts": "api",

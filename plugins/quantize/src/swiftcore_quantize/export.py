@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from swiftcore.api import SwiftcoreError
+from swiftcore_quantize.heads import head_ignore, head_kept_files, mark_dequantize_on_load, read_head
+from swiftcore_quantize.moe import has_experts, transformers_load_problem
 from swiftcore_quantize.schemes import Scheme, build_recipe, get_scheme
 
 __all__ = ["REPORT_FILE", "QuantizeReport", "default_ignore", "quantize_checkpoint", "weight_bytes"]
@@ -36,6 +38,9 @@ class QuantizeReport:
     calibration_samples: int
     bytes_before: int
     bytes_after: int
+    #: Mixture-of-experts models: "ok" when plain transformers loads every expert weight, else what goes wrong and
+    #: what to pass instead (:mod:`swiftcore_quantize.moe`); "not checked" for dense models.
+    transformers_load: str = "not checked"
 
     @property
     def ratio(self) -> float:
@@ -198,27 +203,56 @@ def quantize_checkpoint(
     src = Path(model)
     _check_input(src)
     check_output_dir(out)
+    head = read_head(src)
     spec = _resolve_spec(src, plugins)
-    kept = default_ignore(spec) + list(ignore)
+    kept = default_ignore(spec) + (head_ignore(head) if head else []) + list(ignore)
     ids: list[list[int]] = []
     if chosen.calibrated:
-        from swiftcore_quantize.calibration import calibration_ids
+        if head:
+            from swiftcore_quantize.calibration import default_dataset_path
+            from swiftcore_quantize.heads import head_calibration_ids
 
-        ids = calibration_ids(str(src), spec, plugins, calibration_dataset, num_samples, max_length)
+            source = calibration_dataset or str(default_dataset_path())
+            ids = head_calibration_ids(str(src), head, source, num_samples, max_length)
+        else:
+            from swiftcore_quantize.calibration import calibration_ids
+
+            ids = calibration_ids(str(src), spec, plugins, calibration_dataset, num_samples, max_length)
         echo(f"calibrating on {len(ids)} samples ({sum(map(len, ids))} tokens)")
     loaded = _load(src)
-    _oneshot(loaded, src, chosen, build_recipe(chosen, kept, group_size), ids, max_length)
+    moe = has_experts(loaded)
+    _oneshot(loaded, src, chosen, build_recipe(chosen, kept, group_size, model=loaded), ids, max_length)
     with atomic_output_dir(out) as tmp:
         loaded.save_pretrained(str(tmp), save_compressed=True)
+        if head:
+            mark_dequantize_on_load(tmp / "config.json")
         rewritten = {f.name for pattern in (*_REWRITTEN, *_TRAINING_STATE) for f in src.glob(pattern)}
+        rewritten -= set(head_kept_files(head) if head else ())  # the head's own weights, copied unchanged
         for file in src.iterdir():
             if file.is_file() and file.name not in rewritten and not (tmp / file.name).exists():
                 shutil.copy2(file, tmp / file.name)
-        report = QuantizeReport(chosen.name, kept, len(ids), weight_bytes(src), weight_bytes(tmp))
+        problem = None
+        if moe:
+            kept_experts = any(_experts_kept(loaded, name) for name in kept)
+            problem = transformers_load_problem(tmp, type(loaded), kept_experts)
+        load = "not checked" if not moe else (problem or "ok")
+        report = QuantizeReport(chosen.name, kept, len(ids), weight_bytes(src), weight_bytes(tmp), load)
         (tmp / REPORT_FILE).write_text(json.dumps({**asdict(report), "ratio": round(report.ratio, 4)}, indent=2))
     echo(
         f"wrote {out}: {chosen.name}, weights {report.bytes_before / 1e6:.2f} MB -> {report.bytes_after / 1e6:.2f} MB "
         f"({report.ratio:.0%}); kept in full precision: {', '.join(kept)}"
     )
     echo(f"note: {chosen.cpu_note}")
+    if problem:
+        echo(f"WARNING: {problem}")
     return report
+
+
+def _experts_kept(model: Any, pattern: str) -> bool:
+    """Whether the ignore entry ``pattern`` (a name or ``re:REGEX``, llm-compressor's syntax) matches an expert."""
+    import re
+
+    names = (name for name, _ in model.named_modules() if ".experts." in f"{name}.")
+    if pattern.startswith("re:"):
+        return any(re.match(pattern[3:], name) for name in names)
+    return any(name == pattern for name in names)

@@ -11,7 +11,7 @@ from typing import Any
 
 from swiftcore.api import SwiftcoreError
 
-__all__ = ["SCHEMES", "Scheme", "build_recipe", "get_scheme"]
+__all__ = ["SCHEMES", "Scheme", "build_recipe", "awq_mappings", "get_scheme", "smoothquant_mappings"]
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,8 @@ class Scheme:
     Attributes:
         name: the ``--quantize`` value.
         preset: the compressed-tensors preset the weights (and activations) follow.
-        algorithm: ``"gptq"``, ``"smoothquant+gptq"``, ``"awq"`` or ``"rtn"`` (round to nearest, no calibration).
+        algorithm: ``"gptq"``, ``"smoothquant+gptq"``, ``"awq"``, ``"rtn"`` (round to nearest, no calibration) or
+            ``"static"`` (round to nearest, with static activation scales observed on calibration data).
         calibrated: whether the algorithm runs calibration data through the model.
         grouped: whether weights are quantized in groups of ``--group-size`` input columns.
         cpu_note: what running the checkpoint on a CPU machine can and cannot do (said after export).
@@ -66,6 +67,25 @@ SCHEMES: dict[str, Scheme] = {
             "decompresses it to float; run it with scripts/gpu_check.sh quantize",
             "FP8 weights per channel, dynamic per-token FP8 activations (no calibration)",
         ),
+        Scheme(
+            "fp8-static", "FP8", "static", True, False,
+            "FP8 kernels need a GPU (Hopper or newer; vLLM's CPU engine refuses FP8); transformers on a CPU "
+            "decompresses it to float; run it with scripts/gpu_check.sh quantize",
+            "FP8 weights per tensor, static per-tensor FP8 activation scales from calibration",
+        ),
+        Scheme(
+            "nvfp4", "NVFP4", "static", True, False,
+            "NVFP4 kernels need a Blackwell GPU (vLLM emulates them on Hopper); transformers on a CPU decompresses "
+            "it to float",
+            "FP4 (E2M1) weights and activations in groups of 16 with FP8 scales; activation global scales from "
+            "calibration",
+        ),
+        Scheme(
+            "nvfp4a16", "NVFP4A16", "rtn", False, False,
+            "NVFP4 weight kernels need a GPU (vLLM: Blackwell natively, Marlin on Ampere and Hopper); transformers "
+            "on a CPU decompresses it to float",
+            "FP4 (E2M1) weights in groups of 16 with FP8 scales, 16-bit activations (no calibration)",
+        ),
     )
 }  # fmt: skip
 
@@ -87,10 +107,51 @@ def _config_groups(scheme: Scheme, group_size: int) -> dict[str, Any]:
     return {"group_0": quant}
 
 
-def build_recipe(scheme: Scheme, ignore: list[str], group_size: int = 128) -> list[Any]:
+def _family_mappings(model: Any, dynamic: dict[str, Any], static: dict[str, Any]) -> list[Any] | None:
+    """Layer mappings from llm-compressor's registries (``dynamic``: builders taking the model; ``static``: lists),
+    keyed by causal-LM class name, for a ``model`` whose own class is in neither: its family's causal-LM entry, built
+    on ``model`` itself. None: llm-compressor's own lookup applies."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    name = type(model).__name__
+    if name in dynamic or name in static:
+        return None
+    causal = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(model.config), None)
+    if causal is None:
+        return None
+    if causal.__name__ in dynamic:
+        built = dynamic[causal.__name__](model)
+        if built is not None:
+            return built
+    return static.get(causal.__name__)
+
+
+def smoothquant_mappings(model: Any) -> list[Any] | None:
+    """SmoothQuant's layer mappings for ``model`` when llm-compressor would not find them itself: it looks them up
+    by the class name of a causal LM (``Qwen3_5ForCausalLM``), so a head checkpoint's backbone
+    (``Qwen3_5TextModel``, ``*ForSequenceClassification``) takes its family's causal-LM mappings, built on the
+    model itself. None: llm-compressor's own lookup applies (a registered class, or no causal LM for the config).
+    """
+    from llmcompressor.modifiers.transform.smoothquant.dynamic_mappings import SMOOTHQUANT_DYNAMIC_MAPPING_REGISTRY
+    from llmcompressor.modifiers.transform.smoothquant.utils import MAPPINGS_REGISTRY
+
+    return _family_mappings(model, SMOOTHQUANT_DYNAMIC_MAPPING_REGISTRY, MAPPINGS_REGISTRY)
+
+
+def awq_mappings(model: Any) -> list[Any] | None:
+    """AWQ's layer mappings for ``model``, found as :func:`smoothquant_mappings` finds SmoothQuant's."""
+    from llmcompressor.modifiers.transform.awq.dynamic_mappings import AWQ_DYNAMIC_MAPPING_REGISTRY
+    from llmcompressor.modifiers.transform.awq.mappings import AWQ_MAPPING_REGISTRY
+
+    return _family_mappings(model, AWQ_DYNAMIC_MAPPING_REGISTRY, AWQ_MAPPING_REGISTRY)
+
+
+def build_recipe(scheme: Scheme, ignore: list[str], group_size: int = 128, model: Any = None) -> list[Any]:
     """The llm-compressor modifiers that apply ``scheme`` to every ``Linear`` not matched by ``ignore``.
 
-    ``ignore`` holds module names or ``re:``-prefixed regexes (llm-compressor's syntax).
+    ``ignore`` holds module names or ``re:``-prefixed regexes (llm-compressor's syntax); ``model``, when given, is
+    the model the recipe will run on (SmoothQuant's and AWQ's mappings are resolved for it, see
+    :func:`smoothquant_mappings`).
     """
     from llmcompressor.modifiers.awq import AWQModifier
     from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
@@ -102,7 +163,10 @@ def build_recipe(scheme: Scheme, ignore: list[str], group_size: int = 128) -> li
         from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
 
         # 0.8: the strength llm-compressor's W8A8 examples use; moves activation outliers into the weights.
-        return [SmoothQuantModifier(smoothing_strength=0.8), GPTQModifier(config_groups=groups, ignore=ignore)]
+        mappings = smoothquant_mappings(model) if model is not None else None
+        smooth = SmoothQuantModifier(smoothing_strength=0.8, mappings=mappings)
+        return [smooth, GPTQModifier(config_groups=groups, ignore=ignore)]
     if scheme.algorithm == "awq":
-        return [AWQModifier(config_groups=groups, ignore=ignore)]
+        mappings = awq_mappings(model) if model is not None else None
+        return [AWQModifier(config_groups=groups, ignore=ignore, mappings=mappings)]
     return [QuantizationModifier(config_groups=groups, ignore=ignore)]
