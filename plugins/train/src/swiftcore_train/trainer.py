@@ -294,7 +294,7 @@ class SwiftTrainer(Trainer):
         CPU tensors over gloo, so the plugin is put back in place here, as accelerate would have on GPUs.
         """
         super().create_accelerator_and_postprocess()
-        if not self.args.fsdp or self.is_fsdp_enabled:
+        if not self.args.fsdp or getattr(self, "is_fsdp_enabled", False):  # set by the call above
             return
         from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
