@@ -155,6 +155,17 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "trained checkpoint of the command before it; tests/test_agents_e2e.py serves it and drives the tool loop "
         "with the openai client",
     },
+    "docs/quantization.md": {
+        "swiftcore export --model ./out/checkpoint-100 --to-hf ./q-w4 --quantize w4a16": "needs a trained "
+        "checkpoint; plugins/quantize/tests/test_outcomes.py exports a trained tiny model with every scheme through "
+        "this command and checks the logits, answers and size",
+        "swiftcore export --model ./out/checkpoint-100 --to-hf ./q-int8 --quantize w8a8-int8 --calibration-dataset "
+        "data/train.jsonl --calibration-samples 256": "needs a trained checkpoint; the same test runs w8a8-int8 "
+        "calibrated on its training data",
+        "swiftcore export --model ./emb-out/checkpoint-40 --to-hf ./emb-int8 --quantize w8a8-int8 "
+        "--calibration-dataset plugins/heads/examples/pairs.jsonl": "needs a trained embedding head; "
+        "plugins/quantize/tests/test_heads.py trains one with the heads README's command and exports it so",
+    },
     "plugins/quantize/README.md": {
         "pip install ./plugins/quantize": "installs into the test environment; the path is checked instead",
         "swiftcore export --model ./out/checkpoint-100 --to-hf ./q-w4 --quantize w4a16": "needs a trained "
