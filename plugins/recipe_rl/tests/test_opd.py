@@ -6,7 +6,7 @@
 - Refusals: no teacher, a teacher whose tokenizer vocabulary differs from the student's, a reward weight without a
   reward, dynamic sampling.
 
-The learning signal (the README's ``opd`` example on the vowel task) is ``test_readme_opd_learns.py``.
+The learning signal (the README's ``opd`` example on the vowel task) is ``test_readme_distillation_learns.py``.
 """
 
 from __future__ import annotations
