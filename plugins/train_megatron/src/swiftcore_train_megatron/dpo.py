@@ -86,7 +86,7 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     """
     from swiftcore_train import generation_defaults, start_run
 
-    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _optimizer_and_scheduler, _refuse_unsupported
+    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _refuse_unsupported, _schedule_and_optimizer
 
     cfg.validate()
     _refuse_unsupported(cfg)
@@ -134,18 +134,7 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         del reference
     else:  # the initial weights (with LoRA, B = 0: the base model) are the reference
         ref_train, ref_val = (reference_logps(model, s, pad_id, cfg.batch_size) for s in (train, val))
-    from swiftcore_train_megatron.schedule import Schedule
-
-    schedule = Schedule(
-        num_samples=len(train),
-        batch_size=cfg.batch_size,
-        grad_accum=cfg.gradient_accumulation_steps,
-        data_parallel=layout.data_parallel(world),
-        seed=cfg.seed,
-        max_steps=cfg.max_steps,
-        epochs=cfg.num_train_epochs,
-    )
-    optimizer, scheduler = _optimizer_and_scheduler(cfg, output_dir, model, schedule.total_steps)
+    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(train), layout, world)
     from dataclasses import asdict
     from importlib import metadata
 

@@ -121,18 +121,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
     lora = _add_lora(cfg, spec, bridge, model) if cfg.tuner == "lora" else None
-    from swiftcore_train_megatron.schedule import Schedule
-
-    schedule = Schedule(
-        num_samples=len(train_samples),
-        batch_size=cfg.batch_size,
-        grad_accum=cfg.gradient_accumulation_steps,
-        data_parallel=layout.data_parallel(world),
-        seed=cfg.seed,
-        max_steps=cfg.max_steps,
-        epochs=cfg.num_train_epochs,
-    )
-    optimizer, scheduler = _optimizer_and_scheduler(cfg, output_dir, model, schedule.total_steps)
+    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(train_samples), layout, world)
     args_record = start_run(
         cfg,
         output_dir,
@@ -200,11 +189,28 @@ def _resumed_step(checkpoint: Path | None) -> int | None:
     return int(json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8")).get("global_step", 0))
 
 
-def _optimizer_and_scheduler(cfg: TrainConfig, output_dir: Path, model: Any, total_steps: int) -> tuple[Any, Any]:
-    """transformers' optimizer and learning-rate schedule for these flags (the same class, hyper-parameters,
-    weight-decay groups and warm-up as the transformers engine builds), over this rank's parameters."""
+def _schedule_and_optimizer(
+    cfg: TrainConfig, output_dir: Path, model: Any, num_samples: int, layout: ParallelLayout, world: int
+) -> tuple[Any, Any, Any]:
+    """``(schedule, optimizer, lr_scheduler)``: which samples each rank trains on at each step (transformers'
+    order), and transformers' optimizer and learning-rate schedule for these flags (the same class,
+    hyper-parameters, weight-decay groups and warm-up as the transformers engine builds), over this rank's
+    parameters."""
     from swiftcore_train import training_arguments
     from transformers import Trainer, get_scheduler
+
+    from swiftcore_train_megatron.schedule import Schedule
+
+    schedule = Schedule(
+        num_samples=num_samples,
+        batch_size=cfg.batch_size,
+        grad_accum=cfg.gradient_accumulation_steps,
+        data_parallel=layout.data_parallel(world),
+        seed=cfg.seed,
+        max_steps=cfg.max_steps,
+        epochs=cfg.num_train_epochs,
+    )
+    total_steps = schedule.total_steps
 
     args = training_arguments(cfg, output_dir, evaluate=False)
     optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
@@ -224,4 +230,4 @@ def _optimizer_and_scheduler(cfg: TrainConfig, output_dir: Path, model: Any, tot
         num_training_steps=total_steps,
         scheduler_specific_kwargs=args.lr_scheduler_kwargs,
     )
-    return optimizer, scheduler
+    return schedule, optimizer, scheduler
