@@ -1,6 +1,7 @@
 """Agents end to end: a tiny model trained on OpenAI-format tool data calls the tool when served.
 
-For each family whose official chat template has a tool format, a tiny random model is fully fine-tuned by
+For each family whose official chat template has a tool format (Qwen3.5, Gemma 4, DeepSeek-V4, GLM-5,
+MiMo-V2-Flash), a tiny random model is fully fine-tuned by
 ``swiftcore train`` on four rows of a tool task (``user: What is 3 plus 4?`` -> ``assistant: add(a=3, b=4)``
 -> ``tool: 7`` -> ``assistant: 7``, ``tools=[add]`` on every row) until it has memorised them; then
 ``swiftcore deploy`` (transformers backend) serves it and the real ``openai`` client drives the tool loop for
@@ -9,8 +10,9 @@ arguments; the test runs the tool, sends its result back as a ``tool`` message, 
 the result. One streamed request checks that the ``tool_calls`` deltas assemble into the same call. The
 untrained model calls nothing, so a pass is the learning signal (the model answers its training targets).
 
-OLMoE's and Qwen3-ASR's official templates have no tool format (tool turns are refused or render as nothing), so
-they have no case here; see docs/agents.md.
+OLMoE's and Qwen3-ASR's official templates have no tool format: the tool schemas, calls and results render as
+nothing, as in their official Jinja (``test_family_without_tool_format_renders_no_tools``), so they have no
+end-to-end case; see docs/agents.md.
 
 A cheaper check runs without training: the training encoding of a tool row puts the call tokens in the loss and
 the tool's result outside it (``test_tool_call_trained_tool_result_not``).
@@ -21,14 +23,14 @@ Each family's model is trained, and its server started, once per module.
 from __future__ import annotations
 
 import json
-import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import deploy_process, loss_runs, user_env
+from swiftcore_testing import deploy_process, loss_runs, run_cli, user_env
 
 openai = pytest.importorskip("openai")
 
@@ -60,29 +62,45 @@ class Family:
         tool_result: how the family's template renders the tool message ``7`` (must stay out of the loss).
         chat_kwargs: ``chat_template_kwargs`` sent with each request: the rows carry no reasoning, so they train
             the non-thinking prompt, and a family whose serving default is thinking is asked without it.
+        config: ``config.json`` entries that replace the tiny checkpoint's before training (see ``FAMILIES``).
     """
 
     steps: int
     learning_rate: float
     tool_result: str
     chat_kwargs: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
 
 
 NO_THINKING = {"enable_thinking": False}
-# Steps measured on the 2-core CPU machine (one torch thread): Qwen3.5 at 40 steps still called add(3, 4) for 5 + 8;
-# 60 gave every call and answer. Gemma 4 gave every call at 40.
+# Every family whose official template has a tool format. Steps measured on the 2-core CPU machine (one torch
+# thread): Qwen3.5 at 40 steps still called add(3, 4) for 5 + 8; 60 gave every call and answer. Gemma 4 gave every
+# call at 40. MiMo-V2-Flash at 60 (loss 0.018) still called add(3, 4) for 5 + 8. DeepSeek-V4 at 60 (loss 0.008)
+# called add(5, 8) for 12 + 30 and add(21, 8) for 21 + 9.
 FAMILIES: dict[str, Family] = {
     "qwen3_5": Family(60, 3e-3, "<tool_response>\n7\n</tool_response>", NO_THINKING),
     "gemma4": Family(40, 1e-3, 'response:add{value:<|"|>7<|"|>}'),
+    "deepseek_v4": Family(100, 3e-3, "<tool_result>7</tool_result>"),
+    # GLM-5's lightning indexer picks the keys each query attends to and gets no gradient from the LM loss
+    # (transformers runs it under no_grad; GLM-5 trains it apart). The tiny checkpoint keeps 16 keys, so a random
+    # indexer hides the question's numbers from the ~800-token tool prompt and the loss plateaus near 0.5 (measured:
+    # 0.48 at step 30 of 3e-3); the release's index_topk (2048, transformers' default) attends to every key of a
+    # sequence this short, as GLM-5 itself does.
+    "glm5": Family(100, 3e-3, "<tool_response>7</tool_response>", NO_THINKING, {"index_topk": 2048}),
+    "mimo_v2_flash": Family(100, 3e-3, "<tool_response>\n7\n</tool_response>", NO_THINKING),
 }
-# The other families with a tool format: their data check runs (``test_tool_call_trained_tool_result_not``),
-# the end-to-end case does not yet. GLM-5 at 40 steps of 3e-3 plateaued at loss 0.39 (not memorised); DeepSeek-V4
-# and MiMo-V2-Flash were not measured. Add each to FAMILIES with measured steps.
-TOOL_RESULTS: dict[str, str] = {
-    **{name: family.tool_result for name, family in FAMILIES.items()},
-    "glm5": "<tool_response>7</tool_response>",
-    "deepseek_v4": "<tool_result>7</tool_result>",
-    "mimo_v2_flash": "<tool_response>\n7\n</tool_response>",
+# Families whose tiny model does not call add with every prompt's own numbers (so the loop's final answer, the result
+# of that call, is not a + b either); the reason is the tiny model, not the template or the parser (strict xfail).
+CALL_XFAIL: dict[str, str] = {
+    "deepseek_v4": (
+        "tiny DeepSeek-V4 does not memorise the arguments of 'What is 5 plus 8?': it calls add(12, 30) (after 100 "
+        "steps of 3e-3; at 60 it called add(5, 8) for 12 + 30 and add(21, 8) for 21 + 9). The training loss stalls "
+        "at 0.0055 from step 60, and teacher-forced the only unsure tokens are the argument digits (NLL 0.74 on the "
+        "'5' of add(5, 8), 0.66 on the '1' of 12): the tiny config's attention (8-token sliding window, top-8 "
+        "compressed entries picked by an indexer the LM loss does not train) does not copy the question's numbers "
+        "out of the ~750-token tool prompt. The call markup, the stop, the stream and the answer after a tool "
+        "result are right"
+    ),
 }
 # Families whose final answer (after the tool result) does not come back; the reason is a train/serve mismatch,
 # not the test (each is marked xfail, strict).
@@ -115,22 +133,6 @@ def _rows() -> list[dict[str, Any]]:
     return rows
 
 
-def _swiftcore(*args: str) -> None:
-    """``swiftcore ARGS`` in this process (a subprocess would mostly import torch), its plugin env undone."""
-    from swiftcore.cli.main import main
-
-    saved = {k: os.environ.get(k) for k in ("SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT")}
-    try:
-        code = main(list(args))
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    assert code == 0, f"swiftcore {' '.join(args)} exited {code}"
-
-
 def _losses(log_file: Path) -> list[float]:
     rows = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
     return [r["loss"] for r in rows if "loss" in r]
@@ -139,7 +141,7 @@ def _losses(log_file: Path) -> list[float]:
 # ---------------------------------------------------------------------------------- training data
 
 
-@pytest.mark.parametrize("name", list(TOOL_RESULTS))
+@pytest.mark.parametrize("name", list(FAMILIES))
 def test_tool_call_trained_tool_result_not(name: str, tiny_model_dir: Any) -> None:
     """The encoding ``swiftcore train`` uses: the call is trained (and parses back into the same OpenAI call),
     the final answer is trained, the tool's result is not."""
@@ -154,15 +156,28 @@ def test_tool_call_trained_tool_result_not(name: str, tiny_model_dir: Any) -> No
     tpl = get_template(resolve_model_spec(str(model_dir), plugins).default_template, plugins)
     tok = AutoTokenizer.from_pretrained(model_dir)
     enc = tpl.encode(tok, _rows()[0])
-    assert TOOL_RESULTS[name] in enc.text  # the result is in the sequence ...
+    assert FAMILIES[name].tool_result in enc.text  # the result is in the sequence ...
     runs = loss_runs(enc.input_ids, enc.labels, tok)
-    assert all(TOOL_RESULTS[name] not in run for run in runs)  # ... but not in the loss
+    assert all(FAMILIES[name].tool_result not in run for run in runs)  # ... but not in the loss
     assert len(runs) == 2, runs
     call = tpl.parse_response(runs[0])
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in call["tool_calls"]] == [
         ("add", {"a": 3, "b": 4})
     ]
     assert tpl.parse_response(runs[1])["content"].strip() == "7"
+
+
+@pytest.mark.parametrize("name", ["olmoe", "qwen3_asr"])
+def test_family_without_tool_format_renders_no_tools(name: str) -> None:
+    """OLMoE's and Qwen3-ASR's official templates have no tool format: the tool schemas, the call and the tool's
+    result of a tool row all render as nothing (as the official Jinja does), so these families get no end-to-end
+    tool case. Fails the day either template renders tools (then it belongs in FAMILIES)."""
+    import swiftcore
+    from swiftcore.template import get_template
+
+    text = get_template(name, swiftcore.load_plugins(env={})).render(_rows()[0])
+    assert "add" not in text and "Add two integers" not in text, text  # no schema, no call
+    assert text.count("7") == 1, text  # the final answer only: the tool's "7" is dropped
 
 
 # ---------------------------------------------------------------------------------- trained and served
@@ -180,13 +195,18 @@ def served(
     work = tmp_path_factory.mktemp(f"agents-{name}")
     data = work / "tools.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _rows()), encoding="utf-8")
+    model = tiny_model_dir(name)
+    if family.config:  # a copy of the session's tiny checkpoint with those config entries replaced
+        model = Path(shutil.copytree(model, work / "base"))
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, **family.config}, indent=2))
     run = work / "run"
     # One torch thread: these models gain nothing from two, and the pool's waits are slow on a busy machine.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        _swiftcore(
-            "train", "--model", str(tiny_model_dir(name)), "--dataset", str(data), "--tuner", "full",
+        run_cli(
+            "train", "--model", str(model), "--dataset", str(data), "--tuner", "full",
             "--learning-rate", str(family.learning_rate), "--batch-size", str(len(PAIRS)),
             "--max-steps", str(family.steps), "--save-steps", str(family.steps), "--logging-steps", "5",
             "--max-length", "1024", "--seed", "0", "--no-plot", "--output-dir", str(run),
@@ -204,11 +224,12 @@ def served(
 
 
 def _ask(client: Any, name: str, messages: list[dict[str, Any]], **extra: Any) -> Any:
-    """One greedy chat completion with the add tool offered."""
+    """One greedy chat completion with the add tool offered (256 new tokens: with the tiny checkpoints' small
+    vocabularies DeepSeek-V4's DSML call alone is ~130 tokens, and at 128 it stopped with ``length``)."""
     kwargs = FAMILIES[name].chat_kwargs
     body = {"chat_template_kwargs": kwargs} if kwargs else None
     return client.chat.completions.create(
-        model=SERVED, messages=messages, tools=TOOLS, temperature=0, max_tokens=128, extra_body=body, **extra
+        model=SERVED, messages=messages, tools=TOOLS, temperature=0, max_tokens=256, extra_body=body, **extra
     )
 
 
@@ -217,9 +238,11 @@ def _question(a: int, b: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_served_model_calls_the_tool(served: tuple[str, Any]) -> None:
+def test_served_model_calls_the_tool(served: tuple[str, Any], request: pytest.FixtureRequest) -> None:
     """First reply of every training prompt: a call to ``add`` with that prompt's numbers, and nothing else."""
     name, client = served
+    if name in CALL_XFAIL:  # the family comes from a module fixture's parameter: mark the case here
+        request.applymarker(pytest.mark.xfail(strict=True, reason=CALL_XFAIL[name]))
     got = []
     for a, b in PAIRS:
         choice = _ask(client, name, _question(a, b)).choices[0]
@@ -254,8 +277,9 @@ def test_served_model_answers_with_the_tool_result(served: tuple[str, Any], requ
     """The full loop: the call comes back, the test runs ``add`` and returns its result as a ``tool`` message (the
     assistant message sent back as the client received it), and the second reply's content is that result."""
     name, client = served
-    if name in ANSWER_XFAIL:  # the family comes from a module fixture's parameter: mark the case here
-        request.applymarker(pytest.mark.xfail(strict=True, reason=ANSWER_XFAIL[name]))
+    reason = ANSWER_XFAIL.get(name) or CALL_XFAIL.get(name)
+    if reason:  # the family comes from a module fixture's parameter: mark the case here
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     answers = []
     for a, b in PAIRS:
         messages = _question(a, b)

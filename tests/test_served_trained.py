@@ -23,14 +23,13 @@ Each model is trained, and each server started, once per module.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import deploy_process, user_env
+from swiftcore_testing import deploy_process, run_cli, user_env
 
 openai = pytest.importorskip("openai")
 
@@ -64,22 +63,6 @@ def _assert_learned(losses: list[float], what: str) -> None:
     assert losses[0] > 2.0 and losses[-1] < 0.1, f"{what} did not memorise the set: losses {losses}"
 
 
-def _swiftcore(*args: str) -> None:
-    """``swiftcore ARGS`` in this process (a subprocess would mostly import torch), its plugin env undone."""
-    from swiftcore.cli.main import main
-
-    saved = {k: os.environ.get(k) for k in ("SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT")}
-    try:
-        code = main(list(args))
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    assert code == 0, f"swiftcore {' '.join(args)} exited {code}"
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread() -> Iterator[None]:
     """Torch on one thread: these models gain nothing from two, and the thread pool's waits are slow on a
@@ -101,19 +84,19 @@ def qwen35(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     adapter merged by ``swiftcore export``."""
     work = tmp_path_factory.mktemp("served-qwen3_5")
     base = work / "base"
-    _swiftcore("make-tiny", "qwen3_5", str(base))
+    run_cli("make-tiny", "qwen3_5", str(base))
     data = _write_records(work / "train.jsonl")
     run = work / "lora-run"
-    _swiftcore(
+    run_cli(
         "train", "--model", str(base), "--dataset", str(data), "--tuner", "lora", "--learning-rate", "1e-3",
         "--batch-size", str(len(PLAIN)), "--max-steps", str(LORA_STEPS), "--save-steps", str(LORA_STEPS),
         "--logging-steps", "5", "--max-length", "64", "--seed", "0", "--no-plot", "--output-dir", str(run),
-    )
+    )  # fmt: skip
     _assert_learned(_losses(run / "logs.jsonl"), "the Qwen3.5 LoRA adapter")
     adapter = run / f"checkpoint-{LORA_STEPS}"
     assert (adapter / "adapter_config.json").is_file()
     merged = work / "merged"
-    _swiftcore("export", "--model", str(base), "--adapter", str(adapter), "--merge-lora", str(merged))
+    run_cli("export", "--model", str(base), "--adapter", str(adapter), "--merge-lora", str(merged))
     assert (merged / "config.json").is_file() and not (merged / "adapter_config.json").exists()
     return {"base": base, "adapter": adapter, "merged": merged}
 
@@ -122,7 +105,7 @@ def _infer(tmp_path: Path, name: str, *model_args: str) -> list[tuple[str, str |
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}]}) + "\n" for q, _ in PLAIN))
     answers = tmp_path / f"{name}.jsonl"
-    _swiftcore("infer", *model_args, "--input", str(questions), "--output", str(answers), "--max-new-tokens", "16")
+    run_cli("infer", *model_args, "--input", str(questions), "--output", str(answers), "--max-new-tokens", "16")
     rows = [json.loads(line) for line in answers.read_text().splitlines()]
     return [(row["response"], row.get("reasoning_content")) for row in rows]
 
@@ -205,7 +188,7 @@ def _train_qwen3(setup: Any, out: Path, data: Path, tuner: str, learning_rate: f
         model=str(setup.model_dir), dataset=(str(data),), output_dir=str(out), tuner=tuner, lora_rank=8,
         learning_rate=learning_rate, max_steps=steps, batch_size=len(PLAIN), max_length=64, logging_steps=5,
         save_steps=steps, seed=0, plot=False, plugins=tuple(setup.plugins.resolved_specs),
-    )
+    )  # fmt: skip
     result = run_training(cfg, setup.plugins)
     _assert_learned(_losses(result.log_file), f"the tiny Qwen3 ({tuner})")
     return Path(result.last_checkpoint)
@@ -234,7 +217,7 @@ def vllm_clients(vllm_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     deploy_args = (
         "--model", str(full), "--backend", "vllm", "--dtype", "float32",
         "--engine-option", "max_model_len=256", "--engine-option", "enable_lora=false",
-    )
+    )  # fmt: skip
     with ExitStack() as stack:
         full_url, _ = stack.enter_context(deploy_process(*deploy_args, served_model_name=SERVED, env=env, timeout=600))
         shared = vllm_setup.engine
