@@ -46,7 +46,9 @@ def engine_options(func: Any) -> Any:
             required=True,
             type=click.Path(exists=True, file_okay=False),
             help="Checkpoint directory, a peft LoRA adapter directory (its base read from adapter_config.json) "
-            "or, with --adapter, the adapter's base model.",
+            "or, with --adapter, the adapter's base model. A Megatron checkpoint (swiftcore train --engine megatron's "
+            "checkpoint-N/mcore, or swiftcore export --to-mcore's output) is exported to a cached HF checkpoint "
+            "first, with swiftcore-megatron installed.",
         ),
         click.option(
             "--adapter",
@@ -93,9 +95,15 @@ def build_engine(
     merge_lora: bool,
     engine_option: tuple[str, ...],
 ) -> Any:
-    """Build the engine the :func:`engine_options` describe (the backend's probe runs first)."""
-    from swiftcore_infer.backends import create_engine
+    """Build the engine the :func:`engine_options` describe (the backend's probe runs first).
 
+    A ``model`` directory that is no Hugging Face checkpoint goes to the plugins first (a Megatron checkpoint is
+    exported to a cached HF one by swiftcore-megatron): :func:`~swiftcore_infer.checkpoints.prepare_model_dir`.
+    """
+    from swiftcore_infer.backends import create_engine
+    from swiftcore_infer.checkpoints import prepare_model_dir
+
+    model = prepare_model_dir(plugins, model, echo=lambda line: click.echo(line, err=True))  # e.g. Megatron -> HF
     options: dict[str, Any] = {
         "adapter": adapter,
         "template": template,

@@ -1,5 +1,6 @@
-"""The swiftcore-infer plugin: the ``transformers`` backend, the ``swiftcore infer`` command and
-``swiftcore export --merge-lora``."""
+"""The swiftcore-infer plugin: the ``transformers`` backend, the ``swiftcore infer`` command,
+``swiftcore export --merge-lora``, and the hook that lets a plugin serve a checkpoint it converts
+(:mod:`swiftcore_infer.hookspecs`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
 SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
+
+
+@hookimpl
+def swiftcore_addhooks(pluginmanager: Any) -> None:
+    """Declare ``swiftcore_infer_prepare_checkpoint``: a plugin serves a ``--model`` it converts (Megatron)."""
+    from swiftcore_infer import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 @hookimpl

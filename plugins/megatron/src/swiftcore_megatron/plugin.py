@@ -1,7 +1,9 @@
-"""The swiftcore-megatron plugin: ``swiftcore export --to-mcore`` / ``--to-hf`` through the installed bridges."""
+"""The swiftcore-megatron plugin: ``swiftcore export --to-mcore`` / ``--to-hf`` through the installed bridges, and
+``swiftcore infer`` / ``deploy`` / ``eval`` of a Megatron checkpoint (exported to a cached HF one first)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,3 +93,14 @@ def swiftcore_export_checkpoint(
             echo=echo,
         )
     return True
+
+
+# optionalhook: swiftcore-infer declares the hook; without it installed this plugin still loads (export only).
+@hookimpl(optionalhook=True)
+def swiftcore_infer_prepare_checkpoint(model_dir: str, plugins: PluginSet, echo: Callable[[str], None]) -> str | None:
+    """A Megatron checkpoint given to ``infer`` / ``deploy`` / ``eval --model``: its HF export, made into the cache
+    once and reused while the checkpoint is unchanged (:mod:`swiftcore_megatron.serving`); None for other
+    directories."""
+    from swiftcore_megatron.serving import prepare_for_serving
+
+    return prepare_for_serving(model_dir, plugins, echo)
