@@ -113,7 +113,7 @@ def test_plugins_lists_a_third_party_reward_plugin_and_checks_it(acme: Path, tmp
     assert rows["acme"]["distribution"] == "acme-rewards"
     assert rows["train"]["provides"]["reward"] == ["accuracy", "format", "length"]
     assert rows["rl"]["provides"] == {
-        "recipe": ["gkd", "grpo", "opd", "reinforce_pp", "rloo"],
+        "recipe": ["gkd", "grpo", "opd", "opsd", "reinforce_pp", "rloo"],
         "environment": ["calculator"],
         "reward": ["environment", "reward_model"],
         "command": ["rollout"],

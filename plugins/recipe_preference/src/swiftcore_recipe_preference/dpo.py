@@ -163,13 +163,14 @@ def build_dpo_trainer(
     return trainer
 
 
-def run_dpo(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
+def run_dpo(cfg: Any, plugins: PluginSet, options: Any = None, *, recipe: str = "dpo") -> Any:
     """The ``dpo`` recipe (:class:`swiftcore.api.RecipeSpec`): DPO-train ``cfg.model`` on ``cfg.dataset`` pairs.
 
     Args:
         cfg: the core's training options (:class:`~swiftcore_train.config.TrainConfig`).
         plugins: the loaded plugins.
         options: :class:`~swiftcore_recipe_preference.options.DPOOptions` (default options when None).
+        recipe: the recipe name the run records (``mpo`` runs on this trainer too).
 
     Returns:
         :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a peft adapter (LoRA) or a full HF
@@ -197,7 +198,7 @@ def run_dpo(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
         fresh=True,
         template=prepared.template_spec,
         generation_defaults=generation_defaults([p.record(p.chosen) for p in prepared.train], prepared.template, cfg),
-        preference={"recipe": "dpo", "trl": _trl_version(), **_options_record(options)},
+        preference={"recipe": recipe, "trl": _trl_version(), **_options_record(options)},
     )
     trainer.checkpoint_extras = checkpoint_extras(cfg, args_record)
     return finish(trainer, cfg, output_dir, train_samples=len(train), evaluate=bool(val))

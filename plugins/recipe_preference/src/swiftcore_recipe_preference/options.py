@@ -21,6 +21,9 @@ __all__ = [
     "KTO_DEFAULT_BATCH_SIZE",
     "KTO_LOSS_TYPES",
     "KTOOptions",
+    "MPO_LOSS_TYPES",
+    "MPO_LOSS_WEIGHTS",
+    "MPOOptions",
     "ORPOOptions",
     "RMOptions",
     "SimPOOptions",
@@ -45,6 +48,10 @@ DPO_LOSS_TYPES = (
     "sft",
     "sigmoid_norm",
 )
+#: Mixed Preference Optimization's losses and their weights (Wang et al. 2024, arXiv:2411.10442: preference
+#: 0.8, quality 0.2, generation 1.0), as TRL's DPOConfig documents them for MPO.
+MPO_LOSS_TYPES = ("sigmoid", "bco_pair", "sft")
+MPO_LOSS_WEIGHTS = (0.8, 0.2, 1.0)
 #: The loss types of TRL 1.16's KTOTrainer.
 KTO_LOSS_TYPES = ("kto", "apo_zero_unpaired")
 #: The ``kto`` recipe's batch when ``--batch-size`` is not given (see ``swiftcore_recipe_preference.kto``).
@@ -117,6 +124,23 @@ class DPOOptions:
         if "exo_pair" in self.loss_type and self.label_smoothing == 0.0:
             problems.append("--loss-type exo_pair needs --label-smoothing > 0 (the EXO paper uses 1e-3)")
         _raise(problems)
+
+
+@dataclass
+class MPOOptions(DPOOptions):
+    """Options of ``--recipe mpo``: :class:`DPOOptions` whose loss is MPO's weighted sum by default.
+
+    Mixed Preference Optimization trains TRL's DPOTrainer on ``0.8·sigmoid + 0.2·bco_pair + 1.0·sft``
+    (:data:`MPO_LOSS_TYPES`, :data:`MPO_LOSS_WEIGHTS`): the DPO preference loss, BCO's quality loss on each reply's
+    own log-ratio, and the chosen reply's NLL. ``loss_type`` / ``loss_weights`` change the mix; MPO's weights are
+    the default only for MPO's loss types, any other ``loss_type`` weighs 1 each unless ``loss_weights`` says.
+    """
+
+    def __post_init__(self) -> None:
+        if not _names(self.loss_type) or _names(self.loss_type) == MPO_LOSS_TYPES:
+            self.loss_type = MPO_LOSS_TYPES
+            self.loss_weights = self.loss_weights or MPO_LOSS_WEIGHTS
+        super().__post_init__()
 
 
 @dataclass
@@ -249,30 +273,36 @@ class RMOptions:
 #: option -> (the recipes it is valid with, type, help). The order is the order of ``swiftcore train --help``.
 _OPTIONS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "beta": (
-        ("dpo", "kto", "cpo", "simpo", "orpo"),
+        ("dpo", "kto", "cpo", "simpo", "orpo", "mpo"),
         float,
-        "Preference strength: DPO/KTO/CPO beta (default 0.1; tau for ipo), SimPO beta (default 2.0), ORPO lambda "
+        "Preference strength: DPO/KTO/CPO/MPO beta (default 0.1; tau for ipo), SimPO beta (default 2.0), ORPO lambda "
         "(default 0.1).",
     ),
     "loss_type": (
-        ("dpo", "kto", "cpo"),
+        ("dpo", "kto", "cpo", "mpo"),
         str,
-        f"Loss: dpo {', '.join(DPO_LOSS_TYPES)} (comma-separated to combine; default sigmoid); kto "
+        f"Loss: dpo and mpo {', '.join(DPO_LOSS_TYPES)} (comma-separated to combine; default dpo sigmoid, mpo "
+        f"{','.join(MPO_LOSS_TYPES)}); kto "
         f"{', '.join(KTO_LOSS_TYPES)} (default kto; the kto recipe trains {KTO_DEFAULT_BATCH_SIZE} rows a batch "
         f"unless --batch-size is given, as the kto loss's KL estimate pairs rows of a batch); cpo "
         f"{', '.join(CPO_LOSS_TYPES)} (default sigmoid).",
     ),
-    "loss_weights": (("dpo",), "multiple", "One weight per --loss-type value (default 1 each)."),
+    "loss_weights": (
+        ("dpo", "mpo"),
+        "multiple",
+        f"One weight per --loss-type value (default 1 each; mpo {','.join(map(str, MPO_LOSS_WEIGHTS))} for its "
+        "default loss types).",
+    ),
     "label_smoothing": (
-        ("dpo", "cpo", "simpo"),
+        ("dpo", "cpo", "simpo", "mpo"),
         float,
         "Label-noise rate (dpo robust/exo_pair/aot, cpo and simpo sigmoid); 0 = none.",
     ),
-    "precompute_ref_logps": (("dpo", "kto"), bool, "Compute the reference log-probs once before training."),
+    "precompute_ref_logps": (("dpo", "kto", "mpo"), bool, "Compute the reference log-probs once before training."),
     "desirable_weight": (("kto",), float, "KTO: weight of the desirable replies' losses."),
     "undesirable_weight": (("kto",), float, "KTO: weight of the undesirable replies' losses."),
     "ref_model": (
-        ("dpo", "kto"),
+        ("dpo", "kto", "mpo"),
         str,
         "Reference model directory (full fine-tuning; default: --model itself). Must share the policy's tokenizer.",
     ),

@@ -16,7 +16,8 @@ _PKG = "swiftcore_recipe_preference"
 
 @hookimpl
 def swiftcore_register_recipes() -> list[RecipeSpec]:
-    """``dpo``, ``kto``, ``cpo``, ``simpo``, ``orpo`` (policy) and ``rm`` (reward model), each on a TRL trainer."""
+    """``dpo``, ``mpo``, ``kto``, ``cpo``, ``simpo``, ``orpo`` (policy) and ``rm`` (reward model), each on a TRL
+    trainer."""
     return [
         RecipeSpec(
             name="dpo",
@@ -24,6 +25,13 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             config=f"{_PKG}.options:DPOOptions",
             description="direct preference optimisation on chosen/rejected pairs (TRL DPOTrainer; "
             "sigmoid, ipo, hinge, ... losses)",
+        ),
+        RecipeSpec(
+            name="mpo",
+            run=f"{_PKG}.mpo:run_mpo",
+            config=f"{_PKG}.options:MPOOptions",
+            description="mixed preference optimisation: DPO with 0.8 sigmoid + 0.2 bco_pair + 1.0 sft losses "
+            "(TRL DPOTrainer)",
         ),
         RecipeSpec(
             name="kto",

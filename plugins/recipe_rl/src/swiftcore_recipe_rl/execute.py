@@ -22,6 +22,7 @@ from swiftcore_recipe_rl.options import (
     GKDOptions,
     GRPOOptions,
     OPDOptions,
+    OPSDOptions,
     ReinforcePPOptions,
     RolloutOptions,
     SamplingOptions,
@@ -79,7 +80,7 @@ def execute(
         plan.spec.name,
         plan.spec.provider,
         plan.template.name,
-        f"teacher {options.teacher_model}"
+        f"teacher {options.teacher_model or 'the policy itself with the ' + repr(options.opsd_context) + ' context'}"
         if isinstance(options, GKDOptions | OPDOptions)
         else "rewards " + ", ".join(f"{r.name} ({r.spec.provider})" for r in rewards),
         len(plan.prompts.dataset),
@@ -165,7 +166,16 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
         trainer.baseline = options.reinforce_pp_baseline
     if isinstance(options, GRPOOptions):
         configure_loss_variants(trainer, options, chord_samples=plan.chord_samples, seed=cfg.seed)
-    if isinstance(options, OPDOptions):  # the teacher scores the student's tokens; frozen, on the trainer's device
+    if isinstance(options, OPSDOptions):  # the policy is the teacher, shown each row's privileged context
+        from swiftcore_recipe_rl.opsd import teacher_prompt_ids
+
+        trainer.teacher_prompt_ids = teacher_prompt_ids(plan.prompts, codec, options)
+        trainer.context_column, trainer.teacher_mode = options.opsd_context, options.opsd_teacher
+        if options.opsd_teacher == "initial" and cfg.tuner != "lora":  # LoRA: the adapter is switched off instead
+            teacher = load_model(spec, cfg.model, plugins, torch_dtype=dtype)
+            trainer.teacher = teacher.to(trainer.accelerator.device).eval().requires_grad_(False)
+        trainer.reward_weight = options.opd_reward_weight
+    elif isinstance(options, OPDOptions):  # the teacher scores the student's tokens; frozen, on the trainer's device
         teacher = load_model(plan.teacher, options.teacher_model, plugins, torch_dtype=dtype)
         trainer.teacher = teacher.to(trainer.accelerator.device).eval().requires_grad_(False)
         trainer.reward_weight = options.opd_reward_weight

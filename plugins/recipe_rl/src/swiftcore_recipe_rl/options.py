@@ -36,6 +36,8 @@ __all__ = [
     "ReinforcePPOptions",
     "GKDOptions",
     "OPDOptions",
+    "OPSDOptions",
+    "OPSD_TEACHERS",
     "RolloutOptions",
     "SamplingOptions",
     "add_grpo_options",
@@ -55,7 +57,7 @@ ENVIRONMENT_RECIPES = ("grpo", "reinforce_pp")
 IMPORTANCE_SAMPLING_MODES = ("auto", "none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 #: The recipes that can correct engine rollouts by importance sampling: those on TRL's GRPOTrainer, which has the
 #: correction (its RLOOTrainer has none).
-IMPORTANCE_SAMPLING_RECIPES = ("grpo", "reinforce_pp", "opd")
+IMPORTANCE_SAMPLING_RECIPES = ("grpo", "reinforce_pp", "opd", "opsd")
 #: How rewards are scaled into advantages (TRL's ``scale_rewards``).
 SCALE_REWARDS = ("group", "batch", "none")
 
@@ -389,8 +391,11 @@ class GRPOOptions(RolloutOptions):
         fipo_clip_high_only: ``fipo``: clip it to ``[1, 1 + range]`` instead (the FIPO paper's default).
         fipo_safety_threshold: ``fipo``: a negative-advantage token whose ratio exceeds this keeps a weight in
             ``[0.8, 1]`` (0: off).
-        dynamic_sampling: DAPO's dynamic sampling, filter form: groups whose rewards are all equal (zero advantage,
-            no signal) are left out of the loss and of its token count (no refill).
+        dynamic_sampling: DAPO's dynamic sampling: groups whose rewards are all equal (zero advantage, no signal)
+            are left out of the loss and of its token count; with ``dapo_max_resample`` the batch is refilled.
+        dapo_max_resample: DAPO's refill: up to this many extra generation rounds (each a generation batch of
+            prompts drawn from the dataset) per training batch, whose informative groups replace the dropped ones
+            until the batch is full of groups with a signal (0: the filter form, no refill).
         overlong_buffer: DAPO's soft overlong punishment: the last ``overlong_buffer`` tokens before
             ``max_completion_length`` earn a penalty growing linearly to ``-overlong_penalty`` (0: off).
         overlong_penalty: the penalty's largest size (also given to completions cut at ``max_completion_length``).
@@ -420,6 +425,7 @@ class GRPOOptions(RolloutOptions):
     fipo_clip_high_only: bool = True
     fipo_safety_threshold: float = 4.0
     dynamic_sampling: bool = False
+    dapo_max_resample: int = 0
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
     chord_dataset: str = ""
@@ -465,6 +471,23 @@ class GRPOOptions(RolloutOptions):
                 f"{self.max_completion_length}) (0: off)"
             )
         self._check_chord(problems)
+        self._check_resample(problems)
+
+    def _check_resample(self, problems: list[str]) -> None:
+        """``--dapo-max-resample``: a count >= 0, with ``--dynamic-sampling``, with TRL's own or a synchronous
+        engine's generation (an async engine's next round is already under way for the dataset's next prompts)."""
+        rounds = self.dapo_max_resample
+        if not (isinstance(rounds, int) and rounds >= 0):
+            problems.append(f"--dapo-max-resample: {rounds!r} must be a whole number >= 0 (0: no refill)")
+        elif rounds and not self.dynamic_sampling:
+            problems.append(
+                f"--dapo-max-resample {rounds}: refills the groups --dynamic-sampling drops; add --dynamic-sampling"
+            )
+        elif rounds and self.async_rollouts:
+            problems.append(
+                f"--dapo-max-resample {rounds} with --async-rollouts: not supported (the engine already generates the "
+                "next batch's prompts while the refill would need it); drop one of them"
+            )
 
     def _check_chord(self, problems: list[str]) -> None:
         """CHORD's flags: weights in [0, 1], step counts >= 0, a batch of at least 1; refused without
@@ -608,11 +631,7 @@ class OPDOptions(GRPOOptions):
 
     def _check_method(self, problems: list[str]) -> None:
         super()._check_method(problems)
-        if not self.teacher_model:
-            problems.append(
-                "--teacher-model: give the teacher model's directory (opd's advantages are the teacher's log-probs of "
-                "the student's tokens minus the student's)"
-            )
+        self._check_teacher(problems)
         value = self.opd_reward_weight
         if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
             problems.append(f"--opd-reward-weight: {value!r} must be a finite number >= 0 (0: pure distillation)")
@@ -623,9 +642,67 @@ class OPDOptions(GRPOOptions):
             )
         if self.dynamic_sampling:
             problems.append(
-                "--dynamic-sampling with --recipe opd: groups of equal rewards still carry the teacher's signal (with "
-                "--opd-reward-weight 0 every group would be dropped); drop --dynamic-sampling"
+                f"--dynamic-sampling with --recipe {self.recipe}: groups of equal rewards still carry the teacher's "
+                "signal (with --opd-reward-weight 0 every group would be dropped); drop --dynamic-sampling"
             )
+
+    def _check_teacher(self, problems: list[str]) -> None:
+        if not self.teacher_model:
+            problems.append(
+                "--teacher-model: give the teacher model's directory (opd's advantages are the teacher's log-probs of "
+                "the student's tokens minus the student's)"
+            )
+
+
+#: Who scores the student's tokens in ``--recipe opsd`` (``--opsd-teacher``).
+OPSD_TEACHERS = ("current", "initial")
+
+
+@dataclass
+class OPSDOptions(OPDOptions):
+    """Options of ``--recipe opsd``: on-policy self-distillation, ``opd`` whose teacher is the policy itself shown
+    privileged context (:mod:`swiftcore_recipe_rl.opsd`).
+
+    Every ``opd`` option applies except ``teacher_model`` (refused: the teacher is the policy).
+
+    Attributes:
+        opsd_context: the dataset column holding each prompt's privileged context (a reference answer or solution);
+            the teacher sees it, the student does not.
+        opsd_context_format: how the teacher's last user message is written, a ``str.format`` pattern with
+            ``{prompt}`` (the message as the student sees it) and ``{context}`` (the column's value).
+        opsd_teacher: ``current``: the policy's current weights, without gradient (the OPSD paper's); ``initial``: the
+            policy as it started (LoRA: the adapter switched off; full fine-tuning: a frozen copy of ``--model``).
+    """
+
+    opsd_context: str = "answer"
+    opsd_context_format: str = "{prompt}\n\nReference answer: {context}"
+    opsd_teacher: str = "current"
+
+    recipe = "opsd"
+
+    def _check_teacher(self, problems: list[str]) -> None:
+        if self.teacher_model:
+            problems.append(
+                f"--teacher-model {self.teacher_model!r} with --recipe opsd: the teacher is the policy itself, shown "
+                "the --opsd-context column; drop --teacher-model, or use --recipe opd for another teacher model"
+            )
+        if self.opsd_teacher not in OPSD_TEACHERS:
+            problems.append(f"--opsd-teacher: {self.opsd_teacher!r} is not one of {', '.join(OPSD_TEACHERS)}")
+        if not self.opsd_context:
+            problems.append("--opsd-context: name the dataset column holding each prompt's privileged context")
+        try:
+            shown = self.opsd_context_format.format(prompt="", context="\0")
+        except (KeyError, IndexError, ValueError) as exc:
+            problems.append(
+                f"--opsd-context-format {self.opsd_context_format!r}: not a pattern of {{prompt}} and {{context}} "
+                f"({type(exc).__name__}: {exc})"
+            )
+        else:
+            if "\0" not in shown:
+                problems.append(
+                    f"--opsd-context-format {self.opsd_context_format!r}: has no {{context}}, so the teacher would "
+                    "see no privileged context"
+                )
 
 
 #: The recipes of this plugin and their options classes.
@@ -635,6 +712,7 @@ RL_RECIPES: dict[str, type[RolloutOptions]] = {
     "reinforce_pp": ReinforcePPOptions,
     "gkd": GKDOptions,
     "opd": OPDOptions,
+    "opsd": OPSDOptions,
 }
 
 _HELP = {
@@ -702,7 +780,12 @@ _HELP = {
     "fipo_safety_threshold": "fipo: a token with a negative advantage and a ratio above this keeps an influence "
     "weight in [0.8, 1] (0 = off).",
     "dynamic_sampling": "DAPO's dynamic sampling (filter form): leave groups whose rewards are all equal out of the "
-    "loss and its token count, so the batch's update comes from groups that carry a signal (no resampling).",
+    "loss and its token count, so the batch's update comes from groups that carry a signal (refilled with "
+    "--dapo-max-resample).",
+    "dapo_max_resample": "DAPO's refill, with --dynamic-sampling: generate up to N more rounds of prompts drawn from "
+    "the dataset per training batch and put their informative groups in place of the dropped ones, until every "
+    "group of the batch carries a signal; when N rounds do not fill it a warning says so and the rest stays masked "
+    "out of the loss (0 = no refill).",
     "overlong_buffer": "DAPO's soft overlong punishment: completions longer than --max-completion-length minus this "
     "many tokens get a reward penalty growing linearly to --overlong-penalty at the limit (0 = off).",
     "overlong_penalty": "Largest size of the --overlong-buffer penalty (added to the reward as a negative number).",
@@ -735,6 +818,12 @@ _HELP = {
     "teacher_api": "An OpenAI-compatible teacher URL: refused with an explanation (TRL 1.16 cannot use one).",
     "opd_reward_weight": "opd: weight of the task reward's GRPO advantage added to each token's KL advantage "
     "log p_teacher - log p_student (0 = pure distillation; --reward is then optional and only logged).",
+    "opsd_context": "opsd: the dataset column holding each prompt's privileged context (e.g. the reference answer "
+    "or solution), shown to the teacher only.",
+    "opsd_context_format": "opsd: the teacher's last user message, a pattern of {prompt} (the message the student "
+    "sees) and {context} (the --opsd-context column).",
+    "opsd_teacher": "opsd: the teacher is the policy's current weights without gradient (current, the OPSD paper's) or "
+    "the policy as it started (initial: LoRA adapter off, or a frozen copy of --model).",
     "gkd_beta": "Divergence: 0 forward KL(teacher||student), 1 reverse KL(student||teacher), else generalised JSD.",
     "reinforce_pp_baseline": "REINFORCE++-baseline: subtract the prompt's group-mean reward before the returns "
     "(--no-reinforce-pp-baseline: plain REINFORCE++).",
@@ -749,6 +838,7 @@ _TITLES = {
     "reinforce_pp": "REINFORCE++ online RL, globally normalised KL-penalised returns (swiftcore-recipe-rl)",
     "gkd": "GKD on-policy distillation to a teacher model (swiftcore-recipe-rl)",
     "opd": "On-policy distillation with KL advantages (swiftcore-recipe-rl)",
+    "opsd": "On-policy self-distillation: the policy with privileged context as the teacher (swiftcore-recipe-rl)",
 }
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swiftcore_recipe_rl.options import GKDOptions, OPDOptions, RolloutOptions, SamplingOptions
+from swiftcore_recipe_rl.options import GKDOptions, OPDOptions, OPSDOptions, RolloutOptions, SamplingOptions
 from swiftcore_recipe_rl.prompts import EncodedPrompts, encode_prompts
 
 if TYPE_CHECKING:
@@ -163,10 +163,15 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
             timeout=options.reward_timeout,
         )
     teacher = None
-    if isinstance(options, GKDOptions | OPDOptions):  # the teacher's spec now: a bad directory fails before loading
+    if isinstance(options, GKDOptions | OPDOptions) and options.teacher_model:  # opsd's teacher is the policy
+        # the teacher's spec now: a bad directory fails before loading
         teacher = resolve_model_spec(options.teacher_model, plugins)
         check_requirements(teacher)
     rows = load_prompt_rows(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
+    if isinstance(options, OPSDOptions):  # the privileged context's column, before any model loads
+        from swiftcore_recipe_rl.opsd import check_context_column
+
+        check_context_column(rows, options, f"--dataset {', '.join(cfg.dataset)}")
     for reward in rewards:
         reward.check_columns(rows[0].columns, where=f"--dataset {', '.join(cfg.dataset)}")
     check_recipe_fits_model(cfg, spec, plugins)

@@ -15,7 +15,8 @@ SWIFTCORE_API = "1.4"  # the environment plugin kind (swiftcore_register_environ
 def swiftcore_register_recipes() -> list[RecipeSpec]:
     """``grpo`` (group-relative), ``rloo`` (leave-one-out) on TRL's trainers of those names, and ``reinforce_pp``
     (REINFORCE++ advantages on TRL's GRPOTrainer), rewarded by reward plugins; ``gkd`` (on-policy distillation on
-    TRL's DistillationTrainer) and ``opd`` (on-policy distillation with KL advantages on the ``grpo`` trainer)."""
+    TRL's DistillationTrainer), ``opd`` (on-policy distillation with KL advantages on the ``grpo`` trainer) and ``opsd``
+    (``opd`` with the policy itself, shown privileged context, as the teacher)."""
     return [
         RecipeSpec(
             name="grpo",
@@ -51,6 +52,14 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             config="swiftcore_recipe_rl.options:OPDOptions",
             tasks=("causal_lm",),
             description="on-policy distillation with KL advantages (log p_teacher - log p_student) on GRPO's loss",
+        ),
+        RecipeSpec(
+            name="opsd",
+            run="swiftcore_recipe_rl.recipe:run_opsd",
+            config="swiftcore_recipe_rl.options:OPSDOptions",
+            tasks=("causal_lm",),
+            description="on-policy self-distillation: opd whose teacher is the policy shown the row's privileged "
+            "context (--opsd-context)",
         ),
     ]
 

@@ -23,6 +23,7 @@ from swiftcore_recipe_rl.options import (
     GKDOptions,
     GRPOOptions,
     OPDOptions,
+    OPSDOptions,
     ReinforcePPOptions,
     RLOOOptions,
     RolloutOptions,
@@ -43,6 +44,7 @@ __all__ = [
     "run",
     "run_gkd",
     "run_opd",
+    "run_opsd",
     "run_recipe",
     "run_reinforce_pp",
     "run_rloo",
@@ -161,6 +163,7 @@ def opd_config(cfg: Any, options: OPDOptions, output_dir: Path, *, reward_names:
 CONFIGS: dict[str, Callable[..., Any]] = {
     "grpo": grpo_config,
     "opd": opd_config,
+    "opsd": opd_config,
     "rloo": rloo_config,
     "reinforce_pp": reinforce_pp_config,
     "gkd": gkd_config,
@@ -197,6 +200,13 @@ def run_opd(cfg: Any, plugins: PluginSet, options: OPDOptions) -> Any:
     scores each sampled token, and GRPO's loss trains on the per-token advantages ``log p_teacher - log p_student``
     (plus ``--opd-reward-weight`` times the reward's; see :mod:`swiftcore_recipe_rl.trainer`)."""
     return run_recipe("opd", cfg, plugins, options)
+
+
+def run_opsd(cfg: Any, plugins: PluginSet, options: OPSDOptions) -> Any:
+    """The ``opsd`` recipe: on-policy self-distillation; ``opd`` whose teacher is the policy itself, scoring each
+    sampled token after the prompt with the row's privileged ``--opsd-context`` (see
+    :mod:`swiftcore_recipe_rl.opsd`)."""
+    return run_recipe("opsd", cfg, plugins, options)
 
 
 def run_recipe(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions) -> Any:

@@ -15,6 +15,7 @@ rewards, clipping, loss normalisation, logging and checkpoints stay TRL's.
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from typing import Any
 
@@ -23,11 +24,14 @@ __all__ = [
     "gkd_trainer_class",
     "grpo_trainer_class",
     "opd_trainer_class",
+    "opsd_trainer_class",
     "reinforce_pp_advantages",
     "reinforce_pp_trainer_class",
     "rloo_trainer_class",
     "trainer_class",
 ]
+
+log = logging.getLogger("swiftcore.rl")
 
 
 @cache
@@ -311,6 +315,7 @@ def _loss_variants() -> type:
     import torch
 
     from swiftcore_recipe_rl.chord import mu_schedule, sft_loss
+    from swiftcore_recipe_rl.dynamic_sampling import pick_groups, resample_indices, select_rollouts
     from swiftcore_recipe_rl.losses import fipo_weights, informative_groups
 
     class LossVariants:
@@ -330,6 +335,8 @@ def _loss_variants() -> type:
 
         fipo: dict[str, Any] | None = None
         dynamic_sampling: bool = False
+        dapo_max_resample: int = 0
+        _refilling = False
         chord: Any = None
         chord_schedule: dict[str, Any] | None = None
         chord_phi: bool = False
@@ -393,15 +400,14 @@ def _loss_variants() -> type:
 
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
             out = super()._generate_and_score_completions(inputs)
-            if not self.dynamic_sampling:
+            if not self.dynamic_sampling or self._refilling:
                 return out
             mode = "train" if self.model.training else "eval"
-            per_func = self._group_rewards  # every process's rows: groups are whole here
-            rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
-            rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
             size = self.num_generations if mode == "train" else self.num_generations_eval
-            keep = informative_groups(rewards, size)
+            keep = self._informative(size)
             self._metrics[mode]["dynamic_sampling/kept"].append(keep.float().mean().item())
+            if mode == "train" and self.dapo_max_resample:
+                out, keep = self._refill(inputs, out, keep, size)
             n, rank = len(inputs), self.accelerator.process_index
             keep = keep[rank * n : (rank + 1) * n].to(out["completion_mask"].dtype).unsqueeze(1)
             out["completion_mask"] = out["completion_mask"] * keep
@@ -409,6 +415,53 @@ def _loss_variants() -> type:
             # the dapo/cispo normaliser counts the kept groups' tokens only (DAPO: the batch is the informative groups)
             out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
             return out
+
+        def _informative(self, size: int) -> Any:
+            """The last scored round's :func:`~swiftcore_recipe_rl.losses.informative_groups` (every process's
+            rows: groups are whole here)."""
+            per_func = self._group_rewards
+            rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+            rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+            return informative_groups(rewards, size)
+
+        def _refill(self, inputs: list[dict], out: dict[str, Any], keep: Any, size: int) -> tuple[dict, Any]:
+            """DAPO's refill (:mod:`swiftcore_recipe_rl.dynamic_sampling`): up to ``dapo_max_resample`` more rounds
+            of ``len(inputs) // size`` prompts drawn from the dataset, each generated and scored by this trainer's
+            whole pipeline, until the batch has as many informative groups as it has groups; returns the batch and
+            its new ``keep``. Logs ``dynamic_sampling/resample_rounds`` and ``dynamic_sampling/refilled`` (the share
+            of the batch's groups that carry a signal); a warning when the cap is reached short of a full batch."""
+            groups = len(inputs) // size
+            parts, keeps = [out], [keep.view(-1, size)[:, 0].tolist()]
+            found, rounds = sum(keeps[0]), 0
+            while found < groups and rounds < self.dapo_max_resample:
+                rounds += 1
+                indices = resample_indices(
+                    len(self.train_dataset), groups, seed=self.args.seed, step=self.state.global_step, round_=rounds
+                )
+                rows = [dict(self.train_dataset[i]) for i in indices for _ in range(size)]
+                self._refilling = True
+                try:
+                    parts.append(self._generate_and_score_completions(rows))
+                finally:
+                    self._refilling = False
+                keeps.append(self._informative(size).view(-1, size)[:, 0].tolist())
+                found += sum(keeps[-1])
+            picks = pick_groups(keeps, groups)
+            rows_picked = [(r, g * size + j) for r, g, _ in picks for j in range(size)]
+            pad_id = getattr(self.processing_class, "pad_token_id", None)
+            merged = select_rollouts(parts, rows_picked, 0 if pad_id is None else int(pad_id))
+            filled = sum(k for _, _, k in picks)
+            self._metrics["train"]["dynamic_sampling/resample_rounds"].append(float(rounds))
+            self._metrics["train"]["dynamic_sampling/refilled"].append(filled / groups)
+            if filled < groups:
+                log.warning(
+                    "--dapo-max-resample %d reached: %d of %d groups carry a reward signal after %d extra generation "
+                    "round(s); the other %d stay in the batch masked out of the loss (raise --dapo-max-resample, or "
+                    "check that the reward can tell this task's completions apart)",
+                    self.dapo_max_resample, filled, groups, rounds, groups - filled,
+                )  # fmt: skip
+            new_keep = torch.tensor([k for _, _, k in picks], device=keep.device).repeat_interleave(size)
+            return merged, new_keep
 
     return LossVariants
 
@@ -644,15 +697,20 @@ def opd_trainer_class() -> type:
         def teacher_logps(self, out: dict[str, Any]) -> Any:
             """The teacher's per-token log-probs ``(B, T)`` of the completions, at the rollout temperature (as TRL
             computes the student's), in float32."""
-            input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-            attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            return self.completion_logps(self.teacher, out["prompt_ids"], out["prompt_mask"], out)
+
+        def completion_logps(self, model: Any, prompt_ids: Any, prompt_mask: Any, out: dict[str, Any]) -> Any:
+            """``model``'s per-token log-probs ``(B, T)`` of ``out``'s completions after ``prompt_ids`` (left-padded,
+            ``prompt_mask``), at the rollout temperature, in float32, without gradient."""
+            input_ids = torch.cat([prompt_ids, out["completion_ids"]], dim=1)
+            attention_mask = torch.cat([prompt_mask, out["completion_mask"]], dim=1)
             keep = out["completion_ids"].size(1)
             size = self.args.per_device_train_batch_size
             chunks = []
             with torch.no_grad():
                 for start in range(0, input_ids.size(0), size):
                     ids = input_ids[start : start + size]
-                    logits = self.teacher(
+                    logits = model(
                         input_ids=ids, attention_mask=attention_mask[start : start + size], use_cache=False
                     ).logits
                     logits = logits[:, -keep - 1 : -1, :].float() / self.temperature
@@ -671,6 +729,58 @@ def opd_trainer_class() -> type:
             return logps
 
     return SwiftOPDTrainer
+
+
+@cache
+def opsd_trainer_class() -> type:
+    """The ``opsd`` trainer: the ``opd`` trainer whose teacher is the policy itself, scoring each completion after
+    the row's privileged prompt (:mod:`swiftcore_recipe_rl.opsd`)."""
+    from contextlib import nullcontext
+
+    import torch
+
+    from swiftcore_recipe_rl.opsd import teacher_key
+
+    class SwiftOPSDTrainer(opd_trainer_class()):
+        """The ``opd`` trainer with ``teacher_logps`` computed by the policy on the teacher's prompts: the advantages,
+        the loss and the logged ``opd/*`` metrics are ``opd``'s (one definition: ``distillation_advantages``).
+
+        Set after construction (the recipe does): ``teacher_prompt_ids`` (:func:`~swiftcore_recipe_rl.opsd.
+        teacher_prompt_ids`), ``context_column``, ``teacher_mode`` (``current`` or ``initial``) and, for
+        ``initial`` with full fine-tuning, ``teacher`` (a frozen copy of the starting weights).
+        """
+
+        teacher_prompt_ids: dict[tuple[str, str], list[int]] = {}
+        context_column = "answer"
+        teacher_mode = "current"
+        _teacher_rows: list[list[int]] | None = None
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            self._teacher_rows = [self.teacher_prompt_ids[teacher_key(x, self.context_column)] for x in inputs]
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self._teacher_rows = None
+
+        def teacher_logps(self, out: dict[str, Any]) -> Any:
+            """The policy's log-probs of the completions after the teacher's (privileged) prompts: its current
+            weights, or with ``initial`` its starting ones (adapter off, or the frozen copy)."""
+            rows = self._teacher_rows
+            width = max(len(r) for r in rows)
+            pad = getattr(self.processing_class, "pad_token_id", None) or 0
+            device = out["completion_ids"].device
+            prompt_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+            prompt_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+            model, context = self.model, nullcontext()
+            if self.teacher_mode == "initial":
+                if self.teacher is not None:
+                    model = self.teacher
+                else:  # LoRA: the starting policy is the base model
+                    context = self.accelerator.unwrap_model(self.model).disable_adapter()
+            with context:
+                return self.completion_logps(model, prompt_ids, prompt_mask.to(out["prompt_mask"].dtype), out)
+
+    return SwiftOPSDTrainer
 
 
 def configure_loss_variants(
@@ -702,15 +812,24 @@ def configure_loss_variants(
             safety_threshold=options.fipo_safety_threshold,
         )
     trainer.dynamic_sampling = bool(getattr(options, "dynamic_sampling", False))
+    trainer.dapo_max_resample = int(getattr(options, "dapo_max_resample", 0))
+    if trainer.dapo_max_resample and trainer.accelerator.num_processes > 1:
+        from swiftcore.api import SwiftcoreError
+
+        raise SwiftcoreError(
+            f"--dapo-max-resample with {trainer.accelerator.num_processes} processes: the refill runs on one process "
+            "only so far; train on one process, or use --dapo-max-resample 0 (the filter form)"
+        )
 
 
 def trainer_class(recipe: str) -> type:
-    """The trainer class of ``recipe`` (``grpo``, ``rloo``, ``reinforce_pp``, ``gkd`` or ``opd``)."""
+    """The trainer class of ``recipe`` (``grpo``, ``rloo``, ``reinforce_pp``, ``gkd``, ``opd`` or ``opsd``)."""
     classes = {
         "grpo": grpo_trainer_class,
         "rloo": rloo_trainer_class,
         "reinforce_pp": reinforce_pp_trainer_class,
         "gkd": gkd_trainer_class,
         "opd": opd_trainer_class,
+        "opsd": opsd_trainer_class,
     }
     return classes[recipe]()
