@@ -60,6 +60,7 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
     from swiftcore_train.generation_eval import GenerationEvalOptions, load_eval_records
 
     evaluation = GenerationEvalOptions.from_options(options)
+    loss_chunk_size = _loss_chunk_size(options)
     # The benchmark is read and checked (every line) before anything else loads.
     eval_records = load_eval_records(str(evaluation.eval_dataset), plugins) if evaluation.enabled else []
     output_dir = Path(cfg.output_dir)
@@ -80,6 +81,10 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
     log.info("model %s (%s), template %s (%s)", spec.name, spec.provider, template_spec.name, template_spec.provider)
 
     train_records, val_records = load_train_val_records(cfg)
+    if template_spec.official and "tools" not in template_spec.supports:  # OLMoE, Qwen3-ASR: no tool format
+        from swiftcore_data import refuse_tool_rows
+
+        refuse_tool_rows([*train_records, *val_records], template_spec.name)  # else: an empty reply trained
     from swiftcore_media import has_media, prepare_media
 
     media = prepare_media(spec, cfg.model, tokenizer)  # None for text-only models
@@ -96,7 +101,7 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
     import torch
     from swiftcore_data import use_packed_attention
 
-    from swiftcore_train.loss import token_weighted_loss
+    from swiftcore_train.loss import sft_loss
     from swiftcore_train.trainer import JsonlLogCallback, SwiftTrainer, training_arguments
     from swiftcore_train.tuners import apply_tuner, trainable_summary
 
@@ -157,7 +162,9 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
         callbacks=setup.callbacks,
     )
     if setup.token_weighted_loss:  # off when a capability's trainer weights the step itself (sequence parallelism)
-        trainer.compute_loss_func = token_weighted_loss(trainer)
+        # The chunked loss (--loss-chunk-size, never the full-vocabulary logits) or, where it cannot apply, the plain
+        # token-weighted one.
+        trainer.compute_loss_func = sft_loss(trainer, loss_chunk_size, multimodal=multimodal)
     # Model, data and trainer are built: only now is the output directory touched.
     args_record = start_run(
         cfg,
@@ -176,6 +183,18 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
     return train_and_report(
         trainer, cfg, output_dir, train_samples=len(train_samples), evaluate=bool(val_samples), resume=resume
     )
+
+
+def _loss_chunk_size(options: Any) -> int:
+    """``--loss-chunk-size`` from the recipe's options (the default when a caller passes none), checked."""
+    from swiftcore_train.loss import DEFAULT_LOSS_CHUNK_SIZE
+
+    value = dict(options or {}).get("loss_chunk_size")
+    if value is None:
+        return DEFAULT_LOSS_CHUNK_SIZE
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SwiftcoreError(f"--loss-chunk-size: {value!r} must be 0 (the plain loss) or a positive number of tokens")
+    return value
 
 
 def _global_step(checkpoint: Path | None) -> int | None:

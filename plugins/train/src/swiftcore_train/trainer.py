@@ -200,6 +200,15 @@ class SwiftTrainer(Trainer):
             self._check_resumable(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
+    def compute_loss(self, model: Any, inputs: dict, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`transformers.Trainer.compute_loss`, the forward called with the ``forward_kwargs`` the
+        ``compute_loss_func`` asks for (:class:`~swiftcore_train.loss.ChunkedCausalLMLoss`: hidden states, no
+        full logits) when the batch has labels."""
+        extra = getattr(self.compute_loss_func, "forward_kwargs", None)
+        if extra and "labels" in inputs:
+            inputs = {**inputs, **extra}
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
     def _check_resumable(self, checkpoint: Path) -> None:
         """Refuse what transformers would fail on with a bare ValueError deep inside ``train``."""
         if not checkpoint.is_dir():
