@@ -22,6 +22,7 @@ from swiftcore_data.packing import pack_samples
 from swiftcore_data.readers import iter_rows
 from swiftcore_data.sources import DatasetSource, parse_dataset_arg
 from swiftcore_data.split import split_train_val
+from swiftcore_data.tool_rows import is_tool_row, refuse_tool_rows
 from swiftcore_data.validate import ROLES, count_media_placeholders, validate_record
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "SkipReport",
     "count_media_placeholders",
     "detect_format",
+    "is_tool_row",
     "iter_rows",
     "keep_attention_implementation",
     "load_records",
@@ -48,6 +50,7 @@ __all__ = [
     "packed_cu_seq_lens",
     "packed_segments",
     "parse_dataset_arg",
+    "refuse_tool_rows",
     "row_slice",
     "slice_rotary",
     "split_train_val",

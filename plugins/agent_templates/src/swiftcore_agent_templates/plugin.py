@@ -1,0 +1,87 @@
+"""Hook implementations of swiftcore-plugin-agent-templates: the agent templates, ``--agent-template`` and its check.
+
+Plain data only: the templates are named lazily and the family templates imported when one is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from swiftcore.api import SwiftcoreError, TemplateSpec, hookimpl
+from swiftcore_agent_templates.families import AGENTS, FAMILIES
+
+SWIFTCORE_API = "1.5"  # swiftcore_addoption and swiftcore-train's hooks (declared through swiftcore_addhooks, 1.5)
+
+_PKG = "swiftcore_agent_templates"
+
+
+def template_name(family: str, agent: str) -> str:
+    """The registered name of agent template ``agent`` on family template ``family`` (``olmoe_hermes``)."""
+    return f"{family}_{agent}"
+
+
+@hookimpl
+def swiftcore_register_templates() -> list[TemplateSpec]:
+    """One template per (family without a tool format, agent format): ``olmoe_hermes``, ``qwen3_asr_react`` ..."""
+    return [
+        TemplateSpec(
+            name=template_name(family, agent),
+            factory=f"{_PKG}.families:{template_name(family, agent)}",
+            special_tokens=spec.special_tokens,
+            supports=(*spec.supports, "tools"),
+            description=f"{family}'s template with {agent} tool calls (--agent-template {agent})",
+        )
+        for family, spec in FAMILIES.items()
+        for agent in AGENTS
+    ]
+
+
+@hookimpl
+def swiftcore_addoption(parser: Any) -> None:
+    """``--agent-template NAME``: train a family without a tool format on tool rows in an agent format."""
+    import click  # the CLI's own dependency; only for the choice list
+
+    group = parser.getgroup("agent-templates", "agent templates (tool calls for families without a tool format)")
+    group.addoption(
+        "--agent-template",
+        type=click.Choice(sorted(AGENTS)),
+        default=None,
+        help="Render tools, tool calls and tool results in this agent format inside the family's own chat template "
+        f"(for templates without a tool format: {', '.join(FAMILIES)}). The checkpoint records the agent template "
+        "(e.g. olmoe_hermes), so infer and deploy use it; give it there as --template olmoe_hermes.",
+    )
+
+
+@hookimpl
+def swiftcore_train_check(cfg: Any, options: Mapping[str, Any], model_dir: str, kind: str) -> None:
+    """With ``--agent-template``: switch the run's template to the agent template on the family's template.
+
+    (Without it, swiftcore-train's sft recipe refuses tool rows for a template with no tool format, naming
+    ``--agent-template``.)"""
+    agent = options.get("agent_template")
+    if not agent:
+        return
+    from swiftcore.api import load_plugins
+    from swiftcore.api.models import resolve_model_spec
+
+    plugins = load_plugins()  # the run's set: the CLI exports it to SWIFTCORE_PLUGINS
+    name = cfg.template or resolve_model_spec(model_dir, plugins, model_type=cfg.model_type).default_template
+    if name:  # else the recipe reports the missing template itself
+        cfg.template = _agent_template(plugins.registry.get("template", name), agent, plugins)
+
+
+def _agent_template(spec: TemplateSpec, agent: str, plugins: Any) -> str:
+    """The name of agent template ``agent`` on template ``spec``, or an error saying why there is none."""
+    if "tools" in spec.supports:
+        raise SwiftcoreError(
+            f"--agent-template {agent}: template {spec.name!r} ({spec.provider}) has its own tool format; drop "
+            "--agent-template (agent templates are for templates without one)"
+        )
+    name = template_name(spec.name, agent)
+    if plugins.registry.find("template", name) is None:
+        raise SwiftcoreError(
+            f"--agent-template {agent}: no agent template for template {spec.name!r}; swiftcore-plugin-agent-templates "
+            f"wraps {', '.join(FAMILIES)}"
+        )
+    return name
