@@ -108,11 +108,11 @@ def test_lora_on_moe_under_tensor_parallelism_is_refused_naming_the_way_out(
 
 def test_a_recipe_the_engine_does_not_train_says_which_it_does(tiny_model_dir, dataset, tmp_path) -> None:
     cfg = TrainConfig(
-        model=str(tiny_model_dir("qwen3_5")), dataset=(str(dataset),), recipe="kto", engine="megatron", max_steps=1
+        model=str(tiny_model_dir("qwen3_5")), dataset=(str(dataset),), recipe="orpo", engine="megatron", max_steps=1
     )
     with pytest.raises(SwiftcoreError) as info:
         run_training(cfg, load_plugins(env={}))
-    expected = "--engine megatron: recipe 'kto' is not supported by this engine (it trains dpo, sft)"
+    expected = "--engine megatron: recipe 'orpo' is not supported by this engine (it trains dpo, kto, rm, sft)"
     assert str(info.value).startswith(expected)
 
 

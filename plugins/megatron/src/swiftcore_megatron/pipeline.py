@@ -8,6 +8,12 @@ the embedding group). The bridges' rules and the converted checkpoints name the 
 maps those names to a stage's and back, so that one set of rules serves every layout.
 
 Stages split the layers evenly (megatron's default without ``num_layers_in_first/last_pipeline_stage``).
+
+Under virtual pipeline parallelism (megatron's interleaved 1F1B, ``virtual_pipeline_model_parallel_size``) a rank
+holds ``chunks`` model chunks: chunk ``v`` of rank ``r`` is virtual stage ``v * size + r`` of ``size * chunks``
+(megatron's ``get_transformer_layer_offset``), so pipeline rank 0 holds the embedding in its first chunk and the
+last rank the head in its last. A chunk's tensors are exactly those of stage ``v * size + r`` of a plain pipeline
+of ``size * chunks`` stages: checkpoints store the chunks as such stages.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ _HEAD = "output_layer.weight"
 @dataclass(frozen=True)
 class Stage:
     """Pipeline stage ``rank`` of ``size`` over a model of ``num_layers`` decoder layers (``tied``: the output
-    head is the embedding).
+    head is the embedding); under virtual pipeline parallelism, model chunk ``chunk`` of the ``chunks`` the rank
+    holds.
 
     Attributes:
         first: the stage holds the embedding (megatron's ``pre_process``).
@@ -38,22 +45,29 @@ class Stage:
     size: int
     num_layers: int
     tied: bool = False
+    chunks: int = 1
+    chunk: int = 0
+
+    @property
+    def index(self) -> int:
+        """The virtual stage this is (``chunk * size + rank``; ``rank`` without virtual pipeline parallelism)."""
+        return self.chunk * self.size + self.rank
 
     @property
     def first(self) -> bool:
         """Whether this stage embeds the tokens."""
-        return self.rank == 0
+        return self.index == 0
 
     @property
     def last(self) -> bool:
         """Whether this stage computes the logits and the loss."""
-        return self.rank == self.size - 1
+        return self.index == self.size * self.chunks - 1
 
     @property
     def layers(self) -> range:
         """The global decoder-layer indices of this stage."""
-        per_stage = self.num_layers // self.size
-        return range(self.rank * per_stage, (self.rank + 1) * per_stage)
+        per_stage = self.num_layers // (self.size * self.chunks)
+        return range(self.index * per_stage, (self.index + 1) * per_stage)
 
     def local_keys(self, key: str) -> list[str]:
         """The names the whole model's tensor ``key`` has in this stage's state dict (none: not on this stage).
@@ -92,7 +106,7 @@ class Stage:
 
         block: Any = getattr(spec, "submodules", None) if getattr(spec, "layer_specs", None) is None else spec
         layer_specs = getattr(block, "layer_specs", None)
-        if self.size == 1 or layer_specs is None or len(layer_specs) == len(self.layers):
+        if self.size * self.chunks == 1 or layer_specs is None or len(layer_specs) == len(self.layers):
             return spec  # megatron's get_gpt_decoder_block_spec cuts its spec to the stage already
         if len(layer_specs) != self.num_layers:
             raise ValueError(f"a block spec of {len(layer_specs)} layers for a model of {self.num_layers}")
@@ -101,20 +115,27 @@ class Stage:
 
 
 def current_stage(num_layers: int, tied: bool) -> Stage:
-    """This process's stage, from megatron's initialised model-parallel state."""
+    """This process's stage, from megatron's initialised model-parallel state: under virtual pipeline parallelism,
+    the model chunk megatron's virtual pipeline rank names (set before each chunk is built, as megatron's
+    ``get_model`` does)."""
     from megatron.core import parallel_state
 
+    chunks = parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1
     return Stage(
         rank=parallel_state.get_pipeline_model_parallel_rank(),
         size=parallel_state.get_pipeline_model_parallel_world_size(),
         num_layers=num_layers,
         tied=tied,
+        chunks=chunks,
+        chunk=(parallel_state.get_virtual_pipeline_model_parallel_rank() or 0) if chunks > 1 else 0,
     )
 
 
-def stages(bridge: Any, size: int) -> list[Stage]:
-    """The ``size`` pipeline stages of ``bridge``'s model, its layer count read from the bridge's rules (the
+def stages(bridge: Any, size: int, chunks: int = 1) -> list[Stage]:
+    """The pipeline stages of ``bridge``'s model in virtual-stage order (``size`` ranks of ``chunks`` model chunks
+    each; ``stages(bridge, size, chunks)[i].index == i``), its layer count read from the bridge's rules (the
     tensors it maps are the model's) and its tying from the model's arguments."""
     layers = {int(m.group(1)) for rule in bridge.rules() if (m := _LAYER.match(rule.mcore))}
     tied = bool(bridge.model_kwargs().get("share_embeddings_and_output_weights"))
-    return [Stage(rank, size, max(layers) + 1 if layers else 0, tied) for rank in range(size)]
+    count = max(layers) + 1 if layers else 0
+    return [Stage(i % size, size, count, tied, chunks, i // size) for i in range(size * chunks)]

@@ -18,7 +18,15 @@ def free_port() -> int:
 
 
 def init_model_parallel(
-    tp: int = 1, ep: int = 1, *, pp: int = 1, seed: int = 1234, rank: int = 0, world_size: int = 1
+    tp: int = 1,
+    ep: int = 1,
+    *,
+    pp: int = 1,
+    seed: int = 1234,
+    rank: int = 0,
+    world_size: int = 1,
+    vpp: int = 1,
+    cp: int = 1,
 ) -> None:
     """Initialise torch.distributed (gloo on CPU) and megatron's model-parallel state, once per process.
 
@@ -32,6 +40,8 @@ def init_model_parallel(
         seed: megatron's model-parallel RNG seed.
         rank: this process's rank (when not launched by torchrun).
         world_size: number of processes (when not launched by torchrun).
+        vpp: model chunks per pipeline rank (virtual pipeline parallelism, megatron's interleaved schedule).
+        cp: context-parallel size (each rank holds ``1/cp`` of every sequence).
     """
     # megatron warns at import that Transformer Engine/Apex are absent; the local spec does not need them.
     warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex) (and Apex )?(are|is) not installed.*")
@@ -58,7 +68,11 @@ def init_model_parallel(
     if parallel_state.model_parallel_is_initialized():
         _destroy_model_parallel()
     parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=ep
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+        context_parallel_size=cp,
+        expert_model_parallel_size=ep,
     )
     # inference_rng_tracker + force_reset_rng: no CUDA RNG state calls (works on CPU).
     model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)

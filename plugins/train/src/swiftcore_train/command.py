@@ -226,9 +226,38 @@ def _recipe_options(ctx: click.Context, options: dict[str, Any], recipe: str) ->
     "through torchrun's launcher, torch.distributed.run: no torchrun command line needed. Gloo on a CPU, NCCL on "
     "GPUs. Under a torchrun you start yourself, leave it out.",
 )
+@click.option(
+    "--nnodes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Train over this many machines (multi-node): run the same command on every machine, each with its "
+    "--node-rank and one --rdzv-endpoint; each starts --nproc-per-node processes (default 1) through torchrun's "
+    "c10d rendezvous. World size = nnodes x nproc-per-node.",
+)
+@click.option(
+    "--node-rank",
+    type=click.IntRange(min=0),
+    default=None,
+    help="With --nnodes: this machine's index, 0 to nnodes-1 (torchrun's --node-rank).",
+)
+@click.option(
+    "--rdzv-endpoint",
+    default=None,
+    metavar="HOST:PORT",
+    help="With --nnodes: the rendezvous address every machine can reach, e.g. node 0's address and a free port "
+    "(torchrun's --rdzv-endpoint, c10d backend); the same on every machine.",
+)
 @plugin_option
 @pass_state
-def train(state: CliState, plugin_specs: tuple[str, ...], nproc_per_node: int | None, **options: Any) -> None:
+def train(
+    state: CliState,
+    plugin_specs: tuple[str, ...],
+    nproc_per_node: int | None,
+    nnodes: int | None,
+    node_rank: int | None,
+    rdzv_endpoint: str | None,
+    **options: Any,
+) -> None:
     """Train a model with a recipe: supervised fine-tuning (sft, the default) with full weights or LoRA,
     an lm_head (--task), or any recipe a plugin adds (`swiftcore recipes` lists them).
 
@@ -238,7 +267,8 @@ def train(state: CliState, plugin_specs: tuple[str, ...], nproc_per_node: int | 
       swiftcore train --model ./tiny --dataset data.jsonl --tuner lora --max-steps 50
 
     `swiftcore train --nproc-per-node N ...` trains on N processes (it starts torchrun's launcher; the command also
-    runs unchanged under a torchrun you start). Options marked [recipe NAME] come from plugins and apply to that
+    runs unchanged under a torchrun you start); add `--nnodes M --node-rank I --rdzv-endpoint HOST:PORT` on each of
+    M machines to train over all of them. Options marked [recipe NAME] come from plugins and apply to that
     recipe only; the help shows the chosen recipe's (`swiftcore train --recipe grpo --help`).
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -258,13 +288,15 @@ def train(state: CliState, plugin_specs: tuple[str, ...], nproc_per_node: int | 
 
         click.echo(dry_run(cfg, plugins))
         return
+    nodes = _nodes(nnodes, node_rank, rdzv_endpoint)
     if cfg.fsdp or cfg.deepspeed:
         from swiftcore_train.distributed import check_launch
 
         # Before torchrun starts anything: a sharded run on one process, a bad --deepspeed FILE, a missing package.
-        check_launch(cfg, nproc_per_node or int(os.environ.get("WORLD_SIZE", "1")))
-    if nproc_per_node is not None and nproc_per_node > 1:
-        _launch(nproc_per_node, ctx.meta[_ARGS])
+        launched = (nproc_per_node or 1) * (nnodes or 1) if nodes or nproc_per_node else None
+        check_launch(cfg, launched or int(os.environ.get("WORLD_SIZE", "1")))
+    if nodes or (nproc_per_node is not None and nproc_per_node > 1):
+        _launch(nproc_per_node or 1, ctx.meta[_ARGS], nodes)
         return
 
     from swiftcore_train.dispatch import run_training
@@ -283,9 +315,42 @@ def train(state: CliState, plugin_specs: tuple[str, ...], nproc_per_node: int | 
         click.echo(f"best:       {result.best_checkpoint} ({result.best_value:.4f})")
 
 
-def _launch(nproc: int, args: list[str]) -> None:
-    """Run ``swiftcore train ARGS`` (without ``--nproc-per-node``) on ``nproc`` ranks under torch.distributed.run, the
-    launcher behind ``torchrun``; the ranks load the plugins this process resolved (``SWIFTCORE_PLUGINS``).
+#: The launcher's own options, left out of the arguments the ranks get.
+_LAUNCH_OPTIONS = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint")
+
+
+def _nodes(nnodes: int | None, node_rank: int | None, endpoint: str | None) -> list[str]:
+    """torchrun's multi-node arguments for ``--nnodes/--node-rank/--rdzv-endpoint`` (none without ``--nnodes``).
+
+    Raises:
+        click.UsageError: one of the three is missing or out of range, or the endpoint is not ``HOST:PORT``.
+    """
+    if nnodes is None:
+        if node_rank is not None or endpoint is not None:
+            raise click.UsageError("--node-rank and --rdzv-endpoint go with --nnodes N (training over N machines)")
+        return []
+    if node_rank is None or endpoint is None:
+        raise click.UsageError(
+            f"--nnodes {nnodes}: give every machine its --node-rank (0 to {nnodes - 1}) and the same --rdzv-endpoint "
+            "HOST:PORT (node 0's address and a free port)"
+        )
+    if node_rank >= nnodes:
+        raise click.UsageError(f"--node-rank {node_rank}: with --nnodes {nnodes} it is 0 to {nnodes - 1}")
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.UsageError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT, e.g. 10.0.0.1:29500")
+    return [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+            "--rdzv-id=swiftcore-train"]  # fmt: skip
+
+
+def _launch(nproc: int, args: list[str], nodes: list[str] | None = None) -> None:
+    """Run ``swiftcore train ARGS`` (without the launcher's options) on ``nproc`` ranks under torch.distributed.run,
+    the launcher behind ``torchrun``; the ranks load the plugins this process resolved (``SWIFTCORE_PLUGINS``).
+
+    Args:
+        nproc: processes on this machine.
+        args: this command's arguments.
+        nodes: torchrun's multi-node arguments (:func:`_nodes`); none: this machine alone.
 
     Raises:
         click.UsageError: this process is already a rank of a torchrun launch.
@@ -293,18 +358,21 @@ def _launch(nproc: int, args: list[str]) -> None:
     """
     if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ:
         raise click.UsageError(
-            "--nproc-per-node starts torchrun itself, and this process already is a torchrun rank: drop "
-            "--nproc-per-node, or run `swiftcore train --nproc-per-node N ...` without torchrun"
+            "--nproc-per-node and --nnodes start torchrun themselves, and this process already is a torchrun rank: "
+            "drop them, or run `swiftcore train --nproc-per-node N ...` without torchrun"
         )
     rest, skip = [], False
     for arg in args:
-        if skip or arg == "--nproc-per-node":
-            skip = not skip
-            continue
-        if not arg.startswith("--nproc-per-node="):
+        if skip:
+            skip = False
+        elif arg in _LAUNCH_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in _LAUNCH_OPTIONS)):
             rest.append(arg)
     # --standalone: a rendezvous on a free local port, so two launches on one machine do not collide.
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    # With --nnodes: torchrun's c10d rendezvous at the endpoint every machine names.
+    rendezvous = nodes or ["--standalone"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", *rendezvous, f"--nproc-per-node={nproc}"]
     # The ranks run this environment's console script, as the web-UI's subprocesses do: `-m` would put the working
     # directory on their sys.path, where a .py file or a folder (a `tiny/` checkpoint) could shadow a module or a
     # plugin name. Without the script (a --user install), `-m`: a checkpoint folder is never taken for a plugin.

@@ -7,12 +7,14 @@ model the rest of swiftcore (``infer``, ``deploy``, ``eval``) loads.
 
 Modules (this package imports neither torch nor megatron):
 
-- :mod:`~swiftcore_train_megatron.plugin`: the ``sft.megatron`` recipe and its ``--tp``/``--pp``/``--ep`` options.
+- :mod:`~swiftcore_train_megatron.plugin`: the engine's recipes and its ``--tp``/``--pp``/``--ep`` options.
 - :mod:`~swiftcore_train_megatron.layout`: the parallel layout, checked before any process group exists.
 - :mod:`~swiftcore_train_megatron.schedule`: which samples each rank trains on at each step (transformers' order).
 - :mod:`~swiftcore_train_megatron.engine`: the sharded model, one step's loss, gradient reduction and clipping.
 - :mod:`~swiftcore_train_megatron.checkpoint`: saving and resuming, and the Hugging Face export of a checkpoint.
 - :mod:`~swiftcore_train_megatron.recipe`: the recipe itself, read top to bottom.
+- :mod:`~swiftcore_train_megatron.dpo`, :mod:`~swiftcore_train_megatron.kto`, :mod:`~swiftcore_train_megatron.rm`: the
+  ``dpo``, ``kto`` and ``rm`` recipes of swiftcore-recipe-preference on this engine (their losses are TRL's).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ is small and is done here with the same process groups and the same rules (megat
 
 Under pipeline parallelism the micro-batches run through megatron-core's own schedule (1F1B,
 ``get_forward_backward_func``); megatron's point-to-point exchanges work on gloo within
-:func:`swiftcore_megatron.cpu_patches.pipeline_on_cpu`.
+:func:`swiftcore_megatron.cpu_patches.pipeline_on_cpu`. With ``--vpp N`` each rank holds ``N`` model chunks (a
+``torch.nn.ModuleList`` of them, :func:`model_chunks`) and megatron's schedule is its interleaved 1F1B.
 
 The loss is token-weighted over the whole optimiser step (every micro-batch of every data-parallel rank), so the
 step's loss and gradients are those of one process training the same samples: the mean over their label tokens.
@@ -44,6 +45,7 @@ __all__ = [
     "pipeline_loss",
     "reduce_tied_embedding",
     "build_model",
+    "model_chunks",
     "needs_sequence_parallel",
     "pipeline_stage",
     "reduce_gradients",
@@ -58,8 +60,27 @@ def load_sharded_model(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) 
 
     Only this rank's shards (of its pipeline stage's tensors, under pipeline parallelism) are read (the bridge's
     rules, the same ones ``swiftcore export --to-mcore`` writes rank files with); model-parallel state must be
-    initialised.
+    initialised. Under virtual pipeline parallelism it is the rank's model chunks, a ``torch.nn.ModuleList``, each
+    built with megatron's virtual pipeline rank set to its index (as megatron's ``get_model`` builds them).
     """
+    import torch
+    from megatron.core import parallel_state
+
+    chunks = parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1
+    if chunks == 1:
+        return _load_stage(bridge, model_dir, tp=tp, ep=ep)
+    built = []
+    try:
+        for chunk in range(chunks):
+            parallel_state.set_virtual_pipeline_model_parallel_rank(chunk)
+            built.append(_load_stage(bridge, model_dir, tp=tp, ep=ep))
+    finally:
+        parallel_state.set_virtual_pipeline_model_parallel_rank(0)
+    return torch.nn.ModuleList(built)
+
+
+def _load_stage(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) -> Any:
+    """The model (or model chunk) of this rank's current stage, filled from the HF checkpoint."""
     import torch
     from megatron.core import parallel_state
     from swiftcore_megatron import HFReader, load_into_model, rank_producers
@@ -77,13 +98,26 @@ def load_sharded_model(bridge: Any, model_dir: str | Path, *, tp: int, ep: int) 
     return model
 
 
+def model_chunks(model: Any) -> list[Any]:
+    """The model chunks of ``model``: the ``torch.nn.ModuleList`` :func:`load_sharded_model` returns under virtual
+    pipeline parallelism, else ``[model]``."""
+    import torch
+
+    return list(model) if isinstance(model, torch.nn.ModuleList) else [model]
+
+
 def pipeline_stage(bridge: Any) -> Any:
-    """This rank's :class:`~swiftcore_megatron.pipeline.Stage` under pipeline parallelism, else None."""
+    """This rank's :class:`~swiftcore_megatron.pipeline.Stage` under pipeline parallelism (under virtual pipeline
+    parallelism the model chunk megatron's virtual pipeline rank names), else None."""
     from megatron.core import parallel_state
     from swiftcore_megatron import stages
 
     pp = parallel_state.get_pipeline_model_parallel_world_size()
-    return stages(bridge, pp)[parallel_state.get_pipeline_model_parallel_rank()] if pp > 1 else None
+    if pp == 1:
+        return None
+    chunks = parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1
+    chunk = parallel_state.get_virtual_pipeline_model_parallel_rank() if chunks > 1 else 0
+    return stages(bridge, pp, chunks)[chunk * pp + parallel_state.get_pipeline_model_parallel_rank()]
 
 
 def needs_sequence_parallel(bridge: Any, tp: int) -> bool:
@@ -94,21 +128,33 @@ def needs_sequence_parallel(bridge: Any, tp: int) -> bool:
 
 def build_model(bridge: Any, *, tp: int, ep: int) -> Any:
     """The bridge's megatron-core model in float32 (its own ``build_model``: some families have their own model
-    class), with sequence parallelism where MoE needs it."""
+    class), with sequence parallelism where MoE needs it; under virtual pipeline parallelism the model chunk
+    megatron's virtual pipeline rank names."""
     import dataclasses
 
     import torch
+    from megatron.core import parallel_state
 
     from swiftcore.api import SwiftcoreError
 
-    if not needs_sequence_parallel(bridge, tp):
+    chunks = parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1
+    if not needs_sequence_parallel(bridge, tp) and chunks == 1:
         return _per_token_mtp_loss(bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32))
-    # The bridge builds its config inside build_model: shadow its transformer_config on this instance for the call.
-    plain = bridge.transformer_config
-    bridge.transformer_config = lambda **kw: dataclasses.replace(plain(**kw), sequence_parallel=True)
+    # The bridge builds its config and model arguments inside build_model: shadow its transformer_config (sequence
+    # parallelism, the virtual pipeline size) and model_kwargs (the chunk megatron builds: its layer offset, whether
+    # it holds the embedding or the head) on this instance for the call.
+    plain, plain_kwargs = bridge.transformer_config, bridge.model_kwargs
+    changes: dict[str, Any] = {"sequence_parallel": True} if needs_sequence_parallel(bridge, tp) else {}
+    if chunks > 1:
+        changes["virtual_pipeline_model_parallel_size"] = chunks
+        chunk = parallel_state.get_virtual_pipeline_model_parallel_rank()
+        bridge.model_kwargs = lambda: {**plain_kwargs(), "vp_stage": chunk}
+    bridge.transformer_config = lambda **kw: dataclasses.replace(plain(**kw), **changes)
     try:
         return _per_token_mtp_loss(bridge.build_model(tp=tp, ep=ep, params_dtype=torch.float32))
     except AssertionError as exc:
+        if "sequence_parallel" not in changes:
+            raise
         # e.g. MiMo-V2's norms (megatron's WrappedTorchNorm; its bridge has no sequence_parallel_norms) assert so.
         raise SwiftcoreError(
             f"--tp {tp}: megatron-core trains MoE layers under tensor parallelism only with sequence parallelism, "
@@ -116,6 +162,8 @@ def build_model(bridge: Any, *, tp: int, ep: int) -> Any:
         ) from exc
     finally:
         del bridge.transformer_config
+        if chunks > 1:
+            del bridge.model_kwargs
 
 
 def _per_token_mtp_loss(model: Any) -> Any:
@@ -186,13 +234,23 @@ class ModelInputs:
 
 def model_inputs(samples: list[dict], pad_token_id: int, length: int | None = None, rows: int = 0) -> ModelInputs:
     """``samples`` right-padded into one batch of at least ``length`` positions and ``rows`` rows (rows of padding
-    carry no loss: the stages of a pipeline exchange activations of one shape), labels shifted for megatron."""
+    carry no loss: the stages of a pipeline exchange activations of one shape), labels shifted for megatron.
+
+    Under context parallelism (``--cp``) the batch is padded to a multiple of ``2 * cp`` positions and this rank
+    keeps its two chunks of it (:func:`swiftcore_train_megatron.cp.shard_sequence`), labels shifted before the split.
+    """
     import torch
     import torch.nn.functional as F
+    from megatron.core import parallel_state
     from swiftcore_data import PaddingCollator
 
+    from swiftcore_train_megatron.cp import padded_length, shard_sequence
+
+    cp = parallel_state.get_context_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
     batch = PaddingCollator(pad_token_id)(samples)
     input_ids, hf_labels = batch["input_ids"], batch["labels"]
+    if cp > 1:
+        length = padded_length(max(length or 0, input_ids.shape[1]), cp)
     extra = (length or 0) - input_ids.shape[1]
     more_rows = rows - input_ids.shape[0]
     if extra > 0 or more_rows > 0:
@@ -204,6 +262,9 @@ def model_inputs(samples: list[dict], pad_token_id: int, length: int | None = No
     positions = torch.arange(input_ids.shape[1]).unsqueeze(0).expand_as(input_ids)
     if torch.cuda.is_available():
         input_ids, positions, labels, mask = (t.cuda() for t in (input_ids, positions, labels, mask))
+    if cp > 1:
+        mine = shard_sequence({"input_ids": input_ids, "positions": positions, "labels": labels, "mask": mask})
+        input_ids, positions, labels, mask = (mine[k] for k in ("input_ids", "positions", "labels", "mask"))
     # Right padding under a causal mask changes nothing for the real tokens; padding carries no loss.
     return ModelInputs(input_ids, positions, labels, mask)
 
@@ -215,7 +276,8 @@ def _summed_loss(inputs: ModelInputs, per_token: Any) -> Any:
 def pipeline_loss(model: Any, batches: list[ModelInputs], step_tokens: int, *, forward_only: bool = False) -> Any:
     """The summed loss of ``batches`` through the pipeline stages with megatron-core's schedule (1F1B: each
     stage starts a micro-batch's backward as soon as the last stage has its loss), gradients included unless
-    ``forward_only``. Every stage returns the sum (the last stage computes it).
+    ``forward_only``. Every stage returns the sum (the last stage computes it). Under virtual pipeline parallelism
+    (``model`` a list of chunks, :func:`model_chunks`) the schedule is megatron's interleaved 1F1B.
 
     The gradients are those of ``loss_sum / step_tokens``, as in the loop without a pipeline: megatron's per-token
     loss mode leaves each micro-batch's sum unscaled, and ``grad_scale_func`` divides it by the step's tokens at
@@ -227,8 +289,13 @@ def pipeline_loss(model: Any, batches: list[ModelInputs], step_tokens: int, *, f
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from swiftcore_megatron import eager_on_cpu, pipeline_on_cpu
 
-    model.config.calculate_per_token_loss = True
-    model.config.grad_scale_func = lambda loss: loss / max(step_tokens, 1)
+    chunks = model_chunks(model)
+    for chunk in chunks:
+        chunk.config.calculate_per_token_loss = True
+        chunk.config.grad_scale_func = lambda loss: loss / max(step_tokens, 1)
+        # megatron's default (set in the config's __post_init__) is the pipeline size, which the bridge's config
+        # got only after it was made: the depth-first order, --pp micro-batches per chunk at a time.
+        chunk.config.microbatch_group_size_per_vp_stage = parallel_state.get_pipeline_model_parallel_world_size()
 
     def forward_step(data_iterator: Any, stage_model: Any) -> tuple[Any, Any]:
         inputs = next(data_iterator)
@@ -240,11 +307,13 @@ def pipeline_loss(model: Any, batches: list[ModelInputs], step_tokens: int, *, f
         return stage_model(**inputs.forward_kwargs()), loss_func
 
     rows, length = batches[0].input_ids.shape
+    length *= parallel_state.get_context_parallel_world_size()  # the whole sequence: megatron divides it by cp
     with eager_on_cpu(), pipeline_on_cpu():
         results = get_forward_backward_func()(
             forward_step_func=forward_step,
-            data_iterator=iter(batches),
-            model=[model],
+            # The interleaved schedule reads one iterator per model chunk; each chunk runs every micro-batch in order.
+            data_iterator=[iter(batches) for _ in chunks] if len(chunks) > 1 else iter(batches),
+            model=chunks,
             num_microbatches=len(batches),
             seq_length=length,
             micro_batch_size=rows,
@@ -264,13 +333,14 @@ def reduce_tied_embedding(model: Any) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    if parallel_state.get_pipeline_model_parallel_world_size() == 1 or not model.share_embeddings_and_output_weights:
+    if parallel_state.get_pipeline_model_parallel_world_size() == 1:
         return
-    if not (model.pre_process or model.post_process):
-        return
-    weight = model.shared_embedding_or_output_weight()
-    if weight.grad is not None:
-        dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
+    for chunk in model_chunks(model):  # under virtual pipeline parallelism: the first chunk, or the last, holds it
+        if not chunk.share_embeddings_and_output_weights or not (chunk.pre_process or chunk.post_process):
+            continue
+        weight = chunk.shared_embedding_or_output_weight()
+        if weight.grad is not None:
+            dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
 
 
 def _grads(model: Any, *, expert: bool) -> list[Any]:
@@ -312,7 +382,7 @@ def reduce_gradients(model: Any, bridge: Any) -> None:
             continue
         if getattr(param, "average_gradients_across_tp_domain", False):
             averaged.append(param.grad)
-        elif model.config.sequence_parallel and getattr(param, "sequence_parallel", False):
+        elif model_chunks(model)[0].config.sequence_parallel and getattr(param, "sequence_parallel", False):
             summed.append(param.grad)  # a norm that saw only this rank's part of the sequence
         elif _is_per_head_norm(model, name, bridge):
             summed.append(param.grad)
@@ -326,7 +396,8 @@ def _is_per_head_norm(model: Any, name: str, bridge: Any) -> bool:
     Qwen3.5's gated-DeltaNet ``out_norm``, which megatron leaves alone without sequence parallelism)."""
     if any(part in name for part in getattr(bridge, "tp_partial_gradients", ())):
         return True
-    return bool(getattr(model.config, "qk_layernorm", False)) and ("q_layernorm" in name or "k_layernorm" in name)
+    qk_layernorm = bool(getattr(model_chunks(model)[0].config, "qk_layernorm", False))
+    return qk_layernorm and ("q_layernorm" in name or "k_layernorm" in name)
 
 
 def check_replicated_gradients(model: Any, tolerance: float = 1e-6) -> None:

@@ -1,5 +1,6 @@
-"""The parallel layout of a megatron run (``--tp``, ``--pp``, ``--ep`` and the launcher's world size), checked
-against the model before any process group is created, so a layout that cannot work fails in a second."""
+"""The parallel layout of a megatron run (``--tp``, ``--pp``, ``--vpp``, ``--ep``, ``--cp`` and the launcher's world
+size), checked against the model before any process group is created, so a layout that cannot work fails in a
+second."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ def world_size() -> int:
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """How the ranks split the model: ``tp`` x ``pp`` model-parallel groups, ``dp`` data-parallel replicas of them,
-    the experts of MoE layers split ``ep`` ways across the data-parallel ranks (megatron-core's layout).
+    """How the ranks split the model: ``tp`` x ``pp`` x ``cp`` model-parallel groups, ``dp`` data-parallel replicas of
+    them, the experts of MoE layers split ``ep`` ways across the data-parallel ranks (megatron-core's layout).
+    ``vpp`` model chunks per pipeline rank (megatron's interleaved 1F1B) take no ranks of their own; ``cp`` splits
+    every sequence over its ranks (context parallelism, :mod:`swiftcore_train_megatron.cp`).
 
     Raises:
         ValueError: (in ``__post_init__``) a size below 1.
@@ -29,37 +32,59 @@ class ParallelLayout:
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    vpp: int = 1
+    cp: int = 1
 
     def __post_init__(self) -> None:
-        bad = [f"--{n} {v!r}" for n, v in (("tp", self.tp), ("pp", self.pp), ("ep", self.ep)) if int(v) < 1]
+        sizes = (("tp", self.tp), ("pp", self.pp), ("ep", self.ep), ("vpp", self.vpp), ("cp", self.cp))
+        bad = [f"--{n} {v!r}" for n, v in sizes if int(v) < 1]
         if bad:
             raise ValueError(f"{', '.join(bad)}: parallel sizes must be at least 1")
 
     def data_parallel(self, world: int) -> int:
         """Data-parallel replicas at ``world`` processes."""
-        return world // (self.tp * self.pp)
+        return world // (self.tp * self.pp * self.cp)
 
-    def check(self, bridge: Any, bridge_spec: Any, world: int) -> None:
+    def check(self, bridge: Any, bridge_spec: Any, world: int, *, micro_batches: int = 0) -> None:
         """Refuse a layout that does not fit the launch or the model, naming what would.
 
         Args:
             bridge: the family's :class:`~swiftcore_megatron.MegatronBridge` for the checkpoint.
             bridge_spec: its :class:`~swiftcore.specs.BridgeSpec` (which parallelism it supports).
             world: the number of processes launched.
+            micro_batches: micro-batches per optimiser step (``--gradient-accumulation-steps``; 0: not checked),
+                which megatron's interleaved schedule needs in multiples of ``--pp``.
 
         Raises:
             SwiftcoreError: a world size that is no multiple of the model-parallel size, pipeline or expert
-                parallelism the bridge or the data-parallel size cannot give, or sizes that do not divide the
-                layers, heads, kv heads, MLP width, vocabulary or experts.
+                parallelism the bridge or the data-parallel size cannot give, sizes that do not divide the
+                layers, heads, kv heads, MLP width, vocabulary or experts, ``--vpp`` without ``--pp``, or ``--cp``
+                where megatron-core's context-parallel attention cannot run.
         """
         from swiftcore_megatron import ParallelismError
 
+        if self.vpp > 1 and self.pp == 1:
+            raise SwiftcoreError(
+                f"--vpp {self.vpp}: virtual pipeline stages interleave the chunks of a pipeline, and this run has none "
+                "(--pp 1); add --pp 2 (or more) with --vpp, or drop --vpp"
+            )
         if self.pp > 1:
             self._check_pipeline(bridge, bridge_spec)
-        model_parallel = self.tp * self.pp
-        if world % model_parallel:
+        if self.vpp > 1 and micro_batches % self.pp:
             raise SwiftcoreError(
-                f"world size {world} (processes launched) is not a multiple of --tp {self.tp} x --pp {self.pp} = "
+                f"--vpp {self.vpp} --pp {self.pp}: megatron's interleaved schedule runs the micro-batches of a step in "
+                f"groups of --pp; --gradient-accumulation-steps {micro_batches} is no multiple of {self.pp}: use "
+                f"--gradient-accumulation-steps {self.pp} (or a multiple of it)"
+            )
+        if self.cp > 1:
+            from swiftcore_train_megatron.cp import check_context_parallel
+
+            check_context_parallel(self.cp)
+        model_parallel = self.tp * self.pp * self.cp
+        if world % model_parallel:
+            sizes = f"--tp {self.tp} x --pp {self.pp}" + (f" x --cp {self.cp}" if self.cp > 1 else "")
+            raise SwiftcoreError(
+                f"world size {world} (processes launched) is not a multiple of {sizes} = "
                 f"{model_parallel}: launch with torchrun --nproc-per-node {model_parallel} (or a multiple of it)"
             )
         if self.ep > 1 and "ep" not in bridge_spec.parallelism:
@@ -100,4 +125,10 @@ class ParallelLayout:
             raise SwiftcoreError(
                 f"--pp {self.pp} does not divide the model's {layers} decoder layers (every stage holds as many); "
                 f"use one of {usable}"
+            )
+        if layers % (self.pp * self.vpp):
+            usable = [d for d in range(1, layers // self.pp + 1) if layers % (self.pp * d) == 0]
+            raise SwiftcoreError(
+                f"--pp {self.pp} x --vpp {self.vpp} = {self.pp * self.vpp} model chunks do not divide the model's "
+                f"{layers} decoder layers (every chunk holds as many); with --pp {self.pp} use --vpp one of {usable}"
             )

@@ -1,4 +1,10 @@
-"""The training loop of the megatron engine: steps, logging, evaluation and checkpoints, on every rank."""
+"""The training loop of the megatron engine: steps, logging, evaluation and checkpoints, on every rank.
+
+Under virtual pipeline parallelism (``--vpp``) a rank's model is a list of model chunks; its checkpoint stores each
+chunk as the stage of a plain pipeline of ``pp * vpp`` stages it equals (:mod:`swiftcore_megatron.pipeline`), so
+the Hugging Face export and ``swiftcore export --to-hf`` read it unchanged; the rank's optimizer state goes with
+its first chunk.
+"""
 
 from __future__ import annotations
 
@@ -44,15 +50,18 @@ class TrainLoop:
         """Continue from ``checkpoint``: model, optimizer, schedule and RNG restored, its log kept."""
         from swiftcore_train_megatron.checkpoint import STATE_FILE, load_checkpoint
 
-        self.step = load_checkpoint(
-            checkpoint,
-            model=self.model,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            tp=self.layout.tp,
-            ep=self.layout.ep,
-            pp=self.layout.pp,
-        )
+        if self.layout.vpp > 1:
+            self.step = _load_chunks(checkpoint, self)
+        else:
+            self.step = load_checkpoint(
+                checkpoint,
+                model=self.model,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                tp=self.layout.tp,
+                ep=self.layout.ep,
+                pp=self.layout.pp,
+            )
         state = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
         self.log_history = list(state.get("log_history", []))
 
@@ -122,9 +131,9 @@ class TrainLoop:
     def _train_step(self) -> tuple[float, float, int]:
         """One optimiser step over every micro-batch of every data-parallel rank; ``(loss, grad norm, tokens)``."""
         import torch
-        import torch.distributed as dist
         from megatron.core import parallel_state
 
+        from swiftcore_train_megatron.cp import reduce_loss_sum
         from swiftcore_train_megatron.engine import (
             label_tokens,
             micro_batch_loss,
@@ -143,7 +152,7 @@ class TrainLoop:
             length = self._padded(max(len(s["input_ids"]) for b in per_rank for mb in b for s in self._samples(mb)))
             rows = max(len(mb) for batches in per_rank for mb in batches)
             inputs = [model_inputs(self._samples(batch), self.pad_token_id, length, rows) for batch in mine]
-            loss_sum = pipeline_loss(self.model, inputs, step_tokens)
+            loss_sum = pipeline_loss(self.model, self._whole_groups(inputs), step_tokens)
         else:
             loss_sum = torch.zeros((), device=next(self.model.parameters()).device)
             for k, batch in enumerate(mine):
@@ -154,9 +163,8 @@ class TrainLoop:
                 loss = micro_batch_loss(self.model, self._samples(batch), self.pad_token_id, length)
                 (loss / max(step_tokens, 1)).backward()
                 loss_sum += loss.detach()
-        dp_group = parallel_state.get_data_parallel_group()
-        if dist.get_world_size(dp_group) > 1:
-            dist.all_reduce(loss_sum, group=dp_group)
+        # Every data-parallel replica's loss, and under --cp every context-parallel rank's share of the sequences.
+        reduce_loss_sum(loss_sum, parallel_state.get_data_parallel_group(with_context_parallel=True))
         norm = self._apply_gradients()
         tokens = sum(len(self.train_samples[i]["input_ids"]) for batches in per_rank for mb in batches for i in mb)
         return float(loss_sum) / max(step_tokens, 1), norm, tokens
@@ -187,8 +195,21 @@ class TrainLoop:
     def _padded(self, length: int) -> int:
         """``length`` rounded up to a multiple of the tensor-parallel size under sequence parallelism (each rank
         holds an equal slice of the sequence)."""
-        tp = self.layout.tp if self.model.config.sequence_parallel else 1
+        from swiftcore_train_megatron.engine import model_chunks
+
+        tp = self.layout.tp if model_chunks(self.model)[0].config.sequence_parallel else 1
         return -(-length // tp) * tp
+
+    def _whole_groups(self, inputs: list[Any]) -> list[Any]:
+        """``inputs`` completed to a multiple of ``--pp`` micro-batches under ``--vpp`` (megatron's interleaved
+        schedule runs them in groups of ``--pp``; the last step of an epoch may hold fewer) with micro-batches
+        that carry no loss and so no gradient."""
+        if self.layout.vpp == 1 or not len(inputs) % self.layout.pp:
+            return inputs
+        from dataclasses import replace
+
+        blank = replace(inputs[0], mask=inputs[0].mask.new_zeros(inputs[0].mask.shape))
+        return inputs + [blank] * (self.layout.pp - len(inputs) % self.layout.pp)
 
     def _samples(self, indices: list[int]) -> list[dict]:
         return [self.train_samples[i] for i in indices]
@@ -200,9 +221,9 @@ class TrainLoop:
     def _evaluate(self) -> float:
         """Token-mean loss over the validation samples (batches of ``--batch-size``, split over data-parallel ranks)."""
         import torch
-        import torch.distributed as dist
         from megatron.core import parallel_state
 
+        from swiftcore_train_megatron.cp import reduce_loss_sum
         from swiftcore_train_megatron.engine import label_tokens, micro_batch_loss, model_inputs, pipeline_loss
 
         dp, rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
@@ -220,15 +241,14 @@ class TrainLoop:
                 for one, (_, counts) in zip(inputs, runs, strict=True):
                     if not counts:
                         one.mask.zero_()
-                total = pipeline_loss(self.model, inputs, 1, forward_only=True)
+                total = pipeline_loss(self.model, self._whole_groups(inputs), 1, forward_only=True)
             else:
                 total = torch.zeros((), device=next(self.model.parameters()).device)
                 for batch, counts in runs:
                     loss = micro_batch_loss(self.model, batch, self.pad_token_id, longest)
                     total += loss if counts else 0.0
         self.model.train()
-        if dp > 1:
-            dist.all_reduce(total, group=parallel_state.get_data_parallel_group())
+        reduce_loss_sum(total, parallel_state.get_data_parallel_group(with_context_parallel=True))
         return float(total) / max(label_tokens(self.val_samples), 1)
 
     def _log(self, record: dict[str, Any]) -> None:
@@ -241,16 +261,20 @@ class TrainLoop:
             with (self.output_dir / "logs.jsonl").open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record) + "\n")
 
-    def _save(self) -> Path:
-        from swiftcore_train_megatron.checkpoint import save_checkpoint
-
-        state = {
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
             "global_step": self.step,
             "epoch": self.schedule.epoch_of(self.step),
             "max_steps": self.schedule.total_steps,
             "engine": "megatron",
             "log_history": self.log_history,
         }
+
+    def _save(self) -> Path:
+        from swiftcore_train_megatron.checkpoint import save_checkpoint
+
+        if self.layout.vpp > 1:
+            return _save_chunks(self)
         return save_checkpoint(
             self.output_dir,
             self.step,
@@ -264,10 +288,109 @@ class TrainLoop:
             ep=self.layout.ep,
             pp=self.layout.pp,
             lora=self.lora,
-            trainer_state=state,
+            trainer_state=self._trainer_state(),
             extras=self.extras,
             save_total_limit=self.cfg.save_total_limit,
         )
+
+
+def _chunk_files(root: Path, layout: ParallelLayout) -> list[Path]:
+    """This rank's files in a ``--vpp`` checkpoint: its model chunks as the stages of a ``pp * vpp`` pipeline."""
+    from megatron.core import parallel_state
+    from swiftcore_megatron import rank_file
+
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    ep_rank = parallel_state.get_expert_model_parallel_rank()
+    pp_rank, stages = parallel_state.get_pipeline_model_parallel_rank(), layout.pp * layout.vpp
+    return [
+        rank_file(root, tp_rank, ep_rank, layout.ep, pp_rank=chunk * layout.pp + pp_rank, pp=stages)
+        for chunk in range(layout.vpp)
+    ]
+
+
+def _save_chunks(loop: TrainLoop) -> Path:
+    """``save_checkpoint`` for ``--vpp``: a file per model chunk, as the stage of a ``pp * vpp`` pipeline it is (the
+    optimizer and schedule in the first); collective."""
+    import shutil
+
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from swiftcore.api import SwiftcoreError
+    from swiftcore_train_megatron.checkpoint import MCORE_SUBDIR, STAGING_DIR, _finish
+    from swiftcore_train_megatron.engine import model_chunks
+
+    layout, name = loop.layout, f"checkpoint-{loop.step}"
+    staging = loop.output_dir / STAGING_DIR
+    mcore = staging / f"{name}.{MCORE_SUBDIR}"
+    rank0 = dist.get_rank() == 0
+    if rank0:
+        shutil.rmtree(staging, ignore_errors=True)
+        mcore.mkdir(parents=True)
+    dist.barrier()
+    try:
+        if parallel_state.get_expert_data_parallel_rank() == 0:  # one copy of each shard
+            for k, (chunk, path) in enumerate(zip(model_chunks(loop.model), _chunk_files(mcore, layout), strict=True)):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                first = k == 0
+                state = {
+                    "model": chunk.state_dict(),
+                    "optimizer": loop.optimizer.state_dict() if first else {},
+                    "scheduler": loop.scheduler.state_dict() if first else {},
+                    "rng_state": torch.get_rng_state(),
+                    "iteration": loop.step,
+                    "checkpoint_version": 3.0,
+                    "virtual_pipeline": [layout.pp, layout.vpp, k],
+                }
+                torch.save(state, path)
+        dist.barrier()
+        if rank0:
+            sizes = (layout.tp, layout.ep, layout.pp * layout.vpp)
+            _finish(loop.output_dir, staging, mcore, name, loop.bridge, loop.bridge_name, loop.cfg.model, sizes,
+                    loop._trainer_state(), loop.extras, loop.lora)  # fmt: skip
+            from transformers.trainer_utils import rotate_checkpoints
+
+            limit = loop.cfg.save_total_limit
+            rotate_checkpoints(output_dir=str(loop.output_dir), save_total_limit=limit, use_mtime=False)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SwiftcoreError(
+            f"saving {name} in {loop.output_dir} failed ({exc.strerror or exc}); nothing was written under that "
+            "name and the earlier checkpoints are intact: free space and continue with --resume-from-checkpoint latest"
+        ) from exc
+    dist.barrier()
+    return loop.output_dir / name
+
+
+def _load_chunks(checkpoint: Path, loop: TrainLoop) -> int:
+    """``load_checkpoint`` for ``--vpp``: this rank's chunks, optimizer, schedule and RNG; returns the step.
+
+    Raises:
+        SwiftcoreError: the checkpoint was not saved at this ``--tp/--pp/--vpp/--ep``.
+    """
+    import torch
+    from swiftcore_megatron import load_into_model
+
+    from swiftcore.api import SwiftcoreError
+    from swiftcore_train_megatron.checkpoint import MCORE_SUBDIR, _load_rank_state
+    from swiftcore_train_megatron.engine import model_chunks
+
+    layout = loop.layout
+    files = _chunk_files(checkpoint / MCORE_SUBDIR, layout)
+    states = [_load_rank_state(f) if f.is_file() else {} for f in files]
+    saved = [s.get("virtual_pipeline", [None])[:2] for s in states]
+    if any(v != [layout.pp, layout.vpp] for v in saved):
+        raise SwiftcoreError(
+            f"--resume-from-checkpoint {str(checkpoint)!r} was not saved by a run at --pp {layout.pp} --vpp "
+            f"{layout.vpp} (--tp {layout.tp} --ep {layout.ep}); resume with the layout it was saved at"
+        )
+    for chunk, state in zip(model_chunks(loop.model), states, strict=True):
+        load_into_model(chunk, state["model"])
+    loop.optimizer.load_state_dict(states[0]["optimizer"])
+    loop.scheduler.load_state_dict(states[0]["scheduler"])
+    torch.set_rng_state(states[0]["rng_state"])
+    return int(states[0]["iteration"])
 
 
 def _peak_memory() -> dict[str, list[float]]:

@@ -1,5 +1,5 @@
-"""Hook implementations of swiftcore-train-megatron: the ``sft.megatron`` and ``dpo.megatron`` recipes and their
-parallelism options."""
+"""Hook implementations of swiftcore-train-megatron: the ``sft.megatron``, ``dpo.megatron``, ``kto.megatron`` and
+``rm.megatron`` recipes and their parallelism options."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from swiftcore.api import RecipeSpec, hookimpl
 SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 #: The recipes this engine trains, as ``swiftcore train --engine megatron --recipe NAME`` names them.
-RECIPES = ("sft.megatron", "dpo.megatron")
+RECIPES = ("sft.megatron", "dpo.megatron", "kto.megatron", "rm.megatron")
 
 
 @hookimpl
 def swiftcore_register_recipes() -> list[RecipeSpec]:
     """``sft.megatron``: supervised fine-tuning on megatron-core (``swiftcore train --engine megatron``);
-    ``dpo.megatron``: the ``dpo`` recipe (swiftcore-recipe-preference) on megatron-core."""
+    ``dpo.megatron``, ``kto.megatron`` and ``rm.megatron``: the ``dpo``, ``kto`` and ``rm`` recipes
+    (swiftcore-recipe-preference) on megatron-core."""
     return [
         RecipeSpec(
             name="sft.megatron",
@@ -33,6 +34,22 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             tasks=("causal_lm",),
             description="DPO on megatron-core (full weights or LoRA, --tp under torchrun): the dpo recipe's pairs, "
             "template encoding and loss (TRL's), reference log-probs computed once from the initial weights",
+        ),
+        RecipeSpec(
+            name="kto.megatron",
+            run="swiftcore_train_megatron.kto:run_megatron_kto",
+            config="swiftcore_train_megatron.layout:ParallelLayout",
+            tasks=("causal_lm",),
+            description="KTO on megatron-core (full weights or LoRA, --tp under torchrun): the kto recipe's rows, "
+            "order, encoding and loss (TRL's), reference log-probs computed once from the initial weights",
+        ),
+        RecipeSpec(
+            name="rm.megatron",
+            run="swiftcore_train_megatron.rm:run_megatron_rm",
+            config="swiftcore_train_megatron.layout:ParallelLayout",
+            tasks=("causal_lm",),
+            description="reward model on megatron-core (full weights, --tp under torchrun): the rm recipe's pairs, "
+            "encoding, score layer and loss (TRL's); checkpoints load with AutoModelForSequenceClassification",
         ),
     ]
 
@@ -61,4 +78,20 @@ def swiftcore_addoption(parser: Any) -> None:
         type=int,
         default=1,
         help="Expert-parallel size (MoE families): the routed experts split over this many data-parallel ranks.",
+    )
+    group.addoption(
+        "--vpp",
+        type=int,
+        default=1,
+        help="Virtual pipeline size (with --pp 2 or more): each pipeline rank holds this many model chunks, run on "
+        "megatron-core's interleaved 1F1B schedule (a smaller pipeline bubble); --pp x --vpp divides the layer count "
+        "and --gradient-accumulation-steps is a multiple of --pp. Takes no ranks of its own.",
+    )
+    group.addoption(
+        "--cp",
+        type=int,
+        default=1,
+        help="Context-parallel size: every sequence split over this many ranks (megatron-core's load-balanced 2 x cp "
+        "chunks). Needs Transformer Engine's attention in fp16/bf16: refused so far, with the reason "
+        "(docs/distributed.md).",
     )

@@ -79,9 +79,14 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     check_recipe_fits_model(cfg, spec, plugins)
     bridge_spec, bridge = _bridge(cfg, spec, plugins)
     world = world_size()
-    layout.check(bridge, bridge_spec, world)
+    layout.check(bridge, bridge_spec, world, micro_batches=cfg.gradient_accumulation_steps)
     from swiftcore_train_megatron.engine import needs_sequence_parallel
 
+    if cfg.tuner == "lora" and layout.vpp > 1:
+        raise SwiftcoreError(
+            f"--engine megatron --tuner lora --vpp {layout.vpp}: LoRA on virtual pipeline chunks is not supported "
+            "yet; train LoRA with --pp alone (drop --vpp), or train full weights (--tuner full)"
+        )
     if cfg.tuner == "lora" and needs_sequence_parallel(bridge, layout.tp):
         raise SwiftcoreError(
             f"--engine megatron --tuner lora --tp {layout.tp}: MoE layers train under tensor parallelism with "
@@ -104,12 +109,14 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     if any(has_media(s) for s in train_samples + val_samples):
         raise SwiftcoreError("--engine megatron: image and audio samples are not supported by this engine yet")
     log.info(
-        "model %s, bridge %s, tp %d pp %d ep %d over %d rank(s)",
+        "model %s, bridge %s, tp %d pp %d vpp %d ep %d cp %d over %d rank(s)",
         spec.name,
         bridge_spec.name,
         layout.tp,
         layout.pp,
+        layout.vpp,
         layout.ep,
+        layout.cp,
         world,
     )
 
@@ -118,7 +125,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
 
     from swiftcore_train_megatron.engine import load_sharded_model
 
-    init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
+    init_model_parallel(layout.tp, layout.ep, pp=layout.pp, vpp=layout.vpp, cp=layout.cp, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
     lora = _add_lora(cfg, spec, bridge, model) if cfg.tuner == "lora" else None
     schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(train_samples), layout, world)
@@ -135,7 +142,9 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
             "name": "megatron",
             "tp": layout.tp,
             "pp": layout.pp,
+            "vpp": layout.vpp,
             "ep": layout.ep,
+            "cp": layout.cp,
             "world_size": world,
             "bridge": bridge_spec.name,
         },

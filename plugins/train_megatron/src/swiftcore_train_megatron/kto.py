@@ -1,0 +1,371 @@
+"""The ``kto.megatron`` recipe: KTO on megatron-core (``swiftcore train --engine megatron --recipe kto``), read top to
+bottom.
+
+It is the ``kto`` recipe of swiftcore-recipe-preference on this engine, with that recipe's own parts: its options
+(``KTOOptions``), its checks (``prepare``), its rows (``load_unpaired``, shuffled once with ``--seed`` and read in
+order, each row's KL reply its batch neighbour's, as the transformers engine's trainer reads them), its batch default
+(``kto_batch_size``), its encoding (``encode_kto_examples``) and its loss: ``kto_loss`` (that package's) runs TRL
+1.16's own ``KTOTrainer._compute_loss`` on the log-probs computed here (one definition of the loss, TRL's, as for
+``dpo.megatron``). The policy's log-probs come from the sharded megatron model (vocabulary-parallel cross entropy);
+the reference's, of each row and of its KL row, are computed once before the first step from the initial weights
+(with LoRA: before the adapter learns) or from ``--ref-model``. Steps, checkpoints, LoRA and the Hugging Face export
+are the SFT loop's (:mod:`~swiftcore_train_megatron.loop`).
+
+Each micro-batch's loss is the mean over its rows and the step's loss the mean of its micro-batches (TRL's trainer:
+the batch's loss divided by the accumulation steps, averaged over data-parallel ranks); the KL estimate ``z_ref`` is
+the mean over every data-parallel rank's micro-batch, as accelerate gathers it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import fields
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from swiftcore_train import TrainConfig, TrainResult, is_main_process
+
+from swiftcore.api import SwiftcoreError
+from swiftcore_train_megatron.layout import ParallelLayout, world_size
+from swiftcore_train_megatron.loop import TrainLoop
+from swiftcore_train_megatron.schedule import Schedule
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
+
+__all__ = ["KTOLoop", "run_megatron_kto"]
+
+log = logging.getLogger("swiftcore.train.megatron")
+
+
+def recipe_options(cfg: TrainConfig, cls: Any, recipe: str) -> Any:
+    """A preference recipe's options (``cls``) from the flags this run was given (its defaults for the others)."""
+    own = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: v for k, v in cfg.recipe_options.items() if k in own})
+    except (TypeError, ValueError) as exc:
+        raise SwiftcoreError(f"recipe {recipe!r}: invalid options: {exc}") from exc
+
+
+def refuse_preference(cfg: TrainConfig, layout: ParallelLayout, recipe: str) -> list[str]:
+    """What a preference recipe on this engine does not do yet (``recipe``: ``kto`` or ``rm``), as problem lines."""
+    problems = []
+    if layout.pp > 1:
+        problems.append(f"--pp {layout.pp}: {recipe} does not run through pipeline stages yet; use --tp (and --pp 1)")
+    if layout.ep > 1:
+        problems.append(f"--ep {layout.ep}: {recipe} on this engine trains dense families only so far; use --ep 1")
+    if cfg.truncation in ("truncate_right", "truncate_left"):
+        problems.append(f"--truncation {cfg.truncation}: {recipe} on this engine does not cut rows; use drop or error")
+    if getattr(layout, "cp", 1) > 1:
+        problems.append(f"--cp {layout.cp}: {recipe} on this engine does not split sequences yet; use --cp 1")
+    if cfg.resume_from_checkpoint:
+        problems.append(f"--resume-from-checkpoint: {recipe} on this engine does not resume yet; start a new run")
+    return problems
+
+
+def refuse_model(bridge: Any, bridge_spec: Any, recipe: str) -> None:
+    """Refuse MoE and multi-token-prediction families, whose extra losses the preference recipes do not add."""
+    if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
+        raise SwiftcoreError(
+            f"--engine megatron --recipe {recipe}: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
+            f"layers, whose extra losses {recipe} on this engine does not add yet; train a dense family, or run "
+            f"--recipe {recipe} on the default engine (drop --engine)"
+        )
+
+
+def _refuse_kto(cfg: TrainConfig, options: Any, layout: ParallelLayout) -> None:
+    problems = refuse_preference(cfg, layout, "KTO")
+    if cfg.tuner == "lora" and options.ref_model:
+        problems.append("--ref-model: with --tuner lora the reference is --model before the adapter learns; drop "
+                        "--ref-model, or train with --tuner full")  # fmt: skip
+    if options.loss_type == "kto" and cfg.batch_size < 2:
+        problems.append(f"--batch-size {cfg.batch_size}: the kto loss needs at least 2 rows a batch (its KL "
+                        "estimate pairs each row with another row of the batch); give 2 or more")  # fmt: skip
+    if problems:
+        raise SwiftcoreError("--engine megatron --recipe kto:\n  " + "\n  ".join(problems))
+
+
+class _InOrder(Schedule):
+    """The run's batches in the rows' order (TRL's KTO samples sequentially: each row's KL reply is fixed by its
+    batch neighbours); the rows were shuffled once with ``--seed`` before encoding."""
+
+    @cache  # noqa: B019 - as Schedule's: one entry per epoch (here the same batches every epoch)
+    def _epoch_batches(self, epoch: int) -> list[list[list[int]]]:
+        from accelerate.data_loader import BatchSamplerShard
+        from torch.utils.data import BatchSampler
+
+        batches = BatchSampler(range(self.num_samples), self.batch_size, drop_last=False)
+        if self.data_parallel == 1:
+            return [list(batches)]
+        return [
+            list(BatchSamplerShard(batches, self.data_parallel, rank, split_batches=False, even_batches=True))
+            for rank in range(self.data_parallel)
+        ]
+
+
+def with_kl_replies(samples: list[dict], batch_size: int) -> list[dict]:
+    """Each sample with ``kl_ids``: the reply of the row before it in its batch of ``batch_size`` consecutive rows
+    (the first row takes the batch's last), the mismatched pairs TRL's ``kto`` recipe builds for ``z_ref``."""
+    out = []
+    for start in range(0, len(samples), batch_size):
+        chunk = samples[start : start + batch_size]
+        out += [{**s, "kl_ids": chunk[i - 1]["completion_ids"]} for i, s in enumerate(chunk)]
+    return out
+
+
+def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
+    """KTO-train ``cfg.model`` on ``cfg.dataset``'s labelled replies with megatron-core (``swiftcore train --help``).
+
+    Returns:
+        :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model (or a peft
+        adapter with LoRA) and the megatron shards, as ``sft.megatron`` saves them.
+    """
+    from dataclasses import asdict
+
+    from swiftcore_recipe_preference import (
+        KTOOptions,
+        check_ref_tokenizer,
+        encode_kto_examples,
+        kto_batch_size,
+        load_unpaired,
+        prepare,
+        split_pairs,
+    )
+    from swiftcore_train import generation_defaults, start_run
+
+    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _refuse_unsupported, _schedule_and_optimizer
+
+    cfg.validate()
+    _refuse_unsupported(cfg)
+    options = recipe_options(cfg, KTOOptions, "kto.megatron")
+    cfg = kto_batch_size(cfg)  # the kto recipe's default batch when --batch-size is not given
+    _refuse_kto(cfg, options, layout)
+    prepared = prepare(cfg, plugins, "kto", load=False)
+    examples = load_unpaired(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
+    if cfg.val_dataset:
+        train_examples, val_examples = examples, load_unpaired(cfg.val_dataset, skip_bad_rows=cfg.skip_bad_rows)
+    else:
+        train_examples, val_examples = split_pairs(examples, cfg.split_ratio, cfg.seed)
+    random.Random(cfg.seed).shuffle(train_examples)  # the kto recipe's order: shuffled once, then read in order
+    bridge_spec, bridge = _bridge(cfg, prepared.spec, plugins)
+    refuse_model(bridge, bridge_spec, "kto")
+    world = world_size()
+    layout.check(bridge, bridge_spec, world)
+    if options.ref_model:
+        check_ref_tokenizer(options.ref_model, prepared.tokenizer)
+        ref_bridge_spec, ref_bridge = _bridge(cfg, prepared.spec, plugins, model_dir=options.ref_model)
+        refuse_model(ref_bridge, ref_bridge_spec, "kto")
+        layout.check(ref_bridge, ref_bridge_spec, world)
+    train = encode_kto_examples(train_examples, prepared.template, prepared.tokenizer, cfg)
+    val = encode_kto_examples(val_examples, prepared.template, prepared.tokenizer, cfg) if val_examples else []
+    if options.loss_type == "kto":
+        train, val = with_kl_replies(train, cfg.batch_size), with_kl_replies(val, cfg.batch_size)
+    output_dir = Path(cfg.output_dir)
+    if is_main_process():
+        from swiftcore_train import plan_output_dir, run_inputs
+
+        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+    log.info("kto: model %s, bridge %s, tp %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp, world)
+
+    # Every check passed: only now the process group and the model.
+    from swiftcore_megatron import init_model_parallel
+
+    from swiftcore_train_megatron.engine import load_sharded_model
+
+    init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
+    model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    lora = _add_lora(cfg, prepared.spec, bridge, model) if cfg.tuner == "lora" else None
+    pad_id = prepared.tokenizer.pad_token_id
+    pad_id = pad_id if pad_id is not None else (prepared.tokenizer.eos_token_id or 0)
+    if options.ref_model:
+        reference = load_sharded_model(ref_bridge, options.ref_model, tp=layout.tp, ep=layout.ep)
+        ref_train, ref_val = (reference_logps(reference, s, pad_id, cfg.batch_size) for s in (train, val))
+        del reference
+    else:  # the initial weights (with LoRA, B = 0: the base model) are the reference
+        ref_train, ref_val = (reference_logps(model, s, pad_id, cfg.batch_size) for s in (train, val))
+    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(train), layout, world)
+    schedule = _InOrder(**{f.name: getattr(schedule, f.name) for f in fields(schedule)})
+    args_record = start_run(
+        cfg,
+        output_dir,
+        prepared.spec,
+        plugins,
+        fresh=True,
+        template=prepared.template_spec,
+        generation_defaults=generation_defaults(
+            [e.record() for e in train_examples if e.label], prepared.template, cfg
+        ),
+        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
+        preference={"recipe": "kto", **asdict(options)},
+    )
+    loop = KTOLoop(
+        cfg=cfg,
+        output_dir=output_dir,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        schedule=schedule,
+        train_samples=train,
+        val_samples=val,
+        pad_token_id=pad_id,
+        bridge=bridge,
+        bridge_name=bridge_spec.name,
+        layout=layout,
+        extras={"swiftcore_args.json": json.dumps(args_record, indent=2)},
+        lora=lora,
+        options=options,
+        ref_train=ref_train,
+        ref_val=ref_val,
+    )
+    return loop.run()
+
+
+def row_logps(
+    model: Any, rows: list[tuple[list[int], list[int]]], pad_token_id: int, length: int | None = None
+) -> tuple:
+    """``(logps, completion_mask)`` of ``(prompt_ids, reply_ids)`` rows under the megatron model, as TRL lays them
+    out: ``logps`` ``[B, T-1]``, at position ``t`` the log-prob of token ``t+1`` where it is a reply token, else 0
+    (minus megatron's per-token loss, computed over the tensor-parallel vocabulary shards); ``completion_mask``
+    ``[B, T]``, 1 on reply tokens."""
+    import torch
+    from swiftcore_megatron import eager_on_cpu
+
+    from swiftcore_train_megatron.engine import model_inputs
+
+    samples = [{"input_ids": p + r, "labels": [-100] * len(p) + r} for p, r in rows]
+    inputs = model_inputs(samples, pad_token_id, length)
+    with eager_on_cpu():
+        per_token = model(**inputs.forward_kwargs())
+    logps = -(per_token.float() * inputs.mask)  # megatron's position t scores label t+1
+    completion = torch.zeros_like(inputs.mask, dtype=torch.long)
+    completion[:, 1:] = inputs.mask[:, :-1].long()
+    return logps[:, :-1], completion
+
+
+def _kl_rows(samples: list[dict]) -> list[tuple[list[int], list[int]]]:
+    return [(s["prompt_ids"], s["kl_ids"]) for s in samples]
+
+
+def _rows(samples: list[dict]) -> list[tuple[list[int], list[int]]]:
+    return [(s["prompt_ids"], s["completion_ids"]) for s in samples]
+
+
+def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_size: int) -> list[tuple[float, Any]]:
+    """``(reply, kl reply)`` summed log-probs of every row under ``model`` as it is now (no gradient); the second is
+    None without KL replies (``--loss-type apo_zero_unpaired``)."""
+    import torch
+
+    out: list[tuple[float, Any]] = []
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(samples), batch_size):
+            batch = samples[start : start + batch_size]
+            logps = row_logps(model, _rows(batch), pad_token_id)[0].sum(dim=1).double().tolist()
+            kl = [None] * len(batch)
+            if "kl_ids" in batch[0]:
+                kl = row_logps(model, _kl_rows(batch), pad_token_id)[0].sum(dim=1).double().tolist()
+            out += list(zip(logps, kl, strict=True))
+    model.train(was_training)
+    return out
+
+
+class KTOLoop(TrainLoop):
+    """:class:`~swiftcore_train_megatron.loop.TrainLoop` with KTO's step and evaluation.
+
+    Args (besides the loop's):
+        options: the ``kto`` recipe's ``KTOOptions``.
+        ref_train: the reference's ``(reply, kl reply)`` log-probs of each training row.
+        ref_val: the same for the validation rows.
+    """
+
+    def __init__(self, *, options: Any, ref_train: list, ref_val: list, **loop: Any) -> None:
+        super().__init__(**loop)
+        self.options = options
+        self.ref_train = ref_train
+        self.ref_val = ref_val
+        self._window: dict[str, list[float]] = {}  # each micro-batch's metrics since the last logged step
+
+    def _rows_loss(self, samples: list[dict], refs: list[tuple], *, training: bool, group: Any = None) -> tuple:
+        """``(loss, metrics)`` of one batch of rows: TRL's KTO loss on the megatron log-probs."""
+        import torch
+
+        longest = max(len(s["prompt_ids"]) + len(s["completion_ids"]) for s in samples)
+        logps, completion = row_logps(self.model, _rows(samples), self.pad_token_id, self._padded(longest))
+        kl = None
+        if "kl_ids" in samples[0]:
+            with torch.no_grad():  # TRL: the policy's KL-row log-probs carry no gradient
+                kl = row_logps(self.model, _kl_rows(samples), self.pad_token_id)[0].sum(dim=1)
+        ref = torch.tensor([r[0] for r in refs], dtype=logps.dtype, device=logps.device)
+        ref_kl = torch.tensor([r[1] for r in refs], dtype=logps.dtype, device=logps.device) if kl is not None else None
+        labels = torch.tensor([bool(s["label"]) for s in samples], device=logps.device)
+        from swiftcore_recipe_preference import kto_loss
+
+        return kto_loss(logps, completion, labels, kl, ref, ref_kl, self.options, training=training, group=group)
+
+    def _train_step(self) -> tuple[float, float, int]:
+        """One optimiser step over every micro-batch of every data-parallel rank; ``(loss, grad norm, tokens)``.
+
+        Each micro-batch's loss (the mean over its rows) counts ``1 / micro-batches`` of the step, as in TRL's
+        trainer; the step's loss is the mean of the micro-batch losses.
+        """
+        import torch
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        per_rank = self.schedule.micro_batches(self.step)
+        n_micro = sum(len(batches) for batches in per_rank)
+        mine = per_rank[parallel_state.get_data_parallel_rank()]
+        dp_group = parallel_state.get_data_parallel_group()
+        device = next(self.model.parameters()).device
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        for batch in mine:
+            loss, metrics = self._rows_loss(
+                [self.train_samples[i] for i in batch],
+                [self.ref_train[i] for i in batch],
+                training=True,
+                group=dp_group,
+            )
+            (loss / n_micro).backward()
+            loss_sum += float(loss.detach())
+            for name, value in metrics.items():  # already gathered over the data-parallel ranks
+                self._window.setdefault(name, []).append(value)
+        if dist.get_world_size(dp_group) > 1:
+            dist.all_reduce(loss_sum, group=dp_group)
+        norm = self._apply_gradients()
+        tokens = sum(
+            len(self.train_samples[i]["prompt_ids"]) + len(self.train_samples[i]["completion_ids"])
+            for batches in per_rank
+            for mb in batches
+            for i in mb
+        )
+        return float(loss_sum) / n_micro, norm, tokens
+
+    def _log(self, record: dict[str, Any]) -> None:
+        """A training record takes TRL's metrics: each the mean of its micro-batch values since the last one."""
+        if "loss" in record:
+            record = {**record, **{name: sum(v) / len(v) for name, v in self._window.items()}}
+            self._window = {}
+        super()._log(record)
+
+    def _eval_record(self) -> dict[str, float]:
+        """``eval_loss`` (a mean over the rows) and TRL's ``eval_kl``, ``eval_rewards/*`` and ``eval_logps/*`` over
+        the validation rows (means of the batches' values, as TRL logs them); every rank scores all of them, in
+        batches of ``--batch-size``."""
+        import torch
+
+        values: dict[str, list[float]] = {}
+        self.model.eval()
+        with torch.no_grad():
+            size = self.cfg.batch_size
+            for start in range(0, len(self.val_samples), size):
+                batch = self.val_samples[start : start + size]
+                loss, metrics = self._rows_loss(batch, self.ref_val[start : start + size], training=False)
+                values.setdefault("loss", []).extend([float(loss)] * len(batch))  # transformers: a mean over rows
+                for name, value in metrics.items():
+                    values.setdefault(name, []).append(value)
+        self.model.train()
+        return {f"eval_{name}": sum(v) / len(v) for name, v in values.items()}

@@ -1,0 +1,194 @@
+"""``swiftcore train --engine megatron --recipe kto`` (the ``kto.megatron`` recipe) against the ``kto`` recipe on the
+transformers engine (TRL's KTOTrainer), on gloo with real torchrun processes.
+
+- Loss parity: the first 3 step losses, TRL's logged metrics (``kl``, ``rewards/*``, ``logps/*``) and gradient norms
+  at TP1 and TP2 equal the transformers engine's on the same init, row order, ``--ref-model`` and optimiser, full
+  weights, fp32, to 1e-5 (the KL estimate is positive at every step; steps 2 and 3 test the gradients).
+- The loss is TRL's: ``kto_loss`` runs ``KTOTrainer._compute_loss`` on given log-probs; on a fixed batch it equals
+  the KTO paper's eq. 7-8 with TRL's ``z_ref`` (mean mismatched log-ratio, clamped at 0).
+- Learning signal: LoRA KTO on the vowel task lifts held-out pairwise accuracy from about 50% to >= 90% (exported
+  adapter, plain peft), and the run's held-out reward margin is positive.
+- Refusals, before any process group exists: --pp, --ep, cutting --truncation, a batch of 1, MoE families, --ref-model
+  with LoRA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("megatron_dpo_tests", Path(__file__).with_name("test_engine_dpo.py"))
+dpo_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(dpo_tests)  # its helpers: launch, vowel task, pairwise accuracy
+BIN, free_port, _run, _write = dpo_tests.BIN, dpo_tests.free_port, dpo_tests._run, dpo_tests._write
+other_reference = dpo_tests.other_reference  # the fixture: the tiny Qwen3.5 with every weight moved by noise
+
+STEPS = 3
+
+ROWS = [
+    {"prompt": "say apple", "completion": "apple apple", "label": True},
+    {"prompt": "name a colour", "completion": "a loud noise, very loud", "label": False},
+    {"prompt": "count to three", "chosen": "one two three", "rejected": "three"},  # a pair: one of each
+    {"prompt": "greet me", "completion": "hello there, friend", "label": True},
+    {"prompt": "say a number", "completion": "a cat", "label": False},
+    {"prompt": "say yes", "completion": "yes", "label": True},
+    {"prompt": "spell cat", "completion": "dog", "label": False},
+    {"prompt": "what is up", "completion": "the sky", "label": True},
+]
+
+PARITY = ("--tuner", "full", "--max-steps", str(STEPS), "--batch-size", "3", "--learning-rate", "5e-4",
+          "--save-steps", "100", "--split-ratio", "0", "--beta", "0.2", "--undesirable-weight", "1.5")  # fmt: skip
+METRICS = ("loss", "grad_norm", "kl", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen",
+           "logps/rejected")  # fmt: skip
+
+
+def _train(model: Path, dataset: Path, out: Path, *extra: str, ranks: int = 1) -> list[dict]:
+    """``swiftcore train --recipe kto`` (on ``ranks`` torchrun processes); the logged records."""
+    train = ["train", "--recipe", "kto", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out),
+             "--logging-steps", "1", "--seed", "7", "--no-plot", *extra]  # fmt: skip
+    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
+    _run([*(launcher if ranks > 1 else []), str(BIN / "swiftcore"), *train])
+    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory) -> Path:
+    return _write(tmp_path_factory.mktemp("rows") / "kto.jsonl", ROWS)
+
+
+@pytest.fixture(scope="module")
+def transformers_kto(tiny_model_dir, rows, other_reference, tmp_path_factory) -> dict[int, dict]:
+    """The ``kto`` recipe on the transformers engine (TRL's KTOTrainer): step -> logged record."""
+    out = tmp_path_factory.mktemp("transformers") / "kto"
+    logged = _train(tiny_model_dir("qwen3_5"), rows, out, *PARITY, "--ref-model", str(other_reference))
+    return {r["step"]: r for r in logged if "loss" in r}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
+def test_the_first_losses_equal_the_transformers_engine(
+    tp, tiny_model_dir, rows, other_reference, transformers_kto, tmp_path
+):
+    """9 rows (a pair gives one of each) in batches of 3: the recipe's row order and KL pairing over one epoch;
+    ``--ref-model`` (another model than the policy) makes z_ref positive (the policy's own initial weights as the
+    reference leave it clamped at 0 on this data), and step 2's batch has no undesirable row."""
+    extra = ("--engine", "megatron", "--tp", str(tp), "--ref-model", str(other_reference))
+    logged = _train(tiny_model_dir("qwen3_5"), rows, tmp_path / "megatron", *PARITY, *extra, ranks=tp)
+    got = {r["step"]: r for r in logged if "loss" in r}
+    assert sorted(got) == sorted(transformers_kto) == list(range(1, STEPS + 1))
+    worst = 0.0
+    for step, expected in transformers_kto.items():
+        for key in METRICS:
+            if key in expected:
+                assert got[step][key] == pytest.approx(expected[key], rel=1e-5, abs=1e-5), (step, key)
+                worst = max(worst, abs(got[step][key] - expected[key]) / max(1.0, abs(expected[key])))
+    print(f"kto tp{tp}: largest difference (relative above 1) over {STEPS} steps: {worst:.1e}")
+    assert all(key in transformers_kto[1] for key in METRICS), transformers_kto[1]
+    assert abs(transformers_kto[STEPS]["loss"] - transformers_kto[1]["loss"]) > 0.01, "the losses must move"
+    assert all(transformers_kto[step]["kl"] > 0.1 for step in got), "the KL estimate must reach the loss"
+    assert "rewards/rejected" not in transformers_kto[2] and "rewards/rejected" not in got[2]
+
+
+def test_the_shared_loss_is_the_papers():
+    """``kto_loss`` on fixed log-probs: eq. 7-8 of the KTO paper with TRL's ``z_ref`` (the batch's mean mismatched
+    log-ratio, clamped at 0), weighted and averaged; the gradient reaches the per-token log-probs."""
+    import torch
+    from swiftcore_recipe_preference import KTOOptions, kto_loss
+
+    gen = torch.Generator().manual_seed(0)
+    completion = torch.zeros(5, 7)
+    for row, start in enumerate([2, 3, 4, 2, 5]):
+        completion[row, start:] = 1
+    raw = torch.rand(5, 6, generator=gen, requires_grad=True)
+    logps = -raw * completion[:, 1:]
+    labels = torch.tensor([True, False, True, True, False])
+    ref, ref_kl = -3 * torch.rand(5, generator=gen), -3 * torch.rand(5, generator=gen)
+    kl = ref_kl + torch.tensor([0.3, -0.1, 0.5, 0.2, 0.4])  # z_ref 0.26: not clamped
+    options = KTOOptions(beta=0.4, desirable_weight=1.0, undesirable_weight=1.5)
+    loss, metrics = kto_loss(logps, completion, labels, kl, ref, ref_kl, options)
+    ratio = logps.detach().sum(1) - ref
+    z_ref = (kl - ref_kl).mean().clamp(min=0)
+    desirable = 1 - torch.sigmoid(0.4 * (ratio[labels] - z_ref))
+    undesirable = 1 - torch.sigmoid(0.4 * (z_ref - ratio[~labels]))
+    expected = torch.cat([desirable, 1.5 * undesirable]).mean()
+    assert float(z_ref) > 0, "pick values whose z_ref is not clamped"
+    assert float(loss.detach()) == pytest.approx(float(expected), abs=1e-6)
+    assert metrics["kl"] == pytest.approx(float(z_ref), abs=1e-6)
+    assert metrics["rewards/margins"] == pytest.approx(float(0.4 * (ratio[labels].mean() - ratio[~labels].mean())))
+    loss.backward()
+    assert raw.grad is not None and float(raw.grad.abs().sum()) > 0
+
+
+@pytest.mark.slow
+def test_lora_kto_learns_the_held_out_preference(tiny_model_dir, tmp_path):
+    from peft import PeftModel
+    from swiftcore_recipe_preference import encode_dpo_pairs, parse_pair
+    from swiftcore_train import TrainConfig
+
+    from swiftcore._plugins import load_plugins
+    from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
+    from swiftcore.api.template import get_template
+
+    model_dir = tiny_model_dir("qwen3_5")
+    plugins = load_plugins(env={})
+    spec, tokenizer = resolve_model_spec(str(model_dir), plugins), load_tokenizer(str(model_dir))
+    train_rows, held_rows = dpo_tests._vowel_task(tokenizer)  # pairs: each is one desirable and one undesirable row
+    held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
+    cfg = TrainConfig(model=str(model_dir), dataset=("unused",), recipe="dpo")
+    samples = encode_dpo_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
+    before = dpo_tests._accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), samples)
+
+    extra = ("--engine", "megatron", "--tuner", "lora", "--max-steps", "12", "--batch-size", "8",
+             "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--save-steps", "10000",
+             "--val-dataset", str(_write(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
+    out = tmp_path / "run"
+    logged = _train(model_dir, _write(tmp_path / "train.jsonl", train_rows), out, *extra)
+    base = load_model(spec, str(model_dir), plugins, torch_dtype="float32")
+    after = dpo_tests._accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-12")).eval(), samples)
+    losses = [r["loss"] for r in logged if "loss" in r]
+    (final,) = [r for r in logged if "eval_loss" in r]
+    print(f"held-out accuracy {before:.1%} -> {after:.1%}, eval reward margin {final['eval_rewards/margins']:.3f}, "
+          f"train loss {losses[0]:.3f} -> {losses[-1]:.3f}")  # fmt: skip
+    assert 0.25 <= before <= 0.75, f"the untrained model should be near chance, got {before:.1%}"
+    assert after >= 0.9, f"held-out pairwise accuracy only {after:.1%}"
+    assert final["eval_rewards/margins"] > 0, final
+    assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize(
+    ("family", "options", "expected"),
+    [
+        ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2: KTO does not run through pipeline stages yet"),
+        ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: KTO on this engine trains dense families only so far"),
+        ("qwen3_5", {"truncation": "truncate_left"}, "--truncation truncate_left: KTO on this engine does not"),
+        ("qwen3_5", {"batch_size": 1}, "--batch-size 1: the kto loss needs at least 2 rows a batch"),
+        ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
+        ("qwen3_5", {"tuner": "lora", "recipe_options": {"ref_model": "elsewhere"}}, "--ref-model: with --tuner lora"),
+    ],
+    ids=["pp", "ep", "truncation", "batch-of-1", "moe", "lora-ref-model"],
+)
+def test_what_kto_megatron_does_not_do_is_refused(family, options, expected, tiny_model_dir, tmp_path):
+    import torch.distributed as dist
+    from swiftcore_train import TrainConfig, run_training
+
+    from swiftcore._plugins import load_plugins
+    from swiftcore.api import SwiftcoreError
+
+    cfg = TrainConfig(
+        model=str(tiny_model_dir(family)),
+        dataset=(str(_write(tmp_path / "rows.jsonl", ROWS)),),
+        output_dir=str(tmp_path / "out"),
+        engine="megatron",
+        recipe="kto",
+        max_steps=1,
+        **{"tuner": "full", "batch_size": 4, **options},
+    )
+    before = dist.is_initialized()
+    with pytest.raises(SwiftcoreError, match=re.escape(expected)):
+        run_training(cfg, load_plugins(env={}))
+    assert before or not dist.is_initialized(), "a process group was created before the error"
+    assert not (tmp_path / "out").exists(), "nothing is written before the checks pass"

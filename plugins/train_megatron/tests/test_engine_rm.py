@@ -1,0 +1,170 @@
+"""``swiftcore train --engine megatron --recipe rm`` (the ``rm.megatron`` recipe) against the ``rm`` recipe on the
+transformers engine (TRL's RewardTrainer on ``*ForSequenceClassification``), on gloo with real torchrun processes.
+
+- Loss parity: the first 3 step losses, TRL's logged metrics (``accuracy``, ``margin``, ``min/mean/max_reward``) and
+  gradient norms at TP1 and TP2 equal the transformers engine's on the same init (the score layer as that recipe
+  starts it), data order and optimiser, full weights, fp32, to 1e-5, with ``--center-rewards-coefficient``.
+- The loss is TRL's: ``reward_loss`` runs ``RewardTrainer.compute_loss`` on given rewards; on fixed rewards it is
+  ``mean(-log σ(r_c - r_r)) + c · mean((r_c + r_r)^2)``.
+- Learning signal: on the vowel task the held-out ranking accuracy of the saved checkpoint, loaded with plain
+  ``AutoModelForSequenceClassification``, rises from about 50% to >= 90%, and the run's ``eval_accuracy`` too.
+- Refusals, before any process group exists: --pp, --ep, cutting --truncation, LoRA, MoE families, a family without
+  a sequence classifier.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("megatron_dpo_tests", Path(__file__).with_name("test_engine_dpo.py"))
+dpo_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(dpo_tests)  # its helpers: launch, pairs, vowel task
+BIN, free_port, _run, _write = dpo_tests.BIN, dpo_tests.free_port, dpo_tests._run, dpo_tests._write
+
+STEPS = 3
+PARITY = ("--tuner", "full", "--max-steps", str(STEPS), "--batch-size", "4", "--learning-rate", "5e-4",
+          "--save-steps", "100", "--split-ratio", "0", "--center-rewards-coefficient", "0.1")  # fmt: skip
+METRICS = ("loss", "grad_norm", "accuracy", "margin", "min_reward", "mean_reward", "max_reward")
+
+
+def _train(model: Path, dataset: Path, out: Path, *extra: str, ranks: int = 1) -> list[dict]:
+    """``swiftcore train --recipe rm`` (on ``ranks`` torchrun processes); the logged records."""
+    train = ["train", "--recipe", "rm", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out),
+             "--logging-steps", "1", "--seed", "7", "--no-plot", *extra]  # fmt: skip
+    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
+    _run([*(launcher if ranks > 1 else []), str(BIN / "swiftcore"), *train])
+    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> Path:
+    return _write(tmp_path_factory.mktemp("pairs") / "pairs.jsonl", dpo_tests.ROWS)
+
+
+@pytest.fixture(scope="module")
+def transformers_rm(tiny_model_dir, pairs, tmp_path_factory) -> dict[int, dict]:
+    """The ``rm`` recipe on the transformers engine (TRL's RewardTrainer): step -> logged record."""
+    out = tmp_path_factory.mktemp("transformers") / "rm"
+    return {r["step"]: r for r in _train(tiny_model_dir("qwen3_5"), pairs, out, *PARITY) if "loss" in r}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
+def test_the_first_losses_equal_the_transformers_engine(tp, tiny_model_dir, pairs, transformers_rm, tmp_path):
+    extra = ("--engine", "megatron", "--tp", str(tp))
+    out = tmp_path / "megatron"
+    logged = _train(tiny_model_dir("qwen3_5"), pairs, out, *PARITY, *extra, ranks=tp)
+    got = {r["step"]: r for r in logged if "loss" in r}
+    assert sorted(got) == sorted(transformers_rm) == list(range(1, STEPS + 1))
+    worst = 0.0
+    for step, expected in transformers_rm.items():
+        for key in METRICS:
+            assert got[step][key] == pytest.approx(expected[key], rel=1e-5, abs=1e-5), (step, key)
+            worst = max(worst, abs(got[step][key] - expected[key]) / max(1.0, abs(expected[key])))
+    print(f"rm tp{tp}: largest difference (relative above 1) over {STEPS} steps: {worst:.1e}")
+    assert abs(transformers_rm[STEPS]["loss"] - transformers_rm[1]["loss"]) > 0.01, "the losses must move"
+    if tp == 2:  # the checkpoint is the rm recipe's: a sequence classifier transformers loads as it is
+        from transformers import AutoModelForSequenceClassification
+
+        saved = AutoModelForSequenceClassification.from_pretrained(str(out / f"checkpoint-{STEPS}"))
+        assert saved.config.num_labels == 1 and saved.config.pad_token_id is not None
+
+
+def test_the_shared_loss_is_bradley_terry():
+    import torch
+    import torch.nn.functional as F
+    from swiftcore_recipe_preference import RMOptions, reward_loss
+
+    scores = torch.tensor([[0.5], [-0.2], [1.5], [0.1], [0.3], [-1.0]], requires_grad=True)
+    loss, metrics = reward_loss(scores, torch.ones(6, 4, dtype=torch.long), RMOptions(center_rewards_coefficient=0.1))
+    chosen, rejected = scores.detach()[:, 0].chunk(2)
+    expected = -F.logsigmoid(chosen - rejected).mean() + 0.1 * ((chosen + rejected) ** 2).mean()
+    assert float(loss.detach()) == pytest.approx(float(expected), abs=1e-6)
+    assert metrics["accuracy"] == pytest.approx(2 / 3)
+    assert metrics["margin"] == pytest.approx(float(chosen.mean() - rejected.mean()))
+    assert (metrics["min_reward"], metrics["max_reward"]) == pytest.approx((-1.0, 1.5))
+    loss.backward()
+    assert scores.grad is not None and float(scores.grad.abs().sum()) > 0
+
+
+@pytest.mark.slow
+def test_rm_learns_the_held_out_preference(tiny_model_dir, tmp_path):
+    import torch
+    from swiftcore_recipe_preference import encode_rm_pairs, parse_pair
+    from swiftcore_train import TrainConfig
+    from transformers import AutoModelForSequenceClassification
+
+    from swiftcore._plugins import load_plugins
+    from swiftcore.api.models import load_tokenizer, resolve_model_spec
+    from swiftcore.api.template import get_template
+
+    model_dir = tiny_model_dir("qwen3_5")
+    plugins = load_plugins(env={})
+    spec, tokenizer = resolve_model_spec(str(model_dir), plugins), load_tokenizer(str(model_dir))
+    train_rows, held_rows = dpo_tests._vowel_task(tokenizer)
+    held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
+    cfg = TrainConfig(model=str(model_dir), dataset=("unused",), recipe="rm")
+    samples = encode_rm_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
+
+    def accuracy(model) -> float:
+        with torch.no_grad():
+            wins = [model(input_ids=torch.tensor([s["chosen_ids"]])).logits[0, 0]
+                    > model(input_ids=torch.tensor([s["rejected_ids"]])).logits[0, 0] for s in samples]  # fmt: skip
+        return sum(map(bool, wins)) / len(wins)
+
+    torch.manual_seed(7)  # the score layer as the recipe starts it (--seed 7)
+    before = accuracy(AutoModelForSequenceClassification.from_pretrained(str(model_dir), num_labels=1).eval())
+    extra = ("--engine", "megatron", "--tuner", "full", "--max-steps", "12", "--batch-size", "8",
+             "--learning-rate", "5e-4", "--lr-scheduler", "constant", "--save-steps", "10000",
+             "--val-dataset", str(_write(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
+    out = tmp_path / "run"
+    logged = _train(model_dir, _write(tmp_path / "train.jsonl", train_rows), out, *extra)
+    after = accuracy(AutoModelForSequenceClassification.from_pretrained(str(out / "checkpoint-12")).eval())
+    losses = [r["loss"] for r in logged if "loss" in r]
+    (final,) = [r for r in logged if "eval_loss" in r]
+    print(f"rm: held-out ranking accuracy {before:.1%} -> {after:.1%}, eval_accuracy {final['eval_accuracy']:.1%}, "
+          f"train loss {losses[0]:.3f} -> {losses[-1]:.3f}")  # fmt: skip
+    assert 0.25 <= before <= 0.75, f"the untrained reward model should be near chance, got {before:.1%}"
+    assert after >= 0.9, f"held-out ranking accuracy only {after:.1%}"
+    assert final["eval_accuracy"] >= 0.9, final
+    assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize(
+    ("family", "options", "expected"),
+    [
+        ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2: rm does not run through pipeline stages yet"),
+        ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: rm on this engine trains dense families only so far"),
+        ("qwen3_5", {"truncation": "truncate_left"}, "--truncation truncate_left: rm on this engine does not cut"),
+        ("qwen3_5", {"tuner": "lora"}, "--tuner lora: rm on this engine trains full weights so far"),
+        ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
+        ("gemma4", {}, "transformers has no sequence-classification model for 'gemma4'"),
+    ],
+    ids=["pp", "ep", "truncation", "lora", "moe", "no-classifier"],
+)
+def test_what_rm_megatron_does_not_do_is_refused(family, options, expected, tiny_model_dir, tmp_path):
+    import torch.distributed as dist
+    from swiftcore_train import TrainConfig, run_training
+
+    from swiftcore._plugins import load_plugins
+    from swiftcore.api import SwiftcoreError
+
+    cfg = TrainConfig(
+        model=str(tiny_model_dir(family)),
+        dataset=(str(_write(tmp_path / "pairs.jsonl", dpo_tests.ROWS)),),
+        output_dir=str(tmp_path / "out"),
+        engine="megatron",
+        recipe="rm",
+        max_steps=1,
+        **{"tuner": "full", **options},
+    )
+    before = dist.is_initialized()
+    with pytest.raises(SwiftcoreError, match=re.escape(expected)):
+        run_training(cfg, load_plugins(env={}))
+    assert before or not dist.is_initialized(), "a process group was created before the error"
+    assert not (tmp_path / "out").exists(), "nothing is written before the checks pass"
