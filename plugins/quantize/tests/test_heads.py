@@ -58,8 +58,7 @@ def _rows(name: str) -> list[dict[str, Any]]:
 def held_out(task: str, checkpoint: Path) -> float:
     """The head's held-out metric, loaded through swiftcore-heads' normal path: recall@1 of the 20 held-out queries
     against their documents (embedding), accuracy on the held-out sentences (classification)."""
-    from swiftcore_heads import classify, embed, load_head_model, recall_at_1, score
-    from swiftcore_heads.retrieval import mean_reciprocal_rank
+    from swiftcore_heads import classify, embed, load_head_model, mean_reciprocal_rank, recall_at_1, score
 
     model, tokenizer = load_head_model(str(checkpoint))
     if task == "classification":

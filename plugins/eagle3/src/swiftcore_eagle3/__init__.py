@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from swiftcore.api import lazy_exports
 
-__all__ = ["SpeculativeOutput", "load_draft", "speculative_generate"]
+__all__ = ["SpeculativeDecoder", "SpeculativeOutput", "load_draft", "speculative_generate", "speculative_steps"]
 
 __getattr__ = lazy_exports(
     __name__,
     {
+        "SpeculativeDecoder": "speculative",
         "SpeculativeOutput": "speculative",
+        "speculative_steps": "speculative",
         "speculative_generate": "speculative",
         "load_draft": "draft",
     },

@@ -1,4 +1,6 @@
-"""Hook implementations of swiftcore-plugin-eagle3: the ``eagle3`` recipe and its options, as plain data.
+"""Hook implementations of swiftcore-plugin-eagle3: the ``eagle3`` recipe and its options, as plain data; the
+``swiftcore_speculative_decoder`` hook (declared by swiftcore-infer) it implements, through which
+``swiftcore infer`` / ``swiftcore deploy --draft DIR`` decode with an Eagle3 draft.
 
 Importing it imports neither torch, transformers nor speculators.
 """
@@ -10,6 +12,15 @@ from typing import Any
 from swiftcore.api import RecipeSpec, hookimpl
 
 SWIFTCORE_API = "1.5"  # recipe options tagged with the recipe (swiftcore_addoption's getgroup(recipe=...))
+
+
+# optionalhook: swiftcore-infer declares the hook; without it installed this plugin still trains drafts.
+@hookimpl(optionalhook=True)
+def swiftcore_speculative_decoder(draft_dir: str, target: Any) -> Any | None:
+    """The greedy Eagle3 decoder for a speculators Eagle3 draft in ``draft_dir``; None for any other directory."""
+    from swiftcore_eagle3.speculative import load_decoder
+
+    return load_decoder(draft_dir, target)
 
 
 @hookimpl

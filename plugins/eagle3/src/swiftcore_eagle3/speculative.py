@@ -9,11 +9,11 @@ cannot be rolled back past rejected tokens, and on CPU with tiny or small models
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SpeculativeOutput", "speculative_generate"]
+__all__ = ["SpeculativeDecoder", "SpeculativeOutput", "load_decoder", "speculative_generate", "speculative_steps"]
 
 
 @dataclass
@@ -58,12 +58,45 @@ def speculative_generate(
     Returns:
         The tokens (those ``target.generate(do_sample=False)`` gives) and the accepted proposals per step.
     """
+    out = SpeculativeOutput(tokens=[])
+    for tokens, accepted in speculative_steps(
+        target,
+        draft,
+        prompt_ids,
+        max_new_tokens=max_new_tokens,
+        num_speculative_tokens=num_speculative_tokens,
+        eos_token_ids=eos_token_ids,
+    ):
+        out.tokens.extend(tokens)
+        if accepted is not None:
+            out.accepted.append(accepted)
+    return out
+
+
+def speculative_steps(
+    target: Any,
+    draft: Any,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    num_speculative_tokens: int = 3,
+    eos_token_ids: Iterable[int] = (),
+) -> Iterator[tuple[list[int], int | None]]:
+    """:func:`speculative_generate` one target forward at a time (for streaming).
+
+    Yields:
+        ``(new tokens, accepted proposals)`` per target forward: first the prompt's forward, its one token and
+        None; then each verification step's kept tokens (the accepted proposals and the target's own next token) and
+        how many proposals were accepted. The tokens stop after the first end token and at ``max_new_tokens``.
+    """
     import torch
 
     from swiftcore_eagle3.draft import draft_propose, target_features
 
     if not prompt_ids:
         raise ValueError("prompt_ids is empty: give at least one token")
+    if max_new_tokens < 1:
+        return
     eos = set(eos_token_ids)
     aux_ids = list(draft.config.eagle_aux_hidden_state_layer_ids)
     device = next(target.parameters()).device
@@ -71,10 +104,11 @@ def speculative_generate(
     features = target_features(target, torch.tensor([seq], device=device), aux_ids)
     first = int(torch.argmax(features.logits[0, -1]))
     seq.append(first)
-    out = SpeculativeOutput(tokens=[first])
+    done = 1
+    yield [first], None
     aux = features.aux
-    while len(out.tokens) < max_new_tokens and out.tokens[-1] not in eos:
-        k = min(num_speculative_tokens, max_new_tokens - len(out.tokens))
+    while done < max_new_tokens and seq[-1] not in eos:
+        k = min(num_speculative_tokens, max_new_tokens - done)
         guesses = draft_propose(draft, seq, aux, k)
         features = target_features(target, torch.tensor([seq + guesses], device=device), aux_ids)
         # The target's choices after seq, seq + guesses[:1], ..., seq + guesses: k + 1 tokens.
@@ -87,14 +121,69 @@ def speculative_generate(
             new = guesses[:accepted]
         else:
             new = guesses[:accepted] + [choices[accepted]]
-        out.accepted.append(accepted)
         seq.extend(new)
-        out.tokens.extend(new)
         aux = features.aux[:, : len(seq) - 1]
-    tokens = out.tokens[:max_new_tokens]
-    for i, token in enumerate(tokens):
-        if token in eos:
-            tokens = tokens[: i + 1]
-            break
-    out.tokens = tokens
-    return out
+        kept = new[: max_new_tokens - done]
+        done += len(kept)
+        yield kept, accepted
+
+
+class SpeculativeDecoder:
+    """A draft bound to its target: what swiftcore-plugin-eagle3's ``swiftcore_speculative_decoder`` hook gives an
+    inference engine (``swiftcore infer --draft DIR``).
+
+    Args:
+        target: the loaded transformers model (eval mode).
+        draft: its Eagle3 draft head (:func:`~swiftcore_eagle3.draft.load_draft`).
+
+    Attributes:
+        num_speculative_tokens: the proposals per verification step the draft was trained for (its speculators
+            config's greedy proposal, else 3).
+    """
+
+    def __init__(self, target: Any, draft: Any) -> None:
+        self.target = target
+        self.draft = draft
+        methods = getattr(draft.config.speculators_config, "proposal_methods", None) or []
+        self.num_speculative_tokens = int(getattr(methods[0], "speculative_tokens", 3)) if methods else 3
+
+    def steps(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_new_tokens: int,
+        eos_token_ids: Iterable[int] = (),
+        num_speculative_tokens: int | None = None,
+    ) -> Iterator[tuple[list[int], int | None]]:
+        """Greedy generation one target forward at a time: :func:`speculative_steps` with this decoder's draft."""
+        return speculative_steps(
+            self.target,
+            self.draft,
+            prompt_ids,
+            max_new_tokens=max_new_tokens,
+            num_speculative_tokens=num_speculative_tokens or self.num_speculative_tokens,
+            eos_token_ids=eos_token_ids,
+        )
+
+
+def load_decoder(draft_dir: str, target: Any) -> SpeculativeDecoder | None:
+    """The :class:`SpeculativeDecoder` for the draft in ``draft_dir``, or None when ``draft_dir`` holds no
+    speculators Eagle3 draft (another plugin's draft format).
+
+    Raises:
+        SwiftcoreError: an Eagle3 draft that cannot serve ``target`` (:func:`~swiftcore_eagle3.draft.load_draft`).
+    """
+    import json
+    from pathlib import Path
+
+    from swiftcore_eagle3.draft import load_draft
+
+    try:
+        raw = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or raw.get("speculators_model_type") != "eagle3":
+        return None
+    weights = next(target.parameters())
+    # On the target's device and in its dtype: the draft reads the target's hidden states.
+    return SpeculativeDecoder(target, load_draft(draft_dir, target).to(device=weights.device, dtype=weights.dtype))

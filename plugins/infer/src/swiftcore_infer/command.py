@@ -17,7 +17,24 @@ from swiftcore.api import SwiftcoreError
 from swiftcore.api.cli import CliState, pass_state, plugin_option
 from swiftcore_infer.factory import build_engine, build_head_engine, engine_options
 
-__all__ = ["infer", "run_head"]
+__all__ = ["DRAFT_HELP", "infer", "run_head", "with_draft"]
+
+#: ``--draft``'s help, the same for ``infer`` and ``deploy``.
+DRAFT_HELP = (
+    "A draft model directory (e.g. `swiftcore train --recipe eagle3` output) for speculative decoding; the answers "
+    "are the model's own. transformers: greedy requests only, decoded by the plugin that recognises the draft "
+    "(swiftcore_speculative_decoder hook); vllm: passed as its speculative_config. Proposals per step: the draft's "
+    "own, or --engine-option num_speculative_tokens=K. The acceptance is printed at the end."
+)
+
+
+def with_draft(engine_kwargs: dict[str, Any], draft: str | None) -> dict[str, Any]:
+    """``engine_kwargs`` with ``--draft DIR`` handed to the backend as its ``draft`` keyword (as ``--engine-option
+    draft=DIR`` would)."""
+    if draft is None:
+        return engine_kwargs
+    option = f"draft={json.dumps(str(Path(draft).resolve()))}"
+    return {**engine_kwargs, "engine_option": (*engine_kwargs.get("engine_option", ()), option)}
 
 
 def _split_reference(record: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -271,6 +288,7 @@ def run_head(
     type=click.Path(dir_okay=False),
     help="Where to write the answers (default: INPUT with .out.jsonl).",
 )
+@click.option("--draft", type=click.Path(exists=True, file_okay=False), help=DRAFT_HELP)
 @click.option("--max-new-tokens", default=256, show_default=True, type=int)
 @click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy.")
 @click.option("--top-p", default=1.0, show_default=True, type=float)
@@ -320,6 +338,7 @@ def infer(
     plugin_specs: tuple[str, ...],
     input_path: str | None,
     output_path: str | None,
+    draft: str | None,
     max_new_tokens: int,
     temperature: float,
     top_p: float,
@@ -360,6 +379,7 @@ def infer(
     Example:
       swiftcore infer --model ./out/checkpoint-100 --input prompts.jsonl --output answers.jsonl
       swiftcore infer --model ./tiny --backend vllm --input prompts.jsonl
+      swiftcore infer --model ./out/checkpoint-100 --draft ./draft-run/checkpoint-2000 --input prompts.jsonl
       swiftcore infer --model ./tiny            # interactive chat
       swiftcore infer --model ./asr-out --audio clip.wav        # one question with media
       swiftcore infer --model ./emb-out --text "a cat" --text "a dog" --dimensions 64
@@ -375,6 +395,8 @@ def infer(
     )
     plugins = state.plugins(plugin_specs)
     head = build_head_engine(plugins, task, engine_kwargs)
+    if head is not None and draft is not None:
+        raise click.UsageError("--draft is for generation models; this is a head checkpoint (swiftcore_head.json)")
     if head is not None:
         run_head(
             head,
@@ -399,7 +421,7 @@ def infer(
         )
     if prompt_text and not (images or audios):
         raise click.UsageError("--prompt goes with --image or --audio (for a text question use the chat or --input)")
-    engine = build_engine(plugins, **engine_kwargs)
+    engine = build_engine(plugins, **with_draft(engine_kwargs, draft))
     try:
         if images or audios:
             record = media_question(images, audios, prompt_text, system, enable_thinking)
@@ -423,6 +445,9 @@ def infer(
             engine, source, target, sampling=sampling, batch_size=batch_size, enable_thinking=enable_thinking
         )
         click.echo(f"answered {answered}, failed {failed}: {target}")
+        summary = getattr(engine, "speculative_summary", None)
+        if draft is not None and callable(summary) and summary():
+            click.echo(summary(), err=True)
         if failed:
             click.echo(f"{failed} record(s) failed; their 'error' field says why", err=True)
     finally:

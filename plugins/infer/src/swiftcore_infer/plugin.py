@@ -16,7 +16,8 @@ SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses s
 
 @hookimpl
 def swiftcore_addhooks(pluginmanager: Any) -> None:
-    """Declare ``swiftcore_infer_prepare_checkpoint``: a plugin serves a ``--model`` it converts (Megatron)."""
+    """Declare ``swiftcore_infer_prepare_checkpoint`` (a plugin serves a ``--model`` it converts: Megatron) and
+    ``swiftcore_speculative_decoder`` (a plugin decodes with ``--draft DIR``: Eagle3)."""
     from swiftcore_infer import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)

@@ -5,6 +5,13 @@ so the text a model was trained on and the text it is asked with cannot drift ap
 adapters can be loaded; one batch may mix them (peft's ``adapter_names``), the base model included.
 A prompt with images or audio (a :class:`~swiftcore_infer.media.Prompt`) runs in a batch of its own, its
 media tensors passed to ``generate`` as training passes them to the forward pass.
+
+With a draft (``draft=DIR``, ``swiftcore infer --draft DIR``) greedy requests decode speculatively, one at a time:
+the installed plugins are asked for a decoder through the ``swiftcore_speculative_decoder`` hook (declared in
+:mod:`swiftcore_infer.hookspecs`; swiftcore-plugin-eagle3 implements it for Eagle3 drafts); this module names no draft
+plugin. The output is the target's
+greedy output; the accepted proposals per verification step are counted (:attr:`TransformersEngine.speculative_stats`)
+and logged.
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from swiftcore.api import SwiftcoreError
 from swiftcore.api.models import resolve_checkpoint
 from swiftcore_infer.engine import Engine
-from swiftcore_infer.errors import InvalidRequestError
+from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
 from swiftcore_infer.types import Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -45,6 +53,8 @@ class TransformersEngine(Engine):
         model_type: force the model spec.
         merge_lora: merge the constructor's adapter into the weights (faster; no per-request adapters).
         device: a torch device (default: CUDA when available, else CPU).
+        draft: a draft model directory for speculative decoding (greedy requests only; see the module docstring).
+        num_speculative_tokens: the draft's proposals per verification step (default: the draft's own).
     """
 
     backend = "transformers"
@@ -64,6 +74,8 @@ class TransformersEngine(Engine):
         model_type: str | None = None,
         merge_lora: bool = False,
         device: str | None = None,
+        draft: str | Path | None = None,
+        num_speculative_tokens: int | None = None,
     ) -> None:
         import torch
 
@@ -78,7 +90,118 @@ class TransformersEngine(Engine):
             model = PeftModel.from_pretrained(model, str(self._initial_adapter)).merge_and_unload()
             self._initial_adapter = None
         self.model = model.to(self.device).eval()
+        #: Speculative decoding's counts (None without a draft): ``steps`` (verification steps), ``accepted`` and
+        #: ``proposed`` (draft tokens), ``forwards`` (target forwards, prompts' included), ``tokens`` (generated).
+        self.speculative_stats: dict[str, int] | None = None
+        self._decoder: Any = None
+        self._speculative_tokens: int | None = None
+        if draft is not None:
+            self._start_draft(plugins, Path(draft), num_speculative_tokens)
         self._after_load()
+
+    # ------------------------------------------------------------------ speculative decoding
+
+    def _start_draft(self, plugins: PluginSet, draft: Path, num_speculative_tokens: int | None) -> None:
+        """Ask the plugins for ``draft``'s decoder (``swiftcore_speculative_decoder``); refuse what it cannot serve."""
+        if not (draft / "config.json").is_file():
+            raise SwiftcoreError(f"--draft {str(draft)!r}: no config.json there; give a draft model's directory")
+        if self._initial_adapter is not None:
+            raise SwiftcoreError(
+                f"--draft {str(draft)!r} with a LoRA adapter: the draft was trained for one set of weights; merge the "
+                "adapter (--merge-lora) or drop --draft"
+            )
+        if num_speculative_tokens is not None and num_speculative_tokens < 1:
+            raise SwiftcoreError(f"num_speculative_tokens={num_speculative_tokens}: give 1 or more")
+        # Declared by this distribution (swiftcore_infer.hookspecs); a draft plugin implements it.
+        decoder = plugins.pm.hook.swiftcore_speculative_decoder(draft_dir=str(draft), target=self.model)
+        if decoder is None:
+            raise SwiftcoreError(
+                f"--draft {str(draft)!r}: no installed plugin recognises this draft (an Eagle3 draft's config.json "
+                "says speculators_model_type 'eagle3', decoded by swiftcore-plugin-eagle3: pip install it if it is "
+                "missing); give a `swiftcore train --recipe eagle3` checkpoint, or drop --draft"
+            )
+        self._decoder = decoder
+        self._speculative_tokens = num_speculative_tokens or int(decoder.num_speculative_tokens)
+        self.speculative_stats = dict.fromkeys(("steps", "accepted", "proposed", "forwards", "tokens"), 0)
+        # A draft decodes greedily, one request at a time, without adapters: what it cannot do is refused, not faked
+        # (_prompt, load_adapter, _generate).
+        logger.info("speculative decoding with %s: %d proposals per verification step", draft, self._speculative_tokens)
+
+    def _speculative_refusal(self, params: SamplingParams) -> str | None:
+        """Why a request with these settings cannot decode with the draft (None: it can)."""
+        if not params.greedy:
+            return (
+                f"temperature={params.temperature}: this engine decodes with a draft (--draft), greedily only "
+                "(speculative sampling is not implemented); send temperature 0, or serve without --draft"
+            )
+        if params.repetition_penalty != 1.0:
+            return (
+                f"repetition_penalty={params.repetition_penalty}: not applied by draft decoding (--draft); send 1.0, "
+                "or serve without --draft"
+            )
+        return None
+
+    def _prompt(self, request: Any) -> list[int]:
+        """See :meth:`Engine._prompt`; with a draft, a request it cannot decode is refused here, before it runs."""
+        if self._decoder is not None:
+            refusal = self._speculative_refusal(request.sampling)
+            if refusal is not None:
+                raise InvalidRequestError(refusal)
+        return super()._prompt(request)
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """See :meth:`Engine.load_adapter`; refused on an engine that decodes with a draft."""
+        if self._decoder is not None:
+            raise UnsupportedError(
+                f"adapter {name!r}: this engine decodes with a draft (--draft), trained for its base weights only; "
+                "serve the adapter merged (--merge-lora) with a draft trained for it, or without --draft"
+            )
+        super().load_adapter(name, path)
+
+    def _speculative_steps(self, prompt: list[int], params: SamplingParams) -> Iterator[list[int]]:
+        """One prompt's new tokens per target forward, decoded with the draft; counted in :attr:`speculative_stats`."""
+        import torch
+
+        refusal = self._speculative_refusal(params)
+        if refusal is not None:
+            raise InvalidRequestError(refusal)
+        if getattr(prompt, "media", None):
+            raise InvalidRequestError("images or audio: this engine decodes with a draft (--draft), text only")
+        stats = self.speculative_stats
+        if stats is None:  # pragma: no cover - set with the decoder
+            raise RuntimeError("no draft")
+        k = self._speculative_tokens
+        steps = self._decoder.steps(
+            list(prompt),
+            max_new_tokens=params.max_new_tokens,
+            eos_token_ids=self.stop_token_ids,
+            num_speculative_tokens=k,
+        )
+        while True:
+            with torch.inference_mode():  # per step: the mode must not stay on in the consumer between steps
+                step = next(steps, None)
+            if step is None:
+                return
+            tokens, accepted = step
+            stats["forwards"] += 1
+            stats["tokens"] += len(tokens)
+            if accepted is not None:
+                stats["steps"] += 1
+                stats["accepted"] += accepted
+                stats["proposed"] += k or 0
+            yield tokens
+
+    def speculative_summary(self) -> str | None:
+        """The draft's acceptance so far in words (None without a draft), as the engine logs it."""
+        stats = self.speculative_stats
+        if stats is None:
+            return None
+        per_step = stats["accepted"] / stats["steps"] if stats["steps"] else 0.0
+        per_forward = stats["tokens"] / stats["forwards"] if stats["forwards"] else 0.0
+        return (
+            f"draft: {per_step:.2f} of {self._speculative_tokens} proposed tokens accepted per verification step "
+            f"({stats['steps']} steps), {per_forward:.2f} tokens per target forward"
+        )
 
     # ------------------------------------------------------------------ adapters and weights
 
@@ -269,6 +392,18 @@ class TransformersEngine(Engine):
         top-p included, so the same distribution as vLLM's ``processed_logprobs``)."""
         import torch
 
+        if self._decoder is not None:
+            if logprobs:
+                raise UnsupportedError(
+                    "this engine decodes with a draft (--draft), greedily: it reports no sampled log-probabilities "
+                    "(RL rollouts); start it without --draft"
+                )
+            ids = [
+                [t for step in self._speculative_steps(p, q) for t in step]
+                for p, q in zip(prompts, params, strict=True)
+            ]
+            logger.info("%s", self.speculative_summary())
+            return ids, None
         # Rows are batched when they sample alike; each row is cut to its own max_new_tokens afterwards.
         out: list[list[int]] = [[] for _ in prompts]
         out_logprobs: list[list[float]] = [[] for _ in prompts]
@@ -308,6 +443,12 @@ class TransformersEngine(Engine):
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> Iterator[tuple[int, list[int]]]:
+        if self._decoder is not None:  # one request after the other, each target forward's tokens as they come
+            for row, (prompt, param) in enumerate(zip(prompts, params, strict=True)):
+                for tokens in self._speculative_steps(prompt, param):
+                    yield row, tokens
+            logger.info("%s", self.speculative_summary())
+            return
         # Rows that sample alike stream together as one left-padded batch (one token per row per step).
         for rows in self._groups(prompts, params, adapters):
             steps = self._stream_batch(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,13 @@ def _parse_loras(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--served-model-name", help="The model name clients use (default: the model directory's name).")
+@click.option(
+    "--draft",
+    type=click.Path(exists=True, file_okay=False),
+    help="A draft model directory for speculative decoding (as for `swiftcore infer --draft`). transformers: "
+    "greedy requests only, others get HTTP 400; the acceptance is logged at --log-level info. vllm: its "
+    "speculative_config.",
+)
 @click.option(
     "--lora",
     "loras",
@@ -168,6 +176,7 @@ def deploy(
     host: str,
     port: int,
     served_model_name: str | None,
+    draft: str | None,
     loras: tuple[str, ...],
     api_key_file: str | None,
     api_key: str | None,
@@ -226,7 +235,14 @@ def deploy(
     engine = build_head_engine(plugins, task, engine_kwargs)
     if engine is not None and adapters:
         raise SwiftcoreError("--lora: head checkpoints are served with their adapters merged; drop --lora")
+    if engine is not None and draft is not None:
+        raise SwiftcoreError("--draft is for generation models; this is a head checkpoint (swiftcore_head.json)")
     if engine is None:
+        if draft is not None:  # the backend's `draft` keyword, as --engine-option draft=DIR gives it
+            engine_kwargs["engine_option"] = (
+                *engine_kwargs["engine_option"],
+                f"draft={json.dumps(str(Path(draft).resolve()))}",
+            )
         engine = build_engine(plugins, **engine_kwargs)
     name = served_model_name or Path(engine_kwargs["adapter"] or engine_kwargs["model"]).resolve().name
     if name in adapters:
