@@ -53,7 +53,8 @@ def swiftcore_addoption(parser: Any) -> None:
     )
 
 
-@hookimpl
+# optionalhook: swiftcore-train declares it; without swiftcore-train installed the templates still serve.
+@hookimpl(optionalhook=True)
 def swiftcore_train_check(cfg: Any, options: Mapping[str, Any], model_dir: str, kind: str) -> None:
     """With ``--agent-template``: switch the run's template to the agent template on the family's template.
 
