@@ -7,6 +7,7 @@ distribution, a pytest plugin (entry point ``pytest11``).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,50 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # thrash (a 20-step tiny run measured 197 s instead of 1.5 s on a busy machine).
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[_name] = "1"
+
+
+#: What marks a test module as one that starts several torch.distributed processes: a torchrun (or its module,
+#: torch.distributed.run, or ``swiftcore train --nproc-per-node``), or gloo ranks it spawns itself
+#: (torch.multiprocessing, the sequence-parallel and megatron parity helpers).
+_DISTRIBUTED = re.compile(
+    r"[\"']torchrun[\"']|torch\.distributed\.run|[\"']--nproc-per-node[\"'],|nproc-per-node \d|mp\.spawn"
+    r"|multiprocessing\.spawn|start_processes|run_sp_cases|check_parity_tp"
+)
+_LAUNCHES: dict[Path, bool] = {}
+
+
+def _launches_ranks(path: Path) -> bool:
+    """Whether the test module at ``path`` starts torch.distributed ranks (:data:`_DISTRIBUTED`)."""
+    if path not in _LAUNCHES:
+        try:
+            _LAUNCHES[path] = bool(_DISTRIBUTED.search(path.read_text(encoding="utf-8")))
+        except OSError:
+            _LAUNCHES[path] = False
+    return _LAUNCHES[path]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_distributed_module_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under pytest-xdist, the modules that start torch.distributed ranks run one at a time across the workers.
+
+    Each worker takes an exclusive lock on one file of this run (in the workers' shared temporary directory) for
+    the whole module, its module fixtures included (autouse fixtures of a scope are set up first), so two workers
+    never have rank groups up at once (the other worker, reaching such a module, waits).
+    ``--dist loadgroup`` with an ``xdist_group`` would say this, but with pytest 9.2 and pytest-xdist 3.8 it
+    silently groups nothing (pytest-dev/pytest-xdist#1386), hence ``--dist loadfile`` and this lock. Without
+    xdist: nothing.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not _launches_ranks(request.path):
+        yield
+        return
+    import fcntl
+
+    # A worker's base temporary directory is <the run's>/popen-gwN: the parent is this run's, shared by its workers.
+    with open(tmp_path_factory.getbasetemp().parent / "distributed-ranks.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a crashed worker's process ends
+        yield
 
 
 @pytest.fixture(autouse=True)

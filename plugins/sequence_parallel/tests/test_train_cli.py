@@ -10,22 +10,21 @@ steep tiny-model loss amplifies the noise afterwards).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from swiftcore_sequence_parallel.testing import free_port
+from swiftcore_testing import user_env
 
 BIN = Path(sys.executable).parent
 REL = 1e-5
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
-    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return env
+    # A user's shell: no plugin set, rank, world size or rendezvous address an earlier test of this process left.
+    return user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
 
 
 @pytest.fixture(scope="module")

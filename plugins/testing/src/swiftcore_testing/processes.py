@@ -19,8 +19,21 @@ from contextlib import contextmanager
 
 __all__ = ["deploy_process", "free_port", "user_env"]
 
-#: Variables swiftcore or torchrun read, left out of :func:`user_env` so no test's state leaks into a child.
-_DROPPED = ("SWIFTCORE_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "ACCELERATE_")
+#: Variables swiftcore or torchrun read, left out of :func:`user_env` so no test's state leaks into a child (an
+#: in-process vLLM engine, for one, exports ``LOCAL_WORLD_SIZE=1`` to this process).
+_DROPPED = (
+    "SWIFTCORE_",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_",
+    "TORCHELASTIC_",
+    "MASTER_",
+    "ACCELERATE_",
+)
 
 
 def user_env(**extra: str) -> dict[str, str]:
