@@ -57,14 +57,29 @@ RUNS: dict[str, tuple[str, ...]] = {
     "w4a16": ("--group-size", "32", *KEEP_EXPERTS),
     "fp8": KEEP_EXPERTS,
 }
-#: scheme -> export options, on a GPU: every scheme, the experts quantized too (FP8 kernels need Hopper or newer).
+#: scheme -> export options, on a GPU: every scheme, the experts quantized too (FP8 kernels need Hopper or newer;
+#: NVFP4 with FP4 activations needs Blackwell, see :func:`_gpu_runs`; NVFP4A16 runs on Hopper through Marlin).
 RUNS_GPU: dict[str, tuple[str, ...]] = {
     "w8a8-int8": (),
     "w4a16": ("--group-size", "32"),
     "awq": ("--group-size", "32"),
     "w8a16": ("--group-size", "32"),
     "fp8": (),
+    "fp8-static": (),
+    "nvfp4a16": (),
 }
+
+
+def _gpu_runs() -> dict[str, tuple[str, ...]]:
+    """:data:`RUNS_GPU`, plus ``nvfp4`` (FP4 weights and activations) on a Blackwell GPU (compute capability 10+)."""
+    if BUILD == "cuda":
+        import torch
+
+        if torch.cuda.get_device_capability()[0] >= 10:
+            return RUNS_GPU | {"nvfp4": ()}
+    return RUNS_GPU
+
+
 #: scheme -> (export options, a piece of the refusal vLLM's CPU build gives).
 REFUSED: dict[str, tuple[tuple[str, ...], str]] = {
     "w4a16": (("--group-size", "32"), "No WNA16 MoE backend"),
@@ -123,7 +138,7 @@ def _answers(top: list[list[int | None]], samples: list[dict[str, Any]]) -> list
 
 
 @pytest.mark.parametrize(
-    "runs", [pytest.param(RUNS, marks=cpu_only, id="cpu"), pytest.param(RUNS_GPU, marks=gpu_only, id="gpu")]
+    "runs", [pytest.param(RUNS, marks=cpu_only, id="cpu"), pytest.param(_gpu_runs(), marks=gpu_only, id="gpu")]
 )
 def test_vllm_runs_these_schemes_with_the_trained_answers(
     runs: dict[str, tuple[str, ...]], trained: Any, exported: Any, samples: list[dict[str, Any]], tmp_path: Path
