@@ -1,4 +1,5 @@
-"""Hook implementations of swiftcore-plugin-agent-templates: the agent templates, ``--agent-template`` and its check.
+"""Hook implementations of swiftcore-plugin-agent-templates: the agent templates, ``--agent-template`` (``train``,
+``infer``, ``deploy``) and the hooks that apply it.
 
 Plain data only: the templates are named lazily and the family templates imported when one is built.
 """
@@ -11,7 +12,7 @@ from typing import Any
 from swiftcore.api import SwiftcoreError, TemplateSpec, hookimpl
 from swiftcore_agent_templates.families import AGENTS, FAMILIES
 
-SWIFTCORE_API = "1.5"  # swiftcore_addoption and swiftcore-train's hooks (declared through swiftcore_addhooks, 1.5)
+SWIFTCORE_API = "1.5"  # swiftcore_addoption, swiftcore-train's and swiftcore-infer's hooks (swiftcore_addhooks, 1.5)
 
 _PKG = "swiftcore_agent_templates"
 
@@ -37,20 +38,32 @@ def swiftcore_register_templates() -> list[TemplateSpec]:
     ]
 
 
+#: The commands that take ``--agent-template``: training switches the run's template, serving the engine's.
+COMMANDS = ("train", "infer", "deploy")
+
+
 @hookimpl
 def swiftcore_addoption(parser: Any) -> None:
-    """``--agent-template NAME``: train a family without a tool format on tool rows in an agent format."""
+    """``--agent-template NAME`` on ``train``, ``infer`` and ``deploy``: tool calls in an agent format for a family
+    without a tool format."""
     import click  # the CLI's own dependency; only for the choice list
 
-    group = parser.getgroup("agent-templates", "agent templates (tool calls for families without a tool format)")
-    group.addoption(
-        "--agent-template",
-        type=click.Choice(sorted(AGENTS)),
-        default=None,
-        help="Render tools, tool calls and tool results in this agent format inside the family's own chat template "
-        f"(for templates without a tool format: {', '.join(FAMILIES)}). The checkpoint records the agent template "
-        "(e.g. olmoe_hermes), so infer and deploy use it; give it there as --template olmoe_hermes.",
-    )
+    for command in COMMANDS:
+        group = parser.getgroup(
+            "agent-templates", "agent templates (tool calls for families without a tool format)", command=command
+        )
+        group.addoption(
+            "--agent-template",
+            type=click.Choice(sorted(AGENTS)),
+            default=None,
+            help="Render tools, tool calls and tool results in this agent format inside the family's own chat "
+            f"template (for templates without a tool format: {', '.join(FAMILIES)}); the template is then e.g. "
+            + (
+                "olmoe_hermes, which the checkpoint records for infer and deploy."
+                if command == "train"
+                else "olmoe_hermes (as --template olmoe_hermes), for a model trained elsewhere or a base model."
+            ),
+        )
 
 
 # optionalhook: swiftcore-train declares it; without swiftcore-train installed the templates still serve.
@@ -72,8 +85,43 @@ def swiftcore_train_check(cfg: Any, options: Mapping[str, Any], model_dir: str, 
         cfg.template = _agent_template(plugins.registry.get("template", name), agent, plugins)
 
 
+# optionalhook: swiftcore-infer declares it; the templates and the train hook load without swiftcore-infer.
+@hookimpl(optionalhook=True)
+def swiftcore_infer_template(
+    template: str | None,
+    model_dir: str,
+    adapter: str | None,
+    model_type: str | None,
+    options: Mapping[str, Any],
+    plugins: Any,
+) -> str | None:
+    """With ``--agent-template`` on ``infer`` / ``deploy``: the agent template on the template the engine would use
+    (``--template``, else the checkpoint's recorded one, else the model spec's default)."""
+    agent = options.get("agent_template")
+    if not agent:
+        return None
+    from swiftcore.api.models import manifest_template, read_manifest, resolve_checkpoint, resolve_model_spec
+
+    if template is None:  # the engine's choice (swiftcore_infer.engine.Engine._template_name)
+        base, adapter_dir = resolve_checkpoint(model_dir, adapter)
+        manifest = read_manifest(adapter_dir) or read_manifest(base)
+        spec = resolve_model_spec(str(base), plugins, model_type)
+        template = manifest_template(manifest, plugins) or spec.default_template
+    if not template:
+        return None  # the engine reports the missing template itself
+    return _agent_template(plugins.registry.get("template", template), agent, plugins)
+
+
+#: Agent template name -> the family template it wraps (``olmoe_hermes`` -> ``olmoe``).
+_WRAPPED = {template_name(family, agent): family for family in FAMILIES for agent in AGENTS}
+
+
 def _agent_template(spec: TemplateSpec, agent: str, plugins: Any) -> str:
-    """The name of agent template ``agent`` on template ``spec``, or an error saying why there is none."""
+    """The name of agent template ``agent`` on template ``spec`` (an agent template's family for one: a checkpoint
+    trained with ``olmoe_react`` served with ``--agent-template hermes`` gets ``olmoe_hermes``), or an error saying
+    why there is none."""
+    if spec.name in _WRAPPED and str(spec.factory).startswith(f"{_PKG}."):
+        spec = plugins.registry.get("template", _WRAPPED[spec.name])
     if "tools" in spec.supports:
         raise SwiftcoreError(
             f"--agent-template {agent}: template {spec.name!r} ({spec.provider}) has its own tool format; drop "

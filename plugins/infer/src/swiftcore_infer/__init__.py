@@ -42,6 +42,7 @@ __all__ = [
     "merge_lora",
     "openai_media_parts",
     "probe_backend",
+    "split_plugin_options",
     "strip_media_values",
 ]
 
@@ -53,6 +54,7 @@ _WHERE = {
     "build_engine": "factory",
     "build_head_engine": "factory",
     "engine_options": "factory",
+    "split_plugin_options": "factory",
     "BackendUnavailableError": "errors",
     "InferError": "errors",
     "InvalidRequestError": "errors",

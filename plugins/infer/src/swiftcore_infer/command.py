@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from swiftcore.api import SwiftcoreError
-from swiftcore.api.cli import CliState, pass_state, plugin_option
-from swiftcore_infer.factory import build_engine, build_head_engine, engine_options
+from swiftcore.api.cli import CliState, PluginOptionsCommand, pass_state, plugin_option
+from swiftcore_infer.factory import build_engine, build_head_engine, engine_options, split_plugin_options
 
 __all__ = ["DRAFT_HELP", "infer", "run_head", "with_draft"]
 
@@ -274,7 +274,7 @@ def run_head(
         click.echo(f"{failed} row(s) failed; their 'error' field says why", err=True)
 
 
-@click.command("infer")
+@click.command("infer", cls=PluginOptionsCommand)  # plugins add options (swiftcore_addoption, command="infer")
 @engine_options
 @click.option(
     "--input",
@@ -394,7 +394,8 @@ def infer(
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=tuple(stop)
     )
     plugins = state.plugins(plugin_specs)
-    head = build_head_engine(plugins, task, engine_kwargs)
+    engine_kwargs, options = split_plugin_options(engine_kwargs)
+    head = build_head_engine(plugins, task, engine_kwargs, options)
     if head is not None and draft is not None:
         raise click.UsageError("--draft is for generation models; this is a head checkpoint (swiftcore_head.json)")
     if head is not None:
@@ -421,7 +422,7 @@ def infer(
         )
     if prompt_text and not (images or audios):
         raise click.UsageError("--prompt goes with --image or --audio (for a text question use the chat or --input)")
-    engine = build_engine(plugins, **with_draft(engine_kwargs, draft))
+    engine = build_engine(plugins, **with_draft(engine_kwargs, draft), options=options)
     try:
         if images or audios:
             record = media_question(images, audios, prompt_text, system, enable_thinking)

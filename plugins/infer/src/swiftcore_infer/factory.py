@@ -11,6 +11,7 @@ only when an engine is built.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -20,7 +21,7 @@ from swiftcore.api import SwiftcoreError
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
-__all__ = ["build_engine", "build_head_engine", "engine_options"]
+__all__ = ["build_engine", "build_head_engine", "engine_options", "split_plugin_options"]
 
 
 def _parse_engine_options(values: tuple[str, ...]) -> dict[str, Any]:
@@ -94,16 +95,30 @@ def build_engine(
     dtype: str,
     merge_lora: bool,
     engine_option: tuple[str, ...],
+    options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Build the engine the :func:`engine_options` describe (the backend's probe runs first).
 
     A ``model`` directory that is no Hugging Face checkpoint goes to the plugins first (a Megatron checkpoint is
     exported to a cached HF one by swiftcore-megatron): :func:`~swiftcore_infer.checkpoints.prepare_model_dir`.
+    Then a plugin may pick the template from ``options``, the values of the options plugins added to the command
+    (``swiftcore_infer_template``: ``--agent-template hermes`` -> ``olmoe_hermes``).
     """
     from swiftcore_infer.backends import create_engine
     from swiftcore_infer.checkpoints import prepare_model_dir
 
     model = prepare_model_dir(plugins, model, echo=lambda line: click.echo(line, err=True))  # e.g. Megatron -> HF
+    hook = getattr(plugins.pm.hook, "swiftcore_infer_template", None)  # None: swiftcore-infer not loaded
+    if hook is not None:
+        picked = hook(
+            template=template,
+            model_dir=model,
+            adapter=adapter,
+            model_type=model_type,
+            options=dict(options or {}),
+            plugins=plugins,
+        )
+        template = picked if picked is not None else template
     options: dict[str, Any] = {
         "adapter": adapter,
         "template": template,
@@ -115,9 +130,22 @@ def build_engine(
     return create_engine(backend, model, plugins, **options)
 
 
-def _refuse_engine_options(engine_kwargs: dict[str, Any]) -> None:
+def split_plugin_options(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(engine keywords, plugin options)``: a command's ``**kwargs`` split into :func:`build_engine`'s keywords and
+    the values of the options plugins added to the running command (``swiftcore_addoption``; a command built with
+    ``cls=PluginOptionsCommand``), by destination."""
+    from swiftcore.api.cli import PLUGIN_OPTIONS
+
+    ctx = click.get_current_context(silent=True)
+    dests = {option.dest for option in (ctx.meta.get(PLUGIN_OPTIONS, ()) if ctx is not None else ())}
+    engine = {k: v for k, v in kwargs.items() if k not in dests}
+    return engine, {k: v for k, v in kwargs.items() if k in dests}
+
+
+def _refuse_engine_options(engine_kwargs: dict[str, Any], options: Mapping[str, Any]) -> None:
     """Generation-engine options that mean nothing for a head checkpoint are an error, not ignored."""
-    given = [
+    given = [f"--{key.replace('_', '-')}" for key, value in options.items() if value not in (None, False, ())]
+    given += [
         flag
         for flag, key in (("--adapter", "adapter"), ("--template", "template"), ("--model-type", "model_type"))
         if engine_kwargs.get(key)
@@ -133,12 +161,15 @@ def _refuse_engine_options(engine_kwargs: dict[str, Any]) -> None:
         )
 
 
-def build_head_engine(plugins: PluginSet, task: str | None, engine_kwargs: dict[str, Any]) -> Any:
+def build_head_engine(
+    plugins: PluginSet, task: str | None, engine_kwargs: dict[str, Any], options: Mapping[str, Any] | None = None
+) -> Any:
     """The :class:`~swiftcore_infer.heads.HeadEngine` for ``--model``, or None when it is no head checkpoint
-    and no ``--task`` was given (a generation model)."""
+    and no ``--task`` was given (a generation model). ``options``: the plugin options given (refused, as the
+    generation-engine options are)."""
     from swiftcore_infer.heads import find_head_checkpoint, load_head_engine
 
     if task is None and find_head_checkpoint(engine_kwargs["model"]) is None:
         return None
-    _refuse_engine_options(engine_kwargs)
+    _refuse_engine_options(engine_kwargs, options or {})
     return load_head_engine(engine_kwargs["model"], plugins, task=task, dtype=engine_kwargs.get("dtype", "float32"))

@@ -1,18 +1,20 @@
-"""The hooks swiftcore-infer declares: plugins that turn a checkpoint it cannot load into one it can, and plugins that
-decode with a draft model (``--draft DIR``) instead of an engine naming a draft plugin.
+"""The hooks swiftcore-infer declares: plugins that turn a checkpoint it cannot load into one it can, plugins that
+pick the template from options they add to ``infer`` / ``deploy`` (``--agent-template``), and plugins that decode
+with a draft model (``--draft DIR``) instead of an engine naming a draft plugin.
 
 Declared through the core's ``swiftcore_addhooks`` (:mod:`swiftcore_infer.plugin`), in swiftcore's pluggy project, so a
 plugin implements them with ``@swiftcore.api.hookimpl`` in its plugin module like any core hook. A plugin that does
 not depend on swiftcore-infer marks its implementation ``@hookimpl(optionalhook=True)``, so that it still loads where
 swiftcore-infer is not installed. ``swiftcore_infer_prepare_checkpoint`` is called by
 :func:`swiftcore_infer.checkpoints.prepare_model_dir`, which ``build_engine`` (``infer``, ``deploy``, ``eval``, the
-Web-UI) runs on ``--model``; ``swiftcore_speculative_decoder`` by the transformers backend started with a draft
+Web-UI) runs on ``--model``; ``swiftcore_infer_template`` by ``build_engine`` next, before the engine is created;
+``swiftcore_speculative_decoder`` by the transformers backend started with a draft
 (another draft format, Medusa heads or a model's own MTP layers, implements it as swiftcore-plugin-eagle3 does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import hookspec
@@ -20,7 +22,7 @@ from swiftcore.api import hookspec
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
-__all__ = ["swiftcore_infer_prepare_checkpoint", "swiftcore_speculative_decoder"]
+__all__ = ["swiftcore_infer_prepare_checkpoint", "swiftcore_infer_template", "swiftcore_speculative_decoder"]
 
 
 @hookspec(firstresult=True)
@@ -37,6 +39,37 @@ def swiftcore_infer_prepare_checkpoint(model_dir: str, plugins: PluginSet, echo:
     :param model_dir: the ``--model`` directory as given.
     :param plugins: the loaded plugin set (e.g. to find a Megatron bridge).
     :param echo: prints one progress line for the user (stderr), e.g. where the export is written.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def swiftcore_infer_template(
+    template: str | None,
+    model_dir: str,
+    adapter: str | None,
+    model_type: str | None,
+    options: Mapping[str, Any],
+    plugins: PluginSet,
+) -> str | None:
+    """Return the template name the engine is built with, picked from options your plugin adds to ``swiftcore infer``
+    / ``swiftcore deploy`` (``swiftcore_addoption``, ``command="infer"`` / ``"deploy"``), or None to leave it.
+
+    Called by :func:`swiftcore_infer.build_engine` once per engine, after ``--model`` is prepared
+    (``swiftcore_infer_prepare_checkpoint``) and before the backend builds the engine; stops at the first non-None
+    result, which replaces ``--template``. E.g. swiftcore-plugin-agent-templates maps ``--agent-template hermes`` on
+    an OLMoE model to ``olmoe_hermes``. Raise a :class:`~swiftcore.api.SwiftcoreError` naming your option when it
+    cannot apply to the model (a template with its own tool format).
+
+    :param template: ``--template`` as given (None: the engine would use the checkpoint's recorded template, else the
+        model spec's default).
+    :param model_dir: the prepared ``--model`` directory (a Hugging Face checkpoint or a peft adapter directory).
+    :param adapter: ``--adapter`` (then ``model_dir`` is its base), or None.
+    :param model_type: ``--model-type``, or None.
+    :param options: the values of the options plugins added to the command, by destination (``agent_template``);
+        empty where the caller has none (``swiftcore eval``, the Web-UI).
+    :param plugins: the loaded plugin set.
 
     .. versionadded:: 0.1
     """

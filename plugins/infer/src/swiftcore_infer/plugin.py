@@ -16,7 +16,8 @@ SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses s
 
 @hookimpl
 def swiftcore_addhooks(pluginmanager: Any) -> None:
-    """Declare ``swiftcore_infer_prepare_checkpoint`` (a plugin serves a ``--model`` it converts: Megatron) and
+    """Declare ``swiftcore_infer_prepare_checkpoint`` (a plugin serves a ``--model`` it converts: Megatron),
+    ``swiftcore_infer_template`` (a plugin picks the template from its options: ``--agent-template``) and
     ``swiftcore_speculative_decoder`` (a plugin decodes with ``--draft DIR``: Eagle3)."""
     from swiftcore_infer import hookspecs
 

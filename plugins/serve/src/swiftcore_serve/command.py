@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from swiftcore_infer import build_engine, build_head_engine, engine_options
+from swiftcore_infer import build_engine, build_head_engine, engine_options, split_plugin_options
 
 from swiftcore.api import SwiftcoreError
-from swiftcore.api.cli import CliState, pass_state, plugin_option
+from swiftcore.api.cli import CliState, PluginOptionsCommand, pass_state, plugin_option
 
 __all__ = ["API_KEY_ENV", "deploy"]
 
@@ -33,7 +33,7 @@ def _parse_loras(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-@click.command("deploy")
+@click.command("deploy", cls=PluginOptionsCommand)  # plugins add options (swiftcore_addoption, command="deploy")
 @engine_options
 @click.option(
     "--host",
@@ -232,7 +232,9 @@ def deploy(
     # The key is settled before the model loads: a refused start should take a second, not a minute.
     api_key = resolve_api_key(api_key_file, api_key, no_api_key, host, env=API_KEY_ENV)
     plugins = state.plugins(plugin_specs)
-    engine = build_head_engine(plugins, task, engine_kwargs)
+    # The plugins' options (swiftcore_addoption, command="deploy") go to build_engine's `options`, as infer's do.
+    engine_kwargs, options = split_plugin_options(engine_kwargs)
+    engine = build_head_engine(plugins, task, engine_kwargs, options)
     if engine is not None and adapters:
         raise SwiftcoreError("--lora: head checkpoints are served with their adapters merged; drop --lora")
     if engine is not None and draft is not None:
@@ -243,7 +245,7 @@ def deploy(
                 *engine_kwargs["engine_option"],
                 f"draft={json.dumps(str(Path(draft).resolve()))}",
             )
-        engine = build_engine(plugins, **engine_kwargs)
+        engine = build_engine(plugins, **engine_kwargs, options=options)
     name = served_model_name or Path(engine_kwargs["adapter"] or engine_kwargs["model"]).resolve().name
     if name in adapters:
         raise SwiftcoreError(f"--lora {name}=...: the name is the served model's; pick another adapter name")
