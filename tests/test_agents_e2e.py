@@ -76,7 +76,7 @@ NO_THINKING = {"enable_thinking": False}
 # Every family whose official template has a tool format. Steps measured on the 2-core CPU machine (one torch
 # thread): Qwen3.5 at 40 steps still called add(3, 4) for 5 + 8; 60 gave every call and answer. Gemma 4 gave every
 # call at 40 with the plain loss, but with the chunked loss (the default; step-1 loss and grad norm equal to 1e-7, then
-# Adam's trajectory drifts apart) it called add(5, 4) for 3 + 4; 60 gives every call with either. MiMo-V2-Flash at
+# Adam's trajectory drifts apart) it called add(5, 4) for 3 + 4; at 60 it gives every call. MiMo-V2-Flash at
 # 60 (loss 0.018) still called add(3, 4) for 5 + 8. DeepSeek-V4 at 60 (loss 0.008)
 # called add(5, 8) for 12 + 30 and add(21, 8) for 21 + 9.
 FAMILIES: dict[str, Family] = {

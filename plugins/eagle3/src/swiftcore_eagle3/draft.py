@@ -28,6 +28,8 @@ __all__ = [
     "build_draft",
     "draft_propose",
     "load_draft",
+    "token_frequencies",
+    "vocab_mappings",
     "require_speculators",
     "save_draft",
     "target_features",
@@ -71,15 +73,20 @@ def build_draft(
     num_layers: int = 1,
     speculative_tokens: int = 3,
     seed: int = 0,
+    draft_vocab_size: int | None = None,
+    token_freq: dict[int, int] | None = None,
 ) -> Any:
     """A fresh Eagle3 draft head for ``target`` (a loaded transformers causal LM from ``target_path``).
 
     Its decoder layers are Llama layers of the target's width (hidden size, heads, head size, MLP size); its token
     embeddings and output head are copies of the target's, frozen (Eagle3 trains the layers, the ``fc`` fusing the
-    target's ``aux_layer_ids`` hidden states, and the norms); its vocabulary is the target's.
+    target's ``aux_layer_ids`` hidden states, and the norms). Its vocabulary is the target's, or with
+    ``draft_vocab_size`` below the target's, the ``draft_vocab_size`` most frequent tokens of ``token_freq``
+    (:func:`vocab_mappings`): the output head is then the target's rows of those tokens.
 
     Raises:
-        SwiftcoreError: an ``aux_layer_ids`` index is outside the target's ``0..N`` hidden states.
+        SwiftcoreError: an ``aux_layer_ids`` index is outside the target's ``0..N`` hidden states, or
+            ``draft_vocab_size`` is outside ``1..vocab``.
     """
     require_speculators()
     import torch
@@ -93,6 +100,13 @@ def build_draft(
     bad = [i for i in aux_layer_ids if not 0 <= i <= n]
     if bad:
         raise SwiftcoreError(f"--aux-layers {bad}: the target has hidden states 0..{n} ({n} layers); pick within")
+    vocab = text.vocab_size
+    if draft_vocab_size is not None and not 1 <= draft_vocab_size <= vocab:
+        raise SwiftcoreError(
+            f"--draft-vocab-size {draft_vocab_size}: the target's vocabulary has {vocab} tokens; give 1 to {vocab} "
+            "(or leave it out for the whole vocabulary)"
+        )
+    draft_vocab = draft_vocab_size or vocab
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     layer_config = LlamaConfig(
         vocab_size=text.vocab_size,
@@ -110,7 +124,7 @@ def build_draft(
     layer_config._attn_implementation = "eager"  # see the module docstring
     config = Eagle3SpeculatorConfig(
         transformer_layer_config=layer_config,
-        draft_vocab_size=text.vocab_size,
+        draft_vocab_size=draft_vocab,
         eagle_aux_hidden_state_layer_ids=list(aux_layer_ids),
         speculators_config=SpeculatorsConfig(
             algorithm="eagle3",
@@ -121,18 +135,56 @@ def build_draft(
     )
     torch.manual_seed(seed)
     draft = Eagle3DraftModel(config)
+    if draft.use_draft_vocab:
+        d2t, t2d = vocab_mappings(token_freq or {}, draft_vocab, vocab)
+        draft.load_vocab_mappings(t2d, d2t)
     _attach_target(draft, target)
     return draft
 
 
+def token_frequencies(samples: list[dict[str, Any]]) -> dict[int, int]:
+    """How often each token id is trained on (``labels != -100``) in ``samples`` (encoded chats), counted by
+    speculators' own ``save_token_frequency_distribution`` (its data generation's ``token_freq.pt``: the input ids
+    under the loss mask)."""
+    import tempfile
+
+    import torch
+    from speculators.train.vocab_mapping import save_token_frequency_distribution
+
+    items = [
+        {
+            "input_ids": torch.tensor(list(s["input_ids"]), dtype=torch.long),
+            "loss_mask": torch.tensor([x != -100 for x in s["labels"]]),
+        }
+        for s in samples
+    ]
+    with tempfile.TemporaryDirectory() as tmp:  # speculators writes the counts to a file, and reuses an old one
+        path = Path(tmp) / "token_freq.pt"
+        save_token_frequency_distribution(items, path)  # type: ignore[arg-type]  # iterates rows: a list will do
+        return dict(torch.load(path, weights_only=True))
+
+
+def vocab_mappings(token_freq: dict[int, int], draft_vocab_size: int, target_vocab_size: int) -> tuple[Any, Any]:
+    """speculators' ``(d2t, t2d)`` for the ``draft_vocab_size`` most frequent tokens of ``token_freq`` (ties to the
+    lower id, then the lowest unseen ids when too few tokens were seen): draft id ``i`` is target id
+    ``i + d2t[i]`` (draft ids in target-id order), ``t2d`` the boolean mask of the target ids kept. Built by
+    speculators' ``build_vocab_mappings_from_distribution``."""
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+
+    return build_vocab_mappings_from_distribution(token_freq, draft_vocab_size, target_vocab_size)
+
+
 def _attach_target(draft: Any, target: Any) -> None:
-    """Copy the target's embeddings and output head into ``draft`` (frozen), and make its ``verifier_norm`` the
+    """Copy the target's embeddings and output head into ``draft`` (frozen; the head's rows of the draft vocabulary
+    only, as speculators' ``load_verifier_weights`` selects them by ``t2d``), and make its ``verifier_norm`` the
     identity (the loss reads the target head's input, already normalised)."""
     import torch
 
     with torch.no_grad():
         draft.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
         head = target.get_output_embeddings().weight
+        if draft.use_draft_vocab:
+            head = head[draft.t2d.to(device=head.device, dtype=torch.bool)]
         draft.lm_head.weight.copy_(head)
         draft.verifier_lm_head.weight.copy_(head)
     draft.verifier_norm = torch.nn.Identity()
@@ -183,8 +235,15 @@ def load_draft(path: str | Path, target: Any) -> Any:
             f"{width}: it was trained for another model"
         )
     draft = Eagle3DraftModel(config)
-    _attach_target(draft, target)
     state = load_file(str(path / "model.safetensors"))
+    if draft.use_draft_vocab:  # the mappings first: the head's rows are taken from the target by t2d
+        if "t2d" not in state or "d2t" not in state:
+            raise SwiftcoreError(
+                f"draft {str(path)!r} has draft_vocab_size {config.draft_vocab_size} but no d2t/t2d mappings in "
+                "model.safetensors; train it again with --recipe eagle3 --draft-vocab-size"
+            )
+        draft.load_vocab_mappings(state["t2d"], state["d2t"])
+    _attach_target(draft, target)
     missing, unexpected = draft.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith(("verifier_", "t2d", "d2t"))]
     if missing or unexpected:

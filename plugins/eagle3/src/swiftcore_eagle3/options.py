@@ -19,17 +19,25 @@ class Eagle3Options:
             speculative tokens per verification the saved config proposes.
         aux_layers (`str`, *optional*): comma-separated indices of the target hidden states the draft reads; None
             for :func:`default_aux_layers`.
+        draft_vocab_size (`int`, *optional*): the draft's vocabulary, the most frequent trained tokens of the
+            dataset (speculators' ``draft_vocab_size`` with its ``d2t`` / ``t2d`` mappings); None for the target's.
     """
 
     draft_layers: int = 1
     ttt_steps: int = 3
     aux_layers: str | None = None
+    draft_vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.draft_layers < 1:
             raise SwiftcoreError(f"--draft-layers {self.draft_layers}: give at least 1")
         if self.ttt_steps < 1:
             raise SwiftcoreError(f"--ttt-steps {self.ttt_steps}: give at least 1")
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
+            raise SwiftcoreError(
+                f"--draft-vocab-size {self.draft_vocab_size}: give at least 1 (or leave it out for the target's "
+                "vocabulary)"
+            )
         self.aux_layer_ids()  # a malformed list fails now, before the target loads
 
     def aux_layer_ids(self) -> list[int] | None:

@@ -39,7 +39,8 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
 
 @hookimpl
 def swiftcore_addoption(parser: Any) -> None:
-    """The ``eagle3`` recipe's own options (``--draft-layers``, ``--ttt-steps``, ``--aux-layers``)."""
+    """The ``eagle3`` recipe's own options (``--draft-layers``, ``--ttt-steps``, ``--aux-layers``,
+    ``--draft-vocab-size``)."""
     import click  # the CLI's own dependency, cheap; for the option types
 
     group = parser.getgroup("eagle3", "Eagle3 draft head (swiftcore-plugin-eagle3)", recipe="eagle3")
@@ -63,4 +64,13 @@ def swiftcore_addoption(parser: Any) -> None:
         help="The target's hidden states the draft reads (indices into transformers' hidden_states: 0 is the "
         "embeddings, i the output of layer i-1, as vLLM counts them); default 2,N/2,N-3 for N layers "
         "(1,N/2,N-1 below 6 layers).",
+    )
+    group.addoption(
+        "--draft-vocab-size",
+        default=None,
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="The draft's vocabulary: the N tokens the dataset's trained (assistant) tokens use most (speculators' "
+        "draft_vocab_size, d2t/t2d mappings saved with the draft, as vLLM loads them); a smaller output head, "
+        "proposals mapped back to the target's ids. Default: the target's whole vocabulary.",
     )

@@ -2,8 +2,11 @@
 
 Each chat is encoded by the target's template with the :class:`~swiftcore.api.template.SampleEncoder` that ``sft``
 uses; the target runs on it (frozen, in this process) and the draft learns, over ``--ttt-steps`` steps ahead, the
-target's next-token distribution on the trained (assistant) tokens (speculators' Eagle3 forward and KL loss). The
-draft is written in speculators' format to ``OUT/checkpoint-STEPS``.
+target's next-token distribution on the trained (assistant) tokens (speculators' Eagle3 forward and KL loss). With
+``--draft-vocab-size N`` the draft predicts over the N tokens the dataset trains on most (speculators' ``d2t`` /
+``t2d``), and the loss compares it with the target's distribution renormalised over those N tokens, as
+speculators' loss does (the target's head cut to the same rows). The draft is written in speculators' format to
+``OUT/checkpoint-STEPS``.
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ def run(cfg: TrainConfig, plugins: PluginSet, options: Eagle3Options) -> TrainRe
     from speculators.losses import resolve_loss_config
     from transformers import get_scheduler
 
-    from swiftcore_eagle3.draft import build_draft, save_draft
+    from swiftcore_eagle3.draft import build_draft, save_draft, token_frequencies
 
     torch.manual_seed(cfg.seed)
     target = load_model(spec, cfg.model, plugins, torch_dtype="float32").eval()
@@ -131,13 +134,17 @@ def run(cfg: TrainConfig, plugins: PluginSet, options: Eagle3Options) -> TrainRe
         num_layers=options.draft_layers,
         speculative_tokens=options.ttt_steps,
         seed=cfg.seed,
+        draft_vocab_size=options.draft_vocab_size,
+        token_freq=token_frequencies(samples) if options.draft_vocab_size else None,
     ).train()
     trainable = [p for p in draft.parameters() if p.requires_grad]
     log.info(
-        "eagle3 draft: %d trainable parameters, %d layer(s), target hidden states %s",
+        "eagle3 draft: %d trainable parameters (%d in all), %d layer(s), target hidden states %s, vocabulary %d",
         sum(p.numel() for p in trainable),
+        sum(p.numel() for p in draft.parameters() if p is not draft.verifier_lm_head.weight),
         options.draft_layers,
         aux_ids,
+        draft.draft_vocab_size,
     )
     per_epoch = math.ceil(len(samples) / cfg.batch_size)
     steps = cfg.max_steps if cfg.max_steps > 0 else max(1, math.ceil(cfg.num_train_epochs * per_epoch))
