@@ -119,7 +119,7 @@ def build_engine(
             plugins=plugins,
         )
         template = picked if picked is not None else template
-    options: dict[str, Any] = {
+    engine_kwargs: dict[str, Any] = {
         "adapter": adapter,
         "template": template,
         "model_type": model_type,
@@ -127,7 +127,7 @@ def build_engine(
         "merge_lora": merge_lora,
         **_parse_engine_options(engine_option),
     }
-    return create_engine(backend, model, plugins, **options)
+    return create_engine(backend, model, plugins, **engine_kwargs)
 
 
 def split_plugin_options(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
