@@ -1,7 +1,8 @@
 """``swiftcore deploy`` refuses OpenAI fields it does not implement (a 400 naming the field) instead of ignoring
-them: a client asking for log probabilities, JSON output, ``best_of`` or a ``suffix`` must not take a reply that
-lacks them for one that honours them. The values that ask for nothing (``logprobs: false``, ``best_of: 1``,
-``response_format: {"type": "text"}``) are served."""
+them: a client asking for JSON output, ``best_of`` or a ``suffix`` must not take a reply that lacks them for one
+that honours them (log probabilities are served: ``plugins/serve/tests/test_deploy_logprobs.py``).
+The values that ask for nothing (``logprobs: false``, ``best_of: 1``, ``response_format: {"type": "text"}``) are
+served."""
 
 from __future__ import annotations
 
@@ -38,18 +39,14 @@ def _completion(client: Any, **fields: Any) -> Any:
 @pytest.mark.parametrize(
     ("send", "field", "value", "expected"),
     [
-        (_chat, "logprobs", True, "returns no log probabilities"),
-        (_chat, "top_logprobs", 3, "returns no log probabilities"),
         (_chat, "response_format", {"type": "json_object"}, "does not constrain the output to JSON"),
         (_chat, "response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}},
          "does not constrain the output to JSON"),
-        (_completion, "logprobs", 2, "returns no log probabilities"),
         (_completion, "best_of", 3, "one completion per prompt"),
         (_completion, "best_of", True, "one completion per prompt"),
         (_completion, "suffix", "done.", "does not fill in the middle"),
     ],
-    ids=["chat-logprobs", "chat-top_logprobs", "chat-json_object", "chat-json_schema", "completion-logprobs",
-         "completion-best_of", "completion-best_of-true", "completion-suffix"],
+    ids=["chat-json_object", "chat-json_schema", "completion-best_of", "completion-best_of-true", "completion-suffix"],
 )  # fmt: skip
 def test_an_unimplemented_field_is_a_400_naming_it(client: Any, send: Any, field: str, value: Any, expected) -> None:
     for stream in (False, True):

@@ -23,8 +23,15 @@ def adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("lora")
     torch.manual_seed(0)
-    config = transformers.Qwen3Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, head_dim=32, vocab_size=256, intermediate_size=128)
+    config = transformers.Qwen3Config(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        vocab_size=256,
+        intermediate_size=128,
+    )
     transformers.Qwen3ForCausalLM(config).save_pretrained(root / "base")
     vocab = {f"w{i}": i for i in range(255)} | {"<unk>": 255}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
@@ -81,8 +88,12 @@ def test_merge_lora_via_cli(adapter: tuple[Path, Path], tmp_path: Path) -> None:
 
     _, adapter_dir = adapter
     swiftcore = str(Path(sys.executable).parent / "swiftcore")
-    done = subprocess.run([swiftcore, "export", "--model", str(adapter_dir), "--merge-lora", str(tmp_path / "m")],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [swiftcore, "export", "--model", str(adapter_dir), "--merge-lora", str(tmp_path / "m")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "merged LoRA adapter into its base" in done.stdout
     weights = load_file(tmp_path / "m" / "model.safetensors")

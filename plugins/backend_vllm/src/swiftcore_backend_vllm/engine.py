@@ -599,6 +599,34 @@ class VllmEngine(Engine):
             logprobs.append([float(step[t].logprob) for t, step in zip(sample.token_ids, steps, strict=False)])
         return ids, logprobs
 
+    def _prompt_logprobs(
+        self, prompts: list[list[int]], top_logprobs: int, adapters: list[str | None]
+    ) -> list[list[tuple[float, list[tuple[int, float]]]]]:
+        """vLLM's ``prompt_logprobs`` (raw log-probabilities of every prompt token after the first, and the
+        ``top_logprobs`` most likely tokens at each position), one token generated and dropped."""
+        from vllm import SamplingParams as VllmSamplingParams
+
+        if self.runner != "generate":
+            raise UnsupportedError("this vLLM engine was started with runner='pooling': it only embeds")
+        params = VllmSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top_logprobs, detokenize=False)
+        outputs = self.llm.generate(
+            [vllm_prompt(p) for p in prompts],
+            [params] * len(prompts),
+            lora_request=[self._lora(a) for a in adapters],
+            use_tqdm=False,
+        )
+        self._check_expansions(prompts, outputs)
+        result, top_k = [], top_logprobs
+        for prompt, out in zip(prompts, outputs, strict=True):
+            steps = list(out.prompt_logprobs or [])[1:]  # the first prompt token has None
+            rows = []
+            for token, step in zip(list(prompt)[1:], steps, strict=True):
+                # {token id: Logprob(logprob, rank)}: the prompt token's own entry and the top_logprobs ranked ones.
+                ranked = sorted((lp.rank, t, lp.logprob) for t, lp in step.items() if 0 < (lp.rank or 0) <= top_k)
+                rows.append((float(step[token].logprob), [(int(t), float(v)) for _, t, v in ranked]))
+            result.append(rows)
+        return result
+
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> Iterator[tuple[int, list[int]]]:

@@ -16,6 +16,7 @@ from swiftcore_infer.transformers_engine import TransformersEngine
 
 __all__ = [
     "HEAD_INFO_FILE",
+    "MAX_TOP_LOGPROBS",
     "PLURAL",
     "BackendUnavailableError",
     "Engine",
@@ -28,6 +29,7 @@ __all__ = [
     "Request",
     "SamplingParams",
     "StreamDelta",
+    "TokenLogprob",
     "TransformersEngine",
     "UnsupportedError",
     "backend_spec",
@@ -75,5 +77,7 @@ _WHERE = {
     "Request": "types",
     "SamplingParams": "types",
     "StreamDelta": "types",
+    "TokenLogprob": "types",
+    "MAX_TOP_LOGPROBS": "types",
 }
 __getattr__ = lazy_exports(__name__, _WHERE)

@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from swiftcore.api.models import resolve_checkpoint, warn_mismatches
 from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
 from swiftcore_infer.prepare import prepare_ahead
-from swiftcore_infer.types import Generation, Request, SamplingParams, StreamDelta
+from swiftcore_infer.types import MAX_TOP_LOGPROBS, Generation, Request, SamplingParams, StreamDelta, TokenLogprob
 from swiftcore_infer.weight_sync import WeightSyncMixin
 
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
-__all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine", "EncodingTools"]
+__all__ = ["BASE_MODEL", "DEFAULT_ADAPTER", "Engine", "EncodingTools", "extend_prompt"]
 
 logger = logging.getLogger("swiftcore.infer")
 
@@ -654,6 +654,69 @@ class Engine(WeightSyncMixin):
             out.append((generation, kept))
         return out
 
+    def prompt_logprobs(
+        self, prompts: Sequence[Sequence[int]], *, top_logprobs: int = 0, adapters: Sequence[str | None] | None = None
+    ) -> list[list[TokenLogprob | None]]:
+        """Score whole sequences: each token's log-probability given the tokens before it (one forward pass, the
+        model's raw logits: temperature 1, as vLLM's ``prompt_logprobs`` and OpenAI's ``echo`` report them).
+
+        Args:
+            prompts: token ids (a :class:`~swiftcore_infer.media.Prompt` keeps its media), e.g. a prompt followed by
+                a completion to score.
+            top_logprobs: also report the this many most likely tokens at each position (0 to
+                :data:`~swiftcore_infer.types.MAX_TOP_LOGPROBS`).
+            adapters: the adapter each sequence is scored with (None: the base model for all).
+
+        Returns:
+            One list per sequence, one entry per token: None for the first (nothing precedes it), then a
+            :class:`~swiftcore_infer.types.TokenLogprob`.
+
+        Raises:
+            InvalidRequestError: ``top_logprobs`` out of range, or an empty sequence.
+            UnsupportedError: the backend cannot score sequences.
+        """
+        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int):
+            raise InvalidRequestError(f"top_logprobs must be an integer, got {top_logprobs!r}", param="logprobs")
+        if not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequestError(
+                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}", param="logprobs"
+            )
+        if any(len(p) == 0 for p in prompts):
+            raise InvalidRequestError("cannot score an empty sequence", param="prompt")
+        if not prompts:
+            return []
+        names = list(adapters) if adapters is not None else [None] * len(prompts)
+        raw = self._prompt_logprobs([p if hasattr(p, "media") else list(p) for p in prompts], top_logprobs, names)
+        out: list[list[TokenLogprob | None]] = []
+        for prompt, rows in zip(prompts, raw, strict=True):
+            scored: list[TokenLogprob | None] = [None]
+            for token, (logprob, top) in zip(list(prompt)[1:], rows, strict=True):
+                scored.append(TokenLogprob(int(token), float(logprob), tuple((int(t), float(v)) for t, v in top)))
+            out.append(scored)
+        return out
+
+    def completion_logprobs(
+        self, request: Request, generated: Sequence[int], *, top_logprobs: int = 0, echo: bool = False
+    ) -> tuple[list[int], list[TokenLogprob | None]]:
+        """The log-probabilities of ``generated`` (a finished request's tokens) after the request's encoded prompt:
+        :meth:`prompt_logprobs` of the prompt followed by them.
+
+        Args:
+            request: the request (encoded already, or encoded now).
+            generated: the tokens to score after its prompt (may be empty with ``echo``).
+            top_logprobs: how many alternatives to report per token.
+            echo: also return the prompt's tokens (the first with None), as OpenAI's ``echo``.
+
+        Returns:
+            The token ids and their entries: the prompt's and the generated ones with ``echo``, else the generated.
+        """
+        prompt = self._prompt(request)
+        ids = [*prompt, *generated]
+        scored = self.prompt_logprobs(
+            [extend_prompt(prompt, generated)], top_logprobs=top_logprobs, adapters=[self._adapter_for(request)]
+        )[0]
+        return (ids, scored) if echo else (ids[len(prompt) :], scored[len(prompt) :])
+
     def close(self) -> None:
         """Free the engine's resources (default: nothing)."""
 
@@ -680,6 +743,13 @@ class Engine(WeightSyncMixin):
             f"backend {self.backend!r} does not report the log-probabilities of the tokens it samples "
             "(needed for the importance-sampling correction of RL rollouts)"
         )
+
+    def _prompt_logprobs(
+        self, prompts: list[list[int]], top_logprobs: int, adapters: list[str | None]
+    ) -> list[list[tuple[float, list[tuple[int, float]]]]]:
+        """Per sequence, per token after the first: its raw log-probability and the ``top_logprobs`` most likely
+        ``(token id, log-probability)`` at its position. Optional: the default refuses."""
+        raise UnsupportedError(f"backend {self.backend!r} does not report log-probabilities of given tokens")
 
     def _stream_ids(self, prompt: list[int], params: SamplingParams, adapter: str | None) -> Iterator[list[int]]:
         """Yield new token ids of one prompt as they are generated (default: all at once at the end)."""
@@ -783,6 +853,31 @@ def _media_prompt(ids: list[int], media: dict[str, Any], preparer: Any) -> Any:
     if items is None:
         return Prompt(ids, media)
     return Prompt(ids, media, items=preparer.item_inputs(items), placeholder_ids=placeholder_ids)
+
+
+def extend_prompt(prompt: Sequence[int], tokens: Sequence[int]) -> Any:
+    """``prompt`` followed by ``tokens``: a plain list, or for a :class:`~swiftcore_infer.media.Prompt` one that
+    keeps its media (``mm_token_type_ids`` and the placeholder ids extended with the new text tokens)."""
+    if not hasattr(prompt, "media"):
+        return [*prompt, *tokens]
+    from swiftcore_infer.media import Prompt
+
+    media = dict(prompt.media)
+    types = media.get("mm_token_type_ids")
+    if types is not None:
+        listed = types.tolist() if hasattr(types, "tolist") else list(types)
+        if listed and isinstance(listed[0], list):  # (1, T)
+            listed = [[*listed[0], *[0] * len(tokens)]]
+        else:
+            listed = [*listed, *[0] * len(tokens)]
+        media["mm_token_type_ids"] = listed
+    placeholder_ids = prompt.placeholder_ids
+    return Prompt(
+        [*prompt, *tokens],
+        media,
+        items=prompt.items,
+        placeholder_ids=None if placeholder_ids is None else [*placeholder_ids, *tokens],
+    )
 
 
 def _refuse_scoring_model(model_dir: Path, hf_config: Mapping[str, Any]) -> None:

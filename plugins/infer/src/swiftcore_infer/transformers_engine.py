@@ -440,6 +440,29 @@ class TransformersEngine(Engine):
                     out_logprobs[i] = row[: params[i].max_new_tokens]
         return out, (out_logprobs if logprobs else None)
 
+    def _prompt_logprobs(
+        self, prompts: list[list[int]], top_logprobs: int, adapters: list[str | None]
+    ) -> list[list[tuple[float, list[tuple[int, float]]]]]:
+        """One forward pass per sequence (no padding, so each is scored exactly as alone), in float32."""
+        import torch
+
+        out = []
+        for prompt, adapter in zip(prompts, adapters, strict=True):
+            input_ids, attention_mask = self._batch_tensors([prompt])
+            with torch.inference_mode(), self._adapter_active([adapter]):
+                logits = self.model(
+                    input_ids=input_ids, attention_mask=attention_mask, **self._media_kwargs([prompt]), use_cache=False
+                ).logits
+            logps = torch.log_softmax(logits[0, :-1].float(), dim=-1)
+            picked = logps.gather(-1, input_ids[0, 1:, None]).squeeze(-1).tolist()
+            if top_logprobs:
+                values, indices = logps.topk(top_logprobs, dim=-1)
+                tops = [list(zip(i, v, strict=True)) for i, v in zip(indices.tolist(), values.tolist(), strict=True)]
+            else:
+                tops = [[] for _ in picked]
+            out.append(list(zip(picked, tops, strict=True)))
+        return out
+
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
     ) -> Iterator[tuple[int, list[int]]]:

@@ -11,7 +11,10 @@ from typing import Any
 
 from swiftcore_infer.errors import InvalidRequestError, error_text
 
-__all__ = ["Generation", "Request", "SamplingParams", "StreamDelta"]
+__all__ = ["MAX_TOP_LOGPROBS", "Generation", "Request", "SamplingParams", "StreamDelta", "TokenLogprob"]
+
+#: The most alternatives a log-probability request may ask for per token (OpenAI's and vLLM's default limit).
+MAX_TOP_LOGPROBS = 20
 
 
 @dataclass(frozen=True)
@@ -165,3 +168,21 @@ class StreamDelta:
     text: str
     token_ids: list[int] = field(default_factory=list)
     final: Generation | None = None
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token of a scored sequence: its log-probability given the tokens before it, and the most likely tokens
+    at its position (what OpenAI's ``logprobs`` / ``top_logprobs`` report).
+
+    Attributes:
+        token_id: the token.
+        logprob: ``log p(token | previous tokens)``, from the model's raw logits (temperature 1, no top-k or top-p:
+            vLLM's default ``raw_logprobs``).
+        top: ``(token id, log-probability)`` of the ``top_logprobs`` most likely tokens at this position, most
+            likely first (empty when none were asked for).
+    """
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()

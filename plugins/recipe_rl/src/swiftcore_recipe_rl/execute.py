@@ -80,7 +80,7 @@ def execute(
         plan.spec.name,
         plan.spec.provider,
         plan.template.name,
-        f"teacher {options.teacher_model or 'the policy itself with the ' + repr(options.opsd_context) + ' context'}"
+        f"teacher {_teacher_name(options)}"
         if isinstance(options, GKDOptions | OPDOptions)
         else "rewards " + ", ".join(f"{r.name} ({r.spec.provider})" for r in rewards),
         len(plan.prompts.dataset),
@@ -175,11 +175,23 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
             teacher = load_model(spec, cfg.model, plugins, torch_dtype=dtype)
             trainer.teacher = teacher.to(trainer.accelerator.device).eval().requires_grad_(False)
         trainer.reward_weight = options.opd_reward_weight
+    elif isinstance(options, OPDOptions) and options.teacher_server:  # the teacher's log-probs over HTTP
+        from swiftcore_recipe_rl.teacher_server import attach_teacher_server
+
+        attach_teacher_server(trainer, options.teacher_server)
+        trainer.reward_weight = options.opd_reward_weight
     elif isinstance(options, OPDOptions):  # the teacher scores the student's tokens; frozen, on the trainer's device
         teacher = load_model(plan.teacher, options.teacher_model, plugins, torch_dtype=dtype)
         trainer.teacher = teacher.to(trainer.accelerator.device).eval().requires_grad_(False)
         trainer.reward_weight = options.opd_reward_weight
     return trainer
+
+
+def _teacher_name(options: Any) -> str:
+    """The teacher, as the run's first log line names it."""
+    if isinstance(options, OPSDOptions):
+        return f"the policy itself with the {options.opsd_context!r} context"
+    return getattr(options, "teacher_server", "") or options.teacher_model
 
 
 def no_reward(completions: list[Any], **kwargs: Any) -> list[float]:

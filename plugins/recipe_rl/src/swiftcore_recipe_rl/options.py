@@ -580,18 +580,28 @@ class GKDOptions(SamplingOptions):
     Attributes:
         teacher_model: the teacher, a local model directory (same tokenizer vocabulary as the student).
         teacher_api: an OpenAI-compatible teacher URL: refused (TRL 1.16 has no such teacher; see the message).
+        teacher_server: refused with ``gkd`` (its loss needs the teacher's whole next-token distributions; a server
+            returns at most 20 alternatives per token): ``--recipe opd`` takes it.
         gkd_beta: the divergence: 0 forward KL(teacher || student), 1 reverse KL(student || teacher), between them the
             generalised JSD with mixture ``(1 - beta) p_student + beta p_teacher``.
     """
 
     teacher_model: str = ""
     teacher_api: str = ""
+    teacher_server: str = ""
     gkd_beta: float = 0.5
 
     recipe = "gkd"
 
     def _check_method(self, problems: list[str]) -> None:
-        if self.teacher_api:
+        if self.teacher_server:
+            problems.append(
+                f"--teacher-server {self.teacher_server!r} with --recipe gkd: gkd's divergence needs the teacher's "
+                "whole next-token distribution at every position, and a server returns at most 20 log-probs per "
+                "token; use --recipe opd (KL advantages from the teacher's log-prob of each sampled token), or give "
+                "the teacher as a local directory with --teacher-model"
+            )
+        elif self.teacher_api:
             problems.append(
                 f"--teacher-api {self.teacher_api!r}: not supported: TRL 1.16 distils from a local teacher "
                 "(DistillationTrainer) or from a TRL vLLM server's top-k logprobs (experimental "
@@ -617,11 +627,15 @@ class OPDOptions(GRPOOptions):
 
     Attributes:
         teacher_model: the teacher, a local model directory with the student's tokenizer vocabulary (as ``gkd``'s).
+        teacher_server: instead of ``teacher_model``, the URL of an OpenAI-compatible server (``swiftcore deploy``,
+            ``vllm serve``) of a teacher with the student's vocabulary, asked for the log-probs of each sampled
+            completion (:mod:`swiftcore_recipe_rl.teacher_server`); needs ``rollout_temperature`` 1.
         opd_reward_weight: weight of GRPO's reward advantage added to each token's KL advantage (0: pure
             distillation; ``--reward`` is then optional and, when given, only logged).
     """
 
     teacher_model: str = ""
+    teacher_server: str = ""
     opd_reward_weight: float = 0.0
 
     recipe = "opd"
@@ -647,10 +661,26 @@ class OPDOptions(GRPOOptions):
             )
 
     def _check_teacher(self, problems: list[str]) -> None:
-        if not self.teacher_model:
+        if self.teacher_server:
+            if self.teacher_model:
+                problems.append(
+                    f"--teacher-server {self.teacher_server!r} and --teacher-model {self.teacher_model!r}: give one "
+                    "teacher, a served one or a local directory"
+                )
+            if not self.teacher_server.startswith(("http://", "https://")):
+                problems.append(
+                    f"--teacher-server {self.teacher_server!r}: give the server's URL, e.g. http://127.0.0.1:8000"
+                )
+            if self.rollout_temperature != 1:
+                problems.append(
+                    f"--teacher-server with --rollout-temperature {self.rollout_temperature!r}: a server returns the "
+                    "teacher's log-probs at temperature 1, while the local teacher's are taken at the rollout "
+                    "temperature; sample at --rollout-temperature 1, or use --teacher-model"
+                )
+        elif not self.teacher_model:
             problems.append(
-                "--teacher-model: give the teacher model's directory (opd's advantages are the teacher's log-probs of "
-                "the student's tokens minus the student's)"
+                "--teacher-model: give the teacher model's directory, or --teacher-server the URL of a server of it "
+                "(opd's advantages are the teacher's log-probs of the student's tokens minus the student's)"
             )
 
 
@@ -681,6 +711,11 @@ class OPSDOptions(OPDOptions):
     recipe = "opsd"
 
     def _check_teacher(self, problems: list[str]) -> None:
+        if self.teacher_server:
+            problems.append(
+                f"--teacher-server {self.teacher_server!r} with --recipe opsd: the teacher is the policy itself, "
+                "shown the --opsd-context column; drop --teacher-server, or use --recipe opd for a served teacher"
+            )
         if self.teacher_model:
             problems.append(
                 f"--teacher-model {self.teacher_model!r} with --recipe opsd: the teacher is the policy itself, shown "
@@ -816,6 +851,8 @@ _HELP = {
     "teacher_model": "The teacher: a local model directory with the student's tokenizer vocabulary (gkd: the "
     "distributions to match; opd: scores the student's sampled tokens).",
     "teacher_api": "An OpenAI-compatible teacher URL: refused with an explanation (TRL 1.16 cannot use one).",
+    "teacher_server": "opd: the URL of an OpenAI-compatible server of the teacher (swiftcore deploy, vllm serve) "
+    "asked for the log-probs of each sampled completion, instead of --teacher-model (key: $SWIFTCORE_TEACHER_KEY).",
     "opd_reward_weight": "opd: weight of the task reward's GRPO advantage added to each token's KL advantage "
     "log p_teacher - log p_student (0 = pure distillation; --reward is then optional and only logged).",
     "opsd_context": "opsd: the dataset column holding each prompt's privileged context (e.g. the reference answer "

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
-from swiftcore_infer import InvalidRequestError, SamplingParams
+from swiftcore_infer import MAX_TOP_LOGPROBS, InvalidRequestError, SamplingParams
 
 __all__ = [
     "ChatCompletionRequest",
@@ -71,6 +71,8 @@ TextOrIds = (
 PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
 #: An integer >= 0 (top_k).
 NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_integral)]
+#: How many alternatives to report per token (``logprobs`` of a completion, ``top_logprobs`` of a chat).
+TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(_integral)]
 #: A seed: a signed 64-bit integer (torch, vLLM and SGLang all take one).
 Seed = Annotated[int, Field(ge=-_INT64, lt=_INT64), BeforeValidator(_integral)]
 #: The ranges SamplingParams enforces, stated in the schema too so clients (and the fuzzer) see them.
@@ -155,12 +157,28 @@ class ChatCompletionRequest(_Body):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     chat_template_kwargs: dict[str, Any] | None = None
-    logprobs: Any = _refused("this server returns no log probabilities; remove it", False, None)
-    top_logprobs: Any = _refused("this server returns no log probabilities; remove it", None)
+    logprobs: bool | None = Field(default=None, description="Return each generated token's log-probability.")
+    top_logprobs: TopLogprobs | None = Field(
+        default=None, description="With logprobs: also the this many most likely tokens at each position."
+    )
     response_format: Any = _refused(
         "this server does not constrain the output to JSON; remove it, or send {'type': 'text'}", None, {"type": "text"}
     )
-    UNSUPPORTED = ("logprobs", "top_logprobs", "response_format")
+    UNSUPPORTED = ("response_format",)
+
+    def top_logprobs_wanted(self) -> int | None:
+        """None without ``logprobs``; else how many alternatives per token (``top_logprobs``, default 0).
+
+        Raises:
+            InvalidRequestError: ``top_logprobs`` without ``logprobs: true`` (as OpenAI and vLLM), or with ``stream``.
+        """
+        if not self.logprobs:
+            if self.top_logprobs is not None:
+                raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
+            return None
+        if self.stream:
+            raise InvalidRequestError("logprobs are not returned when streaming; send stream: false", param="logprobs")
+        return self.top_logprobs or 0
 
     def record(self) -> dict[str, Any]:
         """The swiftcore chat record (what the template encodes)."""
@@ -181,11 +199,32 @@ class CompletionRequest(_Body):
     """``POST /v1/completions`` (raw prompts, no template)."""
 
     prompt: TextOrIds
-    echo: bool = Field(default=False, json_schema_extra={"enum": [False]})  # refused with a message when true
-    logprobs: Any = _refused("this server returns no log probabilities; remove it", None)
+    # 0 only with echo: the prompt scored, nothing generated (what a distillation trainer asks of a teacher).
+    max_tokens: NonNegativeInt | None = None
+    echo: bool = Field(default=False, description="Return the prompt before the completion (and its log-probs).")
+    logprobs: TopLogprobs | None = Field(
+        default=None,
+        description="Return each token's log-probability and the this many most likely tokens at each position.",
+    )
     best_of: Any = _refused("this server generates one completion per prompt; send best_of=1 or leave it out", None, 1)
     suffix: Any = _refused("this server does not fill in the middle; put the whole text in prompt", None)
-    UNSUPPORTED = ("logprobs", "best_of", "suffix")
+    UNSUPPORTED = ("best_of", "suffix")
+
+    def scores_only(self) -> bool:
+        """True for ``max_tokens: 0`` (with ``echo``): the prompt is scored, nothing is generated.
+
+        Raises:
+            InvalidRequestError: ``max_tokens: 0`` without ``echo``, or ``logprobs`` / ``echo`` with ``stream``.
+        """
+        if self.stream and (self.logprobs is not None or self.echo):
+            param = "logprobs" if self.logprobs is not None else "echo"
+            raise InvalidRequestError(f"{param} is not supported when streaming; send stream: false", param=param)
+        if self.max_tokens == 0:
+            if not self.echo:
+                raise InvalidRequestError("max_tokens=0 generates nothing: send echo: true to score the prompt",
+                                          param="max_tokens")  # fmt: skip
+            return True
+        return False
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts as a list (a single prompt becomes a list of one)."""
@@ -272,7 +311,7 @@ def sampling_from(body: _Body, default_max_tokens: int) -> SamplingParams:
 
     Raises:
         InvalidRequestError: a value is out of range, ``n`` is not 1, or a field the server does not implement
-            (``logprobs``, ``best_of`` ...: ``UNSUPPORTED``) is set.
+            (``best_of``, ``suffix`` ...: ``UNSUPPORTED``) is set.
     """
     body.refuse_unsupported()
     if body.n != 1:
@@ -280,6 +319,8 @@ def sampling_from(body: _Body, default_max_tokens: int) -> SamplingParams:
     stop = body.stop
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    if max_tokens == 0:  # a completion that only scores its prompt: the checks run with room for one token
+        max_tokens = 1
     temperature = 1.0 if body.temperature is None else body.temperature
     return SamplingParams(
         max_new_tokens=default_max_tokens if max_tokens is None else max_tokens,
@@ -363,12 +404,32 @@ class ChatMessage(BaseModel):
     tool_calls: list[dict[str, Any]] | None = None
 
 
+class TopLogprob(BaseModel):
+    """One of the most likely tokens at a position (chat ``top_logprobs``)."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class ChatTokenLogprob(TopLogprob):
+    """One generated token of a chat reply, with its alternatives."""
+
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    """A chat reply's ``logprobs``: one entry per generated token."""
+
+    content: list[ChatTokenLogprob] | None
+
+
 class ChatChoice(BaseModel):
     """One reply (always one: ``n`` is 1)."""
 
     index: int
     message: ChatMessage
-    logprobs: None
+    logprobs: ChatLogprobs | None
     finish_reason: str
 
 
@@ -383,12 +444,22 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage
 
 
+class CompletionLogprobs(BaseModel):
+    """OpenAI's legacy ``logprobs`` of a completion: per token (the prompt's first with ``echo``) its text, its
+    log-probability (None for the prompt's first token), the most likely tokens there, and its offset in ``text``."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     """One prompt's completion."""
 
     index: int
     text: str
-    logprobs: None
+    logprobs: CompletionLogprobs | None
     finish_reason: str
 
 

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from swiftcore_infer import Generation, InferError
 
-__all__ = ["finish_reason", "message", "prompt_usage", "raise_failed", "tool_calls", "usage"]
+__all__ = [
+    "chat_logprobs",
+    "completion_logprobs",
+    "finish_reason",
+    "message",
+    "prompt_usage",
+    "raise_failed",
+    "tool_calls",
+    "usage",
+]
 
 
 def raise_failed(generation: Generation) -> None:
@@ -58,3 +68,58 @@ def usage(generation: Generation) -> dict[str, int]:
 def prompt_usage(tokens: int) -> dict[str, int]:
     """The ``usage`` of a request that generates nothing (embeddings, rerank, classify): all prompt tokens."""
     return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def _piece(tokenizer: Any, token: int) -> str:
+    """One token's text (special tokens kept, as vLLM reports them)."""
+    return tokenizer.decode([token], skip_special_tokens=False)
+
+
+def completion_logprobs(tokenizer: Any, ids: Sequence[int], entries: Sequence[Any]) -> dict[str, Any]:
+    """OpenAI's legacy completion ``logprobs``: ``tokens``, ``token_logprobs`` (None for an echoed prompt's first
+    token), ``top_logprobs`` (each position's alternatives and its own token, as vLLM reports them) and
+    ``text_offset`` (each token's offset in the returned text).
+
+    Args:
+        tokenizer: decodes each token.
+        ids: the token ids the entries score.
+        entries: :class:`~swiftcore_infer.TokenLogprob` per id, or None where nothing precedes the token.
+    """
+    tokens = [_piece(tokenizer, t) for t in ids]
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    tops: list[dict[str, float] | None] = []
+    for entry in entries:
+        if entry is None:
+            tops.append(None)
+        else:
+            top: dict[str, float] = {}
+            for t, v in (*entry.top, (entry.token_id, entry.logprob)):  # most likely first: it keeps a shared text
+                top.setdefault(_piece(tokenizer, t), v)
+            tops.append(top)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [None if e is None else e.logprob for e in entries],
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def chat_logprobs(tokenizer: Any, ids: Sequence[int], entries: Sequence[Any]) -> dict[str, Any]:
+    """A chat reply's ``logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs}]}``, one per generated
+    token."""
+
+    def item(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    content = []
+    for token_id, entry in zip(ids, entries, strict=True):
+        content.append(
+            {
+                **item(_piece(tokenizer, token_id), entry.logprob),
+                "top_logprobs": [item(_piece(tokenizer, t), v) for t, v in entry.top],
+            }
+        )
+    return {"content": content}

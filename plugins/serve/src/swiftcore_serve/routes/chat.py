@@ -27,6 +27,7 @@ async def chat(body: ChatCompletionRequest, http: HttpRequest, state: StateDep) 
     """Answer a chat request (tools, ``chat_template_kwargs``, images and audio for models that take them)."""
     adapter = state.adapter_for(body.model)
     state.require_generation()
+    top = body.top_logprobs_wanted()  # None: no logprobs
     config = state.config
     record = body.record()
     if media_kinds(record):  # OpenAI's image_url / input_audio parts -> the template's parts (cheap checks)
@@ -45,6 +46,15 @@ async def chat(body: ChatCompletionRequest, http: HttpRequest, state: StateDep) 
         return await sse(http, _chunks(state, request, body.model, include_usage), state.redact)
     generation = await unless_disconnected(http, state.worker.generate(request))
     replies.raise_failed(generation)
+    logprobs = None
+    if top is not None:  # scored on the engine's thread, after the reply (the raw log-probs, as vLLM's default)
+        engine = state.engine
+
+        def score() -> dict[str, Any]:
+            ids, entries = engine.completion_logprobs(request, generation.token_ids, top_logprobs=top)
+            return replies.chat_logprobs(engine.tokenizer, ids, entries)
+
+        logprobs = await unless_disconnected(http, state.worker.call(score))
     return {
         "id": request.request_id,
         "object": "chat.completion",
@@ -54,7 +64,7 @@ async def chat(body: ChatCompletionRequest, http: HttpRequest, state: StateDep) 
             {
                 "index": 0,
                 "message": replies.message(generation),
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": replies.finish_reason(generation),
             }
         ],

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request as HttpRequest
-from swiftcore_infer import InvalidRequestError, Request
+from swiftcore_infer import Generation, InvalidRequestError, Request
 
 from swiftcore_serve import replies
 from swiftcore_serve.openapi import documented
@@ -26,8 +26,7 @@ async def completions(body: CompletionRequest, http: HttpRequest, state: StateDe
     """Complete each prompt (one engine batch), or stream the completion of a single one."""
     adapter = state.adapter_for(body.model)
     state.require_generation()
-    if body.echo:
-        raise InvalidRequestError("echo is not supported", param="echo")
+    scores_only = body.scores_only()  # max_tokens=0 with echo: the prompt scored, nothing generated
     max_queue = state.config.max_queue
     sampling = sampling_from(body, state.config.default_max_tokens)
     prompts = body.prompts()
@@ -44,23 +43,52 @@ async def completions(body: CompletionRequest, http: HttpRequest, state: StateDe
         if len(requests) != 1:
             raise InvalidRequestError("streaming takes one prompt per request", param="prompt")
         return await sse(http, _chunks(state, requests[0], rid, body.model), state.redact)
-    generations = await unless_disconnected(http, state.worker.generate_many(requests))
-    for g in generations:
-        replies.raise_failed(g)
-    usage = {
-        k: sum(replies.usage(g)[k] for g in generations) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-    }
+    generations: list[Generation | None] = [None] * len(requests)
+    if not scores_only:
+        generations = list(await unless_disconnected(http, state.worker.generate_many(requests)))
+        for g in generations:
+            replies.raise_failed(g)  # type: ignore[arg-type]
+    if body.echo or body.logprobs is not None:  # on the engine's thread: it encodes, scores and decodes
+        engine = state.engine
+        top, echo = body.logprobs, body.echo
+
+        def work() -> list[tuple[str, dict[str, Any] | None, dict[str, int]]]:
+            rows = zip(requests, prompts, generations, strict=True)
+            return [_choice(engine, r, p, g, top, echo) for r, p, g in rows]
+
+        choices = await unless_disconnected(http, state.worker.call(work))
+    else:
+        choices = [(g.text, None, replies.usage(g)) for g in generations]  # type: ignore[union-attr]
+    usage = {k: sum(c[2].get(k, 0) for c in choices) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
     return {
         "id": rid,
         "object": "text_completion",
         "created": int(time.time()),
         "model": body.model,
         "choices": [
-            {"index": i, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason}
-            for i, g in enumerate(generations)
+            {"index": i, "text": text, "logprobs": logprobs, "finish_reason": g.finish_reason if g else "length"}
+            for i, ((text, logprobs, _), g) in enumerate(zip(choices, generations, strict=True))
         ],
         "usage": usage,
     }
+
+
+def _choice(
+    engine: Any, request: Request, prompt: str | list[int], generation: Generation | None, top: int | None, echo: bool
+) -> tuple[str, dict[str, Any] | None, dict[str, int]]:
+    """One prompt's text (after the prompt with ``echo``), ``logprobs`` (with ``top`` alternatives per token) and
+    usage; ``generation`` is None when nothing was generated (``max_tokens=0``)."""
+    ids = request.encoded if request.encoded is not None else engine.encode(request)
+    generated = generation.token_ids if generation is not None else []
+    text = generation.text if generation is not None else ""
+    if echo:
+        text = (prompt if isinstance(prompt, str) else engine.tokenizer.decode(list(ids))) + text
+    logprobs = None
+    if top is not None:
+        scored_ids, entries = engine.completion_logprobs(request, generated, top_logprobs=top, echo=echo)
+        logprobs = replies.completion_logprobs(engine.tokenizer, scored_ids, entries)
+    usage = replies.usage(generation) if generation is not None else replies.prompt_usage(len(ids))
+    return text, logprobs, usage
 
 
 async def _chunks(state: ServeState, request: Request, rid: str, model: str) -> AsyncIterator[dict[str, Any]]:
