@@ -30,26 +30,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import deploy_process, loss_runs, run_cli, user_env
+from swiftcore_testing import (
+    ADD_TOOL,
+    TOOL_PAIRS,
+    deploy_process,
+    loss_runs,
+    run_cli,
+    tool_question,
+    tool_rows,
+    user_env,
+)
 
 openai = pytest.importorskip("openai")
 
 API_KEY = "agents-e2e-key"
 SERVED = "agent"
-PAIRS = [(3, 4), (12, 30), (5, 8), (21, 9)]
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
-TOOLS = [ADD]
+PAIRS = TOOL_PAIRS  # the tool task: swiftcore_testing.tool_tasks (shared with the agent templates' test)
+TOOLS = [ADD_TOOL]
 
 
 @dataclass(frozen=True)
@@ -77,12 +74,14 @@ NO_THINKING = {"enable_thinking": False}
 # thread): Qwen3.5 at 40 steps still called add(3, 4) for 5 + 8; 60 gave every call and answer. Gemma 4 gave every
 # call at 40 with the plain loss, but with the chunked loss (the default; step-1 loss and grad norm equal to 1e-7, then
 # Adam's trajectory drifts apart) it called add(5, 4) for 3 + 4; at 60 it gives every call. MiMo-V2-Flash at
-# 60 (loss 0.018) still called add(3, 4) for 5 + 8. DeepSeek-V4 at 60 (loss 0.008)
-# called add(5, 8) for 12 + 30 and add(21, 8) for 21 + 9.
+# 60 (loss 0.018) still called add(3, 4) for 5 + 8.
 FAMILIES: dict[str, Family] = {
     "qwen3_5": Family(60, 3e-3, "<tool_response>\n7\n</tool_response>", NO_THINKING),
     "gemma4": Family(60, 1e-3, 'response:add{value:<|"|>7<|"|>}'),
-    "deepseek_v4": Family(100, 3e-3, "<tool_result>7</tool_result>"),
+    # DeepSeek-V4: the tiny config's 8-token sliding window cannot copy the question's numbers into a call written
+    # ~100 tokens of tool markup later (the loss stalled at 0.0055 and it called add(12, 30) for 5 + 8); with the
+    # release's window (128) 100 steps reach loss 0.0005 and every call carries its prompt's numbers.
+    "deepseek_v4": Family(100, 3e-3, "<tool_result>7</tool_result>", config={"sliding_window": 128}),
     # GLM-5's lightning indexer picks the keys each query attends to and gets no gradient from the LM loss
     # (transformers runs it under no_grad; GLM-5 trains it apart). The tiny checkpoint keeps 16 keys, so a random
     # indexer hides the question's numbers from the ~800-token tool prompt and the loss plateaus near 0.5 (measured:
@@ -93,17 +92,7 @@ FAMILIES: dict[str, Family] = {
 }
 # Families whose tiny model does not call add with every prompt's own numbers (so the loop's final answer, the result
 # of that call, is not a + b either); the reason is the tiny model, not the template or the parser (strict xfail).
-CALL_XFAIL: dict[str, str] = {
-    "deepseek_v4": (
-        "tiny DeepSeek-V4 does not memorise the arguments of 'What is 5 plus 8?': it calls add(12, 30) (after 100 "
-        "steps of 3e-3; at 60 it called add(5, 8) for 12 + 30 and add(21, 8) for 21 + 9). The training loss stalls "
-        "at 0.0055 from step 60, and teacher-forced the only unsure tokens are the argument digits (NLL 0.74 on the "
-        "'5' of add(5, 8), 0.66 on the '1' of 12): the tiny config's attention (8-token sliding window, top-8 "
-        "compressed entries picked by an indexer the LM loss does not train) does not copy the question's numbers "
-        "out of the ~750-token tool prompt. The call markup, the stop, the stream and the answer after a tool "
-        "result are right"
-    ),
-}
+CALL_XFAIL: dict[str, str] = {}
 # Families whose final answer (after the tool result) does not come back; the reason is a train/serve mismatch,
 # not the test (each is marked xfail, strict).
 ANSWER_XFAIL: dict[str, str] = {
@@ -117,22 +106,7 @@ ANSWER_XFAIL: dict[str, str] = {
 }
 
 
-def _rows() -> list[dict[str, Any]]:
-    """The tool task in the OpenAI tool format: one row per pair, each a full tool loop."""
-    rows = []
-    for i, (a, b) in enumerate(PAIRS):
-        call = {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "add", "arguments": json.dumps({"a": a, "b": b})},
-        }
-        rows.append({"tools": TOOLS, "messages": [
-            {"role": "user", "content": f"What is {a} plus {b}?"},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"call_{i}", "content": str(a + b)},
-            {"role": "assistant", "content": str(a + b)},
-        ]})  # fmt: skip
-    return rows
+_rows = tool_rows
 
 
 def _losses(log_file: Path) -> list[float]:
@@ -235,8 +209,7 @@ def _ask(client: Any, name: str, messages: list[dict[str, Any]], **extra: Any) -
     )
 
 
-def _question(a: int, b: int) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": f"What is {a} plus {b}?"}]
+_question = tool_question
 
 
 @pytest.mark.slow

@@ -168,6 +168,14 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "SWIFTCORE_API_KEY=secret swiftcore deploy --model out-agent/checkpoint-60 --served-model-name agent": "needs "
         "the trained checkpoint of the command before it; plugins/agent_templates/tests/test_agent_e2e.py serves it "
         "and drives the tool loop with the openai client",
+        "swiftcore eval --model ./tiny-olmoe --dataset tool-questions.jsonl --agent-template hermes --max-tokens 64": (
+            "needs a file of questions offering tools; plugins/agent_templates/tests/test_agent_template_serving.py "
+            "runs this on one such question and counts the hermes prompt's tokens"
+        ),
+        "swiftcore web-ui --root . --agent-template hermes": (
+            "a server that runs until Ctrl-C; plugins/agent_templates/tests/test_agent_template_webui.py drives its "
+            "chat and training form with the option"
+        ),
         "swiftcore train --model ./tiny --dataset tools.jsonl --tuner full --learning-rate 3e-3 --batch-size 4 "
         "--max-steps 60 --max-length 1024 --output-dir out": "tests/test_agents_e2e.py trains on its tool rows with "
         "these settings and serves the result",

@@ -141,10 +141,12 @@ def test_a_second_call_reuses_the_export(served: dict[str, Any], trained: dict[s
 
 def test_deploy_answers_a_chat_as_infer_did(served: dict[str, Any], trained: dict[str, Path], cache: Path) -> None:
     env = user_env(SWIFTCORE_API_KEY=API_KEY, SWIFTCORE_CACHE_DIR=str(cache), OMP_NUM_THREADS="1")
-    with deploy_process("--model", str(trained["mcore"]), env=env, served_model_name="tuned") as (base_url, _):
+    with deploy_process("--model", str(trained["mcore"]), env=env, served_model_name=None) as (base_url, _):
         client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=API_KEY, max_retries=0, timeout=120)
+        # Served under its checkpoint's name, as the HF checkpoint beside it would be, not as "mcore".
+        assert [m.id for m in client.models.list()] == [f"checkpoint-{STEPS}"]
         reply = client.chat.completions.create(
-            model="tuned", messages=[{"role": "user", "content": QA[0][0]}], max_tokens=16, temperature=0
+            model=f"checkpoint-{STEPS}", messages=[{"role": "user", "content": QA[0][0]}], max_tokens=16, temperature=0
         )
     assert reply.choices[0].message.content == served["hf"][0]
     # The server process reused the export: no second one of this checkpoint, no rewrite.

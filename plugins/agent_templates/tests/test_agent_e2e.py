@@ -3,7 +3,8 @@
 
 OLMoE's official template has no tool format; with the Hermes agent template the schemas, the call and the result
 render inside OLMoE's own turns, so the tiny model learns the call. The rows are tests/test_agents_e2e.py's tool task
-(copied: four pairs, one full tool loop each). The untrained model calls nothing, so a pass is the learning signal.
+(``swiftcore_testing.tool_rows``: four pairs, one full tool loop each). The untrained model calls nothing, so a
+pass is the learning signal.
 """
 
 from __future__ import annotations
@@ -14,47 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import deploy_process, run_cli, user_env
+from swiftcore_testing import ADD_TOOL, TOOL_PAIRS, deploy_process, run_cli, tool_rows, user_env
 
 openai = pytest.importorskip("openai")
 
 API_KEY = "agent-templates-e2e-key"
 SERVED = "agent"
-PAIRS = [(3, 4), (12, 30), (5, 8), (21, 9)]
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
-TOOLS = [ADD]
+PAIRS = TOOL_PAIRS
+TOOLS = [ADD_TOOL]
 #: Full fine-tuning steps (batch = the four rows) and learning rate; measured on the 2-core CPU machine (see
 #: docs/agents.md, "Agent templates").
 STEPS, LEARNING_RATE = 60, 3e-3
-
-
-def tool_rows() -> list[dict[str, Any]]:
-    """The tool task in the OpenAI tool format: one row per pair, each a full tool loop."""
-    rows = []
-    for i, (a, b) in enumerate(PAIRS):
-        call = {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "add", "arguments": json.dumps({"a": a, "b": b})},
-        }
-        rows.append({"tools": TOOLS, "messages": [
-            {"role": "user", "content": f"What is {a} plus {b}?"},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"call_{i}", "content": str(a + b)},
-            {"role": "assistant", "content": str(a + b)},
-        ]})  # fmt: skip
-    return rows
 
 
 @pytest.fixture(scope="module")

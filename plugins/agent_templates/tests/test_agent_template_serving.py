@@ -1,8 +1,9 @@
-"""``--agent-template`` on ``swiftcore infer`` and ``swiftcore deploy``: a base (untrained) tiny OLMoE served in an
-agent format, through swiftcore-infer's ``swiftcore_infer_template`` hook.
+"""``--agent-template`` on ``swiftcore infer``, ``swiftcore deploy`` and ``swiftcore eval --model``: a base
+(untrained) tiny OLMoE served in an agent format, through swiftcore-infer's ``swiftcore_infer_template`` hook.
 
-The observable is the prompt's token count the engine reports (``usage.prompt_tokens``): with the option it is the
-count of the Hermes rendering (the ``<tools>`` block inside OLMoE's turns), which is longer than OLMoE's own prompt.
+The observable is the prompt's token count the engine reports (``usage.prompt_tokens``; ``eval`` records it per
+question in ``samples.jsonl``): with the option it is the count of the Hermes rendering (the ``<tools>`` block inside
+OLMoE's turns), which is longer than OLMoE's own prompt.
 """
 
 from __future__ import annotations
@@ -12,22 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_testing import ADD_TOOL as ADD
 from swiftcore_testing import deploy_process, run_cli, user_env
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 ASKED = {"tools": [ADD], "messages": [{"role": "user", "content": "What is 3 plus 4?"}]}
 API_KEY = "agent-template-serving-key"
+#: ``ADD`` as EvalScope sends it (its ToolInfo adds ``additionalProperties: false`` to the parameters): an eval
+#: question offering it is rendered from exactly this.
+EVAL_ADD = {**ADD, "function": {**ADD["function"], "parameters": {**ADD["function"]["parameters"],
+                                                                     "additionalProperties": False}}}  # fmt: skip
+EVAL_ASKED = {**ASKED, "tools": [EVAL_ADD]}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +41,9 @@ def prompt_tokens(tiny_model_dir: Any) -> dict[str, int]:
         enc = tpl.encode(tok, ASKED, add_generation_prompt=True)
         assert name == "olmoe" or "add" in enc.text  # the agent templates render the schema
         out[name] = len(enc.input_ids)
-    assert len(set(out.values())) == 3, out  # the three prompts tell apart
+        # As swiftcore eval's requests carry the tool (EvalScope's ToolInfo adds additionalProperties: false).
+        out[f"eval:{name}"] = len(tpl.encode(tok, EVAL_ASKED, add_generation_prompt=True).input_ids)
+    assert len(set(out.values())) == 5 and out["olmoe"] == out["eval:olmoe"], out  # OLMoE's own drops the tool
     return out
 
 
@@ -117,3 +114,52 @@ def test_deploy_serves_the_agent_template(tiny_model_dir: Any, prompt_tokens: di
         )
     assert reply.status_code == 200, reply.text
     assert reply.json()["usage"]["prompt_tokens"] == prompt_tokens["olmoe_hermes"], reply.json()
+
+
+def _eval_questions(tmp_path: Path) -> Path:
+    """One eval question offering the add tool (the training format with ``tools``; the answer is the last turn)."""
+    path = tmp_path / "questions.jsonl"
+    row = {"tools": [EVAL_ADD], "messages": [*ASKED["messages"], {"role": "assistant", "content": "7"}]}
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    return path
+
+
+def test_eval_agent_template_prompts_in_the_agent_format(
+    tmp_path: Path, tiny_model_dir: Any, prompt_tokens: dict[str, int]
+) -> None:
+    """``swiftcore eval --model OLMOE --agent-template hermes`` on a question offering a tool: the in-process server's
+    prompt is ``olmoe_hermes``'s rendering of it (the count in samples.jsonl), not OLMoE's own (which drops the
+    tool)."""
+    out = run_cli(
+        "eval", "--model", str(tiny_model_dir("olmoe")), "--dataset", str(_eval_questions(tmp_path)),
+        "--agent-template", "hermes", "--max-tokens", "1", "--output", str(tmp_path / "eval"), "--json",
+    )  # fmt: skip
+    summary = json.loads(out.strip().splitlines()[-1])
+    sample = json.loads((Path(summary["output_dir"]) / "samples.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert sample["prompt_tokens"] == prompt_tokens["eval:olmoe_hermes"], (sample, prompt_tokens)
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("qwen3_5", "has its own tool format"),  # refused by the hook, before the model loads
+        ("api-url", "with --model only"),  # the option builds the in-process engine: not for another server's
+    ],
+)
+def test_eval_agent_template_refusals(target: str, message: str, tmp_path: Path, tiny_model_dir: Any) -> None:
+    """``eval --agent-template`` on Qwen3.5 (its own tool format) names the option and the template; with --api-url
+    (a server serving its own template) it is a usage error naming the option."""
+    from click.testing import CliRunner
+
+    from swiftcore.api.cli import cli
+
+    where = ["--model", str(tiny_model_dir("qwen3_5"))] if target == "qwen3_5" else ["--api-url", "http://127.0.0.1:9"]
+    args = ["eval", *where, "--dataset", str(_eval_questions(tmp_path)), "--agent-template", "hermes"]
+    args += ["--output", str(tmp_path / "eval")]
+    result = CliRunner().invoke(cli, args, env={"SWIFTCORE_PLUGINS": None, "SWIFTCORE_PLUGINS_STRICT": None})
+    assert result.exit_code != 0
+    text = str(result.exception) + result.output
+    assert "--agent-template" in text and message in text, text
+    if target == "qwen3_5":
+        assert "'qwen3_5'" in text, text
+    assert not (tmp_path / "eval").exists()  # nothing was asked

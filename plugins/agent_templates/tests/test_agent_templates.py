@@ -155,18 +155,30 @@ def test_parser_round_trip(name: str, plugins: Any) -> None:
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_streamed_reply_holds_the_calls(name: str, size: int, plugins: Any) -> None:
     """Streamed in chunks through deploy's stream parser (with the template's markers): the content before the calls
-    comes out as content, nothing of the call markup does (the calls are sent parsed at the end)."""
+    comes out as content, equal to the whole reply's parsed content (ReAct's ``Thought:`` label dropped as the parse
+    drops it), and nothing of the call markup does (the calls are sent parsed at the end). A final answer with a
+    thought and no call streams as its parse too."""
     from swiftcore_serve import StreamParser, markers_for
 
-    tpl, text = _reply(name, plugins, TWO_CALLS)
-    text = text.split(EOS[name.rsplit("_", 1)[0]])[0]  # the engine stops at the stop word
-    start, end, tool_start = markers_for(tpl)
-    parser = StreamParser(False, start, end, tool_start, content_start=getattr(tpl, "content_start", None))
-    pieces = [p for i in range(0, len(text), size) for p in parser.feed(text[i : i + size])] + parser.flush()
-    assert {field for field, _ in pieces} == {"content"}
-    streamed = "".join(t for _, t in pieces)
-    # ReAct's thought is streamed as written ("Thought: ..."); the whole-reply parse drops the "Thought:" label.
-    assert streamed == ("Thought: " if name.endswith("react") else "") + tpl.parse_response(text)["content"]
+    replies = [_reply(name, plugins, TWO_CALLS), _reply(name, plugins, {"role": "assistant", "content": "7"})]
+    if name.endswith("react"):  # a thought, then the answer: the label is markup, the rest is content
+        replies.append((replies[0][0], "Thought: It is 7.\n7"))
+    for tpl, text in replies:
+        text = text.split(EOS[name.rsplit("_", 1)[0]])[0]  # the engine stops at the stop word
+        start, end, tool_start = markers_for(tpl)
+        parser = StreamParser(
+            False,
+            start,
+            end,
+            tool_start,
+            content_start=getattr(tpl, "content_start", None),
+            content_label=getattr(tpl, "content_label", None),
+        )
+        pieces = [p for i in range(0, len(text), size) for p in parser.feed(text[i : i + size])] + parser.flush()
+        assert {field for field, _ in pieces} <= {"content"}
+        streamed = "".join(t for _, t in pieces)
+        assert streamed == tpl.parse_response(text)["content"], (text, pieces)
+        assert "Thought:" not in streamed and "Action" not in streamed and "<tool_call>" not in streamed
 
 
 def test_tool_rows_refused_without_agent_template(tmp_path: Path) -> None:

@@ -47,6 +47,21 @@ def test_the_training_format_asks_all_but_the_last_message_and_expects_that_one(
     assert (second.question, second.answer, second.line) == ("Is 7 even or odd?", "odd", 3)
 
 
+def test_tools_are_offered_with_the_question_and_written_for_evalscope(write_jsonl: Writer, tmp_path: Path) -> None:
+    """A training-format record's ``tools`` are kept (and written to the file EvalScope's adapter reads, which turns
+    them into the request's tools); a record without tools has none."""
+    from swiftcore_eval.dataset import write_benchmark_file
+
+    add = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+    with_tools, plain = read_dataset(write_jsonl("data.jsonl", [_row("3 plus 4?", "7", tools=[add]), _row("q", "a")]))
+    assert with_tools.tools == (add,) and plain.tools == ()
+    rows = [
+        json.loads(line)
+        for line in write_benchmark_file([with_tools, plain], tmp_path / "b.jsonl").read_text().splitlines()
+    ]
+    assert rows[0]["tools"] == [add] and "tools" not in rows[1]
+
+
 def test_the_question_answer_format_with_an_optional_system_prompt(write_jsonl: Writer) -> None:
     path = write_jsonl(
         "qa.jsonl", [{"question": "2+2?", "answer": "4"}, {"question": "Hi?", "answer": "hi", "system": "S"}]
@@ -90,6 +105,12 @@ def test_limit_keeps_the_first_records_but_checks_the_whole_file(write_jsonl: Wr
         ('{"question": "q"}', "'answer' must be a string"),
         ('{"question": "", "answer": "a"}', "'question' must be a non-empty string"),
         ('{"question": "q", "answer": "a", "system": 3}', "'system' must be a string"),
+        (json.dumps(_row("q", "a", tools={"name": "add"})), "'tools' must be a list of OpenAI function tools"),
+        (json.dumps(_row("q", "a", tools=[{"name": "add"}])), 'tools[0] is not {"type": "function"'),
+        (
+            json.dumps(_row("q", "a", tools=[{"type": "function", "function": {"name": "f", "parameters": []}}])),
+            "tools[0] (f): 'parameters' must be a JSON Schema object",
+        ),
     ],
 )
 def test_a_bad_line_is_an_error_naming_the_file_and_the_line(write_jsonl: Writer, line: str, message: str) -> None:

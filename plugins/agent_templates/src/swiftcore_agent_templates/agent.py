@@ -11,7 +11,9 @@ becomes a user turn carrying the result. The family's template then renders that
   ``<tool_response>\\n...\\n</tool_response>`` in a user turn.
 - ``react`` (Thought / Action / Action Input / Observation): the schemas as ``name: description Parameters: {...}``
   lines and the ReAct format; a call is ``Action: NAME\\nAction Input: {...}`` (``Thought: ...`` before it when the
-  turn has content); a result is ``Observation: ...`` in a user turn. A final answer is the turn's content as is.
+  turn has content); a result is ``Observation: ...`` in a user turn. A final answer is the turn's content as is. The
+  ``Thought:`` label is markup: the parse drops it from the start of a reply's content (with calls or without), and
+  a streaming server drops it too (``content_label``).
 
 A family template that renders no user text (Qwen3-ASR: its user turn holds only audio) is given the text of a user
 turn in its own markers (``tool_turn``), placed where the ``tool`` message stands.
@@ -67,6 +69,8 @@ class AgentTemplate(Template):
     tool_call_start: ClassVar[str] = ""
     #: The markers the call parser reads (kept in decoded replies even where they are special tokens).
     call_markers: ClassVar[tuple[str, ...]] = ()
+    #: A label the parse drops from the start of a reply's content (a streaming server drops it too), or None.
+    content_label: ClassVar[str | None] = None
 
     def __init__(self, base: Template, tool_turn: str | None = None) -> None:
         self.base = base
@@ -154,15 +158,16 @@ class AgentTemplate(Template):
         return self.base.stop_words_for(tokenizer)
 
     def parse_response(self, text: str) -> dict[str, Any]:
-        """The family template's parse of the text before the calls, with the calls as OpenAI ``tool_calls``."""
+        """The family template's parse of the text before the calls, with the calls as OpenAI ``tool_calls``; the
+        content's :attr:`content_label` is dropped."""
         for word in self.stop_words:
             text = text.split(word, 1)[0]
         found = self.parse_calls(text)
-        if found is None:
-            return self.base.parse_response(text)
-        content, calls = found
-        parsed = self.base.parse_response(content)
-        return {**parsed, "tool_calls": calls}
+        parsed = self.base.parse_response(text if found is None else found[0])
+        label, content = self.content_label, parsed.get("content")
+        if label and isinstance(content, str) and content.lstrip().startswith(label):
+            parsed = {**parsed, "content": content.lstrip()[len(label) :].strip()}
+        return parsed if found is None else {**parsed, "tool_calls": found[1]}
 
 
 class HermesTemplate(AgentTemplate):
@@ -209,6 +214,7 @@ class ReactTemplate(AgentTemplate):
 
     agent = "react"
     tool_call_start = "Action:"
+    content_label = "Thought:"
 
     def tools_block(self, tools: list[Any]) -> str:
         """The tools as ``name: description Parameters: {...}`` lines, then the ReAct format."""
@@ -239,7 +245,8 @@ class ReactTemplate(AgentTemplate):
         return "Observation: " + content
 
     def parse_calls(self, text: str) -> tuple[str, list[dict[str, Any]]] | None:
-        """Every ``Action:`` / ``Action Input:`` pair whose input is a JSON object; the thought is the content."""
+        """Every ``Action:`` / ``Action Input:`` pair whose input is a JSON object; the thought before them is the
+        content (its ``Thought:`` label dropped by :meth:`~AgentTemplate.parse_response`)."""
         calls = []
         for name, raw in _REACT_CALL.findall(text):
             arguments = json_or_text(raw.strip())
@@ -247,8 +254,7 @@ class ReactTemplate(AgentTemplate):
                 calls.append(tool_call(name, arguments))
         if not calls:
             return None
-        content = text[: text.find(self.tool_call_start)].strip()
-        return content.removeprefix("Thought:").strip(), calls
+        return text[: text.find(self.tool_call_start)].strip(), calls
 
 
 def _string(conv: Conversation, index: int, message: Mapping[str, Any]) -> str:

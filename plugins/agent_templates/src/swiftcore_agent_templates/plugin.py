@@ -1,5 +1,5 @@
 """Hook implementations of swiftcore-plugin-agent-templates: the agent templates, ``--agent-template`` (``train``,
-``infer``, ``deploy``) and the hooks that apply it.
+``infer``, ``deploy``, ``eval``, ``web-ui``) and the hooks that apply it.
 
 Plain data only: the templates are named lazily and the family templates imported when one is built.
 """
@@ -38,14 +38,22 @@ def swiftcore_register_templates() -> list[TemplateSpec]:
     ]
 
 
-#: The commands that take ``--agent-template``: training switches the run's template, serving the engine's.
-COMMANDS = ("train", "infer", "deploy")
+#: The commands that take ``--agent-template``: training switches the run's template, serving the engine's (``eval
+#: --model`` and the Web-UI's chat build theirs with swiftcore-infer's ``build_engine``, which calls
+#: ``swiftcore_infer_template``; the Web-UI passes the option on to the training runs it starts).
+COMMANDS = ("train", "infer", "deploy", "eval", "web-ui")
+
+_HELP_TAIL = {
+    "train": "olmoe_hermes, which the checkpoint records for infer and deploy.",
+    "eval": "olmoe_hermes (as --template olmoe_hermes) for the model served with --model; with --model only.",
+    "web-ui": "olmoe_hermes for every checkpoint the Chat tab loads, and the Train tab's runs train with it.",
+}
 
 
 @hookimpl
 def swiftcore_addoption(parser: Any) -> None:
-    """``--agent-template NAME`` on ``train``, ``infer`` and ``deploy``: tool calls in an agent format for a family
-    without a tool format."""
+    """``--agent-template NAME`` on ``train``, ``infer``, ``deploy``, ``eval`` and ``web-ui``: tool calls in an agent
+    format for a family without a tool format."""
     import click  # the CLI's own dependency; only for the choice list
 
     for command in COMMANDS:
@@ -58,10 +66,8 @@ def swiftcore_addoption(parser: Any) -> None:
             default=None,
             help="Render tools, tool calls and tool results in this agent format inside the family's own chat "
             f"template (for templates without a tool format: {', '.join(FAMILIES)}); the template is then e.g. "
-            + (
-                "olmoe_hermes, which the checkpoint records for infer and deploy."
-                if command == "train"
-                else "olmoe_hermes (as --template olmoe_hermes), for a model trained elsewhere or a base model."
+            + _HELP_TAIL.get(
+                command, "olmoe_hermes (as --template olmoe_hermes), for a model trained elsewhere or a base model."
             ),
         )
 

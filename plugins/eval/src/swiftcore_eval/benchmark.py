@@ -5,7 +5,9 @@ so the run is EvalScope's from end to end: its data loader reads the file, its `
 endpoint with the ``openai`` client, its ``acc`` metric scores each reply, its report aggregates them.
 
 The file is the one :func:`swiftcore_eval.dataset.write_benchmark_file` writes (records already checked):
-``{"messages": [...], "answer": "...", "line": N}`` per line.
+``{"messages": [...], "answer": "...", "line": N}`` per line, with ``"tools"`` (OpenAI function tools) where the
+question offers tools: they become the sample's EvalScope ``ToolInfo`` list, which its model sends as the request's
+``tools``.
 
 Importing this module imports EvalScope; only :mod:`swiftcore_eval.runner` does, when an evaluation runs.
 """
@@ -18,6 +20,7 @@ from evalscope.api.benchmark import BenchmarkMeta, DefaultDataAdapter
 from evalscope.api.dataset import Sample
 from evalscope.api.messages import dict_to_chat_message
 from evalscope.api.registry import BENCHMARK_REGISTRY, register_benchmark
+from evalscope.api.tool import ToolInfo, ToolParams
 from evalscope.constants import Tags
 
 __all__ = ["BENCHMARK", "SwiftcoreQAAdapter"]
@@ -38,8 +41,20 @@ class SwiftcoreQAAdapter(DefaultDataAdapter):
         return Sample(
             input=[dict_to_chat_message(m) for m in record["messages"]],
             target=record["answer"],
+            tools=[_tool_info(t) for t in record.get("tools") or []] or None,
             metadata={"line": record.get("line")},
         )
+
+
+def _tool_info(tool: dict[str, Any]) -> ToolInfo:
+    """An OpenAI function tool as EvalScope's ``ToolInfo`` (its OpenAI model sends it back as that tool; EvalScope
+    adds ``"additionalProperties": false`` to the parameters)."""
+    function = tool["function"]
+    return ToolInfo(
+        name=function["name"],
+        description=function.get("description", ""),
+        parameters=ToolParams(**function.get("parameters", {})),
+    )
 
 
 if not BENCHMARK_REGISTRY.is_materialized(BENCHMARK):  # a module re-import must not register it twice

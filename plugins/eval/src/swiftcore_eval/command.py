@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from swiftcore.api import SwiftcoreError
-from swiftcore.api.cli import CliState, pass_state, plugin_option
+from swiftcore.api.cli import CliState, PluginOptionsCommand, pass_state, plugin_option
 
 __all__ = ["API_KEY_ENV", "eval_command", "resolve_api_key"]
 
@@ -65,8 +65,15 @@ def resolve_api_key(key_file: str | None, key: str | None) -> str | None:
     return env or None
 
 
-def _check_target(api_url: str | None, model: str | None, engine: dict[str, Any], key_given: list[str]) -> None:
-    """Exactly one of --api-url and --model, and only the options that go with it."""
+def _check_target(
+    api_url: str | None,
+    model: str | None,
+    engine: dict[str, Any],
+    key_given: list[str],
+    options: dict[str, Any] | None = None,
+) -> None:
+    """Exactly one of --api-url and --model, and only the options that go with it (``options``: the values of the
+    options plugins added, e.g. ``--agent-template``, which build the in-process engine too)."""
     if (api_url is None) == (model is None):
         both = ", not both" if api_url is not None else ""
         raise click.UsageError(
@@ -75,6 +82,7 @@ def _check_target(api_url: str | None, model: str | None, engine: dict[str, Any]
         )
     if api_url is not None:
         given = [flag for key, flag in _ENGINE_FLAGS.items() if engine[key] != _ENGINE_DEFAULTS[key]]
+        given += [f"--{k.replace('_', '-')}" for k, value in (options or {}).items() if value not in (None, False, ())]
         if given:
             raise click.UsageError(
                 f"{', '.join(given)}: with --model only (they build the in-process server's engine); the server "
@@ -100,14 +108,15 @@ def _report(result: Any, echo: Any) -> None:
     echo(f"results: {result.output_dir} (summary.json, samples.jsonl; EvalScope's reports/, reviews/, predictions/)")
 
 
-@click.command("eval")
+@click.command("eval", cls=PluginOptionsCommand)  # plugins add options (swiftcore_addoption, command="eval")
 @click.option(
     "--dataset",
     required=True,
     metavar="FILE|NAME",
     help="The benchmark: a local JSONL file, one record per line, either the training format "
     '{"messages": [..., {"role": "assistant", "content": ANSWER}]} (the last message is the reference answer, '
-    'the rest is asked) or {"question": ..., "answer": ...} (optional "system"); or the name of a dataset '
+    'the rest is asked; an optional "tools" list of OpenAI function tools is offered with it) or '
+    '{"question": ..., "answer": ...} (optional "system"); or the name of a dataset '
     "shipped with this plugin: parity (the held-out questions of `make demo`). Nothing is downloaded.",
 )
 @click.option(
@@ -265,7 +274,10 @@ def eval_command(
 
     echo = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
     key_given = [flag for flag, value in (("--api-key-file", api_key_file), ("--api-key", api_key)) if value]
-    _check_target(api_url, model, engine, key_given)
+    from swiftcore_infer import split_plugin_options
+
+    engine, options = split_plugin_options(engine)  # e.g. --agent-template: read by swiftcore_infer_template
+    _check_target(api_url, model, engine, key_given, options)
     records = read_dataset(resolve_dataset(dataset), limit=limit)
     check_evalscope()  # before a model loads: a missing install should cost a second, not a minute
     generation = GenerationSettings(
@@ -293,7 +305,7 @@ def eval_command(
 
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         plugins = state.plugins(plugin_specs)
-        built = build_engine(plugins, model=model, **engine)
+        built = build_engine(plugins, model=model, **engine, options=options)
         name = model_name or Path(engine["adapter"] or model).resolve().name
         try:
             with serve_in_process(built, name) as server:

@@ -4,7 +4,8 @@ Two record shapes are read (one JSON object per line; blank lines are skipped):
 
 - the training format, ``{"messages": [..., {"role": "assistant", "content": ANSWER}]}``: the conversation up to
   the last message is the prompt, the last message (the assistant's) is the reference answer, as
-  ``swiftcore infer`` reads a training file;
+  ``swiftcore infer`` reads a training file; an optional ``"tools"`` (OpenAI function tools) is offered with the
+  question (the model may answer in text or call a tool; a call is no text, so it scores as a miss);
 - ``{"question": Q, "answer": A}`` (optionally ``"system": S``), as EvalScope's own QA files are written.
 
 Nothing here imports EvalScope, torch or transformers.
@@ -55,11 +56,13 @@ class EvalRecord:
         messages: the conversation asked (``{"role", "content"}`` dicts, the last one the user's).
         answer: the reference answer a reply must match.
         line: the 1-based line of the file it came from.
+        tools: the OpenAI function tools offered with the question (empty: none).
     """
 
     messages: tuple[dict[str, str], ...]
     answer: str
     line: int
+    tools: tuple[dict[str, Any], ...] = ()
 
     @property
     def question(self) -> str:
@@ -111,6 +114,20 @@ def _messages(value: Any) -> tuple[tuple[dict[str, str], ...], str]:
     return prompt, answer
 
 
+def _tools(value: Any) -> tuple[dict[str, Any], ...]:
+    """A record's ``tools``: OpenAI function tools, ``{"type": "function", "function": {"name", ...}}``."""
+    if not isinstance(value, list):
+        raise ValueError("'tools' must be a list of OpenAI function tools")
+    for i, tool in enumerate(value):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise ValueError(f'tools[{i}] is not {{"type": "function", "function": {{"name": ..., ...}}}}')
+        parameters = function.get("parameters", {})
+        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+            raise ValueError(f"tools[{i}] ({function['name']}): 'parameters' must be a JSON Schema object")
+    return tuple(value)
+
+
 def _question(record: dict[str, Any]) -> tuple[tuple[dict[str, str], ...], str]:
     question, answer, system = record.get("question"), record.get("answer"), record.get("system")
     if not isinstance(question, str) or not question:
@@ -134,7 +151,8 @@ def _record(value: Any, line: int) -> EvalRecord:
         raise ValueError('expected {"messages": [...]} (the last message the answer) or {"question", "answer"}')
     if not answer.strip():
         raise ValueError("the reference answer is empty")
-    return EvalRecord(messages=prompt, answer=answer, line=line)
+    tools = _tools(value["tools"]) if value.get("tools") is not None else ()
+    return EvalRecord(messages=prompt, answer=answer, line=line, tools=tools)
 
 
 def read_dataset(path: str | Path, limit: int | None = None) -> list[EvalRecord]:
@@ -182,9 +200,15 @@ def read_dataset(path: str | Path, limit: int | None = None) -> list[EvalRecord]
 
 
 def write_benchmark_file(records: list[EvalRecord], path: str | Path) -> Path:
-    """Write ``records`` as the JSONL the EvalScope adapter reads (``{"messages", "answer", "line"}``)."""
+    """Write ``records`` as the JSONL the EvalScope adapter reads (``{"messages", "answer", "line"}``, and
+    ``"tools"`` for a record that offers tools)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = ({"messages": list(r.messages), "answer": r.answer, "line": r.line} for r in records)
+    rows = []
+    for r in records:
+        row: dict[str, Any] = {"messages": list(r.messages), "answer": r.answer, "line": r.line}
+        if r.tools:
+            row["tools"] = list(r.tools)
+        rows.append(row)
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
     return path

@@ -92,13 +92,15 @@ class GenerationSettings:
 
 @dataclass(frozen=True)
 class SampleResult:
-    """One question's outcome: its line in the dataset, what was asked, expected and answered."""
+    """One question's outcome: its line in the dataset, what was asked, expected and answered (``prompt_tokens``: the
+    prompt's length the server reported, None if it did not)."""
 
     line: int
     question: str
     expected: str
     answer: str
     correct: bool
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -279,8 +281,11 @@ def _reviews(run_dir: Path, benchmark: str) -> dict[int, dict[str, Any]]:
 def _samples(records: list[EvalRecord], reviews: dict[int, dict[str, Any]]) -> tuple[SampleResult, ...]:
     samples = []
     for index, record in enumerate(records):
-        score = (reviews.get(index) or {}).get("sample_score", {}).get("score", {})
+        review = reviews.get(index) or {}
+        score = review.get("sample_score", {}).get("score", {})
         value = (score.get("value") or {}).get("accuracy", 0.0)
+        replies = [m for m in review.get("messages") or [] if m.get("role") == "assistant"]
+        usage = (replies[-1].get("perf_metrics") or {}) if replies else {}
         samples.append(
             SampleResult(
                 line=record.line,
@@ -288,6 +293,7 @@ def _samples(records: list[EvalRecord], reviews: dict[int, dict[str, Any]]) -> t
                 expected=record.answer,
                 answer=score.get("prediction") or "",
                 correct=bool(value),
+                prompt_tokens=usage.get("input_tokens"),
             )
         )
     return tuple(samples)

@@ -33,6 +33,15 @@ def _parse_loras(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def default_served_name(model: Path) -> str:
+    """The name clients use when ``--served-model-name`` is not given: the model directory's name, or for a Megatron
+    engine checkpoint's ``checkpoint-N/mcore`` shards, ``checkpoint-N``: the name its HF checkpoint is served under."""
+    path = model.resolve()
+    if path.name == "mcore" and (path / "swiftcore_mcore.json").is_file():
+        return path.parent.name
+    return path.name
+
+
 @click.command("deploy", cls=PluginOptionsCommand)  # plugins add options (swiftcore_addoption, command="deploy")
 @engine_options
 @click.option(
@@ -42,7 +51,10 @@ def _parse_loras(values: tuple[str, ...]) -> dict[str, str]:
     help="Address to bind. The default keeps the server on this machine; 0.0.0.0 exposes it.",
 )
 @click.option("--port", default=8000, show_default=True, type=int)
-@click.option("--served-model-name", help="The model name clients use (default: the model directory's name).")
+@click.option(
+    "--served-model-name",
+    help="The model name clients use (default: the model directory's name; checkpoint-N for its mcore/ shards).",
+)
 @click.option(
     "--draft",
     type=click.Path(exists=True, file_okay=False),
@@ -246,7 +258,7 @@ def deploy(
                 f"draft={json.dumps(str(Path(draft).resolve()))}",
             )
         engine = build_engine(plugins, **engine_kwargs, options=options)
-    name = served_model_name or Path(engine_kwargs["adapter"] or engine_kwargs["model"]).resolve().name
+    name = served_model_name or default_served_name(Path(engine_kwargs["adapter"] or engine_kwargs["model"]))
     if name in adapters:
         raise SwiftcoreError(f"--lora {name}=...: the name is the served model's; pick another adapter name")
     config = ServerConfig(

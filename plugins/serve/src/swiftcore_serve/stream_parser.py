@@ -5,7 +5,9 @@ small state machine routes text between the thinking markers to ``reasoning_cont
 to ``content``, and holds everything from the tool-call marker on (the tool calls are sent parsed, once,
 at the end). Text that may be the start of a marker is held back until it is decided. A template whose
 replies start with metadata before the answer (Qwen3-ASR's ``language English<asr_text>...``) declares
-``content_start``: everything up to that marker is held back, and what follows it is ``content``.
+``content_start``: everything up to that marker is held back, and what follows it is ``content``. A template whose
+parse drops a label from the start of the content (ReAct's ``Thought:``) declares ``content_label``; it is dropped
+from the stream too.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class StreamParser:
         tool_start: the marker that starts a tool call.
         content_start: the marker the answer follows (the template's ``content_start``), or None; a reply
             that never writes it is all content, as the template parses it.
+        content_label: a label the template's parse drops from the start of the content (the template's
+            ``content_label``, ReAct's ``Thought:``), or None.
     """
 
     def __init__(
@@ -51,8 +55,10 @@ class StreamParser:
         think_end: str = "</think>",
         tool_start: str = "<tool_call>",
         content_start: str | None = None,
+        content_label: str | None = None,
     ) -> None:
         self.content_start = content_start
+        self.content_label = content_label or None
         self.mode = "reasoning" if in_reasoning else ("prefix" if content_start else "start")
         self.buffer = ""
         self.think_start, self.think_end, self.tool_start = think_start, think_end, tool_start
@@ -91,6 +97,14 @@ class StreamParser:
                 self.buffer = self.buffer[len(self.buffer) - keep :]
                 return out
             if self.mode == "content":
+                if self.content_label is not None and not self._content_started:
+                    stripped = self.buffer.lstrip()
+                    if stripped.startswith(self.content_label):
+                        self.buffer = stripped[len(self.content_label) :]
+                    elif self.content_label.startswith(stripped):
+                        return out  # could still be the label
+                    self.content_label = None  # dropped, or the content has none
+                    continue
                 if self.tool_start in self.buffer:
                     before, _, rest = self.buffer.partition(self.tool_start)
                     self._emit(out, "content", before.rstrip())

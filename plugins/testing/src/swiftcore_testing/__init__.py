@@ -30,7 +30,9 @@ from swiftcore.api import lazy_exports
 from swiftcore.api.plugins import ENV_PLUGINS, PluginInfo, Plugins, load_plugins
 
 __all__ = [
+    "ADD_TOOL",
     "RULES",
+    "TOOL_PAIRS",
     "PluginContract",
     "ServerThread",
     "build_test_tokenizer",
@@ -55,6 +57,8 @@ __all__ = [
     "sampled_logprobs",
     "special_token_problems",
     "swiftcore_plugins",
+    "tool_question",
+    "tool_rows",
     "train_tiny_lora",
     "user_env",
 ]
@@ -129,5 +133,6 @@ _WHERE = {
     "generation_record": "templates",
     "load_records": "templates",
     "loss_runs": "templates",
+    **dict.fromkeys(("ADD_TOOL", "TOOL_PAIRS", "tool_question", "tool_rows"), "tool_tasks"),
 }
 __getattr__ = lazy_exports(__name__, _WHERE)

@@ -9,6 +9,11 @@ Uploaded images and audio are read here and handed to the engine as inline data 
 the server passes on), so the engine opens no path. Engines are not thread-safe: one lock serialises loading and
 generation.
 
+The values of the options plugins add to ``swiftcore web-ui`` (``swiftcore_addoption``) go to every engine built, as
+``swiftcore infer`` passes its own: ``--agent-template hermes`` gives an OLMoE checkpoint the ``olmoe_hermes``
+template (swiftcore-infer's ``swiftcore_infer_template`` hook). A message may offer ``tools`` (OpenAI function tools);
+the reply's calls come back parsed (:attr:`Reply.tool_calls`).
+
 Importing this module imports no gradio, torch or transformers.
 """
 
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import base64
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +80,8 @@ class Reply:
         done: the generation finished.
         finish_reason: ``stop`` (end of turn or a stop string) or ``length`` (max new tokens).
         tokens: the tokens generated (``done`` only).
+        prompt_tokens: the prompt's length in tokens (``done`` only).
+        tool_calls: the OpenAI tool calls the template parsed from the reply (``done`` only).
     """
 
     text: str
@@ -83,6 +90,8 @@ class Reply:
     done: bool = False
     finish_reason: str | None = None
     tokens: int = 0
+    prompt_tokens: int = 0
+    tool_calls: tuple[dict[str, Any], ...] = ()
 
 
 def _media_part(path: str) -> dict[str, Any]:
@@ -108,11 +117,13 @@ class ChatSession:
     Args:
         root: the web UI's root (the checkpoint and, for an adapter, its base must be inside it).
         plugins: the loaded plugin set.
+        options: the values of the options plugins added to ``swiftcore web-ui`` (passed to every engine built).
     """
 
-    def __init__(self, root: Root, plugins: PluginSet) -> None:
+    def __init__(self, root: Root, plugins: PluginSet, options: Mapping[str, Any] | None = None) -> None:
         self.root = root
         self.plugins = plugins
+        self.options = dict(options or {})
         self.engine: Any = None
         self.loaded: LoadedModel | None = None
         self._lock = threading.Lock()
@@ -143,6 +154,7 @@ class ChatSession:
                 dtype="float32",
                 merge_lora=False,
                 engine_option=(),
+                options=self.options,
             )
             self.engine = engine
             self.loaded = LoadedModel(
@@ -162,6 +174,7 @@ class ChatSession:
         temperature: float = 0.0,
         system: str | None = None,
         enable_thinking: bool | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> Iterator[Reply]:
         """Stream the reply to ``messages`` (the conversation so far, the user's turn last): a :class:`Reply` with the
         text so far once per new piece, then the finished one (``done``), parsed by the template.
@@ -169,6 +182,7 @@ class ChatSession:
         Args:
             enable_thinking: ``chat_template_kwargs.enable_thinking`` of the request; None prompts the checkpoint
                 as it was trained (the default of ``swiftcore infer`` and ``deploy``).
+            tools: OpenAI function tools offered with the message (the request's ``tools``), or None.
 
         Raises:
             SwiftcoreError: no model is loaded, or the engine refuses the request (e.g. media the model does not
@@ -181,6 +195,8 @@ class ChatSession:
         record: dict[str, Any] = {"messages": ([{"role": "system", "content": system}] if system else []) + messages}
         if enable_thinking is not None:
             record["chat_template_kwargs"] = {"enable_thinking": enable_thinking}
+        if tools:
+            record["tools"] = list(tools)
         sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
         with self._lock:
             if self.engine is None:
@@ -200,6 +216,8 @@ class ChatSession:
                             done=True,
                             finish_reason=final.finish_reason,
                             tokens=final.completion_tokens,
+                            prompt_tokens=final.prompt_tokens,
+                            tool_calls=tuple(final.tool_calls or ()),
                         )
                         return
                     if delta.text:

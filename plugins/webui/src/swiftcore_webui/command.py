@@ -12,10 +12,11 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
-from swiftcore.api.cli import CliState, pass_state, plugin_option
+from swiftcore.api.cli import CliState, PluginOptionsCommand, pass_state, plugin_option
 
 __all__ = ["is_loopback", "web_ui"]
 
@@ -42,7 +43,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-@click.command("web-ui")
+@click.command("web-ui", cls=PluginOptionsCommand)  # plugins add options (swiftcore_addoption, command="web-ui")
 @click.option(
     "--root",
     default=".",
@@ -78,7 +79,13 @@ def is_loopback(host: str) -> bool:
 @plugin_option
 @pass_state
 def web_ui(
-    state: CliState, plugin_specs: tuple[str, ...], root: str, host: str, port: int, allowed_hosts: tuple[str, ...]
+    state: CliState,
+    plugin_specs: tuple[str, ...],
+    root: str,
+    host: str,
+    port: int,
+    allowed_hosts: tuple[str, ...],
+    **options: Any,
 ) -> None:
     """Start a local web page (gradio) to make, train, chat with and export models.
 
@@ -93,6 +100,11 @@ def web_ui(
                that take them
       Export   merge a LoRA checkpoint into its base (export --merge-lora)
       Plugins  swiftcore plugins, and --check
+
+    \b
+    Options plugins add (e.g. --agent-template of swiftcore-plugin-agent-
+    templates) apply to every model the Chat tab loads, and those that
+    swiftcore train takes too are passed to the Train tab's runs.
 
     \b
     Every path the page accepts must resolve inside --root, and the page
@@ -129,7 +141,7 @@ def web_ui(
         from swiftcore_webui.app import CSS, build_app
         from swiftcore_webui.server import guarded_app
 
-        ui = WebUI(confined, plugins)
+        ui = WebUI(confined, plugins, options)  # the values of the options plugins added
         demo = build_app(ui)
         demo.queue()
         listener = Listener(guarded_app(demo, css=CSS, allowed_hosts=allowed_hosts), host=host, port=port)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,14 +72,18 @@ class WebUI:
     Args:
         root: the folder every path is confined to.
         plugins: the loaded plugin set (model specs for the families; the chat engine).
+        options: the values of the options plugins added to ``swiftcore web-ui`` (``swiftcore_addoption``, e.g.
+            ``--agent-template``): every chat engine gets them, and each one that ``swiftcore train`` takes too is
+            passed on to the training runs the page starts.
     """
 
-    def __init__(self, root: Root, plugins: PluginSet) -> None:
+    def __init__(self, root: Root, plugins: PluginSet, options: Mapping[str, Any] | None = None) -> None:
         import tempfile
 
         self.root = root
         self.plugins = plugins
-        self.chat = ChatSession(root, plugins)
+        self.options = {k: v for k, v in (options or {}).items() if v not in (None, False, ())}
+        self.chat = ChatSession(root, plugins, self.options)
         self.train_run: TrainRun | None = None
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
@@ -178,12 +182,30 @@ class WebUI:
             "--logging-steps", str(int(settings.logging_steps)),
             *(["--overwrite-output-dir"] if settings.overwrite else []),
             *evaluation,
+            *self.plugin_args("train"),
         ]  # fmt: skip
         with self._lock:
             if self.train_run is not None and self.train_run.job.running:
                 raise Busy(f"a training run is in progress ({root.relative(self.train_run.output_dir)}): stop it first")
             self.train_run = TrainRun(args, output_dir=out, max_steps=steps, cwd=root.path)
             return self.train_run
+
+    def plugin_args(self, command: str) -> list[str]:
+        """The page's plugin options (:attr:`options`) that ``swiftcore COMMAND`` takes too, as its arguments
+        (``--agent-template hermes``)."""
+        if not self.options:
+            return []
+        from swiftcore.api.cli import collect_options
+
+        args: list[str] = []
+        for option in collect_options(self.plugins, command, {}):
+            value = self.options.get(option.dest)
+            if value is None:
+                continue
+            flag = option.flags[0]
+            for one in value if isinstance(value, (list, tuple)) else [value]:
+                args += [flag] if one is True else [flag, str(one)]
+        return args
 
     def _eval_args(self, settings: TrainSettings) -> list[str]:
         """``--eval-every N --eval-dataset FILE --best-metric eval_accuracy`` for a form that asks to evaluate."""

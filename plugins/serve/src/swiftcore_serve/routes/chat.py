@@ -97,6 +97,7 @@ async def _chunks(
                 think_end,
                 tool_start,
                 content_start=getattr(engine.template, "content_start", None),
+                content_label=getattr(engine.template, "content_label", None),
             )
             yield chunk({"role": "assistant", "content": ""})
         for name, text in parser.feed(delta.text):

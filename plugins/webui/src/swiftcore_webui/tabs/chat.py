@@ -1,8 +1,10 @@
 """The Chat tab: the inference engine of ``swiftcore-infer`` in this process, streaming into the chatbot; images and
-audio can be attached for the families that take them."""
+audio can be attached for the families that take them, and tools (OpenAI function tools, as JSON) offered: the
+reply's tool calls are shown parsed."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,14 +16,14 @@ from swiftcore_webui.chat import user_message
 from swiftcore_webui.tabs.common import ENGINE_REFUSALS, folder_choice, refused
 from swiftcore_webui.ui import WebUI
 
-__all__ = ["ChatTab", "build", "load_status", "wire"]
+__all__ = ["ChatTab", "build", "load_status", "parse_tools", "wire"]
 
 #: The thinking choices -> ``enable_thinking`` (None: as the checkpoint was trained).
 _THINKING = {"as trained": None, "on": True, "off": False}
 
 
 def _answer_messages(final: Any) -> list[dict[str, Any]]:
-    """The chatbot messages of a finished reply: its reasoning (collapsible) and its content."""
+    """The chatbot messages of a finished reply: its reasoning (collapsible), its content and its tool calls."""
     if final is None:
         return [{"role": "assistant", "content": "(no reply)"}]
     out: list[dict[str, Any]] = []
@@ -30,7 +32,13 @@ def _answer_messages(final: Any) -> list[dict[str, Any]]:
         out.append({"role": "assistant", "content": final.reasoning, "metadata": {"title": f"Reasoning{cut}"}})
     if final.content:
         out.append({"role": "assistant", "content": final.content})
-    elif not final.reasoning:
+    for call in final.tool_calls:  # shown, not run: the page runs no tool
+        function = call.get("function") or {}
+        shown = f"Tool call: `{function.get('name')}({function.get('arguments')})`"
+        out.append({"role": "assistant", "content": shown})
+    if final.content or final.tool_calls:
+        return out
+    if not final.reasoning:
         out.append({"role": "assistant", "content": "(empty reply: the model ended its turn at once)"})
     elif cut:
         out.append({"role": "assistant", "content": "(no answer after the reasoning: raise max new tokens)"})
@@ -48,6 +56,7 @@ class ChatTab:
     temperature: gr.Slider
     thinking: gr.Radio
     system: gr.Textbox
+    tools: gr.Textbox
     chatbot: gr.Chatbot
     message: gr.MultimodalTextbox
     info: gr.Markdown
@@ -77,6 +86,11 @@ def build(ui: WebUI) -> ChatTab:
                 list(_THINKING), value="as trained", label="Thinking (chat_template_kwargs.enable_thinking)"
             )
             system = gr.Textbox(label="System prompt (optional)")
+            tools = gr.Textbox(
+                label="Tools (optional): a JSON list of OpenAI function tools offered with each message",
+                lines=2,
+                elem_id="chat-tools",
+            )
         chatbot = gr.Chatbot(label="Chat", height=340, elem_id="chatbot")
         box = gr.MultimodalTextbox(
             label="Message",
@@ -97,8 +111,25 @@ def build(ui: WebUI) -> ChatTab:
         shown = gr.State([])
         history = gr.State([])
     return ChatTab(
-        model, load, status, max_new, temperature, thinking, system, chatbot, box, info, clear, shown, history
+        model, load, status, max_new, temperature, thinking, system, tools, chatbot, box, info, clear, shown, history
     )
+
+
+def parse_tools(text: str | None) -> list[dict[str, Any]] | None:
+    """The Tools box: empty is None, else a JSON list of tools.
+
+    Raises:
+        ValueError: not a JSON list of objects (the message says what to write).
+    """
+    if not (text or "").strip():
+        return None
+    try:
+        value = json.loads(text or "")
+    except ValueError as exc:
+        raise ValueError(f"Tools: not valid JSON ({exc})") from exc
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ValueError('Tools: a JSON list of tools, e.g. [{"type": "function", "function": {"name": ...}}]')
+    return value
 
 
 def load_status(ui: WebUI, model: str | None) -> str:
@@ -115,9 +146,15 @@ def wire(ui: WebUI, tab: ChatTab) -> None:
     def on_load(model: str | None) -> list[Any]:
         return [load_status(ui, model), [], [], [], ""]
 
-    def on_send(value, shown_now, history_now, max_new, temperature, thinking, system) -> Iterator[list[Any]]:
+    def on_send(value, shown_now, history_now, max_new, temperature, thinking, system, tools) -> Iterator[list[Any]]:
         skip = gr.skip
         value = value or {}
+        try:
+            offered = parse_tools(tools)
+        except ValueError as exc:
+            gr.Warning(str(exc))
+            yield [skip(), skip(), skip(), skip(), skip()]
+            return
         text = (value.get("text") or "").strip()
         files = [f if isinstance(f, str) else f.get("path") for f in value.get("files") or []]
         files = [f for f in files if f]
@@ -144,6 +181,7 @@ def wire(ui: WebUI, tab: ChatTab) -> None:
                 temperature=float(temperature),
                 system=system or None,
                 enable_thinking=_THINKING[thinking],
+                tools=offered,
             ):
                 if reply.done:
                     final = reply
@@ -163,12 +201,15 @@ def wire(ui: WebUI, tab: ChatTab) -> None:
             if final
             else f"Reply {number}: none."
         )
-        yield [skip(), view, view, [*history_now, user, {"role": "assistant", "content": content}], info]
+        reply = {"role": "assistant", "content": content}
+        if final is not None and final.tool_calls:
+            reply["tool_calls"] = list(final.tool_calls)
+        yield [skip(), view, view, [*history_now, user, reply], info]
 
     tab.load.click(on_load, tab.model, [tab.status, *tab.conversation])
     tab.message.submit(
         on_send,
-        [tab.message, tab.shown, tab.history, tab.max_new, tab.temperature, tab.thinking, tab.system],
+        [tab.message, tab.shown, tab.history, tab.max_new, tab.temperature, tab.thinking, tab.system, tab.tools],
         [tab.message, *tab.conversation],
     )
     tab.clear.click(lambda: [[], [], [], ""], None, tab.conversation)
