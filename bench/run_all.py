@@ -110,6 +110,8 @@ def main() -> None:
                                command="make bench (bench/run_all.py --figures encode_profile)")  # fmt: skip
     if "chunked_loss" in figures:  # SFT peak RSS, chunked vs plain loss (bench/raw/chunked_loss_memory.json)
         write_raw("chunked_loss_memory", chunked_loss_memory.run([512, 2048, 4096]))
+        # DPO and GRPO per-token log-probs: plain logits, TRL's fused head, the chunked head
+        write_raw("chunked_logps_memory", chunked_loss_memory.run_logps([1024, 2048, 4096], 2048))
     if "speculative" in figures:  # Eagle3 draft acceptance and CPU tokens/s (bench/raw/speculative.json)
         speculative.run(5, 40, False)
     path = report.write_results()

@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Prepared",
     "checkpoint_extras",
+    "chunk_trainer_heads",
     "finish",
     "plot_reward_margins",
     "prepare",
+    "refuse_untemplated_tools",
     "router_aux_loss_coef",
     "require_encoded",
     "swift_trl_trainer",
@@ -83,6 +85,9 @@ def prepare(cfg: Any, plugins: PluginSet, recipe: str, *, load: bool = True) -> 
         train, val = pairs, load_pairs(cfg.val_dataset, skip_bad_rows=cfg.skip_bad_rows)
     else:
         train, val = split_pairs(pairs, cfg.split_ratio, cfg.seed)
+    # one record a pair (its prompt and both replies), so the error names each row once
+    both = [{**p.record(p.chosen), "messages": [*p.prompt["messages"], p.chosen, p.rejected]} for p in [*train, *val]]
+    refuse_untemplated_tools(template_spec, both)
     log.info(
         "recipe %s: model %s (%s), template %s (%s), %d train / %d val pairs",
         recipe,
@@ -94,6 +99,20 @@ def prepare(cfg: Any, plugins: PluginSet, recipe: str, *, load: bool = True) -> 
         len(val),
     )
     return Prepared(spec, template_spec, template, tokenizer, train, val)
+
+
+def refuse_untemplated_tools(template_spec: Any, records: list[dict]) -> None:
+    """Refuse tool rows (``tools``, ``tool_calls``, a ``tool`` turn) for a template with no tool format, as the
+    ``sft`` recipe does: its official chat template renders none of them, so a tool-call reply would train as an
+    empty one (``records``: canonical records with their ``_source`` file:line).
+
+    Raises:
+        DataError: naming the first offending rows (file:line), the template and ``--agent-template``.
+    """
+    if template_spec.official and "tools" not in template_spec.supports:  # OLMoE, Qwen3-ASR: no tool format
+        from swiftcore_data import refuse_tool_rows
+
+        refuse_tool_rows(records, template_spec.name)
 
 
 def trl_arguments(config_cls: Any, cfg: Any, output_dir: Path, *, evaluate: bool, **trl: Any) -> Any:
@@ -196,6 +215,25 @@ def router_aux_loss_coef(model: Any) -> float | None:
         type(text).__name__,
     )
     return 0.0
+
+
+def chunk_trainer_heads(trainer: Any, chunk_size: int | None, policy_outputs: tuple[str, ...]) -> None:
+    """``--loss-chunk-size`` for a TRL DPO / KTO trainer: the policy's and the reference's log-probs come from
+    swiftcore-train's chunked lm_head (``chunk_size`` tokens' logits at a time, the SFT loss's chunking) in place of
+    TRL's fused head; the same values and gradients (``tests/test_chunked_logps.py``). ``policy_outputs``: the
+    per-token fields the trainer added the policy's head with (TRL's ``add_fused_lm_head(outputs=...)``).
+
+    Call it after the trainer is built (TRL adds its head then) and before :func:`pack_trainer_models` (which packs
+    whatever forward it finds). None: the default chunk size; 0: TRL's head.
+    """
+    from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, use_chunked_lm_head
+
+    size = DEFAULT_LOSS_CHUNK_SIZE if chunk_size is None else chunk_size
+    reason = "with --fsdp / --deepspeed" if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled else None
+    policy = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
+    use_chunked_lm_head(policy, size, outputs=policy_outputs, reason=reason)
+    if getattr(trainer, "ref_model", None) is not None:
+        use_chunked_lm_head(trainer.ref_model, size, reason=reason)
 
 
 def checkpoint_extras(cfg: Any, args_record: dict) -> dict[str, str]:

@@ -108,7 +108,7 @@ def build_dpo_trainer(
     from swiftcore_train import JsonlLogCallback, trainable_summary
     from trl import DPOConfig
 
-    from swiftcore_recipe_preference.common import router_aux_loss_coef, trl_arguments
+    from swiftcore_recipe_preference.common import chunk_trainer_heads, router_aux_loss_coef, trl_arguments
 
     torch.manual_seed(cfg.seed)
     policy, reference = load_policy_and_reference(cfg, options, prepared.spec, plugins, prepared.tokenizer)
@@ -156,6 +156,10 @@ def build_dpo_trainer(
         # disables the adapter for reference passes instead (nothing extra in memory or in the checkpoint).
         peft_model.delete_adapter("ref")
         peft_model.set_adapter("default")
+    # The metrics' fields TRL added the policy's head with (dpo_trainer.py: logits/*, accuracy, WPO weights).
+    weighting = ("log_sum_sq_probs",) if trainer.use_weighting else ()
+    fields = ("log_probs", "entropy", "mean_logits", "is_top1", *weighting)
+    chunk_trainer_heads(trainer, options.loss_chunk_size, fields)
     if cfg.padding_free:
         from swiftcore_recipe_preference.padding_free import pack_trainer_models
 

@@ -108,7 +108,7 @@ def build_kto_trainer(
     from swiftcore_train import JsonlLogCallback, trainable_summary
     from trl import KTOConfig
 
-    from swiftcore_recipe_preference.common import router_aux_loss_coef, trl_arguments
+    from swiftcore_recipe_preference.common import chunk_trainer_heads, router_aux_loss_coef, trl_arguments
     from swiftcore_recipe_preference.dpo import load_policy_and_reference
 
     if options.loss_type == "kto" and cfg.batch_size < 2:
@@ -148,6 +148,8 @@ def build_kto_trainer(
     if cfg.tuner == "lora" and "ref" in getattr(trainer.model, "peft_config", {}):
         trainer.model.delete_adapter("ref")  # the fresh adapter's base is the reference (see dpo.py)
         trainer.model.set_adapter("default")
+    # kto_trainer.py adds the policy's head with these fields (mean_logits feeds the logits/* metrics)
+    chunk_trainer_heads(trainer, options.loss_chunk_size, ("log_probs", "entropy", "mean_logits"))
     if cfg.padding_free:
         from swiftcore_recipe_preference.padding_free import pack_trainer_models
 
@@ -165,7 +167,7 @@ def run_kto(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
 
     from swiftcore_train import generation_defaults, start_run
 
-    from swiftcore_recipe_preference.common import checkpoint_extras, finish, prepare
+    from swiftcore_recipe_preference.common import checkpoint_extras, finish, prepare, refuse_untemplated_tools
     from swiftcore_recipe_preference.data import load_unpaired, split_pairs
     from swiftcore_recipe_preference.encoding import encode_kto_examples
     from swiftcore_recipe_preference.options import KTOOptions
@@ -178,6 +180,7 @@ def run_kto(cfg: Any, plugins: PluginSet, options: Any = None) -> Any:
         train_examples, val_examples = examples, load_unpaired(cfg.val_dataset, skip_bad_rows=cfg.skip_bad_rows)
     else:
         train_examples, val_examples = split_pairs(examples, cfg.split_ratio, cfg.seed)
+    refuse_untemplated_tools(prepared.template_spec, [e.record() for e in [*train_examples, *val_examples]])
     # The trainer reads the rows in order (sequential sampling, for the KL pairing): shuffle them once here.
     random.Random(cfg.seed).shuffle(train_examples)
     train = encode_kto_examples(train_examples, prepared.template, prepared.tokenizer, cfg)

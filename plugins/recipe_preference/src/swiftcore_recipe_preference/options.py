@@ -76,6 +76,11 @@ def _non_negative(name: str, value: float, problems: list[str]) -> None:
         problems.append(f"--{name}: {value!r} must be a finite number >= 0")
 
 
+def _chunk_size(value: Any, problems: list[str]) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        problems.append(f"--loss-chunk-size: {value!r} must be 0 (TRL's fused head) or a positive number of tokens")
+
+
 def _raise(problems: list[str]) -> None:
     if problems:
         raise ValueError("; ".join(problems))
@@ -94,6 +99,8 @@ class DPOOptions:
             then leaves memory for full fine-tuning).
         ref_model: a reference model directory other than ``--model`` (full fine-tuning only; its tokenizer
             must be the policy's).
+        loss_chunk_size: swiftcore-train's ``--loss-chunk-size``: tokens per chunk of the chunked lm_head that
+            scores the policy and the reference (None: its default, 1024; 0: TRL's fused head).
     """
 
     beta: float | None = None
@@ -102,6 +109,7 @@ class DPOOptions:
     label_smoothing: float = 0.0
     precompute_ref_logps: bool = False
     ref_model: str | None = None
+    loss_chunk_size: int | None = None
 
     def __post_init__(self) -> None:
         self.beta = 0.1 if self.beta is None else float(self.beta)
@@ -123,6 +131,7 @@ class DPOOptions:
             problems.append(f"--label-smoothing: {self.label_smoothing!r} must be in [0, 0.5)")
         if "exo_pair" in self.loss_type and self.label_smoothing == 0.0:
             problems.append("--loss-type exo_pair needs --label-smoothing > 0 (the EXO paper uses 1e-3)")
+        _chunk_size(self.loss_chunk_size, problems)
         _raise(problems)
 
 
@@ -154,6 +163,7 @@ class KTOOptions:
         undesirable_weight: weight of the undesirable replies' losses.
         precompute_ref_logps: compute the reference log-probs once before training.
         ref_model: a reference model directory other than ``--model`` (full fine-tuning only).
+        loss_chunk_size: as :class:`DPOOptions`'.
     """
 
     beta: float | None = None
@@ -162,6 +172,7 @@ class KTOOptions:
     undesirable_weight: float = 1.0
     precompute_ref_logps: bool = False
     ref_model: str | None = None
+    loss_chunk_size: int | None = None
 
     def __post_init__(self) -> None:
         self.beta = 0.1 if self.beta is None else float(self.beta)
@@ -173,6 +184,7 @@ class KTOOptions:
         _positive("beta", self.beta, problems)
         _positive("desirable-weight", self.desirable_weight, problems)
         _positive("undesirable-weight", self.undesirable_weight, problems)
+        _chunk_size(self.loss_chunk_size, problems)
         _raise(problems)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RESERVED_COLUMNS", "PromptRow", "load_prompt_rows"]
+__all__ = ["RESERVED_COLUMNS", "PromptRow", "load_prompt_rows", "refuse_tool_prompts"]
 
 #: Columns that shape the prompt itself; the rest are the rewards'.
 _PROMPT_KEYS = ("prompt", "messages", "tools", "chat_template_kwargs", "system")
@@ -109,3 +109,28 @@ def load_prompt_rows(sources: tuple[str, ...] | list[str], *, skip_bad_rows: boo
                 "must carry the same reward columns"
             )
     return rows
+
+
+def refuse_tool_prompts(rows: list[PromptRow], template: str, plugins: Any = None) -> None:
+    """Refuse prompt rows that offer tools or hold tool turns when ``template`` has no tool format, as the ``sft``
+    recipe refuses them: its official chat template renders none of them, so the policy would be prompted without
+    the tools (and a tool turn as nothing) while its rewards read them.
+
+    Args:
+        rows: the run's prompt rows (:func:`load_prompt_rows`).
+        template: the name of the template the prompts are encoded with.
+        plugins: the loaded plugins (None: the run's set, as the CLI exported it); read only when a row is a tool
+            row.
+
+    Raises:
+        DataError: naming the first offending rows (file:line), the template and ``--agent-template``.
+    """
+    from swiftcore_data import is_tool_row, refuse_tool_rows
+
+    if not any(is_tool_row(r.record) for r in rows):
+        return
+    from swiftcore.api import load_plugins
+
+    spec = (plugins or load_plugins()).registry.get("template", template)
+    if spec.official and "tools" not in spec.supports:  # OLMoE, Qwen3-ASR: no tool format
+        refuse_tool_rows([{**r.record, "_source": r.where} for r in rows], spec.name)

@@ -61,11 +61,14 @@ def encode_prompts(rows: list, codec: Any, cfg: Any, options: Any, episodes: Any
     environment's ``reset`` returns for the row.
 
     Raises:
+        DataError: tool rows for a template with no tool format (:func:`~swiftcore_recipe_rl.data.refuse_tool_prompts`).
         SwiftcoreError: a prompt longer than ``--max-length`` minus ``--max-completion-length`` (unless
             ``--truncation drop``), or no prompt left.
     """
     from swiftcore.api import SwiftcoreError
+    from swiftcore_recipe_rl.data import refuse_tool_prompts
 
+    refuse_tool_prompts(rows, codec.template.name)  # a template with no tool format would show none of them
     room = cfg.max_length - options.max_completion_length
     out = EncodedPrompts()
     dropped = 0

@@ -20,6 +20,7 @@ from functools import cache
 from typing import Any
 
 __all__ = [
+    "chunk_lm_heads",
     "configure_loss_variants",
     "gkd_trainer_class",
     "grpo_trainer_class",
@@ -556,6 +557,20 @@ def reinforce_pp_advantages(
     return (returns - mean) * var.clamp(min=1e-8).rsqrt() * mask
 
 
+def policy_logps(trainer: Any, out: dict[str, Any]) -> Any:
+    """The current policy's per-token log-probs of a GRPO-style trainer's rollouts ``out`` (no gradient)."""
+    import torch
+
+    input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, out["completion_ids"].size(1),
+            batch_size=trainer.args.per_device_train_batch_size,
+        )  # fmt: skip
+    return logps
+
+
 @cache
 def reinforce_pp_trainer_class() -> type:
     """The ``reinforce_pp`` trainer: the ``grpo`` trainer with REINFORCE++ advantages (see the module)."""
@@ -618,15 +633,7 @@ def reinforce_pp_trainer_class() -> type:
             return out
 
         def _rollout_logps(self, out: dict[str, Any]) -> Any:
-            """The current policy's per-token log-probs of the rollouts (no gradient)."""
-            input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-            attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-            with torch.no_grad():
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, out["completion_ids"].size(1),
-                    batch_size=self.args.per_device_train_batch_size,
-                )  # fmt: skip
-            return logps
+            return policy_logps(self, out)
 
     return SwiftReinforcePPTrainer
 
@@ -681,7 +688,7 @@ def opd_trainer_class() -> type:
             mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
             student = out.get("old_per_token_logps")
             if student is None:  # on-policy: TRL skips the old log-probs; the advantages need them
-                student = self._student_logps(out)
+                student = policy_logps(self, out)
             teacher = self.teacher_logps(out)
             tokens = mask.sum().clamp(min=1)
             mode = "train" if self.model.training else "eval"
@@ -716,17 +723,6 @@ def opd_trainer_class() -> type:
                     logits = logits[:, -keep - 1 : -1, :].float() / self.temperature
                     chunks.append(selective_log_softmax(logits, ids[:, -keep:]))
             return torch.cat(chunks)
-
-        def _student_logps(self, out: dict[str, Any]) -> Any:
-            """The current policy's per-token log-probs of the rollouts (no gradient)."""
-            input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-            attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-            with torch.no_grad():
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, out["completion_ids"].size(1),
-                    batch_size=self.args.per_device_train_batch_size,
-                )  # fmt: skip
-            return logps
 
     return SwiftOPDTrainer
 
@@ -811,6 +807,7 @@ def configure_loss_variants(
             clip_high_only=options.fipo_clip_high_only,
             safety_threshold=options.fipo_safety_threshold,
         )
+    chunk_lm_heads(trainer, getattr(options, "loss_chunk_size", None))
     trainer.dynamic_sampling = bool(getattr(options, "dynamic_sampling", False))
     trainer.dapo_max_resample = int(getattr(options, "dapo_max_resample", 0))
     if trainer.dapo_max_resample and trainer.accelerator.num_processes > 1:
@@ -820,6 +817,28 @@ def configure_loss_variants(
             f"--dapo-max-resample with {trainer.accelerator.num_processes} processes: the refill runs on one process "
             "only so far; train on one process, or use --dapo-max-resample 0 (the filter form)"
         )
+
+
+def chunk_lm_heads(trainer: Any, chunk_size: int | None) -> None:
+    """``--loss-chunk-size`` for a TRL GRPO trainer: the per-token log-probs (and entropies) of the policy, the old
+    policy and the reference come from swiftcore-train's chunked lm_head (``chunk_size`` tokens' logits at a time,
+    the SFT loss's chunking, at the trainer's temperature) in place of TRL's fused head; the same loss and gradients
+    (``tests/test_chunked_logps.py``). None: the default chunk size; 0, ``--fp32-lm-head``, ``--fsdp`` or
+    ``--deepspeed``: TRL's head."""
+    from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, use_chunked_lm_head
+
+    size = DEFAULT_LOSS_CHUNK_SIZE if chunk_size is None else chunk_size
+    reason = None
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        reason = "with --fsdp / --deepspeed"
+    elif getattr(trainer.args, "cast_lm_head_to_fp32", False):
+        reason = "with --fp32-lm-head"
+    temperature = trainer.temperature
+    policy = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
+    # grpo_trainer.py adds the policy's head with the entropy (its metric, high-entropy mask and bonus)
+    use_chunked_lm_head(policy, size, temperature=temperature, outputs=("log_probs", "entropy"), reason=reason)
+    if getattr(trainer, "ref_model", None) is not None:
+        use_chunked_lm_head(trainer.ref_model, size, temperature=temperature, reason=reason)
 
 
 def trainer_class(recipe: str) -> type:

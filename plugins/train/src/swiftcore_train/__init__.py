@@ -19,6 +19,7 @@ from __future__ import annotations
 from swiftcore.api import lazy_exports
 
 __all__ = [
+    "DEFAULT_LOSS_CHUNK_SIZE",
     "MANIFEST",
     "OUTPUT_PATTERNS",
     "GenerationEvalOptions",
@@ -32,6 +33,7 @@ __all__ = [
     "apply_tuner",
     "check_recipe_fits_model",
     "check_training",
+    "chunked_token_logps",
     "encode_records",
     "extract_answer",
     "generation_defaults",
@@ -53,6 +55,7 @@ __all__ = [
     "trainable_summary",
     "training_arguments",
     "trim_log",
+    "use_chunked_lm_head",
 ]
 
 #: name -> the submodule that defines it, imported on first use (importing the package stays light).
@@ -64,6 +67,9 @@ _WHERE = {
     "TrainSetup": "hooks",
     "check_training": "hooks",
     "setup_training": "hooks",
+    "DEFAULT_LOSS_CHUNK_SIZE": "loss",
+    "chunked_token_logps": "loss",
+    "use_chunked_lm_head": "loss",
     "MANIFEST": "output_dir",
     "OUTPUT_PATTERNS": "output_dir",
     "plan_output_dir": "output_dir",

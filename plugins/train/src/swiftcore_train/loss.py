@@ -14,6 +14,12 @@ checkpointing), so neither the forward nor the backward ever holds more than ``c
 150k and 4k tokens the plain loss holds 2.5 GB of fp32 logits, before their gradient). Liger's
 ``LigerFusedLinearCrossEntropyLoss`` does the same fused on GPU, but it is Triton-only (no CPU path), so this is plain
 torch and runs everywhere.
+
+:func:`chunked_token_logps` is the same chunking for the log-probability of each selected token (and its entropy),
+the quantity DPO, KTO and GRPO are built from: ``chunk_size`` tokens' full-vocabulary logits at a time, recomputed
+in the backward. :func:`use_chunked_lm_head` puts it under TRL's fused-LM-head forward (``fused_lm_head=True``),
+whose own kernel on CPU folds tiles of 4,096 tokens x 32,768 vocabulary columns through several fp32 temporaries
+each (see ``bench/chunked_loss_memory.py`` for what each costs).
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ from typing import Any
 
 from swiftcore.api import SwiftcoreError
 
-__all__ = ["DEFAULT_LOSS_CHUNK_SIZE", "ChunkedCausalLMLoss", "causal_lm_loss", "sft_loss", "token_weighted_loss"]
+__all__ = [
+    "DEFAULT_LOSS_CHUNK_SIZE",
+    "ChunkedCausalLMLoss",
+    "causal_lm_loss",
+    "chunked_token_logps",
+    "sft_loss",
+    "token_weighted_loss",
+    "use_chunked_lm_head",
+]
 
 log = logging.getLogger("swiftcore.train")
 
@@ -251,3 +265,271 @@ def token_weighted_loss(trainer: Any) -> Any:
     if trainer.model_accepts_loss_kwargs or trainer.compute_loss_func is not None or config.is_encoder_decoder:
         return None  # weighted already, or not a decoder-only model (its loss is not the shifted causal one)
     return functools.partial(causal_lm_loss, aux_loss_coef=_aux_loss_coef(config))
+
+
+#: The per-token fields of TRL's fused-LM-head output, in its order; ``log_probs`` is always computed.
+TOKEN_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+
+
+def _token_logits(h: Any, weight: Any, dtype: Any, softcap: float | None, temperature: float) -> tuple[Any, Any]:
+    """``(z, capped)``: one chunk's fp32 logits, softcapped and divided by ``temperature`` as TRL's fused head does
+    (the projection in ``dtype``, the rest in float32 or wider); ``capped`` is ``tanh(logits / softcap)`` (None: no
+    cap)."""
+    import torch
+    import torch.nn.functional as F
+
+    z = F.linear(h.to(dtype), weight.to(dtype))
+    z = z.to(torch.promote_types(z.dtype, torch.float32))
+    capped = None
+    if softcap is not None:
+        capped = (z / softcap).tanh()
+        z = capped * softcap
+    if temperature != 1.0:
+        z = z / temperature
+    return z, capped
+
+
+def _token_chunks(
+    hidden: Any, weight: Any, target: Any, chunk_size: int, dtype: Any, softcap: Any, temperature: float, wanted: Any
+) -> list[Any]:
+    """The forward of :func:`chunked_token_logps`: ``[log_probs, lse, entropy, log_sum_sq_probs, mean_logits,
+    is_top1]`` (None where not ``wanted``), chunk by chunk."""
+    import torch
+
+    n = target.shape[0]
+    f32 = {"dtype": torch.promote_types(dtype, torch.float32), "device": hidden.device}
+    logps, lse = torch.empty(n, **f32), torch.empty(n, **f32)
+    extra = {k: torch.empty(n, **f32) for k in ("entropy", "log_sum_sq_probs", "mean_logits") if k in wanted}
+    top1 = torch.empty(n, dtype=torch.bool, device=hidden.device) if "is_top1" in wanted else None
+    for start in range(0, n, chunk_size):
+        end = min(start + chunk_size, n)
+        y = target[start:end]
+        z, _ = _token_logits(hidden[start:end], weight, dtype, softcap, temperature)
+        if "mean_logits" in extra:
+            extra["mean_logits"][start:end] = z.mean(-1)
+        if top1 is not None:
+            top1[start:end] = z.argmax(-1) == y  # the first maximum, as TRL counts a tie
+        norm = z.logsumexp(-1)
+        lse[start:end] = norm
+        logps[start:end] = z.gather(1, y[:, None]).squeeze(1) - norm
+        z = z.sub_(norm[:, None])  # log-softmax, in place of the logits
+        if "log_sum_sq_probs" in extra:
+            extra["log_sum_sq_probs"][start:end] = z.mul(2).logsumexp(-1)
+        if "entropy" in extra:
+            extra["entropy"][start:end] = z.exp().mul_(z).sum(-1).neg_()
+        del z
+    return [logps, lse, extra.get("entropy"), extra.get("log_sum_sq_probs"), extra.get("mean_logits"), top1]
+
+
+@functools.cache
+def _token_logps_function() -> Any:
+    """The autograd Function of :func:`chunked_token_logps`: a chunk's logits are recomputed in the backward."""
+    import torch
+
+    class ChunkedTokenLogps(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, hidden: Any, weight: Any, target: Any, chunk_size: int, softcap: Any,
+                    temperature: float, wanted: tuple[str, ...]) -> Any:  # fmt: skip
+            ctx.set_materialize_grads(False)
+            device = hidden.device.type
+            dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+            logps, lse, entropy, sq, mean, top1 = _token_chunks(
+                hidden, weight, target, chunk_size, dtype, softcap, temperature, wanted
+            )
+            ctx.save_for_backward(hidden, weight, target, lse, lse if entropy is None else entropy)
+            ctx.settings = (chunk_size, dtype, softcap, temperature)
+            ctx.mark_non_differentiable(*(x for x in (sq, mean, top1) if x is not None))
+            return logps, entropy, sq, mean, top1
+
+        @staticmethod
+        def backward(ctx: Any, grad_logps: Any, grad_entropy: Any, *_: Any) -> Any:
+            hidden, weight, target, lse, entropy = ctx.saved_tensors
+            chunk_size, dtype, softcap, temperature = ctx.settings
+            want_hidden, want_weight = ctx.needs_input_grad[:2]
+            wide = {"dtype": torch.promote_types(dtype, torch.float32), "device": hidden.device}
+            grad_hidden = torch.zeros(hidden.shape, **wide) if want_hidden else None
+            grad_weight = torch.zeros(weight.shape, **wide) if want_weight else None
+            if grad_logps is None and grad_entropy is None:
+                return None, None, None, None, None, None, None
+            for start in range(0, target.shape[0], chunk_size):
+                end = min(start + chunk_size, target.shape[0])
+                h = hidden[start:end].to(dtype)
+                z, capped = _token_logits(h, weight, dtype, softcap, temperature)
+                log_p = z.sub_(lse[start:end, None])
+                # d log p_y / dz_j = 1[j = y] - p_j and d H / dz_j = -p_j (log p_j + H), so with the incoming
+                # gradients a (log-probs) and b (entropy): g_j = a 1[j = y] - p_j (a + b (log p_j + H)), built in
+                # place: one chunk x vocab buffer (two with an entropy gradient)
+                gl = torch.zeros(end - start, dtype=z.dtype, device=z.device)
+                if grad_logps is not None:
+                    gl = grad_logps[start:end].to(z.dtype)
+                if grad_entropy is not None:
+                    p = log_p.exp()
+                    ge = grad_entropy[start:end].to(z.dtype)
+                    weight_p = log_p.add_(entropy[start:end, None]).mul_(ge[:, None]).add_(gl[:, None])
+                    g = p.mul_(weight_p).neg_()
+                    del weight_p
+                else:
+                    g = log_p.exp_().mul_(-gl[:, None])
+                del log_p, z
+                g[torch.arange(end - start, device=g.device), target[start:end]] += gl
+                if temperature != 1.0:
+                    g.div_(temperature)
+                if capped is not None:
+                    g.mul_(1 - capped.square())  # d (c tanh(l / c)) / d l
+                g = g.to(dtype)
+                if grad_hidden is not None:
+                    grad_hidden[start:end] = g @ weight.to(dtype)
+                if grad_weight is not None:
+                    grad_weight += g.t() @ h
+                del g, capped
+            return (
+                grad_hidden.to(hidden.dtype) if grad_hidden is not None else None,
+                grad_weight.to(weight.dtype) if grad_weight is not None else None,
+                None, None, None, None, None,
+            )  # fmt: skip
+
+    return ChunkedTokenLogps
+
+
+def chunked_token_logps(
+    hidden: Any,
+    weight: Any,
+    target: Any,
+    chunk_size: int,
+    *,
+    softcap: float | None = None,
+    temperature: float = 1.0,
+    outputs: tuple[str, ...] = ("log_probs",),
+) -> tuple[Any, Any, Any, Any, Any]:
+    """Each token's ``log softmax(logits)[target]`` for ``logits = softcap(hidden @ weight.T) / temperature``,
+    ``chunk_size`` tokens at a time: the full ``tokens x vocab`` logits never exist, in the forward or the backward
+    (which recomputes each chunk's logits and turns them into their gradient).
+
+    Args:
+        hidden: ``[tokens, hidden]`` the last hidden states of the scored positions.
+        weight: ``[vocab, hidden]`` the lm_head's weight (no bias).
+        target: ``[tokens]`` the token whose log-probability each position gets.
+        chunk_size: tokens per chunk (at least 1).
+        softcap: the model's ``final_logit_softcapping`` (None: none).
+        temperature: the sampling temperature the logits are divided by.
+        outputs: besides ``log_probs``, any of ``entropy`` (differentiable), ``log_sum_sq_probs``, ``mean_logits``,
+            ``is_top1`` (TRL's fused-head fields, without gradient).
+
+    Returns:
+        ``(log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1)``, each ``[tokens]`` (float32; bool for
+        ``is_top1``), None for a field not in ``outputs``.
+    """
+    unknown = set(outputs) - set(TOKEN_OUTPUTS)
+    if unknown or chunk_size < 1:
+        raise SwiftcoreError(f"chunked_token_logps: chunk_size {chunk_size} (>= 1), outputs {sorted(unknown)} unknown")
+    return _token_logps_function().apply(
+        hidden, weight, target, int(chunk_size), softcap, float(temperature), tuple(outputs)
+    )
+
+
+def _chunked_output_class() -> Any:
+    from dataclasses import dataclass
+
+    from transformers.utils import ModelOutput
+
+    @dataclass
+    class ChunkedLMHeadOutput(ModelOutput):
+        """TRL's ``FusedCausalLMOutput`` fields, from :func:`chunked_token_logps`."""
+
+        loss: Any = None
+        log_probs: Any = None
+        entropy: Any = None
+        log_sum_sq_probs: Any = None
+        mean_logits: Any = None
+        is_top1: Any = None
+        label_mask: Any = None
+        aux_loss: Any = None
+
+    return ChunkedLMHeadOutput
+
+
+def _head_reason(model: Any, chunk_size: int) -> str | None:
+    """Why :func:`use_chunked_lm_head` leaves ``model``'s TRL fused head alone (None: it can take over)."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    head = model.get_output_embeddings()
+    scales = ("logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
+    if not chunk_size:
+        return "as asked (--loss-chunk-size 0)"
+    if head is None or getattr(head, "weight", None) is None or head.weight.dim() != 2:
+        return f"{type(model).__name__} has no lm_head"
+    if getattr(head, "bias", None) is not None:
+        return "its lm_head has a bias"
+    if getattr(text, "output_router_logits", False):
+        return "a MoE model whose load-balancing loss TRL's head adds"
+    if any(getattr(text, k, None) is not None for k in scales):
+        return f"{type(text).__name__} scales its logits"
+    if not hasattr(model, "base_model"):
+        return f"{type(model).__name__} has no base_model"
+    return None
+
+
+def use_chunked_lm_head(
+    model: Any,
+    chunk_size: int = DEFAULT_LOSS_CHUNK_SIZE,
+    *,
+    temperature: float = 1.0,
+    outputs: tuple[str, ...] = ("log_probs",),
+    reason: str | None = None,
+) -> bool:
+    """Make ``model``'s TRL fused-LM-head forward (``model(..., labels=, fused_lm_head=True)``, which TRL's
+    ``add_fused_lm_head`` added) score the labels with :func:`chunked_token_logps`, ``chunk_size`` tokens at a time.
+
+    What TRL's forward returns stays the same (``log_probs``, ``entropy``, ... zero where the label is -100,
+    ``label_mask``, ``loss``): TRL's loss code runs unchanged. Calls without ``fused_lm_head=True`` (generation), with
+    pre-shifted ``shift_labels`` (context parallelism) or while the lm_head is wrapped (LoRA on the head) go to TRL's
+    forward. Returns False, logging why, where the model keeps TRL's head: ``chunk_size`` 0, a caller's ``reason``
+    (``--fsdp``, an fp32 head), an lm_head with a bias, a MoE model (TRL adds its load-balancing loss) or one that
+    scales its logits.
+
+    Args:
+        model: the model TRL patched (under any peft wrapper: ``get_base_model()``).
+        chunk_size: ``--loss-chunk-size``: tokens per chunk (0: TRL's head).
+        temperature: the temperature TRL's head was added with.
+        outputs: the fields TRL's head was added with (:data:`TOKEN_OUTPUTS`).
+        reason: a reason of the caller's to keep TRL's head (None: none).
+
+    Raises:
+        SwiftcoreError: ``chunk_size`` is negative.
+    """
+    import torch
+
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 0:
+        raise SwiftcoreError(f"--loss-chunk-size: {chunk_size!r} must be 0 (TRL's head) or a positive number of tokens")
+    reason = reason or _head_reason(model, chunk_size)
+    if reason is not None:
+        log.info("log-probs: TRL's fused lm_head (%s: %s)", type(model).__name__, reason)
+        return False
+    log.info("log-probs: chunked lm_head, %d tokens per chunk (--loss-chunk-size)", chunk_size)
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    softcap = getattr(text, "final_logit_softcapping", None)
+    fused, output_class = model.forward, _chunked_output_class()
+
+    @functools.wraps(fused)
+    def forward(*args: Any, fused_lm_head: bool = False, labels: Any = None, shift_labels: Any = None,
+                num_items_in_batch: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+        head = model.get_output_embeddings()
+        if not fused_lm_head or shift_labels is not None or type(head) is not torch.nn.Linear:
+            return fused(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
+                         num_items_in_batch=num_items_in_batch, **kwargs)  # fmt: skip
+        kwargs["use_cache"] = False
+        hidden = model.base_model(*args, **kwargs).last_hidden_state[:, :-1]
+        shifted = labels[:, 1:].to(head.weight.device)
+        mask = shifted != -100
+        per_token = chunked_token_logps(
+            hidden.to(head.weight.device)[mask], head.weight, shifted[mask], chunk_size,
+            softcap=softcap, temperature=temperature, outputs=outputs,
+        )  # fmt: skip
+        # masked_scatter keeps an all-masked batch connected to the model (a differentiable zero), as TRL does
+        fields: list[Any] = [None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token]
+        count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        loss = -fields[0].sum() / count
+        return output_class(loss, *fields, label_mask=mask)
+
+    model.forward = forward
+    return True

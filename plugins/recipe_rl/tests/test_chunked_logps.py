@@ -1,0 +1,93 @@
+"""``--loss-chunk-size`` for GRPO: the per-token log-probs of the completion (policy, old policy, reference) come
+from swiftcore-train's chunked lm_head (a few tokens' logits at a time, recomputed in the backward) in place of TRL's
+fused head; on a fixed batch the old and reference log-probs, the trainer's loss and every gradient are the plain
+(TRL's head's) ones (fp32, to 1e-6).
+
+The batch: 8 completions of 1-6 random tokens after 3-token prompts, fixed advantages, a KL term (beta 0.05), at
+temperature 0.7; the policy (LoRA on the tiny Qwen3.5) is moved twice, so its ratio to the old policy and its
+log-ratio to the reference (the adapter disabled) are not 1 and 0. Chunks of 3 tokens: every completion spans two.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LENGTHS = (3, 6, 1, 4, 5, 2, 6, 3)
+ADVANTAGES = (1.2, -0.7, 0.4, -0.9, 0.8, 0.8, -1.1, -0.5)
+
+
+def _grpo_step(tiny_dir: Path, plugins: Any, tmp_path: Path, make: Any, chunk: int) -> dict[str, Any]:
+    import torch
+    from swiftcore_recipe_rl.trainer import chunk_lm_heads
+
+    torch.manual_seed(0)
+    trainer = make("grpo", tiny_dir, plugins, tmp_path / f"grpo{chunk}", grpo_beta=0.05, rollout_temperature=0.7)
+    chunk_lm_heads(trainer, chunk)
+    model = trainer.model.train()
+
+    def move(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.add_(torch.randn(p.shape, generator=gen) * 0.01)
+
+    gen = torch.Generator().manual_seed(1)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    width = max(LENGTHS)
+    batch = {
+        "prompt_ids": torch.randint(0, vocab, (len(LENGTHS), 3), generator=gen),
+        "prompt_mask": torch.ones(len(LENGTHS), 3, dtype=torch.long),
+        "completion_ids": torch.randint(0, vocab, (len(LENGTHS), width), generator=gen),
+        "completion_mask": (torch.arange(width)[None, :] < torch.tensor(LENGTHS)[:, None]).long(),
+        "advantages": torch.tensor(ADVANTAGES),
+        "num_items_in_batch": torch.tensor(float(sum(LENGTHS))),
+    }
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    move(0)
+    with torch.no_grad():
+        old, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, width, compute_entropy=True)
+        with model.disable_adapter():
+            ref, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, width)
+    move(1)
+    trainer.current_gradient_accumulation_steps = 1
+    loss = trainer._compute_loss(model, {**batch, "old_per_token_logps": old, "ref_per_token_logps": ref})
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+    mask = batch["completion_mask"].bool()
+    return {"old": old[mask], "entropy": entropy[mask], "ref": ref[mask], "loss": loss.detach(), "grads": grads}
+
+
+def test_chunked_grpo_equals_the_plain_head(tiny_dir, plugins, tmp_path, trainer_factory, caplog) -> None:
+    import torch
+
+    plain = _grpo_step(tiny_dir, plugins, tmp_path, trainer_factory, 0)
+    with caplog.at_level(logging.INFO, logger="swiftcore.train"):
+        chunked = _grpo_step(tiny_dir, plugins, tmp_path, trainer_factory, 3)
+    assert "chunked lm_head, 3 tokens per chunk" in caplog.text  # the chunked head did score the batch
+    for name in ("old", "ref"):
+        assert torch.allclose(chunked[name], plain[name], rtol=0, atol=1e-6), name
+    # entropies of about 5 (a metric, summed otherwise than TRL's online log-sum-exp): to 1e-6 of their size
+    assert torch.allclose(chunked["entropy"], plain["entropy"], rtol=1e-6, atol=1e-6)
+    assert (plain["old"] - plain["ref"]).abs().max() > 1e-2  # the KL term is not trivially zero
+    worst = max((chunked["grads"][n] - g).abs().max().item() for n, g in plain["grads"].items())
+    print(f"grpo: loss plain {plain['loss']:.8f} chunked {chunked['loss']:.8f}; worst grad diff {worst:.2e}")
+    assert plain["grads"].keys() == chunked["grads"].keys() and len(plain["grads"]) > 0
+    assert abs(float(chunked["loss"]) - float(plain["loss"])) < 1e-6
+    assert max(g.abs().max().item() for g in plain["grads"].values()) > 1e-3  # the gradients are not trivially zero
+    assert worst < 1e-6
+
+
+def test_a_negative_chunk_size_is_refused(tiny_dir, plugins, tmp_path, trainer_factory) -> None:
+    from swiftcore_recipe_rl.trainer import chunk_lm_heads
+
+    from swiftcore.api import SwiftcoreError
+
+    trainer = trainer_factory("grpo", tiny_dir, plugins, tmp_path / "bad")
+    with pytest.raises(SwiftcoreError, match="--loss-chunk-size"):
+        chunk_lm_heads(trainer, -1)
