@@ -21,6 +21,7 @@ from swiftcore_tiny.processor import save_processor_config
 from swiftcore_tiny.tokenizer import build_tiny_tokenizer
 
 __all__ = [
+    "TINY_CORPUS",
     "TINY_LOGIT_MARGIN",
     "VOCAB",
     "TinyCheckpoint",
@@ -39,6 +40,7 @@ __all__ = [
 
 #: name -> the submodule that defines it, imported on first use (importing the package stays light).
 _WHERE = {
+    "TINY_CORPUS": "_corpus",
     "VOCAB": "family",
     "TinyFamily": "family",
     "TinyProcessor": "family",

@@ -1,0 +1,60 @@
+"""Hook implementations of swiftcore-plugin-qwen3-omni: the model spec and its commands, as plain data."""
+
+from __future__ import annotations
+
+from swiftcore.api import CommandSpec, ModelParts, ModelSpec, hookimpl
+
+SWIFTCORE_API = "1.0"
+
+_PKG = "swiftcore_plugin_qwen3_omni"
+
+
+@hookimpl
+def swiftcore_register_models() -> list[ModelSpec]:
+    """Qwen3-Omni (``qwen3_omni_moe``): the thinker trains and answers in text; the talker speaks (see ``speech``)."""
+    return [
+        ModelSpec(
+            name="qwen3_omni_moe",
+            # A checkpoint of the whole model, or one of the thinker alone (what a fully fine-tuned thinker saves).
+            model_types=("qwen3_omni_moe", "qwen3_omni_moe_thinker"),
+            architectures=("Qwen3OmniMoeForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration"),
+            # make-tiny builds the whole model (thinker, talker, Code2Wav) with this class ...
+            model_class=f"{_PKG}.modeling:Qwen3OmniMoeForConditionalGeneration",
+            # ... and training and inference load its thinker (the whole model has no forward of its own).
+            loader=f"{_PKG}.modeling:load_thinker",
+            # Qwen3's template (swiftcore-template-qwen): the checkpoint's own chat template, official/qwen3_omni.jinja,
+            # renders text turns exactly as Qwen3's does (it adds media placeholders for list content).
+            default_template="qwen3",
+            # Full-match regexes on the thinker: the towers, their mergers and the MoE routers stay out of LoRA.
+            lora_exclude_modules=(r"audio_tower(\..*)?", r"visual(\..*)?", r".*\.mlp\.gate"),
+            parts=ModelParts(
+                language_model=("model",),
+                vision_tower=("visual",),
+                audio_tower=("audio_tower",),
+                lm_head=("lm_head",),
+            ),
+            requires=("transformers>=5.19",),
+            tiny_config=f"{_PKG}.tiny:tiny_qwen3_omni_config",
+            tiny_tokenizer=f"{_PKG}.tiny:tiny_qwen3_omni_tokenizer",
+            tasks=("causal_lm",),
+            modalities=("text",),
+            description="Qwen3-Omni MoE: thinker (text) with LoRA, talker training and offline speech out",
+        ),
+    ]
+
+
+@hookimpl
+def swiftcore_register_commands() -> list[CommandSpec]:
+    """``swiftcore omni-talker-train`` and ``swiftcore omni-speak``."""
+    return [
+        CommandSpec(
+            name="omni-talker-train",
+            target=f"{_PKG}.command:talker_train_command",
+            short_help="Train Qwen3-Omni's talker on codec tokens, thinker frozen.",
+        ),
+        CommandSpec(
+            name="omni-speak",
+            target=f"{_PKG}.command:speak_command",
+            short_help="Qwen3-Omni: text -> thinker -> talker -> Code2Wav -> WAV.",
+        ),
+    ]
