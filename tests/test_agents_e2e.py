@@ -95,15 +95,10 @@ FAMILIES: dict[str, Family] = {
 CALL_XFAIL: dict[str, str] = {}
 # Families whose final answer (after the tool result) does not come back; the reason is a train/serve mismatch,
 # not the test (each is marked xfail, strict).
-ANSWER_XFAIL: dict[str, str] = {
-    "gemma4": (
-        "gemma4 template: the training encoding gives the tool-call turn the thinking-off generation prompt "
-        "'<|turn>model\\n<|channel>thought\\n<channel|>' and trains the final answer after the tool response in that "
-        "same model turn, but serving re-renders the history with the official template, which drops the empty "
-        "thought channel before '<|tool_call>', so the answer is asked after a prompt never trained "
-        "(token 151 differs)"
-    ),
-}
+ANSWER_XFAIL: dict[str, str] = {}
+# (Gemma 4's answer after the tool result used to be one: serving renders the call's turn without the empty thought
+# channel the call was trained after. Its template now trains each round after the prompt serving renders for it:
+# Gemma4Template.training_rounds.)
 
 
 _rows = tool_rows

@@ -166,7 +166,8 @@ class SampleEncoder:
         lazily, of a multimodal sample); those with no token carrying loss, or too long under
         ``truncation="drop"``, are left out with a warning.
 
-        Records go through :meth:`encode` in chunks of :data:`ENCODE_CHUNK` (a progress bar on large datasets).
+        Records go through :meth:`encode` in chunks of :data:`ENCODE_CHUNK` (a progress bar on large datasets); a
+        template with ``training_rounds(record)`` (Gemma 4's tool rounds) trains each record as the records it returns.
 
         Raises:
             SwiftcoreError: a record cannot be encoded (naming it), or no sample is left.
@@ -177,8 +178,9 @@ class SampleEncoder:
         samples: list[dict[str, Any]] = []
         no_loss = dropped = 0
         with tqdm(total=len(records), desc=desc, unit="sample", mininterval=1.0, disable=len(records) < 2000) as bar:
+            rounds = getattr(self.template, "training_rounds", None) or (lambda record: [record])
             for start in range(0, len(records), ENCODE_CHUNK):
-                chunk = [self.prepare(record) for record in records[start : start + ENCODE_CHUNK]]
+                chunk = [r for record in records[start : start + ENCODE_CHUNK] for r in rounds(self.prepare(record))]
                 encoded = self._encode_prepared(chunk, **options)
                 for record, enc in zip(chunk, encoded, strict=True):
                     if enc is None:  # truncation="drop"
@@ -189,7 +191,7 @@ class SampleEncoder:
                         samples.append(self.media.expand(enc, record, max_length=max_length, lazy=True))
                     else:
                         samples.append({"input_ids": list(enc.input_ids), "labels": list(enc.labels)})
-                bar.update(len(chunk))
+                bar.update(len(records[start : start + ENCODE_CHUNK]))
         if dropped:
             log.warning("dropped %d sample(s) longer than --max-length %d", dropped, max_length)
         if no_loss:

@@ -3,6 +3,12 @@
 Turns are ``<|turn>ROLE\\n ... <turn|>\\n`` with role ``model`` for the assistant. Tool calls and the
 responses of the tool messages that follow are rendered inside the model turn; a model turn whose
 tool calls got responses but no text stays open and the next assistant message continues it.
+
+A reply of several rounds (calls, their results, then an answer, in one model turn) cannot be trained as one
+sequence: serving asks the first round after the generation prompt (``<|turn>model\\n<|channel>thought\\n<channel|>``
+with thinking off) but each later round after the history as the official template renders it, where that empty
+thought channel is gone. :meth:`Gemma4Template.training_rounds` splits such a record into one record per round,
+each trained on exactly the prompt serving renders for it.
 """
 
 from __future__ import annotations
@@ -29,11 +35,14 @@ from swiftcore_template_gemma.declarations import (
     format_tool_response,
 )
 
-__all__ = ["Gemma4Template"]
+__all__ = ["ROUND_KEY", "Gemma4Template"]
 
 _MEDIA = {"image": "<|image|>", "audio": "<|audio|>", "video": "<|video|>"}
 #: The roles Gemma 4 renders a turn for (``developer`` is a system turn).
 _ROLES = ("system", "developer", "user", "assistant", "tool")
+#: ``chat_template_kwargs`` key :meth:`Gemma4Template.training_rounds` sets on a later round's record: in training,
+#: only its last assistant message is trained, and the earlier rounds render as history (as serving renders them).
+ROUND_KEY = "swiftcore_train_last_round"
 _CALL = re.compile(r"<\|tool_call>call:([^{]+)\{(.*?)\}<tool_call\|>", re.S)
 
 
@@ -111,6 +120,8 @@ class Gemma4Template(Template):
             if messages[index].get("role") == "user":
                 last_user = index
                 break
+        # a later round's record (training_rounds): only its last message is trained
+        trained_from = len(messages) - 1 if conv.training and conv.kwargs.get(ROUND_KEY) else 0
         previous_role = None
         for index in range(offset, len(messages)):
             message = messages[index]
@@ -118,7 +129,9 @@ class Gemma4Template(Template):
             if role_in == "tool":
                 continue
             if role_in == "assistant":
-                pieces, state = self._model_turn(conv, index, previous_role == "assistant", index > last_user)
+                pieces, state = self._model_turn(
+                    conv, index, previous_role == "assistant", index > last_user, index >= trained_from
+                )
             else:
                 pieces, state = self._turn(conv, index, str(role_in))
             out += pieces
@@ -151,8 +164,9 @@ class Gemma4Template(Template):
         pieces, last_media = self._content(conv, index, model=False)
         return [prompt(f"<|turn>{role}\n", index), *pieces, prompt("<turn|>\n", index)], last_media
 
-    def _model_turn(self, conv: Conversation, index: int, continues: bool,
-                    after_user: bool) -> tuple[list[Segment], str | None]:
+    def _model_turn(
+        self, conv: Conversation, index: int, continues: bool, after_user: bool, trained: bool = True
+    ) -> tuple[list[Segment], str | None]:
         message = conv.messages[index]
         chunks: list[tuple[str, bool]] = [] if continues else [("<|turn>model\n", True)]
         state = None
@@ -161,7 +175,7 @@ class Gemma4Template(Template):
         # The official template shows thinking only before tool calls; a reply being trained (train/serve
         # rule, swiftcore.template.base) keeps it, in the same form, as the model generates it.
         thought = ""
-        if thinking_text and after_user and (calls or conv.training):
+        if thinking_text and after_user and (calls or (conv.training and trained)):
             thought = "<|channel>thought\n" + str(thinking_text) + "\n<channel|>"
             chunks.append((thought, True))
         raw = message.get("content")
@@ -169,6 +183,8 @@ class Gemma4Template(Template):
             # The common case (a text reply, no tools): every chunk is trained, so the turn is one piece
             # and its trailer, as the general path below merges it.
             head, kind = ("", "answer") if continues else ("<|turn>model\n", "assistant")
+            if not trained:
+                return [prompt(head + thought + strip_thinking(raw) + "<turn|>\n", index)], None
             return [Segment(head + thought + strip_thinking(raw) + "<turn|>", kind, index), prompt("\n", index)], None
         if calls:
             chunks.append(("".join(self._call(conv, index, call) for call in calls), True))
@@ -176,11 +192,12 @@ class Gemma4Template(Template):
         responded = False
         if message.get("tool_responses"):
             for response in message["tool_responses"]:
-                chunks.append((format_tool_response(str(response.get("name", "unknown")), response.get("response")),
-                               False))
+                chunks.append(
+                    (format_tool_response(str(response.get("name", "unknown")), response.get("response")), False)
+                )
                 responded, state = True, "tool_response"
         elif calls:
-            for follow in conv.messages[index + 1:]:
+            for follow in conv.messages[index + 1 :]:
                 if follow.get("role") != "tool":
                     break
                 chunks.append((format_tool_response(self._tool_name(calls, follow), self._tool_body(follow)), False))
@@ -201,14 +218,48 @@ class Gemma4Template(Template):
             trailer = "\n"
         # '<|tool_response>' right after the calls is what the model generates to hand over to the tool
         # (the official template writes it alone for an unanswered call): it is trained, the response not.
-        for k, (text, trained) in enumerate(chunks):
-            if not trained and text.startswith("<|tool_response>"):
-                chunks[k:k + 1] = [("<|tool_response>", True), (text[len("<|tool_response>"):], False)]
+        if not trained:  # an earlier round of a later round's record: history, as serving renders it
+            chunks = [(text, False) for text, _ in chunks]
+        for k, (text, learn) in enumerate(chunks):
+            if trained and not learn and text.startswith("<|tool_response>"):
+                chunks[k : k + 1] = [("<|tool_response>", True), (text[len("<|tool_response>") :], False)]
                 break
         segments = self._merge(chunks, index, header=not continues)
         if trailer:
             segments.append(prompt(trailer, index))
         return segments, state
+
+    def training_rounds(self, record: Mapping[str, Any] | list) -> list[Mapping[str, Any] | list]:
+        """The records a training record is encoded as: one per round of its reply.
+
+        A reply (the assistant messages after the last user message) of one round comes back unchanged. A reply
+        of several rounds (``assistant`` with tool calls, the ``tool`` results, ..., the final ``assistant``) gives
+        one record per round, cut after that round's assistant message: the first is trained as usual (history
+        turns and the first round, after the generation prompt); each later one carries :data:`ROUND_KEY`, so only
+        its last round is trained, after the earlier rounds rendered as the official template renders them for
+        serving. Every record keeps the whole reply's thinking mode (:meth:`thinking_mode`), so each trained span
+        follows exactly the prompt ``render(history, add_generation_prompt=True)`` gives in that mode.
+
+        Args:
+            record: a training record (``{"messages": [...], ...}`` or a list of messages).
+
+        Returns:
+            The records, in order (``[record]`` when the reply has one round).
+        """
+        messages = list(record.get("messages") or []) if isinstance(record, Mapping) else list(record)
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        rounds = [i for i in range(last_user + 1, len(messages)) if messages[i].get("role") == "assistant"]
+        if len(rounds) < 2:
+            return [record]
+        base = dict(record) if isinstance(record, Mapping) else {"messages": messages}
+        kwargs = dict(base.get("chat_template_kwargs") or {})
+        if self.thinking_switch:
+            kwargs["enable_thinking"] = self.thinking_mode(record)
+        out: list[Mapping[str, Any] | list] = []
+        for k, end in enumerate(rounds):
+            extra = {ROUND_KEY: True} if k else {}
+            out.append({**base, "messages": messages[: end + 1], "chat_template_kwargs": {**kwargs, **extra}})
+        return out
 
     def _merge(self, chunks: list[tuple[str, bool]], index: int, header: bool) -> list[Segment]:
         merged: list[list[Any]] = []
@@ -269,7 +320,7 @@ class Gemma4Template(Template):
             arguments = {}
             for pair in re.finditer(r"(\w+):(" + re.escape(Q) + r".*?" + re.escape(Q) + r"|[^,]*)", body):
                 value = pair.group(2)
-                arguments[pair.group(1)] = value[len(Q):-len(Q)] if value.startswith(Q) else json_or_text(value)
+                arguments[pair.group(1)] = value[len(Q) : -len(Q)] if value.startswith(Q) else json_or_text(value)
             calls.append(tool_call(name.strip(), arguments))
         content = _CALL.sub("", text).strip()
         return {"content": content, "reasoning_content": reasoning, "tool_calls": calls}
