@@ -1,4 +1,5 @@
-"""Fixtures shared by the megatron engine's tests."""
+"""Fixtures shared by the megatron engine's tests: the SFT chats, and what the preference recipes' tests (dpo, kto,
+rm) share: the launcher, the pairs, the vowel task, pairwise accuracy and a moved reference model."""
 
 from __future__ import annotations
 
@@ -23,3 +24,129 @@ def dataset(tmp_path_factory) -> Path:
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+# ---------------------------------------------------------------- the preference recipes' tests (dpo, kto, rm)
+
+#: Eight prompt / chosen / rejected pairs (the DPO and reward-model parity data).
+PREFERENCE_PAIRS = [
+    {"prompt": "say apple", "chosen": "apple apple", "rejected": "pear"},
+    {"prompt": "name a colour", "chosen": "blue", "rejected": "a loud noise, very loud"},
+    {"prompt": "count to three", "chosen": "one two three", "rejected": "three"},
+    {"prompt": "greet me", "chosen": "hello there, friend", "rejected": "go away"},
+    {"prompt": "say a number", "chosen": "seven", "rejected": "a cat"},
+    {"prompt": "say yes", "chosen": "yes", "rejected": "no, never"},
+    {"prompt": "spell cat", "chosen": "c a t", "rejected": "dog"},
+    {"prompt": "what is up", "chosen": "the sky", "rejected": "nothing at all, really"},
+]
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _train_recipe(recipe: str, model: Path, dataset: Path, out: Path, *extra: str, ranks: int = 1) -> list[dict]:
+    import subprocess
+    import sys
+
+    from swiftcore_testing import free_port, user_env
+
+    bin_dir = Path(sys.executable).parent
+    train = ["train", "--recipe", recipe, "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out),
+             "--logging-steps", "1", "--seed", "7", "--no-plot", *extra]  # fmt: skip
+    launcher = [str(bin_dir / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
+    command = [*(launcher if ranks > 1 else []), str(bin_dir / "swiftcore"), *train]
+    env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+
+
+def _vowel_task(tokenizer, n_train: int = 64, n_held: int = 16, seed: int = 0) -> tuple[list, list]:
+    import random
+
+    vowels = [c for c in "aeiou" if len(tokenizer.tokenize(" " + c)) == 1]
+    consonants = [c for c in "bcdfgklmnprst" if len(tokenizer.tokenize(" " + c)) == 1][: len(vowels) + 1]
+    rng = random.Random(seed)
+
+    def letters(pool: list[str]) -> str:
+        return " ".join(rng.choice(pool) for _ in range(4))
+
+    def row(asked: str, vowel_reply: str, consonant_reply: str) -> dict:
+        chosen, rejected = (vowel_reply, consonant_reply) if asked == "vowels" else (consonant_reply, vowel_reply)
+        return {
+            "messages": [{"role": "user", "content": f"say {asked}"}, {"role": "assistant", "content": chosen}],
+            "rejected_response": rejected,
+        }
+
+    train = [row(rng.choice(["vowels", "consonants"]), letters(vowels), letters(consonants)) for _ in range(n_train)]
+    held = []
+    for _ in range(n_held):
+        v, c = letters(vowels), letters(consonants)
+        held += [row("vowels", v, c), row("consonants", v, c)]
+    return train, held
+
+
+def _pairwise_accuracy(model, samples: list[dict]) -> float:
+    import torch
+
+    def logp(prompt: list[int], reply: list[int]) -> float:
+        ids = torch.tensor([prompt + reply])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1].float()
+        return float(logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[len(prompt) - 1 :].sum())
+
+    wins = [logp(s["prompt_ids"], s["chosen_ids"]) > logp(s["prompt_ids"], s["rejected_ids"]) for s in samples]
+    return sum(wins) / len(wins)
+
+
+@pytest.fixture(scope="session")
+def preference_pairs() -> list[dict]:
+    """:data:`PREFERENCE_PAIRS`, a fresh copy of each row."""
+    return [dict(r) for r in PREFERENCE_PAIRS]
+
+
+@pytest.fixture(scope="session")
+def write_jsonl():
+    """``write_jsonl(path, rows) -> path``: the rows as JSON lines."""
+    return _write_jsonl
+
+
+@pytest.fixture(scope="session")
+def train_recipe():
+    """``train_recipe(recipe, model, dataset, out, *flags, ranks=1) -> records``: ``swiftcore train --recipe RECIPE``
+    (under torchrun with ``ranks`` processes when above 1), asserted to succeed; its ``logs.jsonl`` records."""
+    return _train_recipe
+
+
+@pytest.fixture(scope="session")
+def vowel_task():
+    """``vowel_task(tokenizer) -> (train_rows, held_rows)``: the preference recipe's vowel task (its conftest's
+    ``vowel_task``): "say vowels" prefers four vowels to four consonants, "say consonants" the reverse; each held-out
+    pair is asked both ways, so ignoring the prompt scores exactly 50%."""
+    return _vowel_task
+
+
+@pytest.fixture(scope="session")
+def pairwise_accuracy():
+    """``pairwise_accuracy(model, samples) -> float``: the share of pairs whose chosen reply the model scores higher
+    (summed reply log-probs, each sequence alone)."""
+    return _pairwise_accuracy
+
+
+@pytest.fixture(scope="module")
+def other_reference(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny Qwen3.5 with every weight moved by noise: a reference that is not the policy's initial weights."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("reference") / "moved"
+    shutil.copytree(tiny_model_dir("qwen3_5"), out)
+    gen = torch.Generator().manual_seed(1)
+    weights = load_file(out / "model.safetensors")
+    tensors = {k: v + 0.02 * torch.randn(v.shape, generator=gen) for k, v in weights.items()}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out

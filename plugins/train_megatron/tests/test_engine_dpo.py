@@ -17,82 +17,38 @@ transformers engine (TRL's DPOTrainer), on gloo with real torchrun processes.
 
 from __future__ import annotations
 
-import json
-import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import free_port, user_env
 
-BIN = Path(sys.executable).parent
 STEPS = 3
-
-ROWS = [
-    {"prompt": "say apple", "chosen": "apple apple", "rejected": "pear"},
-    {"prompt": "name a colour", "chosen": "blue", "rejected": "a loud noise, very loud"},
-    {"prompt": "count to three", "chosen": "one two three", "rejected": "three"},
-    {"prompt": "greet me", "chosen": "hello there, friend", "rejected": "go away"},
-    {"prompt": "say a number", "chosen": "seven", "rejected": "a cat"},
-    {"prompt": "say yes", "chosen": "yes", "rejected": "no, never"},
-    {"prompt": "spell cat", "chosen": "c a t", "rejected": "dog"},
-    {"prompt": "what is up", "chosen": "the sky", "rejected": "nothing at all, really"},
-]
-
-
-def _write(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def _run(command: list) -> None:
-    env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-
-
-def _train(model: Path, dataset: Path, out: Path, *extra: str, ranks: int = 1) -> list[dict]:
-    """``swiftcore train --recipe dpo`` (on ``ranks`` torchrun processes); the logged step records."""
-    train = [
-        "train", "--recipe", "dpo",
-        "--model", str(model),
-        "--dataset", str(dataset),
-        "--output-dir", str(out),
-        "--logging-steps", "1",
-        "--seed", "7",
-        "--no-plot",
-        *extra,
-    ]  # fmt: skip
-    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
-    _run([*(launcher if ranks > 1 else []), str(BIN / "swiftcore"), *train])
-    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
-
 
 PARITY = ("--tuner", "full", "--max-steps", str(STEPS), "--batch-size", "4", "--learning-rate", "5e-4",
           "--save-steps", "100", "--split-ratio", "0")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def pairs(tmp_path_factory) -> Path:
-    return _write(tmp_path_factory.mktemp("pairs") / "pairs.jsonl", ROWS)
+def pairs(write_jsonl, preference_pairs, tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("pairs") / "pairs.jsonl", preference_pairs)
 
 
 @pytest.fixture(scope="module")
-def transformers_dpo(tiny_model_dir, pairs, tmp_path_factory) -> dict[int, dict]:
+def transformers_dpo(train_recipe, tiny_model_dir, pairs, tmp_path_factory) -> dict[int, dict]:
     """The ``dpo`` recipe on the transformers engine (TRL's DPOTrainer): step -> logged record."""
     out = tmp_path_factory.mktemp("transformers") / "dpo"
-    return {r["step"]: r for r in _train(tiny_model_dir("qwen3_5"), pairs, out, *PARITY) if "loss" in r}
+    return {r["step"]: r for r in train_recipe("dpo", tiny_model_dir("qwen3_5"), pairs, out, *PARITY) if "loss" in r}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("tp", "accum"), [(1, 1), (2, 1), (1, 2)], ids=["tp1", "tp2", "tp1-ga2"])
-def test_the_first_losses_equal_the_transformers_engine(tp, accum, tiny_model_dir, pairs, transformers_dpo, tmp_path):
+def test_the_first_losses_equal_the_transformers_engine(
+    train_recipe, tp, accum, tiny_model_dir, pairs, transformers_dpo, tmp_path
+):
     """``accum=2``: each step's 4 pairs as two micro-batches of 2 (the step's loss is the mean over its pairs)."""
     extra = ("--engine", "megatron", "--tp", str(tp), "--gradient-accumulation-steps", str(accum))
     extra += ("--batch-size", str(4 // accum))  # after PARITY's --batch-size 4: the last one given wins
-    logged = _train(tiny_model_dir("qwen3_5"), pairs, tmp_path / "megatron", *PARITY, *extra, ranks=tp)
+    logged = train_recipe("dpo", tiny_model_dir("qwen3_5"), pairs, tmp_path / "megatron", *PARITY, *extra, ranks=tp)
     got = {r["step"]: r for r in logged if "loss" in r}
     assert sorted(got) == sorted(transformers_dpo) == list(range(1, STEPS + 1))
     for step, expected in transformers_dpo.items():
@@ -101,32 +57,15 @@ def test_the_first_losses_equal_the_transformers_engine(tp, accum, tiny_model_di
     assert abs(transformers_dpo[STEPS]["loss"] - transformers_dpo[1]["loss"]) > 0.1, "the losses must move"
 
 
-@pytest.fixture(scope="module")
-def other_reference(tiny_model_dir, tmp_path_factory) -> Path:
-    """The tiny Qwen3.5 with every weight moved by noise: a reference that is not the policy's initial weights."""
-    import shutil
-
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    out = tmp_path_factory.mktemp("reference") / "moved"
-    shutil.copytree(tiny_model_dir("qwen3_5"), out)
-    gen = torch.Generator().manual_seed(1)
-    weights = load_file(out / "model.safetensors")
-    tensors = {k: v + 0.02 * torch.randn(v.shape, generator=gen) for k, v in weights.items()}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    return out
-
-
 @pytest.mark.slow
-def test_ref_model_and_beta_reach_the_loss(tiny_model_dir, pairs, other_reference, tmp_path):
+def test_ref_model_and_beta_reach_the_loss(train_recipe, tiny_model_dir, pairs, other_reference, tmp_path):
     """``--ref-model`` (another model than the policy) and ``--beta`` 0.3, given on the command line (the ``dpo``
     recipe's options reach ``dpo.megatron``): step 1 is no longer log 2, and the first 3 losses still equal the
     transformers engine's."""
     model = tiny_model_dir("qwen3_5")
     options = ("--beta", "0.3", "--ref-model", str(other_reference))
-    reference = _train(model, pairs, tmp_path / "transformers", *PARITY, *options)
-    logged = _train(model, pairs, tmp_path / "megatron", *PARITY, *options, "--engine", "megatron")
+    reference = train_recipe("dpo", model, pairs, tmp_path / "transformers", *PARITY, *options)
+    logged = train_recipe("dpo", model, pairs, tmp_path / "megatron", *PARITY, *options, "--engine", "megatron")
     expected = {r["step"]: r["loss"] for r in reference if "loss" in r}
     got = {r["step"]: r["loss"] for r in logged if "loss" in r}
     assert sorted(got) == sorted(expected) == list(range(1, STEPS + 1))
@@ -165,48 +104,10 @@ def test_the_shared_loss_is_the_papers(loss_type):
     assert raw.grad is not None and float(raw.grad.abs().sum()) > 0
 
 
-def _vowel_task(tokenizer, n_train: int = 64, n_held: int = 16, seed: int = 0) -> tuple[list, list]:
-    """The preference recipe's vowel task (its conftest's ``vowel_task``): "say vowels" prefers four vowels to four
-    consonants, "say consonants" the reverse; each held-out pair is asked both ways, so ignoring the prompt scores
-    exactly 50%."""
-    vowels = [c for c in "aeiou" if len(tokenizer.tokenize(" " + c)) == 1]
-    consonants = [c for c in "bcdfgklmnprst" if len(tokenizer.tokenize(" " + c)) == 1][: len(vowels) + 1]
-    rng = random.Random(seed)
-
-    def letters(pool: list[str]) -> str:
-        return " ".join(rng.choice(pool) for _ in range(4))
-
-    def row(asked: str, vowel_reply: str, consonant_reply: str) -> dict:
-        chosen, rejected = (vowel_reply, consonant_reply) if asked == "vowels" else (consonant_reply, vowel_reply)
-        return {
-            "messages": [{"role": "user", "content": f"say {asked}"}, {"role": "assistant", "content": chosen}],
-            "rejected_response": rejected,
-        }
-
-    train = [row(rng.choice(["vowels", "consonants"]), letters(vowels), letters(consonants)) for _ in range(n_train)]
-    held = []
-    for _ in range(n_held):
-        v, c = letters(vowels), letters(consonants)
-        held += [row("vowels", v, c), row("consonants", v, c)]
-    return train, held
-
-
-def _accuracy(model, samples: list[dict]) -> float:
-    """Share of pairs whose chosen reply the model scores higher (summed reply log-probs, each sequence alone)."""
-    import torch
-
-    def logp(prompt: list[int], reply: list[int]) -> float:
-        ids = torch.tensor([prompt + reply])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, :-1].float()
-        return float(logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[len(prompt) - 1 :].sum())
-
-    wins = [logp(s["prompt_ids"], s["chosen_ids"]) > logp(s["prompt_ids"], s["rejected_ids"]) for s in samples]
-    return sum(wins) / len(wins)
-
-
 @pytest.mark.slow
-def test_lora_dpo_learns_the_held_out_preference(tiny_model_dir, tmp_path):
+def test_lora_dpo_learns_the_held_out_preference(
+    train_recipe, write_jsonl, vowel_task, pairwise_accuracy, tiny_model_dir, tmp_path
+):
     from peft import PeftModel
     from swiftcore_recipe_preference import encode_dpo_pairs, parse_pair
     from swiftcore_train import TrainConfig
@@ -218,19 +119,19 @@ def test_lora_dpo_learns_the_held_out_preference(tiny_model_dir, tmp_path):
     model_dir = tiny_model_dir("qwen3_5")
     plugins = load_plugins(env={})
     spec, tokenizer = resolve_model_spec(str(model_dir), plugins), load_tokenizer(str(model_dir))
-    train_rows, held_rows = _vowel_task(tokenizer)
+    train_rows, held_rows = vowel_task(tokenizer)
     held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
     cfg = TrainConfig(model=str(model_dir), dataset=("unused",), recipe="dpo")
     samples = encode_dpo_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
-    before = _accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), samples)
+    before = pairwise_accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), samples)
 
     extra = ("--engine", "megatron", "--tuner", "lora", "--max-steps", "30", "--batch-size", "8",
              "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--save-steps", "10000",
-             "--val-dataset", str(_write(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
+             "--val-dataset", str(write_jsonl(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
     out = tmp_path / "run"
-    logged = _train(model_dir, _write(tmp_path / "train.jsonl", train_rows), out, *extra)
+    logged = train_recipe("dpo", model_dir, write_jsonl(tmp_path / "train.jsonl", train_rows), out, *extra)
     base = load_model(spec, str(model_dir), plugins, torch_dtype="float32")
-    after = _accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-30")).eval(), samples)
+    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-30")).eval(), samples)
     losses = [r["loss"] for r in logged if "loss" in r]
     (final,) = [r for r in logged if "eval_loss" in r]
     print(f"held-out accuracy {before:.1%} -> {after:.1%}, reward accuracy {final['eval_rewards/accuracies']:.1%}, "
@@ -266,14 +167,14 @@ def no_process_group_after():
     ids=["pp", "ep", "truncation", "padding-free", "moe", "lora-ref-model", "images"],
 )
 def test_what_dpo_megatron_does_not_do_is_refused(
-    family, options, expected, tiny_model_dir, tmp_path, no_process_group_after
+    write_jsonl, preference_pairs, family, options, expected, tiny_model_dir, tmp_path, no_process_group_after
 ):
     from swiftcore_train import TrainConfig, run_training
 
     from swiftcore._plugins import load_plugins
     from swiftcore.api import SwiftcoreError
 
-    rows = [dict(r) for r in ROWS]
+    rows = [dict(r) for r in preference_pairs]
     if options.pop("images", False):
         from PIL import Image
 
@@ -282,7 +183,7 @@ def test_what_dpo_megatron_does_not_do_is_refused(
         rows[0]["prompt"] = [{"role": "user", "content": "<image>say apple"}]
     cfg = TrainConfig(
         model=str(tiny_model_dir(family)),
-        dataset=(str(_write(tmp_path / "pairs.jsonl", rows)),),
+        dataset=(str(write_jsonl(tmp_path / "pairs.jsonl", rows)),),
         output_dir=str(tmp_path / "out"),
         engine="megatron",
         recipe="dpo",

@@ -14,18 +14,10 @@ transformers engine (TRL's KTOTrainer), on gloo with real torchrun processes.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import re
 from pathlib import Path
 
 import pytest
-
-_spec = importlib.util.spec_from_file_location("megatron_dpo_tests", Path(__file__).with_name("test_engine_dpo.py"))
-dpo_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(dpo_tests)  # its helpers: launch, vowel task, pairwise accuracy
-BIN, free_port, _run, _write = dpo_tests.BIN, dpo_tests.free_port, dpo_tests._run, dpo_tests._write
-other_reference = dpo_tests.other_reference  # the fixture: the tiny Qwen3.5 with every weight moved by noise
 
 STEPS = 3
 
@@ -46,38 +38,29 @@ METRICS = ("loss", "grad_norm", "kl", "rewards/chosen", "rewards/rejected", "rew
            "logps/rejected")  # fmt: skip
 
 
-def _train(model: Path, dataset: Path, out: Path, *extra: str, ranks: int = 1) -> list[dict]:
-    """``swiftcore train --recipe kto`` (on ``ranks`` torchrun processes); the logged records."""
-    train = ["train", "--recipe", "kto", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out),
-             "--logging-steps", "1", "--seed", "7", "--no-plot", *extra]  # fmt: skip
-    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
-    _run([*(launcher if ranks > 1 else []), str(BIN / "swiftcore"), *train])
-    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+@pytest.fixture(scope="module")
+def rows(write_jsonl, tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("rows") / "kto.jsonl", ROWS)
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory) -> Path:
-    return _write(tmp_path_factory.mktemp("rows") / "kto.jsonl", ROWS)
-
-
-@pytest.fixture(scope="module")
-def transformers_kto(tiny_model_dir, rows, other_reference, tmp_path_factory) -> dict[int, dict]:
+def transformers_kto(train_recipe, tiny_model_dir, rows, other_reference, tmp_path_factory) -> dict[int, dict]:
     """The ``kto`` recipe on the transformers engine (TRL's KTOTrainer): step -> logged record."""
     out = tmp_path_factory.mktemp("transformers") / "kto"
-    logged = _train(tiny_model_dir("qwen3_5"), rows, out, *PARITY, "--ref-model", str(other_reference))
+    logged = train_recipe("kto", tiny_model_dir("qwen3_5"), rows, out, *PARITY, "--ref-model", str(other_reference))
     return {r["step"]: r for r in logged if "loss" in r}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
 def test_the_first_losses_equal_the_transformers_engine(
-    tp, tiny_model_dir, rows, other_reference, transformers_kto, tmp_path
+    train_recipe, tp, tiny_model_dir, rows, other_reference, transformers_kto, tmp_path
 ):
     """9 rows (a pair gives one of each) in batches of 3: the recipe's row order and KL pairing over one epoch;
     ``--ref-model`` (another model than the policy) makes z_ref positive (the policy's own initial weights as the
     reference leave it clamped at 0 on this data), and step 2's batch has no undesirable row."""
     extra = ("--engine", "megatron", "--tp", str(tp), "--ref-model", str(other_reference))
-    logged = _train(tiny_model_dir("qwen3_5"), rows, tmp_path / "megatron", *PARITY, *extra, ranks=tp)
+    logged = train_recipe("kto", tiny_model_dir("qwen3_5"), rows, tmp_path / "megatron", *PARITY, *extra, ranks=tp)
     got = {r["step"]: r for r in logged if "loss" in r}
     assert sorted(got) == sorted(transformers_kto) == list(range(1, STEPS + 1))
     worst = 0.0
@@ -124,7 +107,9 @@ def test_the_shared_loss_is_the_papers():
 
 
 @pytest.mark.slow
-def test_lora_kto_learns_the_held_out_preference(tiny_model_dir, tmp_path):
+def test_lora_kto_learns_the_held_out_preference(
+    train_recipe, write_jsonl, vowel_task, pairwise_accuracy, tiny_model_dir, tmp_path
+):
     from peft import PeftModel
     from swiftcore_recipe_preference import encode_dpo_pairs, parse_pair
     from swiftcore_train import TrainConfig
@@ -136,19 +121,19 @@ def test_lora_kto_learns_the_held_out_preference(tiny_model_dir, tmp_path):
     model_dir = tiny_model_dir("qwen3_5")
     plugins = load_plugins(env={})
     spec, tokenizer = resolve_model_spec(str(model_dir), plugins), load_tokenizer(str(model_dir))
-    train_rows, held_rows = dpo_tests._vowel_task(tokenizer)  # pairs: each is one desirable and one undesirable row
+    train_rows, held_rows = vowel_task(tokenizer)  # pairs: each is one desirable and one undesirable row
     held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
     cfg = TrainConfig(model=str(model_dir), dataset=("unused",), recipe="dpo")
     samples = encode_dpo_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
-    before = dpo_tests._accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), samples)
+    before = pairwise_accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), samples)
 
     extra = ("--engine", "megatron", "--tuner", "lora", "--max-steps", "12", "--batch-size", "8",
              "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--save-steps", "10000",
-             "--val-dataset", str(_write(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
+             "--val-dataset", str(write_jsonl(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
     out = tmp_path / "run"
-    logged = _train(model_dir, _write(tmp_path / "train.jsonl", train_rows), out, *extra)
+    logged = train_recipe("kto", model_dir, write_jsonl(tmp_path / "train.jsonl", train_rows), out, *extra)
     base = load_model(spec, str(model_dir), plugins, torch_dtype="float32")
-    after = dpo_tests._accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-12")).eval(), samples)
+    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-12")).eval(), samples)
     losses = [r["loss"] for r in logged if "loss" in r]
     (final,) = [r for r in logged if "eval_loss" in r]
     print(f"held-out accuracy {before:.1%} -> {after:.1%}, eval reward margin {final['eval_rewards/margins']:.3f}, "
@@ -171,7 +156,7 @@ def test_lora_kto_learns_the_held_out_preference(tiny_model_dir, tmp_path):
     ],
     ids=["pp", "ep", "truncation", "batch-of-1", "moe", "lora-ref-model"],
 )
-def test_what_kto_megatron_does_not_do_is_refused(family, options, expected, tiny_model_dir, tmp_path):
+def test_what_kto_megatron_does_not_do_is_refused(write_jsonl, family, options, expected, tiny_model_dir, tmp_path):
     import torch.distributed as dist
     from swiftcore_train import TrainConfig, run_training
 
@@ -180,7 +165,7 @@ def test_what_kto_megatron_does_not_do_is_refused(family, options, expected, tin
 
     cfg = TrainConfig(
         model=str(tiny_model_dir(family)),
-        dataset=(str(_write(tmp_path / "rows.jsonl", ROWS)),),
+        dataset=(str(write_jsonl(tmp_path / "rows.jsonl", ROWS)),),
         output_dir=str(tmp_path / "out"),
         engine="megatron",
         recipe="kto",

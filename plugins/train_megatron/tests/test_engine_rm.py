@@ -8,23 +8,19 @@ transformers engine (TRL's RewardTrainer on ``*ForSequenceClassification``), on 
   ``mean(-log σ(r_c - r_r)) + c · mean((r_c + r_r)^2)``.
 - Learning signal: on the vowel task the held-out ranking accuracy of the saved checkpoint, loaded with plain
   ``AutoModelForSequenceClassification``, rises from about 50% to >= 90%, and the run's ``eval_accuracy`` too.
-- Refusals, before any process group exists: --pp, --ep, cutting --truncation, LoRA, MoE families, a family without
+- LoRA (``--tuner lora``: the decoder's LoRA and the score layer in full) from the rm recipe's own initial adapter
+  (``--lora-init-adapter``): losses, metrics and gradient norms at TP1 and TP2 equal the transformers engine's LoRA
+  run to 1e-5; the checkpoint is a merged sequence classifier, as that recipe saves, scoring as its checkpoint does.
+- Refusals, before any process group exists: --pp, --ep, cutting --truncation, MoE families, a family without
   a sequence classifier.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import re
 from pathlib import Path
 
 import pytest
-
-_spec = importlib.util.spec_from_file_location("megatron_dpo_tests", Path(__file__).with_name("test_engine_dpo.py"))
-dpo_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(dpo_tests)  # its helpers: launch, pairs, vowel task
-BIN, free_port, _run, _write = dpo_tests.BIN, dpo_tests.free_port, dpo_tests._run, dpo_tests._write
 
 STEPS = 3
 PARITY = ("--tuner", "full", "--max-steps", str(STEPS), "--batch-size", "4", "--learning-rate", "5e-4",
@@ -32,33 +28,26 @@ PARITY = ("--tuner", "full", "--max-steps", str(STEPS), "--batch-size", "4", "--
 METRICS = ("loss", "grad_norm", "accuracy", "margin", "min_reward", "mean_reward", "max_reward")
 
 
-def _train(model: Path, dataset: Path, out: Path, *extra: str, ranks: int = 1) -> list[dict]:
-    """``swiftcore train --recipe rm`` (on ``ranks`` torchrun processes); the logged records."""
-    train = ["train", "--recipe", "rm", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out),
-             "--logging-steps", "1", "--seed", "7", "--no-plot", *extra]  # fmt: skip
-    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
-    _run([*(launcher if ranks > 1 else []), str(BIN / "swiftcore"), *train])
-    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+@pytest.fixture(scope="module")
+def pairs(write_jsonl, preference_pairs, tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("pairs") / "pairs.jsonl", preference_pairs)
 
 
 @pytest.fixture(scope="module")
-def pairs(tmp_path_factory) -> Path:
-    return _write(tmp_path_factory.mktemp("pairs") / "pairs.jsonl", dpo_tests.ROWS)
-
-
-@pytest.fixture(scope="module")
-def transformers_rm(tiny_model_dir, pairs, tmp_path_factory) -> dict[int, dict]:
+def transformers_rm(train_recipe, tiny_model_dir, pairs, tmp_path_factory) -> dict[int, dict]:
     """The ``rm`` recipe on the transformers engine (TRL's RewardTrainer): step -> logged record."""
     out = tmp_path_factory.mktemp("transformers") / "rm"
-    return {r["step"]: r for r in _train(tiny_model_dir("qwen3_5"), pairs, out, *PARITY) if "loss" in r}
+    return {r["step"]: r for r in train_recipe("rm", tiny_model_dir("qwen3_5"), pairs, out, *PARITY) if "loss" in r}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
-def test_the_first_losses_equal_the_transformers_engine(tp, tiny_model_dir, pairs, transformers_rm, tmp_path):
+def test_the_first_losses_equal_the_transformers_engine(
+    train_recipe, tp, tiny_model_dir, pairs, transformers_rm, tmp_path
+):
     extra = ("--engine", "megatron", "--tp", str(tp))
     out = tmp_path / "megatron"
-    logged = _train(tiny_model_dir("qwen3_5"), pairs, out, *PARITY, *extra, ranks=tp)
+    logged = train_recipe("rm", tiny_model_dir("qwen3_5"), pairs, out, *PARITY, *extra, ranks=tp)
     got = {r["step"]: r for r in logged if "loss" in r}
     assert sorted(got) == sorted(transformers_rm) == list(range(1, STEPS + 1))
     worst = 0.0
@@ -73,6 +62,65 @@ def test_the_first_losses_equal_the_transformers_engine(tp, tiny_model_dir, pair
 
         saved = AutoModelForSequenceClassification.from_pretrained(str(out / f"checkpoint-{STEPS}"))
         assert saved.config.num_labels == 1 and saved.config.pad_token_id is not None
+
+
+@pytest.fixture(scope="module")
+def rm_lora_init(tiny_model_dir, pairs, tmp_path_factory) -> Path:
+    """The adapter the ``rm`` recipe's LoRA run starts from (its own ``build_reward_trainer``: the seed, the sequence
+    classifier, TRL's peft wrapping with the score layer in ``modules_to_save``), saved before any step; its layer
+    names are the checkpoint's, which the bridge reads."""
+    from safetensors.torch import load_file
+    from swiftcore_recipe_preference import RMOptions, encode_rm_pairs, prepare
+    from swiftcore_recipe_preference.rm import build_reward_trainer
+    from swiftcore_train import TrainConfig
+
+    from swiftcore._plugins import load_plugins
+
+    root = tmp_path_factory.mktemp("rm_lora_init")
+    cfg = TrainConfig(model=str(tiny_model_dir("qwen3_5")), dataset=(str(pairs),), output_dir=str(root / "run"),
+                      recipe="rm", tuner="lora", lora_rank=4, lora_alpha=8, seed=7, split_ratio=0.0)  # fmt: skip
+    prepared = prepare(cfg, load_plugins(env={}), "rm")
+    train = encode_rm_pairs(prepared.train, prepared.template, prepared.tokenizer, cfg)
+    trainer = build_reward_trainer(cfg, RMOptions(), train, [], prepared, root / "run")
+    out = root / "adapter"
+    trainer.model.save_pretrained(out)
+    names = load_file(str(out / "adapter_model.safetensors")).keys()
+    assert any(".lora_A." in k for k in names) and "base_model.model.score.weight" in names, sorted(names)[:4]
+    return out
+
+
+LORA = ("--tuner", "lora", "--lora-rank", "4", "--lora-alpha", "8", "--learning-rate", "2e-3")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
+def test_lora_rm_equals_the_transformers_engine(train_recipe, tp, tiny_model_dir, pairs, rm_lora_init, tmp_path):
+    """``--recipe rm --tuner lora``: LoRA on the decoder and the score layer in full, from the rm recipe's own
+    initial adapter and score layer: the first losses, TRL's metrics and gradient norms equal the transformers
+    engine's (1e-5); the checkpoint is that recipe's (the adapter merged into a sequence classifier) and scores
+    pairs as the transformers engine's checkpoint does."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = tiny_model_dir("qwen3_5")
+    reference_out, out = tmp_path / "transformers", tmp_path / "megatron"
+    expected = {r["step"]: r for r in train_recipe("rm", model, pairs, reference_out, *PARITY, *LORA) if "loss" in r}
+    extra = ("--engine", "megatron", "--tp", str(tp), "--lora-init-adapter", str(rm_lora_init))
+    got = {r["step"]: r for r in train_recipe("rm", model, pairs, out, *PARITY, *LORA, *extra, ranks=tp) if "loss" in r}
+    assert sorted(got) == sorted(expected) == list(range(1, STEPS + 1))
+    for step, reference in expected.items():
+        for key in METRICS:
+            assert got[step][key] == pytest.approx(reference[key], rel=1e-5, abs=1e-5), (step, key)
+    assert abs(expected[STEPS]["loss"] - expected[1]["loss"]) > 0.01, "the losses must move"
+
+    checkpoint = out / f"checkpoint-{STEPS}"
+    assert not (checkpoint / "adapter_config.json").exists()
+    mine = AutoModelForSequenceClassification.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+    theirs = AutoModelForSequenceClassification.from_pretrained(str(reference_out / f"checkpoint-{STEPS}")).eval()
+    ids = torch.randint(1, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        scores, reference_scores = mine(input_ids=ids).logits, theirs(input_ids=ids).logits
+    torch.testing.assert_close(scores, reference_scores, atol=1e-5, rtol=1e-5)
 
 
 def test_the_shared_loss_is_bradley_terry():
@@ -93,7 +141,7 @@ def test_the_shared_loss_is_bradley_terry():
 
 
 @pytest.mark.slow
-def test_rm_learns_the_held_out_preference(tiny_model_dir, tmp_path):
+def test_rm_learns_the_held_out_preference(train_recipe, write_jsonl, vowel_task, tiny_model_dir, tmp_path):
     import torch
     from swiftcore_recipe_preference import encode_rm_pairs, parse_pair
     from swiftcore_train import TrainConfig
@@ -106,7 +154,7 @@ def test_rm_learns_the_held_out_preference(tiny_model_dir, tmp_path):
     model_dir = tiny_model_dir("qwen3_5")
     plugins = load_plugins(env={})
     spec, tokenizer = resolve_model_spec(str(model_dir), plugins), load_tokenizer(str(model_dir))
-    train_rows, held_rows = dpo_tests._vowel_task(tokenizer)
+    train_rows, held_rows = vowel_task(tokenizer)
     held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
     cfg = TrainConfig(model=str(model_dir), dataset=("unused",), recipe="rm")
     samples = encode_rm_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
@@ -121,9 +169,9 @@ def test_rm_learns_the_held_out_preference(tiny_model_dir, tmp_path):
     before = accuracy(AutoModelForSequenceClassification.from_pretrained(str(model_dir), num_labels=1).eval())
     extra = ("--engine", "megatron", "--tuner", "full", "--max-steps", "12", "--batch-size", "8",
              "--learning-rate", "5e-4", "--lr-scheduler", "constant", "--save-steps", "10000",
-             "--val-dataset", str(_write(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
+             "--val-dataset", str(write_jsonl(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
     out = tmp_path / "run"
-    logged = _train(model_dir, _write(tmp_path / "train.jsonl", train_rows), out, *extra)
+    logged = train_recipe("rm", model_dir, write_jsonl(tmp_path / "train.jsonl", train_rows), out, *extra)
     after = accuracy(AutoModelForSequenceClassification.from_pretrained(str(out / "checkpoint-12")).eval())
     losses = [r["loss"] for r in logged if "loss" in r]
     (final,) = [r for r in logged if "eval_loss" in r]
@@ -141,13 +189,14 @@ def test_rm_learns_the_held_out_preference(tiny_model_dir, tmp_path):
         ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2: rm does not run through pipeline stages yet"),
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: rm on this engine trains dense families only so far"),
         ("qwen3_5", {"truncation": "truncate_left"}, "--truncation truncate_left: rm on this engine does not cut"),
-        ("qwen3_5", {"tuner": "lora"}, "--tuner lora: rm on this engine trains full weights so far"),
         ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
         ("gemma4", {}, "transformers has no sequence-classification model for 'gemma4'"),
     ],
-    ids=["pp", "ep", "truncation", "lora", "moe", "no-classifier"],
+    ids=["pp", "ep", "truncation", "moe", "no-classifier"],
 )
-def test_what_rm_megatron_does_not_do_is_refused(family, options, expected, tiny_model_dir, tmp_path):
+def test_what_rm_megatron_does_not_do_is_refused(
+    write_jsonl, preference_pairs, family, options, expected, tiny_model_dir, tmp_path
+):
     import torch.distributed as dist
     from swiftcore_train import TrainConfig, run_training
 
@@ -156,7 +205,7 @@ def test_what_rm_megatron_does_not_do_is_refused(family, options, expected, tiny
 
     cfg = TrainConfig(
         model=str(tiny_model_dir(family)),
-        dataset=(str(_write(tmp_path / "pairs.jsonl", dpo_tests.ROWS)),),
+        dataset=(str(write_jsonl(tmp_path / "pairs.jsonl", preference_pairs)),),
         output_dir=str(tmp_path / "out"),
         engine="megatron",
         recipe="rm",

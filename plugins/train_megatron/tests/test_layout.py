@@ -96,23 +96,13 @@ def test_options_the_engine_does_not_do_are_refused_by_name(
     assert expected in str(info.value)
 
 
-def test_lora_on_moe_under_tensor_parallelism_is_refused_naming_the_way_out(
-    tiny_model_dir, dataset, tmp_path, monkeypatch
-) -> None:
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(SwiftcoreError) as info:
-        _train(tiny_model_dir("qwen3_5_moe"), dataset, tmp_path / "out", tuner="lora", tp=2)
-    assert "--tuner lora --tp 2" in str(info.value) and "--ep" in str(info.value)
-    assert not (tmp_path / "out").exists()
-
-
 def test_a_recipe_the_engine_does_not_train_says_which_it_does(tiny_model_dir, dataset, tmp_path) -> None:
     cfg = TrainConfig(
         model=str(tiny_model_dir("qwen3_5")), dataset=(str(dataset),), recipe="orpo", engine="megatron", max_steps=1
     )
     with pytest.raises(SwiftcoreError) as info:
         run_training(cfg, load_plugins(env={}))
-    expected = "--engine megatron: recipe 'orpo' is not supported by this engine (it trains dpo, kto, rm, sft)"
+    expected = "--engine megatron: recipe 'orpo' is not supported by this engine (it trains dpo, grpo, kto, rm, sft)"
     assert str(info.value).startswith(expected)
 
 

@@ -5,6 +5,9 @@
   process in ``test_engine_outcomes.py`` (and measured equal here too: docs/distributed.md).
 - The checkpoint stores the chunks as the 4 stages of a plain pipeline: its transformers export has the mcore
   model's logits to 1e-5 and the one-process run's weights; resuming it gives the uninterrupted run's third loss.
+- LoRA on the chunks (``--tuner lora --vpp 2``): the losses equal PP2's without VPP and so does the exported adapter.
+- The checkpoint's ``swiftcore_mcore.json`` records ``vpp``: resuming at ``--pp 2`` alone or at ``--pp 4`` is
+  refused before any process group, naming the flags it was saved with.
 - A model chunk is the stage of a plain pipeline of ``pp * vpp`` stages (layers, embedding, head, tensor names).
 - Refusals before any process group: ``--vpp`` without ``--pp``, chunks that do not divide the layers, a step of
   fewer micro-batches than ``--pp``; each names what would work.
@@ -16,6 +19,7 @@ recipe options the CLI builds from ``--pp/--vpp``.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -35,9 +39,10 @@ from swiftcore._plugins import load_plugins
 
 model, data, out, options = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 layout = {k: options.pop(k) for k in ("tp", "pp", "vpp") if k in options}
-cfg = TrainConfig(model=model, dataset=(data,), output_dir=out, tuner="full", engine="megatron",
-                  recipe_options=layout, max_steps=3, batch_size=1, gradient_accumulation_steps=2,
-                  learning_rate=5e-4, logging_steps=1, save_steps=2, seed=7, plot=False, **options)
+options = {"tuner": "full", "learning_rate": 5e-4, **options}
+cfg = TrainConfig(model=model, dataset=(data,), output_dir=out, engine="megatron", recipe_options=layout,
+                  max_steps=3, batch_size=1, gradient_accumulation_steps=2, logging_steps=1, save_steps=2, seed=7,
+                  plot=False, **options)
 run_training(cfg, load_plugins(env={}))
 """
 
@@ -116,6 +121,77 @@ def test_the_checkpoint_holds_the_chunks_as_pipeline_stages_and_resumes(runs, tr
     shutil.copytree(runs["pp2-vpp2"] / "checkpoint-2", resumed / "checkpoint-2")
     train(resumed, 2, pp=2, vpp=2, resume_from_checkpoint=str(resumed / "checkpoint-2"))
     assert _losses(resumed)[STEPS] == pytest.approx(_losses(runs["pp2-vpp2"])[STEPS], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_lora_on_model_chunks_equals_lora_on_a_plain_pipeline(train, tmp_path) -> None:
+    """``--tuner lora --vpp 2``: each model chunk adapts its own layers; the losses equal PP2's without VPP (1e-6),
+    and the adapter exported from the chunk files equals PP2's."""
+    import torch
+    from safetensors.torch import load_file
+
+    lora = {"tuner": "lora", "lora_rank": 4, "lora_alpha": 8, "learning_rate": 2e-3}
+    chunks, plain = train(tmp_path / "vpp", 2, pp=2, vpp=2, **lora), train(tmp_path / "pp", 2, pp=2, **lora)
+    mine, reference = _losses(chunks), _losses(plain)
+    assert sorted(mine) == sorted(reference) == list(range(1, STEPS + 1)) and reference[STEPS] < reference[1]
+    for step in reference:
+        assert mine[step] == pytest.approx(reference[step], abs=1e-6), step
+    mine_adapter = load_file(str(chunks / f"checkpoint-{STEPS}" / "adapter_model.safetensors"))
+    plain_adapter = load_file(str(plain / f"checkpoint-{STEPS}" / "adapter_model.safetensors"))
+    assert mine_adapter.keys() == plain_adapter.keys() and any(".lora_B." in k for k in mine_adapter)
+    for key in mine_adapter:
+        torch.testing.assert_close(mine_adapter[key], plain_adapter[key], atol=1e-6, rtol=0, msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("options", "fix"),
+    [({"pp": 2}, "resume with --vpp 2"), ({"pp": 4}, "resume with --pp 2 --vpp 2")],
+    ids=["without-vpp", "as-stages"],
+)
+def test_resuming_at_another_layout_names_the_flags_it_was_saved_with(
+    options, fix, runs, tiny_model_dir, dataset, tmp_path, monkeypatch
+) -> None:
+    """The metadata records ``vpp``: resuming the PP2 x VPP2 checkpoint at ``--pp 2`` alone (or at ``--pp 4``, its
+    stage count) is refused before any process group, naming ``--vpp 2`` (not ``--pp 4``, all an older checkpoint
+    told)."""
+    from swiftcore_train import TrainConfig, run_training
+
+    from swiftcore._plugins import load_plugins
+
+    checkpoint = runs["pp2-vpp2"] / "checkpoint-2"
+    meta = json.loads((checkpoint / "mcore" / "swiftcore_mcore.json").read_text())
+    assert (meta["pp"], meta["vpp"]) == (4, 2)  # 4 stage files, saved by --pp 2 --vpp 2
+    monkeypatch.setenv("WORLD_SIZE", str(options["pp"]))
+    cfg = TrainConfig(model=str(tiny_model_dir("qwen3_5")), dataset=(str(dataset),), output_dir=str(tmp_path / "out"),
+                      tuner="full", engine="megatron", recipe_options=options, max_steps=3, batch_size=1,
+                      gradient_accumulation_steps=4, resume_from_checkpoint=str(checkpoint))  # fmt: skip
+    with pytest.raises(SwiftcoreError) as info:
+        run_training(cfg, load_plugins(env={}))
+    assert "was saved at --tp 1 --pp 2 --vpp 2 --ep 1" in str(info.value) and fix in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("meta", "run", "refused"),
+    [
+        ({"pp": 4, "vpp": 2}, {"pp": 2, "vpp": 2}, None),
+        ({"pp": 4, "vpp": 2}, {"pp": 2, "vpp": 1}, "resume with --vpp 2,"),
+        ({"pp": 2, "vpp": 1}, {"pp": 2, "vpp": 2}, "resume with --vpp 1,"),
+        ({"pp": 4}, {"pp": 2, "vpp": 2}, None),  # metadata of before vpp was recorded: its 4 stage files fit
+        ({"pp": 4}, {"pp": 2, "vpp": 1}, "resume with --pp 4,"),
+    ],
+    ids=["same", "vpp-dropped", "vpp-added", "old-same", "old-other"],
+)
+def test_the_resume_layout_check_reads_vpp_from_the_metadata(meta, run, refused, tmp_path) -> None:
+    from swiftcore_train_megatron.checkpoint import check_resume_layout
+
+    (tmp_path / "mcore").mkdir()
+    (tmp_path / "mcore" / "swiftcore_mcore.json").write_text(json.dumps({"tp": 1, "ep": 1, **meta}))
+    if refused is None:
+        check_resume_layout(tmp_path, tp=1, ep=1, **run)
+        return
+    with pytest.raises(SwiftcoreError, match=re.escape(refused)):
+        check_resume_layout(tmp_path, tp=1, ep=1, **run)
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])

@@ -11,4 +11,18 @@ import warnings
 # with the TRL release that lists 0.32.
 warnings.filterwarnings("ignore", message=r"TRL currently supports vLLM versions from ", category=UserWarning)
 
-__all__: list[str] = []
+# The face other engines use (``grpo.megatron`` of swiftcore-train-megatron): the ``grpo`` recipe's options, its plan
+# (checks, rewards, encoded prompts), its rewards as TRL calls them, and its colocated rollout engine and weight sync.
+from swiftcore.api import lazy_exports  # noqa: E402
+
+__all__ = ["GRPOOptions", "TRLReward", "WeightSync", "create_rollout_engine", "plan_run", "stop_token_ids"]
+
+_WHERE = {
+    "GRPOOptions": "options",
+    "TRLReward": "rewards",
+    "WeightSync": "sync",
+    "create_rollout_engine": "sync",
+    "plan_run": "plan",
+    "stop_token_ids": "rollout",
+}
+__getattr__ = lazy_exports(__name__, _WHERE)

@@ -15,6 +15,8 @@ Modules (this package imports neither torch nor megatron):
 - :mod:`~swiftcore_train_megatron.recipe`: the recipe itself, read top to bottom.
 - :mod:`~swiftcore_train_megatron.dpo`, :mod:`~swiftcore_train_megatron.kto`, :mod:`~swiftcore_train_megatron.rm`: the
   ``dpo``, ``kto`` and ``rm`` recipes of swiftcore-recipe-preference on this engine (their losses are TRL's).
+- :mod:`~swiftcore_train_megatron.grpo`: the ``grpo`` recipe of swiftcore-recipe-rl on this engine (rollouts on rank 0,
+  TRL's GRPO loss, full-weight sync through the bridge).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from typing import Any
 
 from swiftcore.api import SwiftcoreError
 
-__all__ = ["MCORE_SUBDIR", "STATE_FILE", "load_checkpoint", "save_checkpoint"]
+__all__ = ["MCORE_SUBDIR", "STATE_FILE", "check_resume_layout", "load_checkpoint", "save_checkpoint"]
 
 MCORE_SUBDIR = "mcore"
 STATE_FILE = "trainer_state.json"
@@ -129,13 +129,25 @@ def _finish(
     trainer_state: dict[str, Any],
     extras: dict[str, str],
     lora: tuple[Any, dict[str, bool]] | None,
+    vpp: int = 1,
 ) -> None:
     """Rank 0: the Megatron checkpoint's side files, its Hugging Face export (the whole model, or with LoRA the
-    peft adapter of the base model), the run's files; then the rename."""
-    from swiftcore_megatron import copy_hf_side_files, mcore_to_hf, write_checkpoint_extras
+    peft adapter of the base model), the run's files; then the rename.
+
+    ``layout`` is ``(tp, ep, stages)``: under ``--vpp`` the rank files are the ``pp * vpp`` stages of a plain
+    pipeline (what the export reads as ``pp``), and the metadata also records ``vpp``, the run's layout for a
+    resume (:func:`check_resume_layout`)."""
+    from swiftcore_megatron import (
+        METADATA_FILE,
+        copy_hf_side_files,
+        mcore_to_hf,
+        write_checkpoint_extras,
+        write_metadata,
+    )
 
     tp, ep, pp = layout
     write_checkpoint_extras(mcore, model_dir, bridge, tp=tp, ep=ep, pp=pp, bridge_name=bridge_name)
+    write_metadata(mcore, {**json.loads((mcore / METADATA_FILE).read_text(encoding="utf-8")), "vpp": vpp})
     hf = staging / name
     if lora is None:
         mcore_to_hf(mcore, hf, bridge)
@@ -184,6 +196,37 @@ def _load_rank_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def check_resume_layout(checkpoint: Path, *, tp: int, pp: int, vpp: int, ep: int) -> None:
+    """Refuse to resume ``checkpoint`` at another layout than it was saved at, naming the flags it was saved with
+    (its ``swiftcore_mcore.json``: ``pp`` counts the stage files, ``pp * vpp`` under ``--vpp``). A checkpoint without
+    megatron metadata is left to the loader's own message.
+
+    Raises:
+        SwiftcoreError: the layouts differ.
+    """
+    from swiftcore_megatron import METADATA_FILE
+
+    path = checkpoint / MCORE_SUBDIR / METADATA_FILE
+    if not path.is_file():
+        return
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    if "vpp" in meta:
+        saved_vpp = int(meta["vpp"])
+    else:  # written before the metadata recorded it: its pp counts pp * vpp stage files (the rank files tell more)
+        saved_vpp = vpp if int(meta.get("pp", 1)) == pp * vpp else 1
+    saved = {"tp": meta["tp"], "pp": int(meta.get("pp", 1)) // saved_vpp, "vpp": saved_vpp, "ep": meta["ep"]}
+    mine = {"tp": tp, "pp": pp, "vpp": vpp, "ep": ep}
+    if saved != mine:
+
+        def flags(sizes: dict[str, int]) -> str:
+            return " ".join(f"--{k} {v}" for k, v in sizes.items())
+
+        raise SwiftcoreError(
+            f"--resume-from-checkpoint {str(checkpoint)!r} was saved at {flags(saved)}; this run is {flags(mine)}: "
+            f"resume with {flags({k: v for k, v in saved.items() if v != mine[k]})}, the layout it was saved at"
+        )
+
+
 def load_checkpoint(
     checkpoint: Path, *, model: Any, optimizer: Any, scheduler: Any, tp: int, ep: int, pp: int = 1
 ) -> int:
@@ -203,14 +246,10 @@ def load_checkpoint(
             "--engine megatron; resume it with the engine that wrote it, or pass it as --model to start anew"
         )
     try:
-        meta = read_metadata(root)
+        read_metadata(root)
     except CheckpointError as exc:
         raise SwiftcoreError(f"--resume-from-checkpoint {str(checkpoint)!r}: {exc}") from exc
-    if (meta["tp"], meta["pp"], meta["ep"]) != (tp, pp, ep):
-        raise SwiftcoreError(
-            f"--resume-from-checkpoint {str(checkpoint)!r} was saved at --tp {meta['tp']} --pp {meta['pp']} --ep "
-            f"{meta['ep']}; this run is --tp {tp} --pp {pp} --ep {ep}: resume with the layout it was saved at"
-        )
+    check_resume_layout(checkpoint, tp=tp, pp=pp, vpp=1, ep=ep)
     state = _load_rank_state(_rank_path(root, ep, pp))
     load_into_model(model, state["model"])
     optimizer.load_state_dict(state["optimizer"])

@@ -348,7 +348,7 @@ def _save_chunks(loop: TrainLoop) -> Path:
         if rank0:
             sizes = (layout.tp, layout.ep, layout.pp * layout.vpp)
             _finish(loop.output_dir, staging, mcore, name, loop.bridge, loop.bridge_name, loop.cfg.model, sizes,
-                    loop._trainer_state(), loop.extras, loop.lora)  # fmt: skip
+                    loop._trainer_state(), loop.extras, loop.lora, vpp=layout.vpp)  # fmt: skip
             from transformers.trainer_utils import rotate_checkpoints
 
             limit = loop.cfg.save_total_limit
@@ -373,10 +373,11 @@ def _load_chunks(checkpoint: Path, loop: TrainLoop) -> int:
     from swiftcore_megatron import load_into_model
 
     from swiftcore.api import SwiftcoreError
-    from swiftcore_train_megatron.checkpoint import MCORE_SUBDIR, _load_rank_state
+    from swiftcore_train_megatron.checkpoint import MCORE_SUBDIR, _load_rank_state, check_resume_layout
     from swiftcore_train_megatron.engine import model_chunks
 
     layout = loop.layout
+    check_resume_layout(checkpoint, tp=layout.tp, pp=layout.pp, vpp=layout.vpp, ep=layout.ep)
     files = _chunk_files(checkpoint / MCORE_SUBDIR, layout)
     states = [_load_rank_state(f) if f.is_file() else {} for f in files]
     saved = [s.get("virtual_pipeline", [None])[:2] for s in states]

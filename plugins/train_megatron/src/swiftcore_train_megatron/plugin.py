@@ -1,5 +1,5 @@
-"""Hook implementations of swiftcore-train-megatron: the ``sft.megatron``, ``dpo.megatron``, ``kto.megatron`` and
-``rm.megatron`` recipes and their parallelism options."""
+"""Hook implementations of swiftcore-train-megatron: the ``sft.megatron``, ``dpo.megatron``, ``kto.megatron``,
+``rm.megatron`` and ``grpo.megatron`` recipes and their parallelism options."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from swiftcore.api import RecipeSpec, hookimpl
 SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 #: The recipes this engine trains, as ``swiftcore train --engine megatron --recipe NAME`` names them.
-RECIPES = ("sft.megatron", "dpo.megatron", "kto.megatron", "rm.megatron")
+RECIPES = ("sft.megatron", "dpo.megatron", "kto.megatron", "rm.megatron", "grpo.megatron")
 
 
 @hookimpl
 def swiftcore_register_recipes() -> list[RecipeSpec]:
     """``sft.megatron``: supervised fine-tuning on megatron-core (``swiftcore train --engine megatron``);
     ``dpo.megatron``, ``kto.megatron`` and ``rm.megatron``: the ``dpo``, ``kto`` and ``rm`` recipes
-    (swiftcore-recipe-preference) on megatron-core."""
+    (swiftcore-recipe-preference) on megatron-core; ``grpo.megatron``: the ``grpo`` recipe (swiftcore-recipe-rl)."""
     return [
         RecipeSpec(
             name="sft.megatron",
@@ -48,8 +48,16 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             run="swiftcore_train_megatron.rm:run_megatron_rm",
             config="swiftcore_train_megatron.layout:ParallelLayout",
             tasks=("causal_lm",),
-            description="reward model on megatron-core (full weights, --tp under torchrun): the rm recipe's pairs, "
-            "encoding, score layer and loss (TRL's); checkpoints load with AutoModelForSequenceClassification",
+            description="reward model on megatron-core (full weights or LoRA, --tp under torchrun): the rm recipe's "
+            "pairs, encoding, score layer and loss (TRL's); checkpoints load with AutoModelForSequenceClassification",
+        ),
+        RecipeSpec(
+            name="grpo.megatron",
+            run="swiftcore_train_megatron.grpo:run_megatron_grpo",
+            config="swiftcore_train_megatron.layout:ParallelLayout",
+            tasks=("causal_lm",),
+            description="GRPO on megatron-core (full weights, --tp under torchrun): the grpo recipe's prompts, "
+            "rewards, advantages and loss (TRL's); rank 0 generates with the transformers backend, synced each step",
         ),
     ]
 
@@ -86,6 +94,14 @@ def swiftcore_addoption(parser: Any) -> None:
         help="Virtual pipeline size (with --pp 2 or more): each pipeline rank holds this many model chunks, run on "
         "megatron-core's interleaved 1F1B schedule (a smaller pipeline bubble); --pp x --vpp divides the layer count "
         "and --gradient-accumulation-steps is a multiple of --pp. Takes no ranks of its own.",
+    )
+    group.addoption(
+        "--lora-init-adapter",
+        default=None,
+        metavar="DIR",
+        help="With --tuner lora: start the adapter from this peft adapter directory (adapter_config.json, "
+        "adapter_model.safetensors; e.g. one trained earlier, or the one the transformers engine initialises) "
+        "instead of a fresh init; its r, lora_alpha and layers must be this run's.",
     )
     group.addoption(
         "--cp",

@@ -50,8 +50,32 @@ def _refuse_unsupported(cfg: TrainConfig) -> None:
         problems.append(f"--dtype {cfg.dtype}: the megatron engine trains in float32 so far; use --dtype float32")
     if cfg.gradient_checkpointing:
         problems.append("--gradient-checkpointing: not supported by the megatron engine yet; leave it off")
+    init_adapter = cfg.recipe_options.get("lora_init_adapter")
+    if init_adapter and cfg.tuner != "lora":
+        problems.append(f"--lora-init-adapter {init_adapter}: starts a LoRA run; add --tuner lora or drop it")
+    elif init_adapter and not (Path(init_adapter) / "adapter_config.json").is_file():
+        problems.append(
+            f"--lora-init-adapter {init_adapter}: no adapter_config.json there; pass a peft adapter directory"
+        )
+    elif init_adapter and cfg.recipe.split(".")[0] in ("dpo", "kto") and _has_update(Path(init_adapter)):
+        problems.append(
+            f"--lora-init-adapter {init_adapter}: a trained adapter (lora_B not zero) would move the reference of "
+            f"{cfg.recipe.split('.')[0]} (the model before the adapter learns, the base model with LoRA); start from "
+            "an untrained adapter, or merge this one into --model (swiftcore export --merge-lora)"
+        )
     if problems:
         raise SwiftcoreError("--engine megatron:\n  " + "\n  ".join(problems))
+
+
+def _has_update(adapter_dir: Path) -> bool:
+    """Whether a peft adapter's ``lora_B`` tensors are not all zero (it was trained: it changes the model)."""
+    from safetensors import safe_open
+
+    path = adapter_dir / "adapter_model.safetensors"
+    if not path.is_file():
+        return False
+    with safe_open(str(path), framework="pt") as file:
+        return any(bool(file.get_tensor(k).any()) for k in file.keys() if ".lora_B." in k)
 
 
 def _bridge(cfg: TrainConfig, spec: Any, plugins: PluginSet, model_dir: str | None = None) -> tuple[Any, Any]:
@@ -80,20 +104,12 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     bridge_spec, bridge = _bridge(cfg, spec, plugins)
     world = world_size()
     layout.check(bridge, bridge_spec, world, micro_batches=cfg.gradient_accumulation_steps)
-    from swiftcore_train_megatron.engine import needs_sequence_parallel
 
-    if cfg.tuner == "lora" and layout.vpp > 1:
-        raise SwiftcoreError(
-            f"--engine megatron --tuner lora --vpp {layout.vpp}: LoRA on virtual pipeline chunks is not supported "
-            "yet; train LoRA with --pp alone (drop --vpp), or train full weights (--tuner full)"
-        )
-    if cfg.tuner == "lora" and needs_sequence_parallel(bridge, layout.tp):
-        raise SwiftcoreError(
-            f"--engine megatron --tuner lora --tp {layout.tp}: MoE layers train under tensor parallelism with "
-            "sequence parallelism, which this engine's LoRA does not support yet; split the experts with --ep "
-            "instead (--tp 1), or train full weights (--tuner full)"
-        )
     resume = resolve_resume(cfg, output_dir, spec)
+    if resume is not None:  # a checkpoint of another layout is refused here, before any process group
+        from swiftcore_train_megatron.checkpoint import check_resume_layout
+
+        check_resume_layout(resume, tp=layout.tp, pp=layout.pp, vpp=layout.vpp, ep=layout.ep)
     if is_main_process():
         from swiftcore_train import plan_output_dir
 
@@ -176,16 +192,35 @@ def _add_lora(cfg: TrainConfig, spec: Any, bridge: Any, model: Any) -> tuple[Any
     """LoRA on this rank's layers (``swiftcore_train_megatron.lora``): the settings and every adapted layer of the
     whole model (each pipeline stage adapts its own; all ranks learn all of them)."""
     import torch.distributed as dist
+    from megatron.core import parallel_state
 
-    from swiftcore_train_megatron.engine import pipeline_stage
-    from swiftcore_train_megatron.lora import LoraSettings, add_lora
+    from swiftcore_train_megatron.engine import model_chunks, pipeline_stage
+    from swiftcore_train_megatron.lora import LoraSettings, add_lora, load_peft_adapter
 
     targets = tuple(cfg.target_modules or spec.lora_target_modules)
     settings = LoraSettings(rank=cfg.lora_rank, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, targets=targets)
-    mine = add_lora(model, bridge, settings, seed=cfg.seed, stage=pipeline_stage(bridge))
+    init_adapter = cfg.recipe_options.get("lora_init_adapter")
+    mine: dict[str, bool] = {}
+    chunks = model_chunks(model)
+    try:
+        # Under --vpp each model chunk is its own stage (megatron's virtual pipeline rank names which).
+        for index, chunk in enumerate(chunks):
+            if len(chunks) > 1:
+                parallel_state.set_virtual_pipeline_model_parallel_rank(index)
+            stage = pipeline_stage(bridge)
+            mine.update(add_lora(chunk, bridge, settings, seed=cfg.seed, stage=stage))
+            if init_adapter:
+                load_peft_adapter(chunk, bridge, settings, Path(init_adapter), stage=stage)
+    finally:
+        if len(chunks) > 1:
+            parallel_state.set_virtual_pipeline_model_parallel_rank(0)
     every: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
     modules = {name: column for rank in every for name, column in rank.items()}
+    if not modules:
+        from swiftcore_train_megatron.lora import no_layer_matched
+
+        raise no_layer_matched(settings)
     log.info("LoRA r=%d alpha=%d on %d layer(s)", settings.rank, settings.alpha, len(modules))
     return settings, dict(sorted(modules.items()))
 

@@ -13,7 +13,9 @@ replicated over tensor-parallel ranks, so the optimiser, gradient reduction, cli
 replicated tensor. Every checkpoint is what the ``rm`` recipe saves, a whole ``*ForSequenceClassification`` model
 (``AutoModelForSequenceClassification.from_pretrained(checkpoint)``): rank 0 loads the bridge's Hugging Face export
 of the decoder into that class, sets the trained score layer and saves it over the export (the megatron shards hold
-the decoder only). Full weights only so far (``--tuner lora`` is refused).
+the decoder only). With ``--tuner lora`` the decoder's layers get the engine's LoRA (``swiftcore_train_megatron.lora``)
+and the score layer trains in full, as peft's ``modules_to_save`` does for the ``rm`` recipe; the checkpoint is, as
+that recipe's, the whole classifier with the adapter merged (the megatron shards keep the adapter for a resume).
 """
 
 from __future__ import annotations
@@ -40,11 +42,6 @@ log = logging.getLogger("swiftcore.train.megatron")
 
 def _refuse_rm(cfg: TrainConfig, layout: ParallelLayout) -> None:
     problems = refuse_preference(cfg, layout, "rm")
-    if cfg.tuner == "lora":
-        problems.append(
-            "--tuner lora: rm on this engine trains full weights so far; use --tuner full, or run --recipe rm on "
-            "the default engine (drop --engine), which merges LoRA into its checkpoints"
-        )
     if problems:
         raise SwiftcoreError("--engine megatron --recipe rm:\n  " + "\n  ".join(problems))
 
@@ -74,7 +71,7 @@ def run_megatron_rm(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout
     from swiftcore_recipe_preference import RMOptions, encode_rm_pairs, prepare
     from swiftcore_train import start_run
 
-    from swiftcore_train_megatron.recipe import _bridge, _refuse_unsupported, _schedule_and_optimizer
+    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _refuse_unsupported, _schedule_and_optimizer
 
     cfg.validate()
     _refuse_unsupported(cfg)
@@ -102,6 +99,8 @@ def run_megatron_rm(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout
 
     init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    # LoRA freezes the decoder; the score layer, added after it, trains in full (peft's modules_to_save for SEQ_CLS).
+    lora = _add_lora(cfg, prepared.spec, bridge, model) if cfg.tuner == "lora" else None
     if prepared.tokenizer.pad_token_id is None:  # as the rm recipe: the score reads the last token not padding
         prepared.tokenizer.pad_token = prepared.tokenizer.eos_token
     model.reward_score = _score_layer(cfg, prepared, next(model.parameters()).device)
@@ -130,6 +129,7 @@ def run_megatron_rm(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout
         bridge_name=bridge_spec.name,
         layout=layout,
         extras={"swiftcore_args.json": json.dumps(args_record, indent=2)},
+        lora=lora,
         options=options,
     )
     return loop.run()
@@ -268,9 +268,41 @@ class RMLoop(TrainLoop):
         finally:
             self.model._modules["reward_score"] = head
         if dist.get_rank() == 0:
+            if self.lora is not None:  # as the rm recipe does: the adapter merged into the decoder it adapts
+                _merge_adapter(path, Path(self.cfg.model))
             _as_sequence_classifier(path, head, self.pad_token_id)
         dist.barrier()
         return path
+
+
+def _merge_adapter(checkpoint: Path, model_dir: Path) -> None:
+    """Replace the peft adapter a LoRA checkpoint holds by the base model (``model_dir``'s files) with the adapter
+    merged into its weights (``W + alpha / r * B @ A`` per adapted layer), as the ``rm`` recipe saves LoRA runs."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
+    scaling = config["lora_alpha"] / config["r"]
+    adapter = load_file(str(checkpoint / "adapter_model.safetensors"))
+    deltas = {}
+    for key, lora_a in adapter.items():
+        if key.endswith(".lora_A.weight"):
+            module = key.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
+            lora_b = adapter[key.replace(".lora_A.", ".lora_B.")]
+            deltas[f"{module}.weight"] = (lora_b.double() @ lora_a.double()) * scaling
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (checkpoint / name).unlink()
+    shutil.copy2(model_dir / "config.json", checkpoint / "config.json")
+    for index in model_dir.glob("*.safetensors.index.json"):
+        shutil.copy2(index, checkpoint / index.name)
+    for file in sorted(model_dir.glob("*.safetensors")):
+        tensors = load_file(str(file))
+        for key in deltas.keys() & tensors.keys():
+            tensors[key] = (tensors[key].double() + deltas.pop(key)).to(tensors[key].dtype)
+        save_file(tensors, str(checkpoint / file.name), metadata={"format": "pt"})
+    if deltas:
+        raise SwiftcoreError(f"--tuner lora: the adapter names weights {sorted(deltas)[:3]} that {model_dir} lacks")
 
 
 def _as_sequence_classifier(checkpoint: Path, head: Any, pad_token_id: int) -> None:

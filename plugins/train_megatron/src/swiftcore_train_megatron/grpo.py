@@ -1,0 +1,560 @@
+"""The ``grpo.megatron`` recipe: GRPO on megatron-core (``swiftcore train --engine megatron --recipe grpo``), read top
+to bottom.
+
+It is the ``grpo`` recipe of swiftcore-recipe-rl on this engine, with that recipe's own parts: its options
+(``GRPOOptions``), its plan (``plan_run``: every check, the rewards loaded, the prompts encoded by the family's
+template), its rewards (``TRLReward``), its colocated rollout engine and weight sync (``create_rollout_engine``,
+``WeightSync``) and its loss, TRL's: :func:`grpo_loss` runs TRL 1.16's ``GRPOTrainer._compute_loss`` (every
+``--grpo-loss-type`` the recipe maps to TRL, the clipping, the normalisation and the clip metrics) on a stand-in
+trainer whose per-token log-probs are the megatron model's, as ``dpo.megatron`` runs TRL's DPO loss.
+
+One optimiser step:
+
+1. rank 0 generates ``--num-generations`` completions for each of the step's ``--batch-size`` prompts with the
+   rollout engine (swiftcore's transformers backend in this process, on the policy's base checkpoint) and scores them
+   with the ``--reward`` functions; the group advantages are TRL's (:func:`group_advantages`);
+2. the rollouts go to every rank; each computes its share of the completions' per-token log-probs under the sharded
+   model (logits divided by the rollout temperature, megatron's vocabulary-parallel cross entropy: tensor
+   parallelism never gathers the logits) and the GRPO loss; backward, gradients reduced and clipped, optimiser step
+   (the SFT loop's, :mod:`~swiftcore_train_megatron.loop`);
+3. the updated weights go to the rollout engine: the bridge's rules turn the sharded megatron tensors back into the
+   Hugging Face tensors (:func:`hf_tensors`, gathered over the tensor-parallel ranks), pushed in buckets by the
+   recipe's :class:`WeightSync` (full weights).
+
+The rollouts are on-policy (one generation round per step, ``--num-iterations 1``), so the old log-probs are the
+current ones, detached, as in TRL without ``num_iterations``. Checkpoints are the SFT loop's (megatron shards and the
+Hugging Face model).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from swiftcore_train import TrainConfig, TrainResult, is_main_process
+
+from swiftcore.api import SwiftcoreError
+from swiftcore_train_megatron.layout import ParallelLayout, world_size
+from swiftcore_train_megatron.loop import TrainLoop
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
+
+__all__ = ["GRPOLoop", "completion_logps", "group_advantages", "grpo_loss", "hf_tensors", "run_megatron_grpo"]
+
+log = logging.getLogger("swiftcore.train.megatron")
+
+#: ``--grpo-loss-type`` -> TRL's ``(loss_type, importance_sampling_level)``, as the ``grpo`` recipe maps it
+#: (``gspo``: TRL's per-sequence mean with the sequence-level ratio).
+_TRL_LOSS = {"gspo": ("grpo", "sequence")}
+
+
+def _grpo_options(cfg: TrainConfig) -> Any:
+    """The ``grpo`` recipe's options from the flags this run was given (its defaults for the others)."""
+    import dataclasses
+
+    from swiftcore_recipe_rl import GRPOOptions
+
+    own = {f.name for f in dataclasses.fields(GRPOOptions)}
+    try:
+        return GRPOOptions(**{k: v for k, v in cfg.recipe_options.items() if k in own})
+    except (TypeError, ValueError) as exc:
+        raise SwiftcoreError(f"recipe 'grpo.megatron': invalid options: {exc}") from exc
+
+
+def refuse_grpo(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: int) -> None:
+    """What ``grpo.megatron`` does not do yet, refused by name before anything loads (besides the engine's own).
+
+    Raises:
+        SwiftcoreError: every unsupported option, each with what would work.
+    """
+    problems = []
+    if layout.pp > 1 or layout.vpp > 1:
+        problems.append(f"--pp {layout.pp} / --vpp {layout.vpp}: GRPO does not run through pipeline stages yet; "
+                        "use --tp (and --pp 1)")  # fmt: skip
+    if layout.ep > 1:
+        problems.append(f"--ep {layout.ep}: GRPO trains dense families only so far; use --ep 1")
+    if layout.cp > 1:
+        problems.append(f"--cp {layout.cp}: GRPO does not split sequences yet; use --cp 1")
+    if world != layout.tp * layout.pp:
+        problems.append(f"{world} processes at --tp {layout.tp}: GRPO has no data-parallel replicas yet; launch "
+                        f"exactly --tp ranks (--nproc-per-node {layout.tp})")  # fmt: skip
+    if cfg.tuner != "full":
+        problems.append(f"--tuner {cfg.tuner}: GRPO on this engine trains full weights so far (its weight sync is "
+                        "the full one); use --tuner full, or --tuner lora on the default engine")  # fmt: skip
+    if cfg.gradient_accumulation_steps != 1:
+        problems.append("--gradient-accumulation-steps: GRPO on this engine runs one generation round per step; "
+                        "use 1 and raise --batch-size instead")  # fmt: skip
+    if cfg.resume_from_checkpoint:
+        problems.append("--resume-from-checkpoint: GRPO on this engine does not resume yet; start a new run")
+    if options.ray:
+        problems.append("--ray: GRPO on this engine runs its rollouts in rank 0's process; drop --ray")
+    if options.environment:
+        problems.append("--environment: multi-turn episodes are not supported on this engine yet; drop it, or run "
+                        "--recipe grpo on the default engine (drop --engine)")  # fmt: skip
+    if options.rollout_server:
+        problems.append("--rollout-server: this engine generates with a colocated engine; drop --rollout-server")
+    if options.rollout_engine not in ("trainer", "transformers"):
+        problems.append(f"--rollout-engine {options.rollout_engine}: this engine generates with the transformers "
+                        "backend in rank 0's process; use --rollout-engine transformers")  # fmt: skip
+    if options.num_iterations != 1:
+        problems.append("--num-iterations: GRPO on this engine is on-policy (one update per round); use 1")
+    if options.async_rollouts or options.importance_sampling_mode() is not None:
+        problems.append("--async-rollouts / --rollout-importance-sampling: not supported on this engine yet; the "
+                        "rollouts are on-policy, leave them off")  # fmt: skip
+    if options.grpo_beta:
+        problems.append("--grpo-beta: the KL term needs a reference model, not supported on this engine yet; use 0")
+    if options.grpo_loss_type == "fipo" or options.dynamic_sampling or options.chord_dataset:
+        problems.append("--grpo-loss-type fipo / --dynamic-sampling / --chord-dataset: not supported on this engine "
+                        "yet; run them on the default engine (drop --engine)")  # fmt: skip
+    if options.overlong_buffer:
+        problems.append("--overlong-buffer: not supported on this engine yet; use 0")
+    if problems:
+        raise SwiftcoreError("--engine megatron --recipe grpo:\n  " + "\n  ".join(problems))
+
+
+def _refuse_model(bridge: Any, bridge_spec: Any) -> None:
+    if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
+        raise SwiftcoreError(
+            f"--engine megatron --recipe grpo: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
+            "layers, whose extra losses GRPO on this engine does not add yet; train a dense family, or run "
+            "--recipe grpo on the default engine (drop --engine)"
+        )
+
+
+def run_megatron_grpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
+    """GRPO-train ``cfg.model`` on ``cfg.dataset``'s prompts with megatron-core (see ``swiftcore train --help``).
+
+    Returns:
+        :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model and the megatron
+        shards, as ``sft.megatron`` saves them.
+    """
+    from swiftcore_recipe_rl import plan_run
+    from swiftcore_train import start_run
+
+    from swiftcore_train_megatron.recipe import _bridge, _refuse_unsupported, _schedule_and_optimizer
+
+    cfg.validate()
+    _refuse_unsupported(cfg)
+    options = _grpo_options(cfg)
+    world = world_size()
+    refuse_grpo(cfg, options, layout, world)
+    plan = plan_run("grpo", cfg, plugins, options)
+    bridge_spec, bridge = _bridge(cfg, plan.spec, plugins)
+    _refuse_model(bridge, bridge_spec)
+    layout.check(bridge, bridge_spec, world)
+    output_dir = Path(cfg.output_dir)
+    if is_main_process():
+        from swiftcore_train import plan_output_dir, run_inputs
+
+        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+    log.info("grpo: model %s, bridge %s, tp %d, %d prompts x %d generations", plan.spec.name, bridge_spec.name,
+             layout.tp, len(plan.prompts.dataset), options.num_generations)  # fmt: skip
+
+    # Every check passed: only now the process group and the model.
+    from swiftcore_megatron import init_model_parallel
+
+    from swiftcore_train_megatron.engine import load_sharded_model
+
+    init_model_parallel(layout.tp, layout.ep, seed=cfg.seed)
+    model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    prompts = plan.prompts.dataset
+    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(prompts), layout, world)
+    from dataclasses import asdict
+
+    args_record = start_run(
+        cfg, output_dir, plan.spec, plugins, fresh=True, template=plan.template,
+        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
+        rewards=[{"name": r.name, "provider": str(r.spec.provider), "options": r.options} for r in plan.rewards],
+        grpo=asdict(options),
+    )  # fmt: skip
+    codec = plan.local.codec
+    pad_id = codec.tokenizer.pad_token_id
+    pad_id = pad_id if pad_id is not None else (codec.tokenizer.eos_token_id or 0)
+    loop = GRPOLoop(
+        cfg=cfg, output_dir=output_dir, model=model, optimizer=optimizer, scheduler=scheduler, schedule=schedule,
+        train_samples=prompts, val_samples=[], pad_token_id=pad_id, bridge=bridge, bridge_name=bridge_spec.name,
+        layout=layout, extras={"swiftcore_args.json": json.dumps(args_record, indent=2)}, options=options,
+    )  # fmt: skip
+    if is_main_process():
+        loop.attach_rollouts(plan, plugins)
+    try:
+        return loop.run()
+    finally:
+        loop.close()
+
+
+# ---------------------------------------------------------------------------------------------- the loss's parts
+
+
+def group_advantages(rewards_per_func: Any, weights: Any, num_generations: int, scale_rewards: str) -> Any:
+    """GRPO's advantages ``(B,)`` of ``B`` completions in groups of ``num_generations`` consecutive rows, as TRL 1.16's
+    ``GRPOTrainer`` computes them (``multi_objective_aggregation="sum_then_normalize"``, its default)::
+
+        r_i = sum_k w_k r_ik;   A_i = (r_i - mean_group(r)) / (std + 1e-4)
+
+    ``std`` is the group's (``scale_rewards="group"``), the batch's (``"batch"``), or none (``"none"``: no division);
+    both are the unbiased, NaN-aware standard deviation. A completion no reward could score (all NaN) is left out of
+    its group's statistics and gets advantage 0.
+
+    Args:
+        rewards_per_func: ``(B, K)`` float tensor, each reward function's score (NaN: not scored).
+        weights: ``(K,)`` the reward weights.
+        num_generations: the group size.
+        scale_rewards: ``group``, ``batch`` or ``none``.
+    """
+    import torch
+    from trl.trainer.utils import nanstd
+
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[unscorable] = torch.nan
+    grouped = rewards.view(-1, num_generations)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
+    if scale_rewards == "batch":
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    elif num_generations > 1:
+        std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+    else:
+        std = torch.zeros_like(rewards)
+    advantages = rewards - mean
+    if scale_rewards != "none":
+        advantages = advantages / (std + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def completion_logps(model: Any, batch: dict[str, Any], temperature: float = 1.0) -> Any:
+    """The megatron model's per-token log-probs ``(B, C)`` of ``batch``'s completions, as TRL's GRPO computes them
+    (logits divided by ``temperature``, log-softmax over the whole vocabulary), with gradient.
+
+    ``batch`` is TRL's layout: ``prompt_ids``/``prompt_mask`` ``(B, P)`` left-padded, ``completion_ids`` ``(B, C)``
+    right-padded. Each row runs as its real prompt tokens then its completion, from position 0 (megatron's rotary
+    reads no position ids, and a left pad would be attended to: it has no attention mask here); under tensor
+    parallelism every rank holds its slice of the vocabulary and megatron's vocabulary-parallel cross entropy forms
+    the log-softmax without gathering the logits. Positions past a completion's end score padding: 0 is returned
+    there under the mask the loss applies.
+    """
+    import torch
+    from megatron.core import tensor_parallel
+    from swiftcore_megatron import eager_on_cpu
+
+    prompt_ids, prompt_mask = batch["prompt_ids"], batch["prompt_mask"].bool()
+    completion_ids = batch["completion_ids"]
+    rows, width = completion_ids.shape
+    prompts = [prompt_ids[i][prompt_mask[i]] for i in range(rows)]
+    length = max(len(p) for p in prompts) + width
+    input_ids = torch.zeros(rows, length, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, : len(p) + width] = torch.cat([p.cpu(), completion_ids[i].cpu()])
+    positions = torch.arange(length).unsqueeze(0).expand(rows, -1)
+    device = next(model.parameters()).device
+    input_ids, positions = input_ids.to(device), positions.to(device)
+    with eager_on_cpu():
+        logits = model(input_ids=input_ids, position_ids=positions, attention_mask=None)  # (B, S, V / tp)
+    labels = torch.zeros_like(input_ids)
+    labels[:, :-1] = input_ids[:, 1:]
+    logits = logits.float() / temperature
+    # (B, S): at position t the log-prob of token t+1
+    per_token = -tensor_parallel.vocab_parallel_cross_entropy(logits.contiguous(), labels.contiguous())
+    index = torch.stack([torch.arange(width, device=device) + len(p) - 1 for p in prompts])
+    return per_token.gather(1, index)
+
+
+class _Gather:
+    """What TRL's loss asks of accelerate: one process (this rank's batch is the whole batch)."""
+
+    num_processes = 1
+    sync_gradients = True
+
+    def gather(self, tensor: Any) -> Any:
+        return tensor
+
+    gather_for_metrics = gather
+
+    def reduce(self, tensor: Any, reduction: str = "sum") -> Any:
+        return tensor
+
+
+def grpo_loss(
+    per_token_logps: Any, batch: dict[str, Any], options: Any, *, max_completion_length: int, training: bool = True
+) -> tuple[Any, dict[str, float]]:
+    """TRL 1.16's GRPO loss (``GRPOTrainer._compute_loss``) of one batch of rollouts, from the policy's log-probs.
+
+    The method runs on a stand-in trainer that holds the ``grpo`` recipe's loss options (``--grpo-loss-type``,
+    ``--grpo-epsilon``/``-high``, ``--grpo-delta``, the SAPO temperatures) and hands it ``per_token_logps`` where TRL
+    would run the model, so both engines train with one definition of the loss. The stand-in fixes what this engine
+    fixes: on-policy rollouts unless the batch carries old log-probs, no KL term (``--grpo-beta 0``), no entropy mask or
+    bonus, no importance-sampling correction, one process and no gradient accumulation (the caller scales).
+
+    Args:
+        per_token_logps: ``(B, C)`` the policy's log-probs of the completion tokens (the gradient flows through it).
+        batch: TRL's rollout batch: ``completion_mask`` ``(B, C)``, ``advantages`` ``(B,)``, for the
+            ``dapo``/``cispo`` normaliser ``num_items_in_batch`` (the batch's completion tokens; default: counted), and
+            ``old_per_token_logps`` ``(B, C)`` when the rollouts were sampled by other weights than these (default:
+            on-policy, the ratio is 1).
+        options: the ``grpo`` recipe's ``GRPOOptions``.
+        max_completion_length: ``--max-completion-length`` (the ``dr_grpo`` normaliser).
+        training: TRL's train / eval mode (only the metrics' bookkeeping differs).
+
+    Returns:
+        ``(loss, metrics)``: the batch's loss and TRL's clip metrics of it (``clip_ratio/*``).
+    """
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    import torch
+    from trl import GRPOTrainer
+
+    loss_type, level = _TRL_LOSS.get(options.grpo_loss_type, (options.grpo_loss_type, "token"))
+    mask = batch["completion_mask"]
+    inputs = {
+        "prompt_ids": batch.get("prompt_ids", torch.zeros(mask.shape[0], 0, dtype=torch.long)),
+        "prompt_mask": batch.get("prompt_mask", torch.zeros(mask.shape[0], 0, dtype=torch.long)),
+        "completion_ids": batch.get("completion_ids", torch.zeros_like(mask, dtype=torch.long)),
+        "completion_mask": mask,
+        "advantages": batch["advantages"],
+        "num_items_in_batch": batch.get("num_items_in_batch", mask.sum()),
+        "old_per_token_logps": batch.get("old_per_token_logps"),
+    }
+    stand_in = SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *a, **k: (per_token_logps, torch.zeros_like(per_token_logps), None),
+        aux_loss_enabled=False,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level=level,
+        beta=0.0,
+        loss_type=loss_type,
+        epsilon_low=options.grpo_epsilon,
+        epsilon_high=options.grpo_epsilon_high if options.grpo_epsilon_high is not None else options.grpo_epsilon,
+        max_completion_length=max_completion_length,
+        args=SimpleNamespace(
+            delta=options.grpo_delta,
+            use_bias_correction_kl=False,
+            steps_per_generation=1,
+            sapo_temperature_pos=options.sapo_temperature_pos,
+            sapo_temperature_neg=options.sapo_temperature_neg,
+        ),
+        use_vllm=False,
+        vllm_importance_sampling_correction=False,
+        _entropy_bonus_enabled=False,
+        model=SimpleNamespace(training=training),
+        current_gradient_accumulation_steps=1,
+        accelerator=_Gather(),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+    )
+    loss = GRPOTrainer._compute_loss(stand_in, None, inputs)
+    logged = stand_in._metrics["train" if training else "eval"]
+    return loss, {k: v[-1] for k, v in logged.items() if k.startswith(("clip_ratio/", "cispo_"))}
+
+
+# ---------------------------------------------------------------------------------------------- the weight sync
+
+
+def hf_tensors(model: Any, bridge: Any) -> dict[str, Any]:
+    """The megatron model's weights as the Hugging Face checkpoint names them (the bridge's rules run backwards),
+    each tensor whole: sharded tensors are gathered over the tensor-parallel ranks (collective: every rank of the
+    group calls it, every rank gets the whole set). Tied tensors are given once; tensors the bridge carries past
+    megatron (passthrough) are not the model's and are not included."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    tp = dist.get_world_size(group)
+    state = model.state_dict()
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        for rule in bridge.rules():
+            local = state[rule.mcore_key(1)].detach()
+            if tp > 1 and rule.shard.dim is not None:
+                shards = [torch.empty_like(local) for _ in range(tp)]
+                dist.all_gather(shards, local.contiguous(), group=group)
+                full = rule.shard.merge(shards, what=rule.mcore)
+            else:
+                full = local
+            for key, tensor in zip(rule.hf, rule.fuse.to_hf(full), strict=True):
+                out.setdefault(key, tensor.contiguous())
+    return out
+
+
+class _HFView:
+    """What :class:`WeightSync` reads of a policy: its state dict, here the Hugging Face names of the megatron
+    weights (:func:`hf_tensors`)."""
+
+    def __init__(self, tensors: dict[str, Any]) -> None:
+        self._tensors = tensors
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._tensors
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+
+
+class GRPOLoop(TrainLoop):
+    """:class:`~swiftcore_train_megatron.loop.TrainLoop` with GRPO's step: rollouts on rank 0, the loss everywhere.
+
+    Args (besides the loop's):
+        options: the ``grpo`` recipe's ``GRPOOptions``.
+    """
+
+    def __init__(self, *, options: Any, **loop: Any) -> None:
+        super().__init__(**loop)
+        self.options = options
+        self.engine: Any = None
+        self.weight_sync: Any = None
+        self.rewards: list[Any] = []
+        self.reward_weights: list[float] = []
+        self.stop_ids: set[int] = set()
+        self._prompt_ids: dict[str, list[int]] = {}
+        self._synced_step = 0  # the engine starts on the base checkpoint: step 0's weights
+
+    def attach_rollouts(self, plan: Any, plugins: Any) -> None:
+        """On rank 0: the rollout engine (the transformers backend on ``--model``, in this process), the weight
+        sync, and the rewards, as the ``grpo`` recipe builds them."""
+        import torch
+        from swiftcore_recipe_rl import TRLReward, WeightSync, create_rollout_engine, stop_token_ids
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.engine = create_rollout_engine("transformers", plan.cfg, plugins, template=plan.template.name,
+                                            device=device)  # fmt: skip
+        self.weight_sync = WeightSync(self.engine, bucket_mb=self.options.sync_bucket_mb)
+        codec = plan.local.codec
+        self.rewards = [TRLReward(r, codec, plan.prompts.reward_records) for r in plan.rewards]
+        weights = self.options.weights()
+        self.reward_weights = [weights.get(r.name, 1.0) for r in plan.rewards]
+        self.stop_ids = set(stop_token_ids(codec.template, codec.tokenizer))
+        self._prompt_ids = plan.prompts.ids
+
+    def close(self) -> None:
+        """Close the rollout engine (rank 0)."""
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+    # ------------------------------------------------------------------ rollouts (rank 0)
+
+    def _sync(self) -> dict[str, float]:
+        """Push this step's weights to the engine (collective: every rank gathers its shards); rank 0's timing."""
+        if self._synced_step == self.step:
+            return {"sync_s": 0.0, "sync_bytes": 0.0}
+        start = time.perf_counter()
+        tensors = hf_tensors(self.model, self.bridge)
+        self._synced_step = self.step
+        if self.weight_sync is None:
+            return {"sync_s": 0.0, "sync_bytes": 0.0}
+        stats = self.weight_sync.push(_HFView(tensors))
+        return {"sync_s": time.perf_counter() - start, "sync_bytes": float(stats.bytes)}
+
+    def _generate(self, rows: list[dict]) -> dict[str, Any]:
+        """Rank 0: ``--num-generations`` completions of each row's prompt, their rewards and advantages."""
+        import torch
+        from swiftcore_infer import Request, SamplingParams
+
+        opts = self.options
+        sampling = SamplingParams(
+            max_new_tokens=int(opts.max_completion_length), temperature=float(opts.rollout_temperature),
+            top_p=float(opts.rollout_top_p), top_k=int(opts.rollout_top_k or 0),
+        )  # fmt: skip
+        size = opts.num_generations
+        expanded = [row for row in rows for _ in range(size)]
+        requests = [Request(prompt=list(self._prompt_ids[r["prompt"]]), sampling=sampling) for r in expanded]
+        start = time.perf_counter()
+        # Sampled under --seed and the step alone, whatever the layout drew from the RNG before (a run at --tp 2
+        # samples step N's rollouts as one at --tp 1 does, from the same weights).
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.cfg.seed + self.step)
+            out = self.engine.generate_rollouts(requests)
+        rollout_s = time.perf_counter() - start
+        completions = [list(map(int, ids)) for _, ids in out]
+        prompts = [r["prompt"] for r in expanded]
+        columns = {k: [r[k] for r in expanded] for k in expanded[0] if k != "prompt"}
+        scores = []
+        for reward in self.rewards:
+            got = reward.score(prompts, [None] * len(prompts), completions, **columns)
+            scores.append([float("nan") if s is None else float(s) for s in got])
+        per_func = torch.tensor(scores, dtype=torch.float32).t().reshape(len(expanded), len(self.rewards))
+        weights = torch.tensor(self.reward_weights, dtype=torch.float32)
+        advantages = group_advantages(per_func, weights, size, opts.scale_rewards)
+        truncated = [not ids or ids[-1] not in self.stop_ids for ids in completions]
+        rewards = (per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+        metrics = {f"rewards/{r.reward.name}/mean": float(torch.nanmean(per_func[:, k])) for k, r in
+                   enumerate(self.rewards)}  # fmt: skip
+        metrics.update(
+            reward=float(torch.nanmean(rewards)),
+            reward_std=float(_nanstd(rewards)),
+            frac_reward_zero_std=float(
+                (_nanstd(rewards.view(-1, size), dim=1) == 0).float().mean() if size > 1 else 1.0
+            ),
+            **{"completions/mean_length": sum(map(len, completions)) / len(completions)},
+            rollout_s=rollout_s,
+        )
+        return {
+            "prompt_ids": [list(self._prompt_ids[p]) for p in prompts],
+            "completion_ids": completions,
+            "truncated": truncated,
+            "advantages": advantages.tolist(),
+            "metrics": metrics,
+        }
+
+    # ------------------------------------------------------------------ the step (every rank)
+
+    def rollout_batch(self, rollouts: dict[str, Any]) -> dict[str, Any]:
+        """The rollouts as TRL's loss reads them: prompts left-padded, completions right-padded, masks, advantages
+        (``--mask-truncated-completions``: a completion that did not end with a stop token counts no token)."""
+        import torch
+
+        pad = self.pad_token_id
+        prompts, completions = rollouts["prompt_ids"], rollouts["completion_ids"]
+        p_len, c_len = max(map(len, prompts)), max(1, max(map(len, completions)))
+        prompt_ids = torch.tensor([[pad] * (p_len - len(p)) + p for p in prompts])
+        prompt_mask = torch.tensor([[0] * (p_len - len(p)) + [1] * len(p) for p in prompts])
+        completion_ids = torch.tensor([c + [pad] * (c_len - len(c)) for c in completions])
+        completion_mask = torch.tensor([[1] * len(c) + [0] * (c_len - len(c)) for c in completions])
+        if self.options.mask_truncated_completions:
+            keep = torch.tensor([not t for t in rollouts["truncated"]], dtype=completion_mask.dtype)
+            completion_mask = completion_mask * keep.unsqueeze(1)
+        return {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids,
+            "completion_mask": completion_mask,
+            "advantages": torch.tensor(rollouts["advantages"], dtype=torch.float32),
+            "num_items_in_batch": completion_mask.sum(),
+        }
+
+    def learn(self, batch: dict[str, Any]) -> tuple[float, float, dict[str, float]]:
+        """One optimiser step on one rollout batch (every rank the same): ``(loss, grad norm, TRL's metrics)``."""
+        logps = completion_logps(self.model, batch, self.options.rollout_temperature)
+        loss, metrics = grpo_loss(logps, batch, self.options, max_completion_length=self.options.max_completion_length)
+        loss.backward()
+        norm = self._apply_gradients()
+        return float(loss.detach()), norm, metrics
+
+    def _train_step(self) -> tuple[float, float, int]:
+        """Sync the engine to the current weights, generate and score the step's rollouts on rank 0, hand them to
+        every rank, and take the optimiser step; ``(loss, grad norm, tokens)``."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        per_rank = self.schedule.micro_batches(self.step)
+        rows = [self.train_samples[i] for i in per_rank[parallel_state.get_data_parallel_rank()][0]]
+        sync = self._sync()
+        payload = [self._generate(rows) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(payload, src=0)
+        rollouts = payload[0]
+        batch = self.rollout_batch(rollouts)
+        loss, norm, metrics = self.learn(batch)
+        self._step_metrics = {**rollouts["metrics"], **metrics, **sync}
+        tokens = int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
+        return loss, norm, tokens
+
+
+def _nanstd(x: Any, dim: int | None = None) -> Any:
+    from trl.trainer.utils import nanstd
+
+    return nanstd(x) if dim is None else nanstd(x, dim=dim)

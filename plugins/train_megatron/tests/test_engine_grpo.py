@@ -1,0 +1,364 @@
+"""``swiftcore train --engine megatron --recipe grpo`` (the ``grpo.megatron`` recipe) against the ``grpo`` recipe on the
+transformers engine (TRL's GRPOTrainer).
+
+- Loss parity on a fixed batch of rollouts (2 prompts x groups of 4, completions of 1 to 6 tokens, fixed rewards and
+  so fixed advantages, rollout temperature 0.7): the first 3 step losses and gradient norms of full-weight training in
+  fp32 equal those of the ``grpo`` recipe's trainer (``SwiftGRPOTrainer._compute_loss``, the policy's own log-probs,
+  the same AdamW step) to 1e-5, at TP1 and TP2 (real torchrun processes on gloo), for the ``dapo`` (default) and
+  ``grpo`` loss types. The batch's old log-probs are each engine's own of the initial weights (as with
+  ``--num-iterations 3``), so steps 2 and 3 are off-policy: their losses test the log-probs (temperature, the
+  completion positions) through the ratio and its clipping, and the gradient norms the backward pass and its
+  reduction over the TP ranks.
+- The advantages are TRL's: ``group_advantages`` gives the group-normalised rewards of TRL's formula on fixed rewards
+  (an unscorable completion gets 0).
+- The weight sync's tensors after those steps (``hf_tensors``: the bridge's rules run backwards, gathered over the TP
+  ranks) carry the transformers model's own parameter names and equal its weights after the same steps.
+- End to end at TP2: a run on 2 torchrun ranks logs the same rewards (same rollouts, sampled under --seed and the step
+  from the synced weights), losses and gradient norms as one at TP1, 3 steps.
+- Learning signal: the vowel task (the recipe_rl tests' toy task: a reply that starts with a vowel earns 1), 6 steps of
+  GRPO on this engine with rollouts from the transformers backend synced after each step: the rollouts' reward rises,
+  and the mean reward of the exported checkpoint on 8 held-out prompts (8 samples each, by the transformers backend)
+  rises from the base model's by >= 0.4 and reaches >= 0.7.
+- Refusals, before any process group exists: --pp, --ep, --ray, --environment, --tuner lora, --grpo-beta,
+  --rollout-engine vllm, more processes than --tp, a MoE family.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from swiftcore_testing import free_port, user_env
+
+BIN = Path(sys.executable).parent
+STEPS = 3
+#: The parity check's learning rate (small enough that step 2's ratios stay partly inside the clip range, so its
+#: gradients are not all zero) and the learning test's.
+PARITY_LR = 3e-5
+LR = 1e-3
+TEMPERATURE = 0.7
+#: The fixed batch's completion lengths (2 prompts x groups of 4), rewards and prompt length.
+LENGTHS = (3, 6, 1, 4, 5, 2, 6, 3)
+REWARDS = (1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.5)
+PROMPT = 5
+
+#: One rank's side of the parity check: the GRPO loop of this engine, three optimiser steps on the fixed batch.
+MEGATRON_STEPS = """
+import json, sys, torch
+from pathlib import Path
+from swiftcore_megatron import init_model_parallel, read_hf_config, resolve_bridge
+from swiftcore_recipe_rl import GRPOOptions
+from swiftcore_train import TrainConfig
+import swiftcore.api
+from swiftcore_train_megatron.engine import load_sharded_model
+from swiftcore_train_megatron.grpo import GRPOLoop
+from swiftcore_train_megatron.layout import ParallelLayout, world_size
+from swiftcore_train_megatron.recipe import _schedule_and_optimizer
+
+model_dir, batch_file, out_file, loss_type, temperature, lr, steps = sys.argv[1:8]
+tp = world_size()
+plugins = swiftcore.api.load_plugins(env={})
+_, bridge = resolve_bridge(read_hf_config(Path(model_dir)), plugins)
+cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="full",
+                  learning_rate=float(lr), lr_scheduler="constant", batch_size=2, max_steps=int(steps), seed=0)
+options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, grpo_loss_type=loss_type,
+                      rollout_temperature=float(temperature))
+init_model_parallel(tp, 1, seed=0)
+model = load_sharded_model(bridge, model_dir, tp=tp, ep=1)
+layout = ParallelLayout(tp=tp)
+schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 2, layout, tp)
+loop = GRPOLoop(cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
+                schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge,
+                bridge_name="qwen3_5", layout=layout, extras={}, options=options)
+batch = torch.load(batch_file)
+model.train()
+with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy (ratio and clipping)
+    from swiftcore_train_megatron.grpo import completion_logps
+    batch["old_per_token_logps"] = completion_logps(model, batch, float(temperature))
+got = [loop.learn(batch)[:2] for _ in range(int(steps))]
+from swiftcore_train_megatron.grpo import hf_tensors
+weights = hf_tensors(model, bridge)  # what the weight sync pushes to the rollout engine
+if torch.distributed.get_rank() == 0:
+    Path(out_file).write_text(json.dumps(got))
+    torch.save(weights, Path(out_file).with_suffix(".pt"))
+"""
+
+
+def _run(command: list, **env: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **env), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir) -> Path:
+    return tiny_model_dir("qwen3_5")
+
+
+@pytest.fixture(scope="module")
+def fixed_batch(tmp_path_factory) -> Path:
+    """The fixed rollouts as TRL's loss reads them (prompts of one length: no left padding), saved for the ranks."""
+    import torch
+    from swiftcore_train_megatron.grpo import group_advantages
+
+    gen = torch.Generator().manual_seed(3)
+    rows, width = len(LENGTHS), max(LENGTHS)
+    prompts = torch.randint(10, 200, (2, PROMPT), generator=gen).repeat_interleave(4, dim=0)
+    completion_mask = (torch.arange(width)[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+    completion_ids = torch.randint(10, 200, (rows, width), generator=gen) * completion_mask
+    rewards = torch.tensor(REWARDS).unsqueeze(1)
+    batch = {
+        "prompt_ids": prompts,
+        "prompt_mask": torch.ones_like(prompts),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": group_advantages(rewards, torch.ones(1), 4, "group"),
+        "num_items_in_batch": completion_mask.sum(),
+    }
+    path = tmp_path_factory.mktemp("batch") / "batch.pt"
+    torch.save(batch, path)
+    return path
+
+
+def _transformers_steps(model_dir: Path, batch_file: Path, out: Path, loss_type: str) -> tuple[list, dict]:
+    """The ``grpo`` recipe's trainer (TRL's GRPOTrainer, full weights, fp32): 3 steps of its own loss on the batch;
+    ``(loss and gradient norm of each step, the model's state dict after them)``."""
+    import torch
+    from datasets import Dataset
+    from swiftcore_recipe_rl import GRPOOptions
+    from swiftcore_recipe_rl.recipe import grpo_config
+    from swiftcore_recipe_rl.trainer import trainer_class
+    from swiftcore_train import TrainConfig
+
+    import swiftcore.api
+    from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
+
+    plugins = swiftcore.api.load_plugins(env={})
+    spec = resolve_model_spec(str(model_dir), plugins)
+    tokenizer = load_tokenizer(str(model_dir))
+    cfg = TrainConfig(
+        model=str(model_dir), dataset=("unused",), output_dir=str(out), tuner="full", learning_rate=PARITY_LR,
+        lr_scheduler="constant", batch_size=2, max_steps=STEPS, seed=0,
+    )  # fmt: skip
+    options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, grpo_loss_type=loss_type,
+                          rollout_temperature=TEMPERATURE)  # fmt: skip
+    torch.manual_seed(0)
+    trainer = trainer_class("grpo")(
+        model=load_model(spec, str(model_dir), plugins, torch_dtype="float32"),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        args=grpo_config(cfg, options, out, reward_names=["format"]),
+        train_dataset=Dataset.from_list([{"prompt": "p"}] * 4),
+        processing_class=tokenizer,
+    )
+    trainer.current_gradient_accumulation_steps = 1
+    model = trainer.model
+    optimizer = trainer.create_optimizer()
+    batch = torch.load(batch_file)
+    model.train()
+    with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy (ratio and clipping)
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, batch["completion_ids"].size(1))
+    batch["old_per_token_logps"] = old
+    got = []
+    for _ in range(STEPS):
+        loss = trainer._compute_loss(model, batch)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        got.append((float(loss.detach()), float(norm)))
+    return got, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def transformers_steps(tiny, fixed_batch, tmp_path_factory) -> dict[str, tuple[list, dict]]:
+    out = tmp_path_factory.mktemp("transformers")
+    return {t: _transformers_steps(tiny, fixed_batch, out / t, t) for t in ("dapo", "grpo")}
+
+
+def _megatron_steps(model_dir: Path, batch_file: Path, out: Path, loss_type: str, tp: int) -> tuple[list, dict]:
+    """This engine's GRPO loop on ``tp`` ranks, 3 steps on the batch; ``(loss and gradient norm of each step, the
+    Hugging Face tensors the weight sync pushes after them)``."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    script = out / "steps.py"
+    script.write_text(MEGATRON_STEPS)
+    result = out / "steps.json"
+    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(tp), "--master-port", str(free_port())]
+    _run([*launcher, str(script), str(model_dir), str(batch_file), str(result), loss_type, str(TEMPERATURE),
+          str(PARITY_LR), str(STEPS)])  # fmt: skip
+    return json.loads(result.read_text()), torch.load(result.with_suffix(".pt"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("tp", "loss_type"), [(1, "dapo"), (2, "dapo"), (1, "grpo")], ids=["tp1", "tp2", "tp1-grpo"])
+def test_the_first_losses_equal_the_transformers_engine(tp, loss_type, tiny, fixed_batch, transformers_steps, tmp_path):
+    """Also the weight sync's tensors after the 3 steps: the names of the transformers model's own parameters (what
+    the rollout engine's ``update_weights`` takes) and its values after the same steps, gathered over the TP ranks."""
+    expected, reference = transformers_steps[loss_type]
+    got, synced = _megatron_steps(tiny, fixed_batch, tmp_path, loss_type, tp)
+    print(f"{loss_type} tp{tp}: transformers {expected}\n megatron {got}")
+    assert len(got) == STEPS
+    for step, ((loss, norm), (want_loss, want_norm)) in enumerate(zip(got, expected, strict=True), start=1):
+        assert loss == pytest.approx(want_loss, rel=1e-5, abs=1e-5), (step, got, expected)
+        assert norm == pytest.approx(want_norm, rel=1e-5, abs=1e-5), (step, got, expected)
+    assert abs(expected[-1][0] - expected[1][0]) > 1e-4 and expected[-1][1] > 0, "the losses and gradients must move"
+    assert synced and set(synced) <= set(reference), sorted(set(synced) - set(reference))[:5]
+    for name, tensor in synced.items():
+        assert tensor.shape == reference[name].shape, name
+        assert float((tensor - reference[name]).abs().max()) < 1e-5, name
+
+
+def test_group_advantages_are_trls_formula():
+    """Group-normalised rewards (unbiased std, + 1e-4), batch-scaled, unscaled; a NaN row gets 0 and is left out."""
+    import torch
+    from swiftcore_train_megatron.grpo import group_advantages
+
+    per_func = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.5, 1.0], [float("nan"), float("nan")]])
+    weights = torch.tensor([1.0, 2.0])
+    rewards = torch.tensor([1.0, 0.0, 2.5])
+    group = group_advantages(per_func, weights, 4, "group")
+    mean, std = rewards.mean(), rewards.std()
+    assert torch.allclose(group[:3], (rewards - mean) / (std + 1e-4), atol=1e-6)
+    assert group[3] == 0
+    plain = group_advantages(per_func, weights, 2, "none")
+    assert torch.allclose(plain, torch.tensor([0.5, -0.5, 0.0, 0.0]), atol=1e-6)
+    batch = group_advantages(per_func, weights, 2, "batch")
+    assert torch.allclose(batch[:2], torch.tensor([0.5, -0.5]) / (std + 1e-4), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- learning signal
+
+VOWEL = r"format.pattern=^\s*[aeiouAEIOU]"
+
+
+def _mean_reward(model_dir: Path, prompts: list[str], plugins, samples: int = 8) -> float:
+    """The mean ``format`` reward of ``samples`` sampled replies (temperature 1, seed 0) to each prompt, generated by
+    the transformers backend from ``model_dir``."""
+    import re
+
+    import torch
+    from swiftcore_infer import Request, SamplingParams, create_engine
+
+    torch.manual_seed(0)
+    engine = create_engine("transformers", str(model_dir), plugins, template="qwen3_5", device="cpu")
+    try:
+        sampling = SamplingParams(max_new_tokens=4, temperature=1.0)
+        requests = [Request(record={"messages": [{"role": "user", "content": p}]}, sampling=sampling)
+                    for p in prompts for _ in range(samples)]  # fmt: skip
+        texts = [g.text for g, _ in engine.generate_rollouts(requests)]
+    finally:
+        engine.close()
+    return sum(bool(re.match(r"^\s*[aeiouAEIOU]", t)) for t in texts) / len(texts)
+
+
+def _grpo_run(model: Path, work: Path, *, steps: int, lr: float, tp: int = 1) -> list[dict]:
+    """``swiftcore train --engine megatron --recipe grpo`` on the vowel task (16 prompts, 2 a step, 8 completions of up
+    to 4 tokens, full weights, constant ``lr``, seed 0) at ``--tp tp``; the logged step records."""
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
+    out = work / "out"
+    _run([str(BIN / "swiftcore"), "train", "--nproc-per-node", str(tp), "--tp", str(tp), "--engine", "megatron",
+          "--recipe", "grpo", "--model", str(model), "--dataset", str(data), "--output-dir", str(out),
+          "--tuner", "full", "--learning-rate", str(lr), "--lr-scheduler", "constant", "--max-steps", str(steps),
+          "--batch-size", "2", "--logging-steps", "1", "--save-steps", "1000", "--seed", "0", "--no-plot",
+          "--reward", "format", "--reward-option", VOWEL, "--num-generations", "8", "--max-completion-length", "4",
+          "--rollout-engine", "transformers"])  # fmt: skip
+    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+
+
+@pytest.mark.slow
+def test_grpo_raises_the_held_out_reward_on_the_toy_task(tiny, tmp_path):
+    """The rollouts' own rewards rise too (the engine generates them: it gets the trained weights each step)."""
+    import swiftcore.api
+
+    held_out = [f"Write a word, item {i}." for i in range(8)]
+    steps = 6
+    logs = _grpo_run(tiny, tmp_path, steps=steps, lr=LR)
+    rewards = [r["rewards/format/mean"] for r in logs]
+    synced = [r["sync_bytes"] for r in logs]
+    assert len(rewards) == steps and synced[0] == 0 and all(b > 0 for b in synced[1:]), logs
+    assert sum(rewards[-3:]) / 3 - rewards[0] >= 0.4, rewards
+    out = tmp_path / "out"
+    plugins = swiftcore.api.load_plugins(env={})
+    before = _mean_reward(tiny, held_out, plugins)
+    after = _mean_reward(out / f"checkpoint-{steps}", held_out, plugins)
+    print(f"grpo.megatron toy task: held-out mean reward {before:.3f} -> {after:.3f}; rollouts per step {rewards}")
+    assert after - before >= 0.4 and after >= 0.7, (before, after, rewards)
+
+
+@pytest.mark.slow
+def test_a_tp2_run_logs_the_steps_of_a_tp1_run(tiny, tmp_path):
+    """End to end at TP2 (2 torchrun ranks): the same rollouts (sampled under --seed and the step, from the weights
+    the sync gathered over both ranks), rewards, losses and gradient norms as at TP1, 3 steps at lr 1e-4."""
+    one = _grpo_run(tiny, tmp_path / "tp1", steps=3, lr=1e-4)
+    two = _grpo_run(tiny, tmp_path / "tp2", steps=3, lr=1e-4, tp=2)
+    print(f"tp1 {[(r['reward'], r['grad_norm']) for r in one]}\ntp2 {[(r['reward'], r['grad_norm']) for r in two]}")
+    assert len(one) == len(two) == 3
+    for a, b in zip(one, two, strict=True):
+        assert a["reward"] == b["reward"] and a["completions/mean_length"] == b["completions/mean_length"], (a, b)
+        for key in ("loss", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), (key, a, b)
+    assert one[1]["sync_bytes"] == two[1]["sync_bytes"] > 0
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+@pytest.fixture
+def no_process_group_after():
+    """The refusals come before ``init_process_group`` (checked where no earlier test of the session made one)."""
+    import torch.distributed as dist
+
+    before = dist.is_initialized()
+    yield
+    if not before:
+        assert not dist.is_initialized(), "a process group was created before the error"
+
+
+@pytest.mark.parametrize(
+    ("family", "options", "expected"),
+    [
+        ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2 / --vpp 1: GRPO does not run through pipeline stages"),
+        ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: GRPO trains dense families only so far"),
+        ("qwen3_5", {"recipe_options": {"ray": True}}, "--ray: GRPO on this engine runs its rollouts in rank 0"),
+        ("qwen3_5", {"recipe_options": {"environment": "calculator"}}, "--environment: multi-turn episodes are not"),
+        ("qwen3_5", {"tuner": "lora"}, "--tuner lora: GRPO on this engine trains full weights so far"),
+        ("qwen3_5", {"recipe_options": {"grpo_beta": 0.04}}, "--grpo-beta: the KL term needs a reference model"),
+        ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
+        ("qwen3_5", {"world": 2}, "2 processes at --tp 1: GRPO has no data-parallel replicas yet"),
+        ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
+    ],
+    ids=["pp", "ep", "ray", "environment", "lora", "beta", "vllm", "data-parallel", "moe"],
+)
+def test_what_grpo_megatron_does_not_do_is_refused(
+    family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after
+):
+    import re
+
+    from swiftcore_train import TrainConfig, run_training
+
+    from swiftcore._plugins import load_plugins
+    from swiftcore.api import SwiftcoreError
+
+    if options.pop("world", None):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    recipe_options = {"reward": ("format",), **options.pop("recipe_options", {})}
+    cfg = TrainConfig(
+        model=str(tiny_model_dir(family)), dataset=(str(data),), output_dir=str(tmp_path / "out"), engine="megatron",
+        recipe="grpo", max_steps=1, recipe_options=recipe_options, **{"tuner": "full", **options},
+    )  # fmt: skip
+    with pytest.raises(SwiftcoreError, match=re.escape(expected)):
+        run_training(cfg, load_plugins(env={}))
+    assert not (tmp_path / "out").exists(), "nothing is written before the checks pass"
