@@ -134,9 +134,9 @@ NOT_RUN: dict[str, dict[str, str]] = {
     },
     "model_plugins/qwen3_omni/README.md": {
         "pip install ./model_plugins/qwen3_omni": "installs into the test environment; the path is checked instead",
-        "swiftcore omni-talker-train --model ./tiny-omni --dataset voice.jsonl --output-dir ./omni-voice --max-steps 40 "
-        "--learning-rate 1e-2": "needs codec-token rows; model_plugins/qwen3_omni/tests/test_talker.py runs this "
-        "command on a synthetic voice",
+        "swiftcore omni-talker-train --model ./tiny-omni --dataset voice.jsonl --output-dir ./omni-voice "
+        "--max-steps 40 --learning-rate 1e-2": "needs codec-token rows; model_plugins/qwen3_omni/tests/test_talker.py "
+        "runs this command on a synthetic voice",
     },
     "model_plugins/olmoe/README.md": {
         "pip install ./model_plugins/olmoe": "installs into the test environment; the path is checked instead",

@@ -685,8 +685,10 @@ class Engine(WeightSyncMixin):
             raise InvalidRequestError("cannot score an empty sequence", param="prompt")
         if not prompts:
             return []
-        names = list(adapters) if adapters is not None else [None] * len(prompts)
-        raw = self._prompt_logprobs([p if hasattr(p, "media") else list(p) for p in prompts], top_logprobs, names)
+        names: list[str | None] = list(adapters) if adapters is not None else [None] * len(prompts)
+        # a media Prompt goes as it is (its media scored with it); a plain sequence as a list
+        sequences: list[list[int]] = [p if hasattr(p, "media") else list(p) for p in prompts]  # type: ignore[misc]
+        raw = self._prompt_logprobs(sequences, top_logprobs, names)
         out: list[list[TokenLogprob | None]] = []
         for prompt, rows in zip(prompts, raw, strict=True):
             scored: list[TokenLogprob | None] = [None]
@@ -862,6 +864,7 @@ def extend_prompt(prompt: Sequence[int], tokens: Sequence[int]) -> Any:
         return [*prompt, *tokens]
     from swiftcore_infer.media import Prompt
 
+    assert isinstance(prompt, Prompt)  # for mypy: only a media Prompt has .media
     media = dict(prompt.media)
     types = media.get("mm_token_type_ids")
     if types is not None:
