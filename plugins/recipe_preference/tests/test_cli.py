@@ -88,3 +88,20 @@ def test_options_belong_to_their_recipe(write_jsonl, run_cli, tmp_path: Path) ->
         "train", "--recipe", "dpo", "--model", "m", "--dataset", data, "--loss-type", "nope", "--output-dir", str(out)
     )
     assert "--loss-type" in refused and "'nope'" in refused and not out.exists(), refused
+
+
+def test_loss_chunk_size_reaches_dpo_and_is_refused_where_no_recipe_reads_it(
+    tiny_model_dir, write_jsonl, run_cli, tmp_path: Path
+) -> None:
+    """``--loss-chunk-size`` (swiftcore-train's option) is also dpo's, mpo's and kto's: the value the run records is
+    the one given; a recipe that does not read it refuses it by name."""
+    data, out = str(write_jsonl(ROWS)), tmp_path / "dpo"
+    output = run_cli(
+        "train", "--recipe", "dpo", "--model", str(tiny_model_dir("qwen3_5")), "--dataset", data, "--tuner", "lora",
+        "--output-dir", str(out), "--max-steps", "1", "--batch-size", "3", "--loss-chunk-size", "5",
+    )  # fmt: skip
+    assert "trained 1 steps" in output or "trained 1 step" in output, output
+    record = json.loads((out / "checkpoint-1" / "swiftcore_args.json").read_text())
+    assert record["preference"]["loss_chunk_size"] == 5
+    refused = _refused("train", "--recipe", "orpo", "--model", "m", "--dataset", data, "--loss-chunk-size", "5")
+    assert "--loss-chunk-size belongs to recipe" in refused, refused

@@ -73,16 +73,19 @@ def swiftcore_register_rewards() -> list[RewardSpec]:
 @hookimpl
 def swiftcore_addoption(parser: Any) -> None:
     """``--eval-every``, ``--eval-dataset``, ``--best-metric``, ... (evaluation during training) and
-    ``--loss-chunk-size``: valid with ``sft``."""
+    ``--loss-chunk-size``: valid with ``sft`` and the preference recipes that read it (``dpo``, ``mpo``, ``kto``)."""
     from swiftcore_train.generation_eval import add_eval_options
 
     add_eval_options(parser, recipes="sft")
-    parser.getgroup("sft-loss", "how the sft loss is computed", recipe="sft").addoption(
+    # The preference recipes (swiftcore-recipe-preference) read the same option for their per-token log-probs.
+    loss_recipes = ("sft", "dpo", "mpo", "kto")
+    parser.getgroup("sft-loss", "how the loss is computed", recipe=loss_recipes).addoption(
         "--loss-chunk-size",
         type=int,
         default=1024,  # swiftcore_train.loss.DEFAULT_LOSS_CHUNK_SIZE (not imported: this module stays torch-free)
         help="Compute the loss from the last hidden state: the lm_head and the cross-entropy run over chunks of N "
         "supervised tokens, so the full tokens x vocabulary logits never exist (memory grows with N, not with the "
         "sequence); the same loss and gradients as the plain loss. 0: the plain loss. Image/audio batches, --fsdp "
-        "and --deepspeed use the plain loss.",
+        "and --deepspeed use the plain loss. dpo/mpo/kto: their per-token log-probs are chunked the same way (0: "
+        "TRL's fused head).",
     )
