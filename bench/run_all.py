@@ -33,6 +33,7 @@ import msswift_compare
 import msswift_dpo
 import msswift_grpo
 import peers
+import realistic_train
 import report
 import rl_steps
 import scaling
@@ -48,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
     own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo", "serve", "scaling", "families",
-           "encode_profile", "chunked_loss", "speculative")
+           "encode_profile", "chunked_loss", "speculative", "realistic")
     parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
@@ -112,6 +113,8 @@ def main() -> None:
         write_raw("chunked_loss_memory", chunked_loss_memory.run([512, 2048, 4096]))
         # DPO and GRPO per-token log-probs: plain logits, TRL's fused head, the chunked head
         write_raw("chunked_logps_memory", chunked_loss_memory.run_logps([1024, 2048, 4096], 2048))
+    if "realistic" in figures:  # ~145 M Qwen3.5 at realistic chat lengths (bench/raw/realistic_train.json; issue 52)
+        realistic_train.main(["--quick", "--profile"])
     if "speculative" in figures:  # Eagle3 draft acceptance and CPU tokens/s (bench/raw/speculative.json)
         speculative.run(5, 40, False)
     path = report.write_results()
