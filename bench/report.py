@@ -1,5 +1,6 @@
 """Write ``bench/RESULTS.md`` from ``bench/raw/msswift_compare.json``, ``msswift_dpo.json`` and ``peers.json``; the
-figures with a script of their own (6-12) render their sections from their raw JSON.
+figures with a script of their own (6-16) render their sections from their raw JSON, and figure 17 (the chunked
+loss's peak memory, ``chunked_loss_memory.json``, whose script writes raw JSON only) is rendered here.
 
 Every number in the table comes from the raw JSON; a figure that failed or that ms-swift refused is
 written as such, with the reason, never as a number.
@@ -11,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from common import RAW, ROOT
+from common import RAW, ROOT, machine_text, replace_section
 
-__all__ = ["render", "write_results"]
+__all__ = ["chunked_loss_section", "render", "write_results"]
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
 TARGETS = {
@@ -331,8 +332,85 @@ def write_results() -> Path:
         import encode_profile
 
         encode_profile.write_section(json.loads(profile.read_text()))
+    speculative_raw = RAW / "speculative.json"
+    if speculative_raw.exists():  # figure 16, rendered by its own script
+        import speculative
+
+        replace_section(speculative.render(json.loads(speculative_raw.read_text())), speculative.BEGIN, speculative.END)
+    chunked = RAW / "chunked_loss_memory.json"
+    logps = RAW / "chunked_logps_memory.json"
+    if chunked.exists() or logps.exists():  # figure 17: its script writes raw JSON only
+        parts = [json.loads(path.read_text()) for path in (chunked, logps) if path.exists()]
+        replace_section(chunked_loss_section(parts), CHUNKED_BEGIN, CHUNKED_END)
     return RESULTS
 
+
+CHUNKED_BEGIN, CHUNKED_END = "<!-- chunked-loss-memory:begin -->", "<!-- chunked-loss-memory:end -->"
+
+
+def _chunked_table(data: dict[str, Any]) -> list[str]:
+    """One figure-17 table: a row per measured row of ``data`` (SFT rows have ``loss``, DPO/GRPO rows ``method``
+    and ``logps``), each non-plain row's step memory against the plain row of the same recipe and length."""
+    m = data["machine"]
+    model = data.get("model", {})
+    rows = data.get("results", [])
+    logps = data.get("figure") == "chunked_logps_memory"
+    default = "python bench/chunked_loss_memory.py" + (" --logps" if logps else "")
+    what = (
+        "DPO and GRPO loss steps (forward, loss, backward; no optimiser), the per-token log-probs computed plain "
+        "(full logits, `log_softmax`, gather), by TRL's fused LM head (`trl`) or chunked by swiftcore"
+        if logps
+        else "SFT training steps (forward, loss, backward, AdamW step), the plain loss against the chunked one"
+    )
+    lines = [
+        "",
+        f"`{data.get('command', default)}`, {m.get('date', 'n/a')}, {machine_text(m)}. {what}. A Qwen3 with Qwen's "
+        f"vocabulary ({model.get('vocab_size', 0):,} tokens) and a tiny body ({model.get('num_hidden_layers', '?')} "
+        f"layer, hidden {model.get('hidden_size', '?')}), {data.get('dtype', 'float32')} on the CPU, each row in a "
+        "fresh process. Step adds: the process's peak RSS (`VmHWM`) over its RSS right before the step; step seconds "
+        "on a shared machine are indicative only.",
+        "",
+        "| recipe | tokens | log-probs / loss | step adds MB | peak RSS MB | vs plain (step adds) | loss value "
+        "| step s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+
+    def kind(r: dict[str, Any]) -> str:
+        return str(r.get("logps") or r.get("loss") or "n/a")
+
+    def recipe(r: dict[str, Any]) -> str:
+        return str(r.get("method") or r.get("recipe") or "sft").upper()
+
+    plain = {(recipe(r), r["tokens"]): r for r in rows if kind(r) == "plain"}
+    for r in rows:
+        base = plain.get((recipe(r), r["tokens"]))
+        ratio = (
+            f"{r['step_peak_mb'] / base['step_peak_mb']:.2f}x"
+            if kind(r) != "plain" and base and base.get("step_peak_mb")
+            else "—"
+        )
+        name = kind(r) + (f" ({r['chunk_size']} a chunk)" if r.get("chunk_size") else "")
+        value = r.get("loss_value")
+        shown = "n/a" if value is None else f"{value:.6f}".replace("-0.000000", "0.000000")
+        lines.append(
+            f"| {recipe(r)} | {r['tokens']} | {name} | {r.get('step_peak_mb', 'n/a')} | {r.get('peak_rss_mb', 'n/a')} "
+            f"| {ratio} | {shown} | {r.get('step_seconds', 'n/a')} |"
+        )
+    if data.get("plain_max_tokens"):
+        limit = data["plain_max_tokens"]
+        lines += ["", f"The plain way was measured up to {limit} tokens (rows beyond it have no ratio)."]
+    return lines
+
+
+def chunked_loss_section(parts: list[dict[str, Any]]) -> str:
+    """Figure 17's RESULTS.md section from ``bench/raw/chunked_loss_memory.json`` (SFT) and
+    ``chunked_logps_memory.json`` (DPO / GRPO, ``--logps``), whichever exist: a table each, every row the JSON
+    holds."""
+    lines = [CHUNKED_BEGIN, "", "## 17. Peak memory of one step: chunked loss / log-probs vs plain"]
+    for data in parts:
+        lines += _chunked_table(data)
+    lines += ["", CHUNKED_END]
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     print(write_results())

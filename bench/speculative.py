@@ -12,9 +12,17 @@ runs them; tokens/s is the completion tokens over the wall time of the 8.
 Acceptance is the engine's own count (``speculative_stats``): draft tokens accepted per verification step (of
 ``k`` = 3) and tokens per target forward. The answers are checked equal to the target's alone before timing.
 
-Usage: ``python bench/speculative.py [--runs 5] [--steps 40] [--results] [--target DIR --trained-draft DIR]``
-(the last two reuse a target and draft made as above, e.g. by plugins/eagle3/tests); raw JSON goes to
-``bench/raw/speculative.json``; ``--results`` also replaces the ``speculative`` section of RESULTS.md.
+A second table times the verification itself (``swiftcore_eagle3.speculative_generate`` on the same 8 encoded
+prompts with the trained draft, alternating): the target's KV cache kept across steps (rejected proposals cropped;
+Qwen3.5's linear-attention state restored and the kept tokens fed again) against the whole sequence run at every
+step, and speculative sampling at temperature 1 (cached, seeded per prompt); with the tokens the target's forwards
+were fed per generated token, counted at its forward in an untimed pass.
+
+Usage: ``python bench/speculative.py [--runs 5] [--steps 40] [--results] [--target DIR --trained-draft DIR]
+[--verification-only]`` (``--target``/``--trained-draft`` reuse a target and draft made as above, e.g. by
+plugins/eagle3/tests; ``--verification-only`` measures only the second table, kept beside the first table's
+numbers already in the raw JSON); raw JSON goes to ``bench/raw/speculative.json``; ``--results`` also replaces the
+``speculative`` section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -140,7 +148,9 @@ def run(
         systems[name] = row
     for engine, _ in systems_run.values():
         engine.close()
+    verification = _verification(target_dir, trained, plugins, runs)
     data = {
+        "command": f"python bench/speculative.py --runs {runs} --steps {steps}",
         "machine": machine(),
         "setup": {
             "target": f"tiny Qwen3.5 (swiftcore make-tiny qwen3_5), full fine-tune {steps} steps on 24 greetings",
@@ -153,6 +163,7 @@ def run(
             "answers_equal": True,
         },
         "systems": systems,
+        "verification": verification,
     }
     path = write_raw("speculative", data)
     text = render(data)
@@ -163,12 +174,115 @@ def run(
     return data
 
 
+def _verification(target_dir: Path, trained: Path, plugins: Any, runs: int) -> dict[str, Any]:
+    """The second table: ``speculative_generate`` with the trained draft, cached vs whole-sequence verification and
+    cached sampling; greedy tokens checked equal between the two verifications first."""
+    import torch
+    from swiftcore_eagle3 import load_draft, speculative_generate
+
+    from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
+    from swiftcore.api.template import SampleEncoder, get_template
+
+    spec = resolve_model_spec(str(target_dir), plugins)
+    target = load_model(spec, str(target_dir), plugins).eval()
+    draft = load_draft(trained, target)
+    encoder = SampleEncoder(get_template(spec.default_template, plugins), load_tokenizer(str(target_dir)))
+    prompts = [encoder.prompt({"messages": [{"role": "user", "content": f"Greet {n}."}]})[0] for n in HELD_OUT]
+    eos = target.generation_config.eos_token_id
+    eos = list(eos) if isinstance(eos, list | tuple) else [eos]
+    modes: dict[str, dict[str, Any]] = {
+        "KV-cached verification, greedy": {"kv_cache": True},
+        "whole sequence at every step, greedy": {"kv_cache": False},
+        "KV-cached verification, sampling T=1": {"kv_cache": True, "temperature": 1.0},
+    }
+
+    def generate(options: dict[str, Any]) -> list[Any]:
+        return [
+            speculative_generate(
+                target, draft, ids, max_new_tokens=MAX_NEW_TOKENS, num_speculative_tokens=3, eos_token_ids=eos,
+                generator=torch.Generator().manual_seed(i), **options,
+            )
+            for i, ids in enumerate(prompts)
+        ]  # fmt: skip
+
+    fed: list[int] = []
+    hook = target.register_forward_pre_hook(lambda _m, _a, kw: fed.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    counts: dict[str, dict[str, Any]] = {}
+    outputs: dict[str, list[list[int]]] = {}
+    try:
+        for name, options in modes.items():
+            fed.clear()
+            outs = generate(options)
+            tokens = sum(len(o.tokens) for o in outs)
+            steps = sum(len(o.accepted) for o in outs)
+            outputs[name] = [o.tokens for o in outs]
+            prompt_tokens = sum(len(p) for p in prompts)
+            counts[name] = {
+                "tokens": tokens,
+                "target_forwards": len(fed),
+                "fed_after_prompt_per_token": (sum(fed) - prompt_tokens) / tokens,
+                "accepted_per_step": sum(sum(o.accepted) for o in outs) / steps if steps else 0.0,
+            }
+    finally:
+        hook.remove()
+    if outputs["KV-cached verification, greedy"] != outputs["whole sequence at every step, greedy"]:
+        raise SystemExit("KV-cached verification's tokens differ from the whole-sequence verification's")
+
+    def tokens_per_s(options: dict[str, Any]) -> Any:
+        def once() -> float:
+            begin = time.perf_counter()
+            done = generate(options)
+            return sum(len(o.tokens) for o in done) / (time.perf_counter() - begin)
+
+        return once
+
+    values = alternate(runs, {name: tokens_per_s(options) for name, options in modes.items()})
+    baseline = "whole sequence at every step, greedy"
+    return {
+        name: {
+            **counts[name],
+            "tokens_per_s": summarize(values[name]),
+            "runs": values[name],
+            "speed_vs_whole_sequence": pair_ratio(values[name], values[baseline]),
+        }
+        for name in modes
+    }
+
+
+def run_verification_only(runs: int, results: bool, target_dir: Path, trained: Path) -> dict[str, Any]:
+    """Measure the second table only (with ``target_dir`` and its ``trained`` draft) and keep it in the raw JSON
+    beside the engine table already there, with its own machine, date and command."""
+    from common import RAW
+
+    import swiftcore
+
+    plugins = swiftcore.load_plugins(env={})
+    path = RAW / "speculative.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data["verification"] = _verification(target_dir, trained, plugins, runs)
+    data["verification_setup"] = {
+        "machine": machine(),
+        "runs": runs,
+        "command": f"python bench/speculative.py --verification-only --runs {runs} --target DIR --trained-draft DIR",
+        "draft": "the target and draft of plugins/eagle3/tests/conftest.py (40-step fine-tune, 40-step eagle3 run)",
+    }
+    write_raw("speculative", data)
+    text = render(data)
+    print(text)
+    if results:
+        replace_section(text, BEGIN, END)
+    return data
+
+
 def render(data: dict[str, Any]) -> str:
     """The RESULTS.md section of :func:`run`'s data."""
+    command = data.get("command", "python bench/speculative.py")
     lines = [
         BEGIN,
-        "### Figure 16: speculative decoding on a CPU (Eagle3 draft, transformers engine)",
         "",
+        "## 16. Speculative decoding on a CPU (Eagle3 draft, transformers engine)",
+        "",
+        f"`{command}`, {data['machine'].get('date', 'n/a')}, "
         f"{machine_text(data['machine'])}; {data['setup']['target']}; {data['setup']['draft']}; "
         f"{data['setup']['prompts']} held-out prompts, greedy, up to {data['setup']['max_new_tokens']} tokens, "
         f"k = 3; median of {data['setup']['runs']} alternating runs. Answers equal the target's alone.",
@@ -185,7 +299,32 @@ def render(data: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {t['median']:.0f} ({t['min']:.0f}-{t['max']:.0f}) | {accepted} | {per_forward} | {speed} |"
         )
-    lines.append(END)
+    verification = data.get("verification")
+    if verification:
+        setup = data.get("verification_setup")
+        if setup:
+            lines += [
+                "",
+                f"`{setup['command']}`, {setup['machine'].get('date', 'n/a')}, {machine_text(setup['machine'])}; "
+                f"{setup['draft']}; median of {setup['runs']} alternating runs.",
+            ]
+        lines += [
+            "",
+            "Verification (`speculative_generate`, trained draft, the same 8 prompts, k = 3): the target's KV cache "
+            "kept across steps against the whole sequence run at every step; tokens fed to the target after the "
+            "prompt, per generated token, counted at its forward. Greedy tokens of the two are equal.",
+            "",
+            "| verification | tokens/s (median, min-max) | accepted per step (of 3) | target tokens fed per generated "
+            "token | speed vs whole sequence |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for name, row in verification.items():
+            t = row["tokens_per_s"]
+            lines.append(
+                f"| {name} | {t['median']:.0f} ({t['min']:.0f}-{t['max']:.0f}) | {row['accepted_per_step']:.2f} | "
+                f"{row['fed_after_prompt_per_token']:.2f} | {row['speed_vs_whole_sequence']['median']:.2f}x |"
+            )
+    lines += ["", END]
     return "\n".join(lines)
 
 
@@ -197,7 +336,13 @@ def main() -> None:
     parser.add_argument("--results", action="store_true", help="also replace the section of RESULTS.md")
     parser.add_argument("--target", type=Path, help="a target already fine-tuned as above (skips the training)")
     parser.add_argument("--trained-draft", type=Path, help="with --target: its draft, trained as above")
+    parser.add_argument("--verification-only", action="store_true", help="only the verification table (--target)")
     args = parser.parse_args()
+    if args.verification_only:
+        if args.target is None or args.trained_draft is None:
+            parser.error("--verification-only needs --target and --trained-draft")
+        run_verification_only(args.runs, args.results, args.target, args.trained_draft)
+        return
     run(args.runs, args.steps, args.results, args.target, args.trained_draft)
 
 

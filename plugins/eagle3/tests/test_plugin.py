@@ -11,7 +11,8 @@ from swiftcore_testing import run_cli
 
 def test_importing_the_plugin_imports_no_heavy_library() -> None:
     code = (
-        "import sys, swiftcore_eagle3, swiftcore_eagle3.plugin, swiftcore_eagle3.options;"
+        "import sys, swiftcore_eagle3, swiftcore_eagle3.plugin, swiftcore_eagle3.options, "
+        "swiftcore_eagle3.hidden_cache, swiftcore_eagle3.speculative;"
         "print([m for m in ('torch', 'transformers', 'speculators') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -27,7 +28,8 @@ def test_recipes_lists_eagle3() -> None:
 
 def test_train_help_shows_the_recipe_options() -> None:
     text = run_cli("train", "--recipe", "eagle3", "--help")
-    assert all(flag in text for flag in ("--draft-layers", "--ttt-steps", "--aux-layers")), text
+    flags = ("--draft-layers", "--ttt-steps", "--aux-layers", "--draft-vocab-size", "--hidden-states-cache")
+    assert all(flag in text for flag in flags), text
 
 
 @pytest.mark.parametrize("value", ["2,x", "3,3", ""])

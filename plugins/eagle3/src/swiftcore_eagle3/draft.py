@@ -266,17 +266,22 @@ class TargetFeatures:
     logits: Any
 
 
-def target_features(target: Any, input_ids: Any, aux_layer_ids: list[int]) -> TargetFeatures:
-    """Run ``target`` (frozen) on ``input_ids`` (``[1, T]``) and return what the draft reads and learns from."""
+def target_features(target: Any, input_ids: Any, aux_layer_ids: list[int], cache: Any = None) -> TargetFeatures:
+    """Run ``target`` (frozen) on ``input_ids`` (``[1, T]``) and return what the draft reads and learns from.
+
+    With ``cache`` (a transformers :class:`~transformers.Cache` holding the tokens before ``input_ids``) only
+    ``input_ids`` run, attending to the cached ones, and the cache grows by them; without, the target runs on
+    ``input_ids`` alone and keeps no cache."""
     import torch
 
     captured: dict[str, Any] = {}
     hook = target.get_output_embeddings().register_forward_hook(
         lambda _module, args, _out: captured.__setitem__("last", args[0])
     )
+    kwargs: dict[str, Any] = {"use_cache": False} if cache is None else {"use_cache": True, "past_key_values": cache}
     try:
         with torch.no_grad():
-            out = target(input_ids=input_ids, output_hidden_states=True, use_cache=False)
+            out = target(input_ids=input_ids, output_hidden_states=True, **kwargs)
     finally:
         hook.remove()
     aux = torch.cat([out.hidden_states[i] for i in aux_layer_ids], dim=-1)
@@ -296,9 +301,10 @@ def _run_layers(draft: Any, hidden: Any, position_ids: Any, mask: Any, cache: An
     return hidden
 
 
-def _draft_token(draft: Any, hidden: Any) -> tuple[int, Any]:
-    """The draft's greedy token (in the target's vocabulary) at the last position, and the hidden state it passes to
-    the next step (normalised under ``norm_output``, as in training)."""
+def _draft_token(draft: Any, hidden: Any, temperature: float = 0.0, generator: Any = None) -> tuple[int, Any, Any]:
+    """The draft's token (in the target's vocabulary) at the last position, the hidden state it passes to the next
+    step (normalised under ``norm_output``, as in training), and with ``temperature`` > 0 the distribution the token
+    was sampled from (over the target's vocabulary; None when greedy)."""
     import torch
 
     if draft.config.norm_output:
@@ -306,20 +312,46 @@ def _draft_token(draft: Any, hidden: Any) -> tuple[int, Any]:
         logits = draft.lm_head(hidden[:, -1])
     else:
         logits = draft.lm_head(draft.norm(hidden[:, -1]))
-    token = int(torch.argmax(logits, dim=-1))
+    probs = None
+    if temperature > 0:
+        draft_probs = torch.softmax(logits[0].float() / temperature, dim=-1)
+        token = int(torch.multinomial(draft_probs, 1, generator=generator))
+        ids = torch.arange(draft_probs.shape[0], device=draft_probs.device)
+        if draft.d2t is not None:
+            ids = ids + draft.d2t.to(ids.device)
+        probs = torch.zeros(draft.config.transformer_layer_config.vocab_size, device=draft_probs.device)
+        probs[ids] = draft_probs
+    else:
+        token = int(torch.argmax(logits, dim=-1))
     if draft.d2t is not None:  # a reduced draft vocabulary: speculators maps draft id t to t + d2t[t]
         token += int(draft.d2t[token])
-    return token, hidden[:, -1:]
+    return token, hidden[:, -1:], probs
 
 
-def draft_propose(draft: Any, tokens: list[int], aux: Any, k: int) -> list[int]:
-    """The draft's ``k`` greedy guesses of the tokens after ``tokens``.
+def draft_propose(
+    draft: Any,
+    tokens: list[int],
+    aux: Any,
+    k: int,
+    *,
+    cache: Any = None,
+    temperature: float = 0.0,
+    generator: Any = None,
+    proposal_probs: list[Any] | None = None,
+) -> list[int]:
+    """The draft's ``k`` guesses of the tokens after ``tokens``: greedy, or with ``temperature`` > 0 sampled from
+    its distribution (each appended to ``proposal_probs`` when given: what speculative sampling's acceptance test
+    compares with the target's).
 
     ``aux`` holds the target's hidden states (:attr:`TargetFeatures.aux`) for ``tokens[:-1]``; the last token is
     the one the target just chose, not yet run through it. As in training (speculators' ``shift_batch``), the
     draft's position ``t`` pairs token ``t + 1`` with the target's hidden states at ``t``, at position id ``t + 1``;
     each further guess pairs the previous guess with the draft's own hidden state, one position later, attending
     to everything before it (the TTT steps' attention).
+
+    With ``cache`` (a :class:`~transformers.DynamicCache` this function filled on earlier calls for a prefix of the
+    same ``tokens``, or a fresh one) only the positions it does not hold yet run; it is left holding all
+    ``len(tokens) - 1`` positions, the guesses cropped off.
     """
     import torch
     from transformers import DynamicCache
@@ -327,22 +359,31 @@ def draft_propose(draft: Any, tokens: list[int], aux: Any, k: int) -> list[int]:
     n = len(tokens) - 1
     if aux.shape[1] != n:
         raise ValueError(f"aux covers {aux.shape[1]} positions, expected {n} (all tokens but the last)")
-    with torch.no_grad():
-        ids = torch.tensor([tokens[1:]], dtype=torch.long, device=aux.device)
-        hidden = torch.cat([draft.embed_tokens(ids), draft.fc(_fused_input(draft, aux))], dim=-1)
-        positions = torch.arange(1, n + 1, device=aux.device)[None]
-        mask = torch.full((n, n), float("-inf"), dtype=hidden.dtype, device=aux.device).triu(1)[None, None]
+    if cache is None:
         cache = DynamicCache()
-        out = _run_layers(draft, hidden, positions, mask, cache)
+    done = cache.get_seq_length()
+    if not 0 <= done < n:
+        raise ValueError(f"the draft cache holds {done} positions; expected fewer than {n}")
+    with torch.no_grad():
+        ids = torch.tensor([tokens[done + 1 :]], dtype=torch.long, device=aux.device)
+        hidden = torch.cat([draft.embed_tokens(ids), draft.fc(_fused_input(draft, aux[:, done:]))], dim=-1)
+        positions = torch.arange(done + 1, n + 1, device=aux.device)[None]
+        # causal over the new positions, all cached ones visible
+        mask = torch.full((n - done, n), float("-inf"), dtype=hidden.dtype, device=aux.device).triu(done + 1)
+        out = _run_layers(draft, hidden, positions, mask[None, None], cache)
         guesses: list[int] = []
         for _ in range(k):
-            token, last = _draft_token(draft, out)
+            token, last, probs = _draft_token(draft, out, temperature, generator)
             guesses.append(token)
+            if proposal_probs is not None:
+                proposal_probs.append(probs)
             if len(guesses) == k:
                 break
             embed = draft.embed_tokens(torch.tensor([[token]], device=aux.device))
             positions = positions[:, -1:] + 1
             out = _run_layers(draft, torch.cat([embed, last], dim=-1), positions, None, cache)
+        if k > 1:
+            cache.crop(-(k - 1))  # the guesses' positions: the next call feeds the verified tokens there
     return guesses
 
 

@@ -21,12 +21,16 @@ class Eagle3Options:
             for :func:`default_aux_layers`.
         draft_vocab_size (`int`, *optional*): the draft's vocabulary, the most frequent trained tokens of the
             dataset (speculators' ``draft_vocab_size`` with its ``d2t`` / ``t2d`` mappings); None for the target's.
+        hidden_states_cache (`str`, *optional*): a directory where the target's hidden states are computed once and
+            kept (:mod:`swiftcore_eagle3.hidden_cache`), read by every step and by later runs; None to run the
+            target at every step.
     """
 
     draft_layers: int = 1
     ttt_steps: int = 3
     aux_layers: str | None = None
     draft_vocab_size: int | None = None
+    hidden_states_cache: str | None = None
 
     def __post_init__(self) -> None:
         if self.draft_layers < 1:

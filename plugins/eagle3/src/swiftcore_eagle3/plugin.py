@@ -40,7 +40,7 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
 @hookimpl
 def swiftcore_addoption(parser: Any) -> None:
     """The ``eagle3`` recipe's own options (``--draft-layers``, ``--ttt-steps``, ``--aux-layers``,
-    ``--draft-vocab-size``)."""
+    ``--draft-vocab-size``, ``--hidden-states-cache``)."""
     import click  # the CLI's own dependency, cheap; for the option types
 
     group = parser.getgroup("eagle3", "Eagle3 draft head (swiftcore-plugin-eagle3)", recipe="eagle3")
@@ -73,4 +73,14 @@ def swiftcore_addoption(parser: Any) -> None:
         help="The draft's vocabulary: the N tokens the dataset's trained (assistant) tokens use most (speculators' "
         "draft_vocab_size, d2t/t2d mappings saved with the draft, as vLLM loads them); a smaller output head, "
         "proposals mapped back to the target's ids. Default: the target's whole vocabulary.",
+    )
+    group.addoption(
+        "--hidden-states-cache",
+        default=None,
+        type=click.Path(file_okay=False),
+        metavar="DIR",
+        help="Compute the target's hidden states once, write them under DIR (safetensors, in a subdirectory named by "
+        "a fingerprint of the checkpoint, the encoded dataset and --aux-layers) and read them back at every step "
+        "and in later runs with the same fingerprint, instead of running the target at every step. A damaged cache "
+        "is rebuilt (only the files swiftcore wrote are deleted). Default: run the target at every step.",
     )

@@ -45,11 +45,14 @@ def _refuse_unsupported(cfg: TrainConfig) -> None:
         raise SwiftcoreError("--recipe eagle3 does not take " + "; ".join(problems))
 
 
-def packed_batch(target: Any, samples: list[dict], aux_layer_ids: list[int]) -> dict[str, Any]:
+def packed_batch(
+    target: Any, samples: list[dict], aux_layer_ids: list[int], features: list[tuple[Any, Any]] | None = None
+) -> dict[str, Any]:
     """The draft's training inputs for ``samples`` (encoded chats): the target run on each, shifted as speculators'
     ``shift_batch`` shifts (token ``t + 1`` with the target's hidden states at ``t`` and its final state at
     ``t + 1``), and the samples packed in one row told apart by ``document_ids``. The loss mask is the samples'
-    trained tokens (``labels != -100``)."""
+    trained tokens (``labels != -100``). With ``features`` (each sample's ``(aux, last)``, e.g. from
+    :class:`~swiftcore_eagle3.hidden_cache.HiddenStateCache`) the target does not run."""
     import torch
 
     from swiftcore_eagle3.draft import target_features
@@ -58,11 +61,15 @@ def packed_batch(target: Any, samples: list[dict], aux_layer_ids: list[int]) -> 
     for doc, sample in enumerate(samples):
         ids = torch.tensor([list(sample["input_ids"])], dtype=torch.long)
         labels = torch.tensor([list(sample["labels"])], dtype=torch.long)
-        features = target_features(target, ids, aux_layer_ids)
+        if features is None:
+            out = target_features(target, ids, aux_layer_ids)
+            aux, last = out.aux, out.last
+        else:
+            aux, last = features[doc]
         n = ids.shape[1] - 1
         parts["input_ids"].append(ids[:, 1:])
-        parts["hidden"].append(features.aux[:, :-1])
-        parts["last"].append(features.last[:, 1:])
+        parts["hidden"].append(aux[:, :-1])
+        parts["last"].append(last[:, 1:])
         parts["mask"].append(labels[:, 1:] != -100)
         parts["pos"].append(torch.arange(1, n + 1)[None])
         parts["doc"].append(torch.full((1, n), doc, dtype=torch.long))
@@ -80,7 +87,9 @@ def run(cfg: TrainConfig, plugins: PluginSet, options: Eagle3Options) -> TrainRe
     """Train an Eagle3 draft head for ``cfg.model`` on ``cfg.dataset``; see ``swiftcore train --recipe eagle3
     --help``. Uses ``--max-steps`` (or ``--num-train-epochs``), ``--batch-size``, ``--learning-rate``,
     ``--lr-scheduler``, ``--warmup-ratio``, ``--max-grad-norm``, ``--max-length``, ``--loss-policy``,
-    ``--logging-steps`` and ``--seed``; ``--tuner`` does not apply (the target stays frozen).
+    ``--logging-steps`` and ``--seed``; ``--tuner`` does not apply (the target stays frozen). With
+    ``--hidden-states-cache DIR`` the target runs once per sample, before training, or not at all when ``DIR``
+    already holds its hidden states for this checkpoint and data (:mod:`swiftcore_eagle3.hidden_cache`).
 
     Raises:
         SwiftcoreError: an option this recipe does not take, a bad model, template or dataset, or no sample with a
@@ -137,6 +146,12 @@ def run(cfg: TrainConfig, plugins: PluginSet, options: Eagle3Options) -> TrainRe
         draft_vocab_size=options.draft_vocab_size,
         token_freq=token_frequencies(samples) if options.draft_vocab_size else None,
     ).train()
+    cache = None
+    if options.hidden_states_cache:
+        from swiftcore_eagle3.hidden_cache import HiddenStateCache, fingerprint
+
+        cache = HiddenStateCache(options.hidden_states_cache, fingerprint(cfg.model, samples, aux_ids, "float32"))
+        cache.prepare(target, samples, aux_ids)
     trainable = [p for p in draft.parameters() if p.requires_grad]
     log.info(
         "eagle3 draft: %d trainable parameters (%d in all), %d layer(s), target hidden states %s, vocabulary %d",
@@ -163,9 +178,13 @@ def run(cfg: TrainConfig, plugins: PluginSet, options: Eagle3Options) -> TrainRe
                 epoch = list(range(len(samples)))
                 rng.shuffle(epoch)
                 order.extend(epoch)
-            batch = [samples[i] for i in order[: cfg.batch_size]]
+            indices = order[: cfg.batch_size]
             del order[: cfg.batch_size]
-            inputs = packed_batch(target, batch, aux_ids)
+            batch = [samples[i] for i in indices]
+            cached = None
+            if cache is not None:
+                cached = [cache.read(i, len(samples[i]["input_ids"])) for i in indices]
+            inputs = packed_batch(target, batch, aux_ids, cached)
             _, loss, metrics = draft(**inputs, ttt_steps=options.ttt_steps, loss_config=loss_config)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trainable, cfg.max_grad_norm)

@@ -1,10 +1,20 @@
-"""Greedy speculative decoding on transformers: the draft proposes ``k`` tokens, the target checks them in one
-forward, the longest agreeing prefix is kept and the target's own next token appended. Every kept token is the
-target's greedy choice, so the output is the target's greedy output, whatever the draft proposes; a good draft
-only makes each target forward yield more tokens.
+"""Speculative decoding on transformers: the draft proposes ``k`` tokens, the target checks them in one forward.
 
-The target runs over the whole sequence at each verification (no KV cache): Qwen3.5's linear-attention state
-cannot be rolled back past rejected tokens, and on CPU with tiny or small models the recomputation is cheap.
+Greedy (``temperature`` 0): the longest prefix agreeing with the target's greedy choices is kept and the target's
+own next token appended, so the output is the target's greedy output whatever the draft proposes; a good draft only
+makes each target forward yield more tokens. Sampling (``temperature`` > 0): speculative sampling (Leviathan et al.
+2023, algorithm 1; Chen et al. 2023): proposal ``x`` drawn from the draft's ``q`` is kept with probability
+``min(1, p(x) / q(x))`` under the target's ``p``; at the first rejection the token is drawn from the residual
+``max(p - q, 0)`` normalised, and after ``k`` acceptances from ``p``; each token is then distributed as the target
+sampling alone at that temperature.
+
+The target keeps its KV cache across verification steps (``kv_cache=True``): each step feeds only the last chosen
+token and the ``k`` proposals, and the rejected proposals are cropped off the cache (transformers'
+``Cache.crop``). Linear-attention layers (Qwen3.5's gated delta rule) keep a recurrent state that ``crop`` cannot
+roll back: for those models the state before the step is kept, and on a rejection the cache is cropped to before
+the step, the state restored, and the kept tokens fed again (so a step with a rejection feeds ``k + 1`` plus the
+kept tokens). The draft keeps its own cache the same way. ``kv_cache=False`` runs the target over the whole
+sequence at each step (the reference the cached path is tested against).
 """
 
 from __future__ import annotations
@@ -43,8 +53,11 @@ def speculative_generate(
     max_new_tokens: int,
     num_speculative_tokens: int = 3,
     eos_token_ids: Iterable[int] = (),
+    temperature: float = 0.0,
+    generator: Any = None,
+    kv_cache: bool = True,
 ) -> SpeculativeOutput:
-    """Generate greedily from ``target`` with ``draft`` (an Eagle3 head, :func:`~swiftcore_eagle3.draft.load_draft`)
+    """Generate from ``target`` with ``draft`` (an Eagle3 head, :func:`~swiftcore_eagle3.draft.load_draft`)
     proposing ``num_speculative_tokens`` tokens per target forward.
 
     Args:
@@ -54,9 +67,14 @@ def speculative_generate(
         max_new_tokens: at most this many tokens are generated.
         num_speculative_tokens: draft proposals per verification step.
         eos_token_ids: generation stops after the first of these (it is kept in ``tokens``).
+        temperature: 0 for greedy; above 0, speculative sampling at this temperature (see the module docstring).
+        generator: the ``torch.Generator`` sampling draws from (seed it for reproducible samples); None for torch's
+            global one.
+        kv_cache: keep the target's and the draft's KV caches across steps (False: rerun the whole sequence).
 
     Returns:
-        The tokens (those ``target.generate(do_sample=False)`` gives) and the accepted proposals per step.
+        The tokens (greedy: those ``target.generate(do_sample=False)`` gives; sampling: distributed as
+        ``target.generate(do_sample=True, temperature=...)``'s) and the accepted proposals per step.
     """
     out = SpeculativeOutput(tokens=[])
     for tokens, accepted in speculative_steps(
@@ -66,11 +84,100 @@ def speculative_generate(
         max_new_tokens=max_new_tokens,
         num_speculative_tokens=num_speculative_tokens,
         eos_token_ids=eos_token_ids,
+        temperature=temperature,
+        generator=generator,
+        kv_cache=kv_cache,
     ):
         out.tokens.extend(tokens)
         if accepted is not None:
             out.accepted.append(accepted)
     return out
+
+
+class _Target:
+    """The target's forwards of one generation: over the whole sequence each time, or with a KV cache that only the
+    new tokens run through and that :meth:`keep` rolls back past rejected ones."""
+
+    def __init__(self, target: Any, aux_ids: list[int], kv_cache: bool) -> None:
+        self.target = target
+        self.aux_ids = aux_ids
+        self.kv_cache = kv_cache
+        self.device = next(target.parameters()).device
+        self.cache: Any = None
+        self.saved: list[tuple[Any, dict[int, Any]]] = []
+        self.pending: list[int] = []  # the tokens of the last forward, while the cache holds them unverified
+
+    def _run(self, ids: list[int]) -> Any:
+        import torch
+
+        from swiftcore_eagle3.draft import target_features
+
+        return target_features(self.target, torch.tensor([ids], device=self.device), self.aux_ids, self.cache)
+
+    def prefill(self, prompt: list[int]) -> Any:
+        """The target's forward over the prompt (starting the cache)."""
+        if not self.kv_cache:
+            return self._run(prompt)
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=self.target.config)
+        features = self._run(prompt)
+        # after the prefill, as transformers' generate does: recording the past of a long prompt would be costly
+        self.cache.activate_past_recording()
+        return features
+
+    def verify(self, seq: list[int], guesses: list[int]) -> Any:
+        """The target's forward checking ``guesses`` after ``seq`` (the cache holding ``seq[:-1]``): features of
+        ``seq[-1]`` and the guesses (all of ``seq + guesses`` without a cache)."""
+        if not self.kv_cache:
+            return self._run(seq + guesses)
+        # the recurrent states crop cannot roll back (linear attention), kept to restore on a rejection
+        self.saved = [
+            (layer, {i: s.clone() for i, s in layer.recurrent_states.items() if s is not None})
+            for layer in self.cache.layers
+            if getattr(layer, "recurrent_states", None) and any(s is not None for s in layer.recurrent_states.values())
+        ]
+        self.pending = [seq[-1], *guesses]
+        return self._run(self.pending)
+
+    def keep(self, n: int) -> None:
+        """Keep the first ``n`` tokens of the last :meth:`verify` forward in the cache, drop the others."""
+        if not self.kv_cache:
+            return
+        drop = len(self.pending) - n
+        if drop == 0 or not self.saved:
+            self.cache.crop(-drop)  # crop(0) still trims linear-attention layers' recorded conv states
+            return
+        self.cache.crop(-len(self.pending))
+        for layer, states in self.saved:
+            for i, state in states.items():
+                layer.recurrent_states[i].copy_(state)
+        self._run(self.pending[:n])
+        self.cache.crop(0)
+
+
+def _accept_reject(
+    guesses: list[int], q: list[Any], logits: Any, temperature: float, generator: Any
+) -> tuple[int, int]:
+    """Speculative sampling's acceptance test (Leviathan et al. 2023, algorithm 1): how many of ``guesses``
+    (drawn from the distributions ``q``) are kept against the target's ``logits`` (``[k + 1, vocab]``), and the
+    next token: from the residual ``max(p - q, 0)`` at the first rejection, else from ``p`` after the last guess."""
+    import torch
+
+    p = torch.softmax(logits.float() / temperature, dim=-1)
+    for i, (token, q_i) in enumerate(zip(guesses, q, strict=True)):
+        ratio = float(p[i, token]) / max(float(q_i[token]), 1e-30)
+        if float(torch.rand((), generator=generator, device=p.device)) >= ratio:
+            return i, int(torch.multinomial(_residual(p[i], q_i.to(p.device)), 1, generator=generator))
+    return len(guesses), int(torch.multinomial(p[len(guesses)], 1, generator=generator))
+
+
+def _residual(p: Any, q: Any) -> Any:
+    """The distribution a rejected position is drawn from: ``max(p - q, 0)`` normalised (``p`` where that is all
+    zeros, which only rounding can make: a rejection needs ``q(x) > p(x)`` somewhere, so ``p > q`` elsewhere)."""
+    residual = (p - q).clamp(min=0)
+    total = float(residual.sum())
+    return residual / total if total > 0 else p
 
 
 def speculative_steps(
@@ -81,6 +188,9 @@ def speculative_steps(
     max_new_tokens: int,
     num_speculative_tokens: int = 3,
     eos_token_ids: Iterable[int] = (),
+    temperature: float = 0.0,
+    generator: Any = None,
+    kv_cache: bool = True,
 ) -> Iterator[tuple[list[int], int | None]]:
     """:func:`speculative_generate` one target forward at a time (for streaming).
 
@@ -90,42 +200,62 @@ def speculative_steps(
         how many proposals were accepted. The tokens stop after the first end token and at ``max_new_tokens``.
     """
     import torch
+    from transformers import DynamicCache
 
-    from swiftcore_eagle3.draft import draft_propose, target_features
+    from swiftcore_eagle3.draft import draft_propose
 
     if not prompt_ids:
         raise ValueError("prompt_ids is empty: give at least one token")
+    if temperature < 0:
+        raise ValueError(f"temperature {temperature}: give 0 (greedy) or more")
     if max_new_tokens < 1:
         return
     eos = set(eos_token_ids)
-    aux_ids = list(draft.config.eagle_aux_hidden_state_layer_ids)
-    device = next(target.parameters()).device
+    runner = _Target(target, list(draft.config.eagle_aux_hidden_state_layer_ids), kv_cache)
+    draft_cache = DynamicCache() if kv_cache else None
     seq = list(prompt_ids)
-    features = target_features(target, torch.tensor([seq], device=device), aux_ids)
-    first = int(torch.argmax(features.logits[0, -1]))
+    features = runner.prefill(seq)
+    last_logits = features.logits[0, -1]
+    if temperature > 0:
+        probs = torch.softmax(last_logits.float() / temperature, dim=-1)
+        first = int(torch.multinomial(probs, 1, generator=generator))
+    else:
+        first = int(torch.argmax(last_logits))
     seq.append(first)
     done = 1
     yield [first], None
     aux = features.aux
     while done < max_new_tokens and seq[-1] not in eos:
         k = min(num_speculative_tokens, max_new_tokens - done)
-        guesses = draft_propose(draft, seq, aux, k)
-        features = target_features(target, torch.tensor([seq + guesses], device=device), aux_ids)
-        # The target's choices after seq, seq + guesses[:1], ..., seq + guesses: k + 1 tokens.
-        choices = torch.argmax(features.logits[0, len(seq) - 1 :], dim=-1).tolist()
-        accepted = 0
-        while accepted < k and guesses[accepted] == choices[accepted] and guesses[accepted] not in eos:
-            accepted += 1
-        if accepted < k and guesses[accepted] == choices[accepted]:
-            accepted += 1  # an accepted end token: generation stops after it
+        q: list[Any] = []
+        guesses = draft_propose(
+            draft, seq, aux, k, cache=draft_cache, temperature=temperature, generator=generator, proposal_probs=q
+        )
+        features = runner.verify(seq, guesses)
+        # The target's logits after seq, seq + guesses[:1], ..., seq + guesses: k + 1 rows.
+        logits = features.logits[0, -(k + 1) :]
+        if temperature > 0:
+            accepted, next_token = _accept_reject(guesses, q, logits, temperature, generator)
+        else:
+            choices = torch.argmax(logits, dim=-1).tolist()
+            accepted = 0
+            while accepted < k and guesses[accepted] == choices[accepted]:
+                accepted += 1
+            next_token = choices[accepted]
+        eos_at = next((i for i, g in enumerate(guesses[:accepted]) if g in eos), None)
+        if eos_at is not None:  # an accepted end token: generation stops after it
+            accepted = eos_at + 1
             new = guesses[:accepted]
         else:
-            new = guesses[:accepted] + [choices[accepted]]
+            new = guesses[:accepted] + [next_token]
+        step_aux = features.aux[:, -(k + 1) :]
+        aux = torch.cat([aux, step_aux[:, : len(new)]], dim=1)  # seq[-1] and the accepted guesses
         seq.extend(new)
-        aux = features.aux[:, : len(seq) - 1]
         kept = new[: max_new_tokens - done]
         done += len(kept)
         yield kept, accepted
+        if done < max_new_tokens and seq[-1] not in eos:
+            runner.keep(len(new))
 
 
 class SpeculativeDecoder:
@@ -154,8 +284,11 @@ class SpeculativeDecoder:
         max_new_tokens: int,
         eos_token_ids: Iterable[int] = (),
         num_speculative_tokens: int | None = None,
+        temperature: float = 0.0,
+        generator: Any = None,
     ) -> Iterator[tuple[list[int], int | None]]:
-        """Greedy generation one target forward at a time: :func:`speculative_steps` with this decoder's draft."""
+        """Generation one target forward at a time, greedy or (``temperature`` > 0, drawing from ``generator``)
+        speculative sampling: :func:`speculative_steps` with this decoder's draft."""
         return speculative_steps(
             self.target,
             self.draft,
@@ -163,6 +296,8 @@ class SpeculativeDecoder:
             max_new_tokens=max_new_tokens,
             num_speculative_tokens=num_speculative_tokens or self.num_speculative_tokens,
             eos_token_ids=eos_token_ids,
+            temperature=temperature,
+            generator=generator,
         )
 
 
