@@ -179,7 +179,7 @@ NOT_RUN: dict[str, dict[str, str]] = {
             "runs this on one such question and counts the hermes prompt's tokens"
         ),
         "swiftcore web-ui --root . --agent-template hermes": (
-            "a server that runs until Ctrl-C; plugins/agent_templates/tests/test_agent_template_webui.py drives its "
+            "a server that runs until Ctrl-C; tests/test_agent_template_webui.py drives its "
             "chat and training form with the option"
         ),
         "swiftcore train --model ./tiny --dataset tools.jsonl --tuner full --learning-rate 3e-3 --batch-size 4 "

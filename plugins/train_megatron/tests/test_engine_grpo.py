@@ -131,9 +131,7 @@ def _transformers_steps(model_dir: Path, batch_file: Path, out: Path, loss_type:
     ``(loss and gradient norm of each step, the model's state dict after them)``."""
     import torch
     from datasets import Dataset
-    from swiftcore_recipe_rl import GRPOOptions
-    from swiftcore_recipe_rl.recipe import grpo_config
-    from swiftcore_recipe_rl.trainer import trainer_class
+    from swiftcore_recipe_rl import GRPOOptions, grpo_config, trainer_class
     from swiftcore_train import TrainConfig
 
     import swiftcore.api

@@ -56,8 +56,7 @@ def _train(model: Path, dataset: Path, out: Path, *, ranks: int = 1, extra: tupl
 def _peft_init(model_dir: Path, out: Path, targets: tuple[str, ...]) -> Path:
     """The adapter the transformers engine starts from (``sft.py``: ``torch.manual_seed``, load, ``apply_tuner``)."""
     import torch
-    from swiftcore_train import TrainConfig
-    from swiftcore_train.tuners import apply_tuner
+    from swiftcore_train import TrainConfig, apply_tuner
 
     from swiftcore._plugins import load_plugins
     from swiftcore.api.models import load_model, resolve_model_spec

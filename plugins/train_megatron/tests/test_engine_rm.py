@@ -70,8 +70,7 @@ def rm_lora_init(tiny_model_dir, pairs, tmp_path_factory) -> Path:
     classifier, TRL's peft wrapping with the score layer in ``modules_to_save``), saved before any step; its layer
     names are the checkpoint's, which the bridge reads."""
     from safetensors.torch import load_file
-    from swiftcore_recipe_preference import RMOptions, encode_rm_pairs, prepare
-    from swiftcore_recipe_preference.rm import build_reward_trainer
+    from swiftcore_recipe_preference import RMOptions, build_reward_trainer, encode_rm_pairs, prepare
     from swiftcore_train import TrainConfig
 
     from swiftcore._plugins import load_plugins

@@ -15,7 +15,16 @@ warnings.filterwarnings("ignore", message=r"TRL currently supports vLLM versions
 # (checks, rewards, encoded prompts), its rewards as TRL calls them, and its colocated rollout engine and weight sync.
 from swiftcore.api import lazy_exports  # noqa: E402
 
-__all__ = ["GRPOOptions", "TRLReward", "WeightSync", "create_rollout_engine", "plan_run", "stop_token_ids"]
+__all__ = [
+    "GRPOOptions",
+    "TRLReward",
+    "WeightSync",
+    "create_rollout_engine",
+    "grpo_config",
+    "plan_run",
+    "stop_token_ids",
+    "trainer_class",
+]
 
 _WHERE = {
     "GRPOOptions": "options",
@@ -24,5 +33,8 @@ _WHERE = {
     "create_rollout_engine": "sync",
     "plan_run": "plan",
     "stop_token_ids": "rollout",
+    # the transformers engine's own GRPO trainer and its config: the reference the other engines are checked against
+    "grpo_config": "recipe",
+    "trainer_class": "trainer",
 }
 __getattr__ = lazy_exports(__name__, _WHERE)
