@@ -10,23 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from swiftcore_testing import pairwise_accuracy
 from swiftcore_train import TrainConfig
 
 STEPS = 30
 LEARNING_RATE = 2e-3
-
-
-def _accuracy(model, samples: list[dict]) -> float:
-    import torch
-
-    def logp(prompt: list[int], reply: list[int]) -> float:
-        ids = torch.tensor([prompt + reply])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, :-1].float()
-        return float(logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[len(prompt) - 1 :].sum())
-
-    wins = [logp(s["prompt_ids"], s["chosen_ids"]) > logp(s["prompt_ids"], s["rejected_ids"]) for s in samples]
-    return sum(wins) / len(wins)
 
 
 # gemma4: a multimodal family (its text path); deepseek_v4: an MoE one (its router stays frozen under LoRA).
@@ -68,13 +56,13 @@ def test_dpo_learns_the_preference(
     )
     held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
     samples = encode_dpo_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
-    before = _accuracy(load_model(spec, model_dir, plugins, torch_dtype="float32").eval(), samples)
+    before = pairwise_accuracy(load_model(spec, model_dir, plugins, torch_dtype="float32").eval(), samples)
 
     result = run_dpo(cfg, plugins, DPOOptions(beta=0.1))
     logs = [json.loads(line) for line in result.log_file.read_text().splitlines()]
     losses = [r["loss"] for r in logs if "loss" in r]
     base = load_model(spec, model_dir, plugins, torch_dtype="float32")
-    after = _accuracy(PeftModel.from_pretrained(base, str(result.last_checkpoint)).eval(), samples)
+    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(result.last_checkpoint)).eval(), samples)
     print(
         f"{family}{' padding-free' * padding_free}: {STEPS} steps, train loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
         "held-out accuracy "

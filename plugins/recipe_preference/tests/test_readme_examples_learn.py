@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_testing import pairwise_accuracy
 
 PLUGIN = Path(__file__).resolve().parents[1]
 README = PLUGIN / "README.md"
@@ -67,19 +68,6 @@ def _pairs(model_dir: Path, plugins: Any, recipe: str) -> list[dict]:
     return encode(pairs, template, load_tokenizer(str(model_dir)), cfg)
 
 
-def _policy_accuracy(model: Any, pairs: list[dict]) -> float:
-    import torch
-
-    def logp(prompt: list[int], reply: list[int]) -> float:
-        ids = torch.tensor([prompt + reply])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, :-1].float()
-        return float(logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[len(prompt) - 1 :].sum())
-
-    wins = [logp(p["prompt_ids"], p["chosen_ids"]) > logp(p["prompt_ids"], p["rejected_ids"]) for p in pairs]
-    return sum(wins) / len(wins)
-
-
 def _rm_accuracy(model: Any, pairs: list[dict]) -> float:
     import torch
 
@@ -114,7 +102,7 @@ def test_readme_example_learns(
         before = _rm_accuracy(untrained, pairs)
     else:
         spec = resolve_model_spec(str(model_dir), plugins)
-        before = _policy_accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), pairs)
+        before = pairwise_accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), pairs)
 
     monkeypatch.chdir(tmp_path)
     run_cli(*argv[1:])
@@ -125,7 +113,7 @@ def test_readme_example_learns(
         after = _rm_accuracy(AutoModelForSequenceClassification.from_pretrained(str(checkpoint)).eval(), pairs)
     else:
         base = load_model(spec, str(model_dir), plugins, torch_dtype="float32")
-        after = _policy_accuracy(PeftModel.from_pretrained(base, str(checkpoint)).eval(), pairs)
+        after = pairwise_accuracy(PeftModel.from_pretrained(base, str(checkpoint)).eval(), pairs)
     print(f"{recipe}: README example, held-out pairwise accuracy {before:.1%} -> {after:.1%} ({len(pairs)} pairs)")
     assert after > before, f"{recipe}: the README example did not learn: {before:.1%} -> {after:.1%}"
     assert after >= 0.8, f"{recipe}: the README example reached only {after:.1%} held-out pairwise accuracy"

@@ -88,19 +88,6 @@ def _vowel_task(tokenizer, n_train: int = 64, n_held: int = 16, seed: int = 0) -
     return train, held
 
 
-def _pairwise_accuracy(model, samples: list[dict]) -> float:
-    import torch
-
-    def logp(prompt: list[int], reply: list[int]) -> float:
-        ids = torch.tensor([prompt + reply])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, :-1].float()
-        return float(logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[len(prompt) - 1 :].sum())
-
-    wins = [logp(s["prompt_ids"], s["chosen_ids"]) > logp(s["prompt_ids"], s["rejected_ids"]) for s in samples]
-    return sum(wins) / len(wins)
-
-
 @pytest.fixture(scope="session")
 def preference_pairs() -> list[dict]:
     """:data:`PREFERENCE_PAIRS`, a fresh copy of each row."""
@@ -131,8 +118,10 @@ def vowel_task():
 @pytest.fixture(scope="session")
 def pairwise_accuracy():
     """``pairwise_accuracy(model, samples) -> float``: the share of pairs whose chosen reply the model scores higher
-    (summed reply log-probs, each sequence alone)."""
-    return _pairwise_accuracy
+    (summed reply log-probs, each sequence alone): swiftcore_testing's, as the transformers engine's tests measure."""
+    from swiftcore_testing import pairwise_accuracy as measure
+
+    return measure
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +139,14 @@ def other_reference(tiny_model_dir, tmp_path_factory) -> Path:
     tensors = {k: v + 0.02 * torch.randn(v.shape, generator=gen) for k, v in weights.items()}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
+
+
+@pytest.fixture
+def no_process_group_after():
+    """The refusals come before ``init_process_group`` (checked where no earlier test of the session made one)."""
+    import torch.distributed as dist
+
+    before = dist.is_initialized()
+    yield
+    if not before:
+        assert not dist.is_initialized(), "a process group was created before the error"

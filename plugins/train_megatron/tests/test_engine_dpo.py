@@ -142,17 +142,6 @@ def test_lora_dpo_learns_the_held_out_preference(
     assert losses[-1] < losses[0]
 
 
-@pytest.fixture
-def no_process_group_after():
-    """The refusals come before ``init_process_group`` (checked where no earlier test of the session made one)."""
-    import torch.distributed as dist
-
-    before = dist.is_initialized()
-    yield
-    if not before:
-        assert not dist.is_initialized(), "a process group was created before the error"
-
-
 @pytest.mark.parametrize(
     ("family", "options", "expected"),
     [

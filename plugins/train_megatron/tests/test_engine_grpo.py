@@ -312,17 +312,6 @@ def test_a_tp2_run_logs_the_steps_of_a_tp1_run(tiny, tmp_path):
 # ---------------------------------------------------------------------------------------------- refusals
 
 
-@pytest.fixture
-def no_process_group_after():
-    """The refusals come before ``init_process_group`` (checked where no earlier test of the session made one)."""
-    import torch.distributed as dist
-
-    before = dist.is_initialized()
-    yield
-    if not before:
-        assert not dist.is_initialized(), "a process group was created before the error"
-
-
 @pytest.mark.parametrize(
     ("family", "options", "expected"),
     [

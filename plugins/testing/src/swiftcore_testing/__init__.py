@@ -49,6 +49,7 @@ __all__ = [
     "lora_exclude_problems",
     "loss_runs",
     "make_tiny_qwen3",
+    "pairwise_accuracy",
     "part_problems",
     "plugins_with_tiny_qwen3",
     "register_plugin",
@@ -134,5 +135,6 @@ _WHERE = {
     "load_records": "templates",
     "loss_runs": "templates",
     **dict.fromkeys(("ADD_TOOL", "TOOL_PAIRS", "tool_question", "tool_rows"), "tool_tasks"),
+    "pairwise_accuracy": "preference_checks",
 }
 __getattr__ = lazy_exports(__name__, _WHERE)
