@@ -48,6 +48,7 @@ REFUSED = {
     "qwen3_5": "No module named 'torchvision'",
     "qwen3_5_moe": "No module named 'torchvision'",
     "qwen3_asr": "No module named 'torchvision'",
+    "qwen3_omni_moe": "No module named 'torchvision'",
 }
 
 _WORKER = r"""
