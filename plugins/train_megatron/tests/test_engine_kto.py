@@ -127,13 +127,13 @@ def test_lora_kto_learns_the_held_out_preference(
     samples = encode_dpo_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
     before = pairwise_accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), samples)
 
-    extra = ("--engine", "megatron", "--tuner", "lora", "--max-steps", "12", "--batch-size", "8",
+    extra = ("--engine", "megatron", "--tuner", "lora", "--max-steps", "24", "--batch-size", "8",
              "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--save-steps", "10000",
              "--val-dataset", str(write_jsonl(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
     out = tmp_path / "run"
     logged = train_recipe("kto", model_dir, write_jsonl(tmp_path / "train.jsonl", train_rows), out, *extra)
     base = load_model(spec, str(model_dir), plugins, torch_dtype="float32")
-    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-12")).eval(), samples)
+    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-24")).eval(), samples)
     losses = [r["loss"] for r in logged if "loss" in r]
     (final,) = [r for r in logged if "eval_loss" in r]
     print(f"held-out accuracy {before:.1%} -> {after:.1%}, eval reward margin {final['eval_rewards/margins']:.3f}, "
