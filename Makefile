@@ -35,7 +35,7 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 
 # --durations: CI's log names the slowest tests, so a suite growing toward CI's 90 minutes shows where.
 test: install
-	$(BIN)/python -m pytest -q --durations=30; rc=$$?; \
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 demo: install

@@ -114,8 +114,9 @@ def _tree_rss(proc: Any) -> int:
 
 
 def run_child(argv: Sequence[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
-              timeout: float = 900) -> ChildRun:
-    """Run ``argv`` to completion, capturing its output, and measure it.
+              timeout: float = 900, watch: Callable[[], None] | None = None) -> ChildRun:
+    """Run ``argv`` to completion, capturing its output, and measure it; ``watch`` is called at every poll
+    (every 20 ms), e.g. to time the lines a run appends to its log.
 
     Peak RSS is the largest sum of resident memory over the child and its descendants (sampled every
     20 ms), so a launcher that spawns the real worker (``swift sft``) counts both. ``ru_maxrss`` from
@@ -133,6 +134,8 @@ def run_child(argv: Sequence[str], *, cwd: str | Path | None = None, env: dict[s
         watched = psutil.Process(proc.pid)
         while proc.poll() is None:
             peak = max(peak, _tree_rss(watched))
+            if watch is not None:
+                watch()
             if time.perf_counter() - start > timeout:
                 proc.kill()
                 proc.wait()

@@ -337,6 +337,11 @@ def write_results() -> Path:
         import speculative
 
         replace_section(speculative.render(json.loads(speculative_raw.read_text())), speculative.BEGIN, speculative.END)
+    recipes = RAW / "megatron_recipes.json"
+    if recipes.exists():  # figure 18, rendered by its own script
+        import megatron_recipes
+
+        megatron_recipes.write_section(json.loads(recipes.read_text()))
     chunked = RAW / "chunked_loss_memory.json"
     logps = RAW / "chunked_logps_memory.json"
     if chunked.exists() or logps.exists():  # figure 17: its script writes raw JSON only

@@ -28,6 +28,7 @@ import chunked_loss_memory
 import convert
 import encode_profile
 import media_latency
+import megatron_recipes
 import megatron_train
 import msswift_compare
 import msswift_dpo
@@ -49,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per figure (>= 5 for the issue)")
     own = ("dpo", "megatron", "sp_memory", "media", "convert", "rl", "grpo", "serve", "scaling", "families",
-           "encode_profile", "chunked_loss", "speculative", "realistic")
+           "encode_profile", "chunked_loss", "speculative", "realistic", "megatron_recipes")
     parser.add_argument("--figures", default=",".join((*msswift_compare.FIGURES, *own)))
     parser.add_argument("--encode-n", type=int, default=10_000)
     parser.add_argument("--train-samples", type=int, default=8)
@@ -117,6 +118,8 @@ def main() -> None:
         realistic_train.main(["--quick", "--profile"])
     if "speculative" in figures:  # Eagle3 draft acceptance and CPU tokens/s (bench/raw/speculative.json)
         speculative.run(5, 40, False)
+    if "megatron_recipes" in figures:  # figure 18, informational (bench/raw/megatron_recipes.json)
+        write_raw("megatron_recipes", megatron_recipes.run(min(args.runs, 3), 8))
     path = report.write_results()
     print(path.read_text())
     print(f"make bench: {time.perf_counter() - start:.0f} s")

@@ -17,7 +17,11 @@ from swiftcore.plugin_api import API_VERSION_STRING
 __all__ = ["PLUGIN_HOOKSPECS", "render_hook_reference"]
 
 #: Hook specification modules of this repository's plugins: distribution -> module.
-PLUGIN_HOOKSPECS = {"swiftcore-train": "swiftcore_train.hookspecs", "swiftcore-infer": "swiftcore_infer.hookspecs"}
+PLUGIN_HOOKSPECS = {
+    "swiftcore-train": "swiftcore_train.hookspecs",
+    "swiftcore-infer": "swiftcore_infer.hookspecs",
+    "swiftcore-serve": "swiftcore_serve.hookspecs",
+}
 
 
 def render_hook_reference() -> str:

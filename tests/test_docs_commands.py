@@ -20,8 +20,8 @@ working directory holding the small input files of :data:`INPUT_FILES`):
 
 - ``torchrun ... -m swiftcore.cli.main ARGS`` runs as a real torchrun subprocess in that directory (next to the
   doc's ``tiny/`` checkpoint, which ``-m`` puts on the ranks' ``sys.path``: issue 53), on a free rendezvous port; rank
-  0 alone prints the summary. ``swiftcore train --nproc-per-node N`` runs in this process, like any ``swiftcore``
-  command below, and starts its ranks (torch.distributed.run) in that directory.
+  0 alone prints the summary. ``swiftcore train --nproc-per-node N`` runs as a real ``swiftcore`` process in that
+  directory, which starts its ranks (torch.distributed.run) there.
 
 - ``swiftcore ...`` runs in this pytest process through ``swiftcore.cli.main:main``, the function the ``swiftcore``
   console script calls, with the doc's argv (shlex-split): one interpreter imports torch, transformers and the
@@ -790,6 +790,19 @@ def _run_in_process(argv: list[str], cwd: Path, env: dict[str, str]) -> Done:
     return Done(rc, out.getvalue(), err.getvalue())
 
 
+def _launching_process(argv: list[str], cwd: Path, env: dict[str, str]) -> Done:
+    """``swiftcore ... --nproc-per-node N`` as a real ``swiftcore`` process, as a user's shell starts it.
+
+    Not in this process: its ranks inherit this process's file descriptors, and under pytest-xdist a worker's
+    stdout is not the one ``contextlib.redirect_stdout`` captures, so a rank's error (and rank 0's summary) went
+    nowhere and the command exited 1 with empty output (#47's xdist trials). A child of its own gets a fresh
+    shell's environment and its ranks' output is captured whole.
+    """
+    proc = subprocess.run([str(SWIFTCORE), *argv[1:]], cwd=cwd, env=_child_env(env), capture_output=True, text=True,
+                          timeout=1200)  # fmt: skip
+    return Done(proc.returncode, proc.stdout, proc.stderr)
+
+
 def _torchrun(doc: DocCommand, launcher: list[str], argv: list[str], cwd: Path) -> Done:
     """The documented ``torchrun ... -m swiftcore.cli.main`` as a shell runs it: this environment's torchrun, a fresh
     shell's environment, ``cwd`` (the doc's folder, with its ``tiny/`` checkpoint: ``-m`` puts it on the ranks'
@@ -966,6 +979,8 @@ def test_documented_commands_run(path: Path, workspace: Path) -> None:
             print(f"{time.monotonic() - started:6.1f} s  {shlex.join(argv)}")
             continue
         done = _make_tiny(doc, argv, cwd) if argv[1] == "make-tiny" else None
+        if done is None and _option(argv, "--nproc-per-node"):
+            done = _launching_process(argv, cwd, doc.env)
         if done is None:
             done = _run_in_process(argv, cwd, doc.env)
         assert done.rc == 0, f"{doc}\n(ran: {shlex.join(argv)})\nexit {done.rc}\n{done.stderr[-4000:]}"

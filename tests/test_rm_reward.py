@@ -56,14 +56,9 @@ def _rm_encoding(
 ) -> list[list[int]]:
     """The ``rm`` recipe's own encoding of each reply after ``prompt`` (its training pairs' chosen side), with the
     reward model's run options (``--disable-thinking``); ``row``: more columns of each pair
-    (``chat_template_kwargs``, ``tools``).
-
-    A prompt whose last round holds a tool call and its result (an episode's) is encoded by the recipe's own
-    encoder (``encoding._encode``: the ids ``encode_rm_pairs`` keeps), without ``encode_rm_pairs``' check that the
-    loss falls on the last reply alone: Qwen3.5's last round spans the tool-calling reply too, so that check
-    refuses such a pair, while the ids, the whole rendered conversation, are what the reward model scores."""
+    (``chat_template_kwargs``, ``tools``); a prompt may end in a tool call and its result (an episode's)."""
     from swiftcore_recipe_preference.data import parse_pair
-    from swiftcore_recipe_preference.encoding import _encode, encode_rm_pairs
+    from swiftcore_recipe_preference.encoding import encode_rm_pairs
     from swiftcore_train import TrainConfig
 
     from swiftcore.api.models import load_tokenizer
@@ -73,8 +68,6 @@ def _rm_encoding(
     cfg = TrainConfig(model=str(checkpoint), dataset=("unused",), max_length=1024, enable_thinking=False)
     rows = [{"prompt": prompt, "chosen": r, "rejected": "x", **row} for r in replies]
     pairs = [parse_pair(row, f"pair {i}") for i, row in enumerate(rows)]
-    if prompt[-1]["role"] == "tool":
-        return [list(chosen.input_ids) for chosen, _ in _encode(pairs, template, tokenizer, cfg)]
     return [sample["chosen_ids"] for sample in encode_rm_pairs(pairs, template, tokenizer, cfg)]
 
 

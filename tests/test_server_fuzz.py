@@ -96,6 +96,7 @@ OPERATIONS = [
     ("POST", "/v1/embeddings"),
     ("POST", "/v1/rerank"),
     ("POST", "/v1/classify"),
+    ("POST", "/v1/audio/speech"),
 ]
 #: Negative cases need something to break: the GET routes take no input.
 CASES = [(m, p, "positive") for m, p in OPERATIONS] + [(m, p, "negative") for m, p in OPERATIONS if m == "POST"]

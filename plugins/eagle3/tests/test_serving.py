@@ -1,7 +1,10 @@
 """Serving with a draft: ``swiftcore infer --draft`` and ``swiftcore deploy --draft`` on the transformers backend
-answer exactly as without it (the target's greedy output), the trained draft's acceptance reported above an
-untrained one's; what draft decoding cannot do (sampling, adapters, log-probabilities, a directory no plugin
-recognises) is refused with a message; and the vLLM backend's ``speculative_config`` for a draft.
+answer greedy requests exactly as without it (the target's greedy output), the trained draft's acceptance reported
+above an untrained one's; sampling requests decode by speculative sampling, token for token as
+``speculative_generate`` with a generator seeded by the request's seed (whose distribution
+test_speculative_decoding.py checks); what draft decoding cannot do (repetition penalty, adapters,
+log-probabilities, a directory no plugin recognises) is refused with a message; and the vLLM backend's
+``speculative_config`` for a draft.
 
 The target and the trained draft are conftest's (a 40-step fine-tune of the tiny Qwen3.5 on greetings, a 40-step
 eagle3 run on the same chats), built once per session; the untrained draft is speculators' initialisation saved as
@@ -126,13 +129,77 @@ def test_engine_with_a_draft_streams_and_counts_the_targets_greedy_tokens(
     assert stats["accepted"] / stats["steps"] > 2.0, stats
 
 
+#: Sampling requests for the draft's engine: a high temperature, so that the fine-tuned target's replies vary.
+SAMPLED = [
+    {"temperature": 1.5, "seed": 0},
+    {"temperature": 1.5, "seed": 1},
+    {"temperature": 1.5, "seed": 2},
+    {"temperature": 1.5, "seed": 0, "top_k": 8, "top_p": 0.9},
+]
+
+
+@pytest.mark.slow  # the conftest target and draft
+def test_engine_with_a_draft_samples_as_speculative_generate(
+    target_dir: Path, trained_draft: Path, plugins: Any, held_out: list[dict[str, Any]]
+) -> None:
+    """Sampling requests through the engine with the draft (temperature 1.5; top-k 8 and top-p 0.9 in one): each
+    reply's token ids are ``speculative_generate``'s on the engine's prompt (its model, the draft loaded again) with
+    ``torch.Generator().manual_seed(seed)`` and the same settings; the same requests again give the same ids;
+    different seeds give different replies (it samples); two unseeded requests draw fresh seeds (different replies);
+    the draft's proposals are counted."""
+    import torch
+    from swiftcore_eagle3 import load_draft, speculative_generate
+    from swiftcore_infer import Request, SamplingParams, TransformersEngine
+
+    record = held_out[0]
+    requests = [Request(record=record, sampling=SamplingParams(max_new_tokens=24, **kw)) for kw in SAMPLED]
+    unseeded = [Request(record=record, sampling=SamplingParams(max_new_tokens=24, temperature=1.5))] * 2
+    with TransformersEngine(target_dir, plugins, draft=trained_draft) as engine:
+        got = [g.token_ids for g in engine.generate_requests(requests)]
+        again = [g.token_ids for g in engine.generate_requests(requests)]
+        fresh = [g.token_ids for g in engine.generate_requests(unseeded)]
+        stop, stats = engine.stop_token_ids, engine.speculative_stats
+        # The engine prompts as the checkpoint was trained to be prompted (an empty thinking block), so its prompt.
+        prompt = engine.encode(requests[0])
+        draft = load_draft(trained_draft, engine.model)
+        offline = []
+        for kw in SAMPLED:
+            out = speculative_generate(
+                engine.model, draft, list(prompt), max_new_tokens=24, num_speculative_tokens=3, eos_token_ids=stop,
+                temperature=kw["temperature"], top_k=kw.get("top_k", 0), top_p=kw.get("top_p", 1.0),
+                generator=torch.Generator().manual_seed(kw["seed"]),
+            )  # fmt: skip
+            offline.append([t for t in out.tokens if t not in stop])
+    print(f"sampled replies: {got}; accepted per step {stats['accepted'] / stats['steps']:.2f}")
+    assert got == again == offline
+    assert len({tuple(ids) for ids in got[:3]}) == 3, got  # three seeds, three replies
+    assert fresh[0] != fresh[1], fresh
+    assert stats is not None and stats["steps"] > 0, stats
+
+
 @pytest.mark.slow  # the conftest target and draft; one deploy process
 def test_deploy_with_a_draft_answers_the_openai_client_as_without(
-    target_dir: Path, trained_draft: Path, held_out: list[dict[str, Any]], plain_rows: list[dict[str, Any]]
+    target_dir: Path,
+    trained_draft: Path,
+    plugins: Any,
+    held_out: list[dict[str, Any]],
+    plain_rows: list[dict[str, Any]],
 ) -> None:
     """``swiftcore deploy --draft``, the real ``openai`` client at temperature 0: every answer is ``swiftcore infer``'s
-    without a draft, streamed ones too; a sampling request gets HTTP 400 saying the draft decodes greedily only."""
+    without a draft, streamed ones too. At temperature 1.5 with a seed, the reply is the same twice and streamed, the
+    engine's with the draft for that request (``speculative_generate``'s, as the test above shows), and another
+    seed gives another reply."""
     openai = pytest.importorskip("openai")
+    from swiftcore_infer import Request, SamplingParams, TransformersEngine
+
+    messages = held_out[0]["messages"]
+    with TransformersEngine(target_dir, plugins, draft=trained_draft) as engine:
+        expected = [
+            engine.generate_requests(
+                [Request(record=held_out[0], sampling=SamplingParams(max_new_tokens=24, temperature=1.5, seed=seed))]
+            )[0].text
+            for seed in (3, 4)
+        ]
 
     with deploy_process("--model", str(target_dir), "--draft", str(trained_draft), "--no-api-key") as (base, _):
         client = openai.OpenAI(base_url=base + "/v1", api_key="none")
@@ -145,20 +212,29 @@ def test_deploy_with_a_draft_answers_the_openai_client_as_without(
             model="tuned", messages=held_out[0]["messages"], max_tokens=48, temperature=0, stream=True
         )
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == plain_rows[0]["response"]
-        for stream in (False, True):
-            with pytest.raises(openai.BadRequestError) as refused:
-                client.chat.completions.create(
-                    model="tuned", messages=held_out[0]["messages"], max_tokens=8, temperature=0.7, stream=stream
-                )
-            assert "greedily only" in str(refused.value), refused.value
+        sampled = [
+            client.chat.completions.create(model="tuned", messages=messages, max_tokens=24, temperature=1.5, seed=seed)
+            .choices[0]
+            .message.content
+            for seed in (3, 3, 4)
+        ]
+        chunks = client.chat.completions.create(
+            model="tuned", messages=messages, max_tokens=24, temperature=1.5, seed=3, stream=True
+        )
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    print(f"sampled through deploy: {sampled}")
+    # The reply cut at max_tokens may end in a space the server's chat message drops: compare without it.
+    assert sampled[0].rstrip() == sampled[1].rstrip() == streamed.rstrip() == expected[0].rstrip()
+    assert sampled[2].rstrip() == expected[1].rstrip() != expected[0].rstrip()
 
 
 def test_engine_refuses_what_draft_decoding_cannot_do(
     tiny_model_dir: Callable[[str], Path], plugins: Any, tmp_path: Path
 ) -> None:
     """On the tiny Qwen3.5 with a fresh draft: a directory without config.json, or one no plugin recognises, is
-    refused at start naming --draft; sampling and repetition penalty are refused per request (the others still
-    answered); adapters and sampled log-probabilities (RL rollouts) are refused."""
+    refused at start naming --draft; repetition penalty is refused per request (the others, sampling among them,
+    still answered), and so is sampling once the checkpoint's generation config asks for a warper draft sampling does
+    not apply (min_p); adapters and sampled log-probabilities (RL rollouts) are refused."""
     from swiftcore_eagle3.draft import build_draft, save_draft
     from swiftcore_infer import Request, SamplingParams, TransformersEngine, UnsupportedError
 
@@ -181,10 +257,18 @@ def test_engine_refuses_what_draft_decoding_cannot_do(
                 Request(record=record, sampling=SamplingParams(max_new_tokens=4)),
             ]
         )
-        assert "greedily only (speculative sampling is not implemented)" in got[0].error
-        assert got[0].error_status == 400
-        assert "repetition_penalty=1.2" in got[1].error
+        assert got[0].ok and got[0].completion_tokens > 0
+        assert "repetition_penalty=1.2" in got[1].error and got[1].error_status == 400
         assert got[2].ok and got[2].completion_tokens > 0
+        engine.model.generation_config.min_p = 0.1  # as a checkpoint's generation_config.json can set it
+        sampled, greedy = engine.generate_requests(
+            [
+                Request(record=record, sampling=SamplingParams(max_new_tokens=4, temperature=0.7)),
+                Request(record=record, sampling=SamplingParams(max_new_tokens=4)),
+            ]
+        )
+        assert "generation_config.json sets {'min_p': 0.1}" in sampled.error and sampled.error_status == 400
+        assert greedy.ok
         with pytest.raises(UnsupportedError, match="decodes with a draft"):
             engine.load_adapter("a", tmp_path)
         with pytest.raises(UnsupportedError, match="no sampled log-probabilities"):

@@ -2,8 +2,9 @@
 runs the new tokens each step (counted at the target's forward), on a pure-attention target (a tiny Llama, cropped
 with transformers' ``Cache.crop``) and on the tiny Qwen3.5 (linear attention: its recurrent state restored and the
 kept tokens fed again); and speculative sampling's tokens are distributed as the target's own sampling (a
-chi-square test over seeded samples of the tokens the draft proposes, on a tiny vocabulary), a test that the
-wrong residual (sampling ``p`` after a rejection instead of ``max(p - q, 0)``) fails.
+chi-square test over seeded samples of the tokens the draft proposes, on a tiny vocabulary; also with top-k and
+top-p, as ``generate`` applies them), a test that the wrong residual (sampling ``p`` after a rejection instead of
+``max(p - q, 0)``) fails.
 """
 
 from __future__ import annotations
@@ -198,25 +199,41 @@ def test_cached_verification_with_the_trained_draft(
     assert sum(accepted) / len(accepted) > 2.0, accepted
 
 
-def _exact_distribution(target: Any, prompt: list[int], temperature: float) -> Any:
+def _generate_probs(logits: Any, temperature: float, top_k: int, top_p: float) -> Any:
+    """What ``generate(do_sample=True, temperature=..., top_k=..., top_p=...)`` samples each row of ``logits`` from:
+    its warpers in its order, then softmax (in float64)."""
+    import torch
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)])
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p < 1:
+        warpers.append(TopPLogitsWarper(top_p))
+    return torch.softmax(warpers(None, logits.double()), -1)
+
+
+def _exact_distribution(target: Any, prompt: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0) -> Any:
     """The target's own distribution of the 2nd and 3rd generated tokens (the ones the draft proposes in the first
     verification step with k = 2), ``[vocab, vocab]``, by enumerating the first two tokens."""
     import torch
 
     with torch.no_grad():
         vocab = target.config.vocab_size
-        first = torch.softmax(target(torch.tensor([prompt])).logits[0, -1].double() / temperature, -1)
+        first = _generate_probs(target(torch.tensor([prompt])).logits[0, -1:], temperature, top_k, top_p)[0]
         joint = torch.zeros(vocab, vocab, dtype=torch.float64)
         for a in range(vocab):
             seqs = torch.tensor([[*prompt, a, b] for b in range(vocab)])
-            logits = target(seqs).logits.double() / temperature
-            second = torch.softmax(logits[0, -2], -1)  # the same row for every b
-            third = torch.softmax(logits[:, -1], -1)  # [b, c]
+            logits = target(seqs).logits
+            second = _generate_probs(logits[0, -2:-1], temperature, top_k, top_p)[0]  # the same row for every b
+            third = _generate_probs(logits[:, -1], temperature, top_k, top_p)  # [b, c]
             joint += first[a] * second[:, None] * third
     return joint
 
 
-def _sampled_counts(target: Any, draft: Any, prompt: list[int], temperature: float, n: int) -> Any:
+def _sampled_counts(
+    target: Any, draft: Any, prompt: list[int], temperature: float, n: int, top_k: int = 0, top_p: float = 1.0
+) -> Any:
     """How often each (2nd, 3rd) token pair came out of ``n`` seeded speculative samples of 3 tokens (k = 2)."""
     import torch
     from swiftcore_eagle3 import speculative_generate
@@ -227,7 +244,7 @@ def _sampled_counts(target: Any, draft: Any, prompt: list[int], temperature: flo
     for seed in range(n):
         out = speculative_generate(
             target, draft, prompt, max_new_tokens=3, num_speculative_tokens=2, temperature=temperature,
-            generator=torch.Generator().manual_seed(seed),
+            generator=torch.Generator().manual_seed(seed), top_k=top_k, top_p=top_p,
         )  # fmt: skip
         counts[out.tokens[1], out.tokens[2]] += 1
         rejected += out.accepted[0] < 2
@@ -236,14 +253,16 @@ def _sampled_counts(target: Any, draft: Any, prompt: list[int], temperature: flo
 
 
 def _chi_square_p(counts: Any, expected_probs: Any) -> float:
-    """Pearson's chi-square p-value of ``counts`` against ``expected_probs``, cells expecting fewer than 5 pooled."""
+    """Pearson's chi-square p-value of ``counts`` against ``expected_probs``, cells expecting fewer than 5 pooled;
+    cells of probability 0 (cut by top-k or top-p) must hold no sample."""
     from scipy.stats import chisquare
 
     n = float(counts.sum())
     expected = (expected_probs.flatten() * n).tolist()
     observed = counts.flatten().tolist()
+    assert all(o == 0 for o, e in zip(observed, expected, strict=True) if e == 0), "a sample the warpers exclude"
     big = [i for i, e in enumerate(expected) if e >= 5]
-    small = [i for i in range(len(expected)) if i not in big]
+    small = [i for i, e in enumerate(expected) if 0 < e < 5]
     obs = [observed[i] for i in big] + ([sum(observed[i] for i in small)] if small else [])
     exp = [expected[i] for i in big] + ([sum(expected[i] for i in small)] if small else [])
     return float(chisquare(obs, exp).pvalue)
@@ -252,26 +271,36 @@ def _chi_square_p(counts: Any, expected_probs: Any) -> float:
 SAMPLES = 1000
 
 
-@pytest.mark.parametrize("residual", ["max(p - q, 0)", "p (wrong)"])
+@pytest.mark.parametrize(
+    ("residual", "top_k", "top_p"),
+    [("max(p - q, 0)", 0, 1.0), ("p (wrong)", 0, 1.0), ("max(p - q, 0)", 4, 0.9)],
+    ids=["residual", "wrong-residual", "top-k-top-p"],
+)
 def test_speculative_sampling_is_distributed_as_the_target(
-    tiny_llama: tuple[Any, Path], llama_draft: Any, residual: str, monkeypatch: pytest.MonkeyPatch
+    tiny_llama: tuple[Any, Path],
+    llama_draft: Any,
+    residual: str,
+    top_k: int,
+    top_p: float,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """1000 seeded samples of 3 tokens at temperature 1 (k = 2, the draft's proposals rejected in a good share of
     them): the joint distribution of the 2nd and 3rd tokens, those the draft proposed, matches the target's exact
     one (enumerated over the 8-token vocabulary), chi-square p > 0.001 and total variation < 0.04 (measured: p 0.775,
-    0.015). The mutant that samples ``p`` instead of the residual after a rejection fails both (measured: p 2e-10,
-    total variation 0.061)."""
+    0.015); with top-k 4 and top-p 0.9 it matches the distribution ``generate`` samples from with them (its own
+    warpers; no sample outside it; measured: p 0.485, 0.011). The mutant that samples ``p`` instead of the residual
+    after a rejection fails both (measured: p 2e-10, total variation 0.061)."""
     from swiftcore_eagle3 import speculative
 
     target, _ = tiny_llama
     if residual.startswith("p"):
         monkeypatch.setattr(speculative, "_residual", lambda p, q: p)
     prompt = [1, 2, 3]
-    exact = _exact_distribution(target, prompt, 1.0)
-    counts = _sampled_counts(target, llama_draft, prompt, 1.0, SAMPLES)
+    exact = _exact_distribution(target, prompt, 1.0, top_k, top_p)
+    counts = _sampled_counts(target, llama_draft, prompt, 1.0, SAMPLES, top_k, top_p)
     p_value = _chi_square_p(counts, exact)
     tv = float((counts / SAMPLES - exact).abs().sum() / 2)
-    print(f"residual {residual}: chi-square p {p_value:.3g}, total variation {tv:.3f}")
+    print(f"residual {residual}, top_k {top_k}, top_p {top_p}: chi-square p {p_value:.3g}, total variation {tv:.3f}")
     if residual.startswith("max"):
         assert p_value > 1e-3 and tv < 0.04, (p_value, tv)
     else:

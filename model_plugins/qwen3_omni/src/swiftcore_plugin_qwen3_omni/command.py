@@ -65,10 +65,15 @@ def talker_train_command(
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="A Qwen3-Omni checkpoint with its talker.",
 )
-@click.option("--prompt", required=True, help="The user's message; the reply is generated, then spoken.")
+@click.option("--prompt", help="The user's message; the reply is generated, then spoken.")
+@click.option(
+    "--text",
+    help="Say this text verbatim instead (text to speech: the thinker's reply is forced to it); what "
+    "`swiftcore deploy` answers POST /v1/audio/speech with.",
+)
 @click.option("--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The WAV file to write.")
 @click.option("--speaker", default=None, help="A voice of talker_config.speaker_id (default: the first).")
-@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="The thinker's reply budget.")
+@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="The reply budget (--prompt).")
 @click.option(
     "--max-frames",
     type=int,
@@ -77,31 +82,44 @@ def talker_train_command(
     help="The talker's codec-frame budget (1..300: one Code2Wav chunk; bounds the duration).",
 )
 def speak_command(
-    model_dir: Path, prompt: str, output: Path, speaker: str | None, max_new_tokens: int, max_frames: int
+    model_dir: Path,
+    prompt: str | None,
+    text: str | None,
+    output: Path,
+    speaker: str | None,
+    max_new_tokens: int,
+    max_frames: int,
 ) -> None:
-    """Answer PROMPT in text and speech (greedy): thinker -> talker codes -> Code2Wav -> a 24 kHz WAV.
+    """Answer --prompt in text and speech, or say --text verbatim (greedy): thinker -> talker codes -> Code2Wav ->
+    a 24 kHz WAV.
 
     Prints one JSON line: the reply text, the codes ([groups][frames]), the file, sample rate and seconds.
 
     \b
     Example:
       swiftcore omni-speak --model ./omni-voice --prompt "red sun" --output reply.wav --max-frames 16
+      swiftcore omni-speak --model ./omni-voice --text "red sun" --output said.wav
     """
+    if (prompt is None) == (text is None):
+        raise click.UsageError("give one of --prompt (answer it, then speak) or --text (say it verbatim)")
     import transformers
 
-    from swiftcore_plugin_qwen3_omni.speech import speak
+    from swiftcore_plugin_qwen3_omni.speech import say, speak
 
     model = transformers.Qwen3OmniMoeForConditionalGeneration.from_pretrained(str(model_dir)).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
-    speech = speak(
-        model,
-        tokenizer,
-        [{"role": "user", "content": prompt}],
-        output,
-        speaker=speaker,
-        max_new_tokens=max_new_tokens,
-        max_frames=max_frames,
-    )
+    if text is not None:
+        speech = say(model, tokenizer, text, output, speaker=speaker, max_frames=max_frames)
+    else:
+        speech = speak(
+            model,
+            tokenizer,
+            [{"role": "user", "content": prompt}],
+            output,
+            speaker=speaker,
+            max_new_tokens=max_new_tokens,
+            max_frames=max_frames,
+        )
     click.echo(
         json.dumps(
             {

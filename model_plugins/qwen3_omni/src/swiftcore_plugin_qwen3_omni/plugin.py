@@ -1,8 +1,14 @@
-"""Hook implementations of swiftcore-plugin-qwen3-omni: the model spec and its commands, as plain data."""
+"""Hook implementations of swiftcore-plugin-qwen3-omni: the model spec and its commands, as plain data, and the
+voice ``swiftcore deploy`` speaks with (``POST /v1/audio/speech``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from swiftcore.api import CommandSpec, ModelParts, ModelSpec, hookimpl
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
 
 SWIFTCORE_API = "1.0"
 
@@ -58,3 +64,15 @@ def swiftcore_register_commands() -> list[CommandSpec]:
             short_help="Qwen3-Omni: text -> thinker -> talker -> Code2Wav -> WAV.",
         ),
     ]
+
+
+# optionalhook: swiftcore-serve declares it; this plugin loads (and trains, and speaks offline) without it.
+@hookimpl(optionalhook=True)
+def swiftcore_speech_synthesizer(model_dir: str, model_type: str | None, plugins: PluginSet) -> Any | None:
+    """A served Qwen3-Omni checkpoint with its talker speaks ``POST /v1/audio/speech`` (the same code as
+    ``swiftcore omni-speak --text``); None for any other model, or a checkpoint without a talker."""
+    if model_type != "qwen3_omni_moe":
+        return None
+    from swiftcore_plugin_qwen3_omni.speech import load_synthesizer
+
+    return load_synthesizer(model_dir)

@@ -1,6 +1,7 @@
 """swiftcore-plugin-eagle3: ``swiftcore train --recipe eagle3`` trains an Eagle3 draft head (speculators' model, the
-format vLLM's ``--speculative-config`` loads) for a frozen target; :func:`speculative_generate` decodes greedily with
-it on transformers, token for token as the target alone would.
+format vLLM's ``--speculative-config`` loads) for a frozen target; :func:`speculative_generate` decodes with it on
+transformers: greedily token for token as the target alone would, or by speculative sampling distributed as the
+target's own sampling.
 
 Importing this package is cheap: torch, transformers and speculators load when a draft is trained or used.
 """

@@ -1,6 +1,6 @@
 """The Eagle3 draft head: speculators' :class:`~speculators.models.eagle3.Eagle3DraftModel`, built for a target,
 fed with the target's hidden states, saved in speculators' format (what vLLM's ``--speculative-config`` loads) and
-loaded back; and one greedy proposal of ``k`` tokens.
+loaded back; and one proposal of ``k`` tokens, greedy or sampled (:func:`sampling_probs`).
 
 What differs from speculators' own training script (``speculators.train``), and why:
 
@@ -31,6 +31,7 @@ __all__ = [
     "token_frequencies",
     "vocab_mappings",
     "require_speculators",
+    "sampling_probs",
     "save_draft",
     "target_features",
 ]
@@ -301,10 +302,37 @@ def _run_layers(draft: Any, hidden: Any, position_ids: Any, mask: Any, cache: An
     return hidden
 
 
-def _draft_token(draft: Any, hidden: Any, temperature: float = 0.0, generator: Any = None) -> tuple[int, Any, Any]:
+def sampling_probs(logits: Any, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Any:
+    """The distribution transformers' ``generate(do_sample=True, ...)`` samples from, for each row of ``logits``
+    (``[n, vocab]``, float32): its own warpers in its order (temperature, then top-k, then top-p), then softmax.
+
+    Speculative sampling applies this to the target's logits (``p``) and the draft's (``q``): its output is
+    distributed as ``p``, the target sampling alone with these settings, whatever ``q`` is.
+
+    Args:
+        logits: ``[n, vocab]`` next-token logits.
+        temperature: above 0.
+        top_k: keep the ``top_k`` most likely tokens (0: all).
+        top_p: keep the smallest set of most likely tokens whose probability reaches ``top_p`` (1: all).
+    """
+    import torch
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    scores = TemperatureLogitsWarper(temperature)(None, logits.float())
+    if top_k:
+        scores = TopKLogitsWarper(top_k=top_k)(None, scores)
+    if top_p < 1.0:
+        scores = TopPLogitsWarper(top_p=top_p)(None, scores)
+    return torch.softmax(scores, dim=-1)
+
+
+def _draft_token(
+    draft: Any, hidden: Any, temperature: float = 0.0, generator: Any = None, top_k: int = 0, top_p: float = 1.0
+) -> tuple[int, Any, Any]:
     """The draft's token (in the target's vocabulary) at the last position, the hidden state it passes to the next
     step (normalised under ``norm_output``, as in training), and with ``temperature`` > 0 the distribution the token
-    was sampled from (over the target's vocabulary; None when greedy)."""
+    was sampled from (:func:`sampling_probs` over the draft's vocabulary, placed in the target's; None when
+    greedy)."""
     import torch
 
     if draft.config.norm_output:
@@ -314,7 +342,7 @@ def _draft_token(draft: Any, hidden: Any, temperature: float = 0.0, generator: A
         logits = draft.lm_head(draft.norm(hidden[:, -1]))
     probs = None
     if temperature > 0:
-        draft_probs = torch.softmax(logits[0].float() / temperature, dim=-1)
+        draft_probs = sampling_probs(logits[:1], temperature, top_k, top_p)[0]
         token = int(torch.multinomial(draft_probs, 1, generator=generator))
         ids = torch.arange(draft_probs.shape[0], device=draft_probs.device)
         if draft.d2t is not None:
@@ -338,10 +366,12 @@ def draft_propose(
     temperature: float = 0.0,
     generator: Any = None,
     proposal_probs: list[Any] | None = None,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> list[int]:
     """The draft's ``k`` guesses of the tokens after ``tokens``: greedy, or with ``temperature`` > 0 sampled from
-    its distribution (each appended to ``proposal_probs`` when given: what speculative sampling's acceptance test
-    compares with the target's).
+    its distribution at that temperature, ``top_k`` and ``top_p`` (:func:`sampling_probs`; each appended to
+    ``proposal_probs`` when given: what speculative sampling's acceptance test compares with the target's).
 
     ``aux`` holds the target's hidden states (:attr:`TargetFeatures.aux`) for ``tokens[:-1]``; the last token is
     the one the target just chose, not yet run through it. As in training (speculators' ``shift_batch``), the
@@ -373,7 +403,7 @@ def draft_propose(
         out = _run_layers(draft, hidden, positions, mask[None, None], cache)
         guesses: list[int] = []
         for _ in range(k):
-            token, last, probs = _draft_token(draft, out, temperature, generator)
+            token, last, probs = _draft_token(draft, out, temperature, generator, top_k, top_p)
             guesses.append(token)
             if proposal_probs is not None:
                 proposal_probs.append(probs)

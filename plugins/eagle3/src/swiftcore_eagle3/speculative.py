@@ -6,7 +6,9 @@ makes each target forward yield more tokens. Sampling (``temperature`` > 0): spe
 2023, algorithm 1; Chen et al. 2023): proposal ``x`` drawn from the draft's ``q`` is kept with probability
 ``min(1, p(x) / q(x))`` under the target's ``p``; at the first rejection the token is drawn from the residual
 ``max(p - q, 0)`` normalised, and after ``k`` acceptances from ``p``; each token is then distributed as the target
-sampling alone at that temperature.
+sampling alone at that temperature. ``top_k`` and ``top_p`` apply as transformers' ``generate`` applies them
+(its own warpers, :func:`~swiftcore_eagle3.draft.sampling_probs`), to ``p`` and ``q`` alike; the output is then
+distributed as ``generate(do_sample=True, temperature=..., top_k=..., top_p=...)``'s.
 
 The target keeps its KV cache across verification steps (``kv_cache=True``): each step feeds only the last chosen
 token and the ``k`` proposals, and the rejected proposals are cropped off the cache (transformers'
@@ -56,6 +58,8 @@ def speculative_generate(
     temperature: float = 0.0,
     generator: Any = None,
     kv_cache: bool = True,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> SpeculativeOutput:
     """Generate from ``target`` with ``draft`` (an Eagle3 head, :func:`~swiftcore_eagle3.draft.load_draft`)
     proposing ``num_speculative_tokens`` tokens per target forward.
@@ -71,10 +75,13 @@ def speculative_generate(
         generator: the ``torch.Generator`` sampling draws from (seed it for reproducible samples); None for torch's
             global one.
         kv_cache: keep the target's and the draft's KV caches across steps (False: rerun the whole sequence).
+        top_k: when sampling, only the ``top_k`` most likely tokens (0: all), as ``generate``'s ``top_k``.
+        top_p: when sampling, only the most likely tokens up to this probability mass (1: all), as ``generate``'s.
 
     Returns:
         The tokens (greedy: those ``target.generate(do_sample=False)`` gives; sampling: distributed as
-        ``target.generate(do_sample=True, temperature=...)``'s) and the accepted proposals per step.
+        ``target.generate(do_sample=True, temperature=..., top_k=..., top_p=...)``'s) and the accepted proposals per
+        step.
     """
     out = SpeculativeOutput(tokens=[])
     for tokens, accepted in speculative_steps(
@@ -87,6 +94,8 @@ def speculative_generate(
         temperature=temperature,
         generator=generator,
         kv_cache=kv_cache,
+        top_k=top_k,
+        top_p=top_p,
     ):
         out.tokens.extend(tokens)
         if accepted is not None:
@@ -156,15 +165,13 @@ class _Target:
         self.cache.crop(0)
 
 
-def _accept_reject(
-    guesses: list[int], q: list[Any], logits: Any, temperature: float, generator: Any
-) -> tuple[int, int]:
+def _accept_reject(guesses: list[int], q: list[Any], p: Any, generator: Any) -> tuple[int, int]:
     """Speculative sampling's acceptance test (Leviathan et al. 2023, algorithm 1): how many of ``guesses``
-    (drawn from the distributions ``q``) are kept against the target's ``logits`` (``[k + 1, vocab]``), and the
-    next token: from the residual ``max(p - q, 0)`` at the first rejection, else from ``p`` after the last guess."""
+    (drawn from the distributions ``q``) are kept against the target's distributions ``p`` (``[k + 1, vocab]``), and
+    the next token: from the residual ``max(p - q, 0)`` at the first rejection, else from ``p`` after the last
+    guess."""
     import torch
 
-    p = torch.softmax(logits.float() / temperature, dim=-1)
     for i, (token, q_i) in enumerate(zip(guesses, q, strict=True)):
         ratio = float(p[i, token]) / max(float(q_i[token]), 1e-30)
         if float(torch.rand((), generator=generator, device=p.device)) >= ratio:
@@ -191,6 +198,8 @@ def speculative_steps(
     temperature: float = 0.0,
     generator: Any = None,
     kv_cache: bool = True,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> Iterator[tuple[list[int], int | None]]:
     """:func:`speculative_generate` one target forward at a time (for streaming).
 
@@ -202,12 +211,16 @@ def speculative_steps(
     import torch
     from transformers import DynamicCache
 
-    from swiftcore_eagle3.draft import draft_propose
+    from swiftcore_eagle3.draft import draft_propose, sampling_probs
 
     if not prompt_ids:
         raise ValueError("prompt_ids is empty: give at least one token")
     if temperature < 0:
         raise ValueError(f"temperature {temperature}: give 0 (greedy) or more")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k {top_k!r}: give an integer, 0 (all tokens) or more")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p {top_p!r}: give a probability mass in (0, 1]")
     if max_new_tokens < 1:
         return
     eos = set(eos_token_ids)
@@ -217,7 +230,7 @@ def speculative_steps(
     features = runner.prefill(seq)
     last_logits = features.logits[0, -1]
     if temperature > 0:
-        probs = torch.softmax(last_logits.float() / temperature, dim=-1)
+        probs = sampling_probs(last_logits[None], temperature, top_k, top_p)[0]
         first = int(torch.multinomial(probs, 1, generator=generator))
     else:
         first = int(torch.argmax(last_logits))
@@ -229,13 +242,15 @@ def speculative_steps(
         k = min(num_speculative_tokens, max_new_tokens - done)
         q: list[Any] = []
         guesses = draft_propose(
-            draft, seq, aux, k, cache=draft_cache, temperature=temperature, generator=generator, proposal_probs=q
-        )
+            draft, seq, aux, k, cache=draft_cache, temperature=temperature, generator=generator, proposal_probs=q,
+            top_k=top_k, top_p=top_p,
+        )  # fmt: skip
         features = runner.verify(seq, guesses)
         # The target's logits after seq, seq + guesses[:1], ..., seq + guesses: k + 1 rows.
         logits = features.logits[0, -(k + 1) :]
         if temperature > 0:
-            accepted, next_token = _accept_reject(guesses, q, logits, temperature, generator)
+            p = sampling_probs(logits, temperature, top_k, top_p)
+            accepted, next_token = _accept_reject(guesses, q, p, generator)
         else:
             choices = torch.argmax(logits, dim=-1).tolist()
             accepted = 0
@@ -286,9 +301,12 @@ class SpeculativeDecoder:
         num_speculative_tokens: int | None = None,
         temperature: float = 0.0,
         generator: Any = None,
+        top_k: int = 0,
+        top_p: float = 1.0,
     ) -> Iterator[tuple[list[int], int | None]]:
-        """Generation one target forward at a time, greedy or (``temperature`` > 0, drawing from ``generator``)
-        speculative sampling: :func:`speculative_steps` with this decoder's draft."""
+        """Generation one target forward at a time, greedy or (``temperature`` > 0, drawing from ``generator``, with
+        ``top_k`` and ``top_p`` as ``generate`` applies them) speculative sampling: :func:`speculative_steps` with this
+        decoder's draft."""
         return speculative_steps(
             self.target,
             self.draft,
@@ -298,6 +316,8 @@ class SpeculativeDecoder:
             eos_token_ids=eos_token_ids,
             temperature=temperature,
             generator=generator,
+            top_k=top_k,
+            top_p=top_p,
         )
 
 

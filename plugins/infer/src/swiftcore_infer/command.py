@@ -22,8 +22,9 @@ __all__ = ["DRAFT_HELP", "infer", "run_head", "with_draft"]
 #: ``--draft``'s help, the same for ``infer`` and ``deploy``.
 DRAFT_HELP = (
     "A draft model directory (e.g. `swiftcore train --recipe eagle3` output) for speculative decoding; the answers "
-    "are the model's own. transformers: greedy requests only, decoded by the plugin that recognises the draft "
-    "(swiftcore_speculative_decoder hook); vllm: passed as its speculative_config. Proposals per step: the draft's "
+    "are the model's own. transformers: decoded by the plugin that recognises the draft (swiftcore_speculative_decoder "
+    "hook), greedy or sampled (temperature, top-k, top-p, seed; repetition penalty refused); vllm: passed as its "
+    "speculative_config. Proposals per step: the draft's "
     "own, or --engine-option num_speculative_tokens=K. The acceptance is printed at the end."
 )
 

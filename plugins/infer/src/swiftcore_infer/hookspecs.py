@@ -81,12 +81,15 @@ def swiftcore_speculative_decoder(draft_dir: str, target: Any) -> Any | None:
     holds no draft of this plugin's format.
 
     Called once by an inference engine started with a draft (``--draft DIR``), after its target is loaded. Stops at
-    the first non-None result. The decoder decodes greedily, token for token as the target alone would:
+    the first non-None result. The decoder decodes as the target alone would: greedily (token for token) at
+    temperature 0, and above it by speculative sampling, distributed as the target's sampling with those settings:
 
     - ``decoder.num_speculative_tokens``: the draft's proposals per verification step by default;
-    - ``decoder.steps(prompt_ids, *, max_new_tokens, eos_token_ids, num_speculative_tokens=None)``: an iterator of
-      ``(new token ids, accepted proposals)`` per target forward (``None`` for the prompt's forward), stopping after
-      an end token or at ``max_new_tokens``.
+    - ``decoder.steps(prompt_ids, *, max_new_tokens, eos_token_ids, num_speculative_tokens=None, temperature=0.0,
+      top_k=0, top_p=1.0, generator=None)``: an iterator of ``(new token ids, accepted proposals)`` per target
+      forward (``None`` for the prompt's forward), stopping after an end token or at ``max_new_tokens``; sampled
+      draws come from ``generator``. A decoder whose ``steps`` has no sampling arguments gets sampled requests
+      refused.
 
     Raise a :class:`~swiftcore.api.SwiftcoreError` for a draft of this plugin's format that cannot serve ``target``.
 
@@ -95,4 +98,5 @@ def swiftcore_speculative_decoder(draft_dir: str, target: Any) -> Any | None:
     :return: the decoder, or None to pass.
 
     .. versionadded:: 0.1
+    .. versionchanged:: 0.2 the sampling arguments of ``steps``.
     """

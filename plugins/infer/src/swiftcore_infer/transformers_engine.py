@@ -6,17 +6,19 @@ adapters can be loaded; one batch may mix them (peft's ``adapter_names``), the b
 A prompt with images or audio (a :class:`~swiftcore_infer.media.Prompt`) runs in a batch of its own, its
 media tensors passed to ``generate`` as training passes them to the forward pass.
 
-With a draft (``draft=DIR``, ``swiftcore infer --draft DIR``) greedy requests decode speculatively, one at a time:
+With a draft (``draft=DIR``, ``swiftcore infer --draft DIR``) requests decode speculatively, one at a time:
 the installed plugins are asked for a decoder through the ``swiftcore_speculative_decoder`` hook (declared in
 :mod:`swiftcore_infer.hookspecs`; swiftcore-plugin-eagle3 implements it for Eagle3 drafts); this module names no draft
-plugin. The output is the target's
-greedy output; the accepted proposals per verification step are counted (:attr:`TransformersEngine.speculative_stats`)
-and logged.
+plugin. A greedy request's output is the target's greedy output; a sampling one (``temperature`` > 0, with
+``top_k`` and ``top_p``) is drawn by speculative sampling from a generator seeded with the request's ``seed`` (a
+fresh seed without one), distributed as the target's own sampling. The accepted proposals per verification step are
+counted (:attr:`TransformersEngine.speculative_stats`) and logged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import queue
 import threading
@@ -39,6 +41,15 @@ logger = logging.getLogger("swiftcore.infer")
 
 #: peft's name for "no adapter" in a mixed-adapter batch.
 _PEFT_BASE = "__base__"
+#: generation_config fields whose warpers ``generate`` applies when sampling but draft sampling does not, each with
+#: the value that switches it off (generate applies typical_p below 1, epsilon and eta cutoffs in (0, 1)).
+_UNSUPPORTED_WARPERS: dict[str, Any] = {
+    "min_p": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "top_h": None,
+}
 
 
 class TransformersEngine(Engine):
@@ -53,7 +64,7 @@ class TransformersEngine(Engine):
         model_type: force the model spec.
         merge_lora: merge the constructor's adapter into the weights (faster; no per-request adapters).
         device: a torch device (default: CUDA when available, else CPU).
-        draft: a draft model directory for speculative decoding (greedy requests only; see the module docstring).
+        draft: a draft model directory for speculative decoding (see the module docstring).
         num_speculative_tokens: the draft's proposals per verification step (default: the draft's own).
     """
 
@@ -123,17 +134,34 @@ class TransformersEngine(Engine):
         self._decoder = decoder
         self._speculative_tokens = num_speculative_tokens or int(decoder.num_speculative_tokens)
         self.speculative_stats = dict.fromkeys(("steps", "accepted", "proposed", "forwards", "tokens"), 0)
-        # A draft decodes greedily, one request at a time, without adapters: what it cannot do is refused, not faked
+        # A draft decodes one request at a time, without adapters: what it cannot do is refused, not faked
         # (_prompt, load_adapter, _generate).
         logger.info("speculative decoding with %s: %d proposals per verification step", draft, self._speculative_tokens)
 
     def _speculative_refusal(self, params: SamplingParams) -> str | None:
         """Why a request with these settings cannot decode with the draft (None: it can)."""
         if not params.greedy:
-            return (
-                f"temperature={params.temperature}: this engine decodes with a draft (--draft), greedily only "
-                "(speculative sampling is not implemented); send temperature 0, or serve without --draft"
-            )
+            # The hook's contract: a decoder samples when its steps() takes these; a greedy-only one is refused.
+            takes = inspect.signature(self._decoder.steps).parameters
+            if not {"temperature", "top_k", "top_p", "generator"} <= takes.keys():
+                return (
+                    f"temperature={params.temperature}: this draft's decoder ({type(self._decoder).__qualname__}) "
+                    "decodes greedily only; send temperature 0, or serve without --draft"
+                )
+            # Sampling without a draft also applies the checkpoint's other generation_config warpers; draft
+            # sampling applies temperature, top_k and top_p only, so a checkpoint asking for more is refused.
+            config = getattr(self.model, "generation_config", None)
+            others = {
+                name: getattr(config, name, None)
+                for name, neutral in _UNSUPPORTED_WARPERS.items()
+                if getattr(config, name, None) not in (None, neutral)
+            }
+            if others:
+                return (
+                    f"temperature={params.temperature}: the checkpoint's generation_config.json sets {others}, "
+                    "which sampling with a draft (--draft) does not apply (it applies temperature, top_k and top_p); "
+                    "send temperature 0, or serve without --draft"
+                )
         if params.repetition_penalty != 1.0:
             return (
                 f"repetition_penalty={params.repetition_penalty}: not applied by draft decoding (--draft); send 1.0, "
@@ -171,11 +199,25 @@ class TransformersEngine(Engine):
         if stats is None:  # pragma: no cover - set with the decoder
             raise RuntimeError("no draft")
         k = self._speculative_tokens
+        sampling: dict[str, Any] = {}
+        if not params.greedy:
+            generator = torch.Generator(device=self.device)
+            if params.seed is None:
+                generator.seed()  # a fresh seed: a generator's default one would repeat the same draws each request
+            else:
+                generator.manual_seed(params.seed)
+            sampling = {
+                "temperature": params.temperature,
+                "top_k": params.top_k,
+                "top_p": params.top_p,
+                "generator": generator,
+            }
         steps = self._decoder.steps(
             list(prompt),
             max_new_tokens=params.max_new_tokens,
             eos_token_ids=self.stop_token_ids,
             num_speculative_tokens=k,
+            **sampling,
         )
         while True:
             with torch.inference_mode():  # per step: the mode must not stay on in the consumer between steps
@@ -395,7 +437,7 @@ class TransformersEngine(Engine):
         if self._decoder is not None:
             if logprobs:
                 raise UnsupportedError(
-                    "this engine decodes with a draft (--draft), greedily: it reports no sampled log-probabilities "
+                    "this engine decodes with a draft (--draft): it reports no sampled log-probabilities "
                     "(RL rollouts); start it without --draft"
                 )
             ids = [

@@ -76,14 +76,15 @@ SCHEMES: dict[str, Scheme] = {
         Scheme(
             "nvfp4", "NVFP4", "static", True, False,
             "NVFP4 kernels need a Blackwell GPU (vLLM emulates them on Hopper); transformers on a CPU decompresses "
-            "it to float",
+            "it to bfloat16: load it with dtype=torch.bfloat16 (float32 fails at the first matmul)",
             "FP4 (E2M1) weights and activations in groups of 16 with FP8 scales; activation global scales from "
             "calibration",
         ),
         Scheme(
             "nvfp4a16", "NVFP4A16", "rtn", False, False,
             "NVFP4 weight kernels need a GPU (vLLM: Blackwell natively, Marlin on Ampere and Hopper); transformers "
-            "on a CPU decompresses it to float",
+            "on a CPU decompresses it to bfloat16: load it with dtype=torch.bfloat16 (float32 fails at the first "
+            "matmul)",
             "FP4 (E2M1) weights in groups of 16 with FP8 scales, 16-bit activations (no calibration)",
         ),
     )

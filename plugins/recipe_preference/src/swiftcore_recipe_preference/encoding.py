@@ -1,9 +1,15 @@
 """Encode preference pairs with the family's own swiftcore template (never TRL's chat-template tokenisation).
 
 Each pair is encoded twice by the run's ``SampleEncoder`` with ``loss_policy="last_round"``: once as
-prompt + chosen, once as prompt + rejected. The tokens carrying loss are exactly the reply tokens SFT would
-train (reply text and end-of-turn token), and everything before them is the prompt. So the formatting
+prompt + chosen, once as prompt + rejected. The last run of tokens carrying loss is exactly the reply SFT would
+train (reply text and end-of-turn token), and everything before it is the prompt. So the formatting
 (thinking blocks, BOS, generation header) is the family's, token for token, as in SFT and at inference.
+
+A prompt that ends in tool rounds (``user``, ``assistant`` calls, ``tool`` results, then the compared reply) is
+encoded as the last of the template's ``training_rounds`` (Gemma 4's: the earlier rounds rendered as serving renders
+them, where the call's empty thought channel is gone), as SFT trains that round; the earlier rounds' own loss runs
+are prompt here. So the prompt is token for token what serving renders for that point of the conversation
+(``tests/test_preference_prompts_match_serving.py``).
 
 - DPO samples: ``{"prompt_ids", "chosen_ids", "rejected_ids"}`` (TRL's pre-tokenised preference columns);
   the template's trailing text after the end-of-turn token (a newline) carries no loss in SFT and is left
@@ -30,18 +36,18 @@ _MEDIA = ("images", "audios", "videos")
 
 
 def split_reply(input_ids: Sequence[int], labels: Sequence[int], where: str) -> tuple[list[int], list[int]]:
-    """``(prompt_ids, reply_ids)`` of one encoded conversation: the reply is the run of loss-carrying tokens.
+    """``(prompt_ids, reply_ids)`` of one encoded conversation: the reply is the last run of loss-carrying tokens;
+    everything before it (earlier tool-call rounds after the last user message included) is the prompt.
 
     Raises:
-        DataError: no token carries loss, or the loss tokens are not one contiguous run (the template
-            trains something besides the last reply).
+        DataError: no token carries loss.
     """
-    positions = [i for i, label in enumerate(labels) if label != -100]
-    if not positions:
+    last = next((i for i in range(len(labels) - 1, -1, -1) if labels[i] != -100), None)
+    if last is None:
         raise DataError(where, None, "the reply encodes to no token (is it empty after the template?)")
-    first, last = positions[0], positions[-1]
-    if last - first + 1 != len(positions):
-        raise DataError(where, None, "the template marks loss on tokens outside the last reply; cannot split it")
+    first = last
+    while first > 0 and labels[first - 1] != -100:
+        first -= 1
     return list(input_ids[:first]), list(input_ids[first : last + 1])
 
 
@@ -105,9 +111,11 @@ def _encode_last_reply(
     from swiftcore_train import sample_encoder
 
     encoder = sample_encoder(template, tokenizer, cfg, media.preparer if media is not None else None)
+    # the last round of a reply after tool rounds, as SFT trains it (SampleEncoder.train_samples)
+    rounds = getattr(template, "training_rounds", None) or (lambda record: [record])
+    prepared = [rounds(encoder.prepare(r))[-1] for r in records]
     if media is None:
-        return encoder.encode(records, loss_policy="last_round")
-    prepared = [encoder.prepare(r) for r in records]
+        return encoder.encode(prepared, loss_policy="last_round")
     return [
         media.preparer.expand(enc, record, lazy=True) if enc.media else enc
         for enc, record in zip(encoder.encode(prepared, loss_policy="last_round"), prepared, strict=True)

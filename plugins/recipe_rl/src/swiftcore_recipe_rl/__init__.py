@@ -11,15 +11,18 @@ import warnings
 # with the TRL release that lists 0.32.
 warnings.filterwarnings("ignore", message=r"TRL currently supports vLLM versions from ", category=UserWarning)
 
-# The face other engines use (``grpo.megatron`` of swiftcore-train-megatron): the ``grpo`` recipe's options, its plan
-# (checks, rewards, encoded prompts), its rewards as TRL calls them, and its colocated rollout engine and weight sync.
+# The face other engines use (``grpo.megatron`` and ``gkd.megatron`` of swiftcore-train-megatron): the ``grpo`` and
+# ``gkd`` recipes' options, their plan (checks, rewards or teacher, encoded prompts), the rewards as TRL calls them, and
+# the colocated rollout engine and weight sync.
 from swiftcore.api import lazy_exports  # noqa: E402
 
 __all__ = [
+    "GKDOptions",
     "GRPOOptions",
     "TRLReward",
     "WeightSync",
     "create_rollout_engine",
+    "gkd_config",
     "grpo_config",
     "plan_run",
     "stop_token_ids",
@@ -27,13 +30,15 @@ __all__ = [
 ]
 
 _WHERE = {
+    "GKDOptions": "options",
     "GRPOOptions": "options",
     "TRLReward": "rewards",
     "WeightSync": "sync",
     "create_rollout_engine": "sync",
     "plan_run": "plan",
     "stop_token_ids": "rollout",
-    # the transformers engine's own GRPO trainer and its config: the reference the other engines are checked against
+    # the transformers engine's own trainers and their configs: the reference the other engines are checked against
+    "gkd_config": "recipe",
     "grpo_config": "recipe",
     "trainer_class": "trainer",
 }

@@ -206,6 +206,7 @@ def _attach_rollout_engine(trainer: Any, plan: RunPlan, plugins: PluginSet, engi
     backend on the policy's base checkpoint; given the policy's adapter, synced before each generation round
     (:mod:`swiftcore_recipe_rl.sync`)."""
     from swiftcore_recipe_rl.sync import WeightSync, create_rollout_engine
+    from swiftcore_recipe_rl.trainer import configure_async_rollouts
 
     options: SamplingOptions = plan.options
     where = f"at {engine.url}" if engine is not None else "colocated"
@@ -217,7 +218,7 @@ def _attach_rollout_engine(trainer: Any, plan: RunPlan, plugins: PluginSet, engi
     trainer.weight_sync.attach(trainer.model)
     prompt_ids = plan.prompts.ids
     trainer.prompt_records = {tuple(prompt_ids[text]): record for text, record in plan.prompts.records.items()}
-    trainer.async_rollouts = getattr(options, "async_rollouts", False)
+    configure_async_rollouts(trainer, options)
     rollout = options if isinstance(options, RolloutOptions) else None  # the reward-driven recipes' (not gkd's)
     mode = rollout.importance_sampling_mode() if rollout is not None else None
     trainer.importance_sampling = mode is not None
@@ -226,7 +227,8 @@ def _attach_rollout_engine(trainer: Any, plan: RunPlan, plugins: PluginSet, engi
         options.rollout_engine if where == "colocated" else "swiftcore rollout",
         where,
         "LoRA-only" if hasattr(trainer.model, "peft_config") else f"bucketed ({options.sync_bucket_mb:g} MiB)",
-        "; each round generated and scored while the step before trains (at most one round stale)"
+        f"; up to {trainer.max_staleness} round(s) generated and scored ahead while earlier steps train (at most "
+        f"{trainer.max_staleness} step(s) stale)"
         if trainer.async_rollouts
         else "",
         f"; importance sampling {mode} at {rollout.rollout_is_clip_max:g}" if rollout is not None and mode else "",

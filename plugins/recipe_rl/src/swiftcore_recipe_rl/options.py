@@ -216,7 +216,12 @@ class RolloutOptions(SamplingOptions):
         max_turns: with ``environment``, the most replies per episode.
         async_rollouts: with a rollout engine or server (``grpo``, ``reinforce_pp``), generate and score the next
             generation round while the policy trains on this one (:mod:`swiftcore_recipe_rl.prefetch`); its
-            rollouts are then up to one round stale, which the importance-sampling correction accounts for.
+            rollouts are then up to ``max_staleness`` optimiser steps stale, which the importance-sampling
+            correction accounts for.
+        max_staleness: ``K``, with async rollouts: up to ``K`` rounds generated ahead, each trained at most ``K``
+            optimiser steps after the weights it was sampled from (a round that would be staler waits until the
+            engine can be synced). None: 1 with ``async_rollouts``; 0: synchronous rollouts (refused with
+            ``async_rollouts``); ``K >= 1`` turns ``async_rollouts`` on.
         rollout_importance_sampling: one of :data:`IMPORTANCE_SAMPLING_MODES`: weigh each rollout token's loss by
             the current policy's probability of it over the engine's sampling probability, truncated at (or masked
             above) ``rollout_is_clip_max`` per token or per sequence (TRL's correction of vLLM rollouts).
@@ -237,6 +242,7 @@ class RolloutOptions(SamplingOptions):
     environment_option: tuple[str, ...] = ()
     max_turns: int = 3
     async_rollouts: bool = False
+    max_staleness: int | None = None
     rollout_importance_sampling: str = "auto"
     rollout_is_clip_max: float = 3.0
     ray: bool = False
@@ -312,6 +318,10 @@ class RolloutOptions(SamplingOptions):
             return
         _check_finite(self, {"rollout_is_clip_max": (0.0, math.inf)}, problems)
         asked = ["--async-rollouts"] if self.async_rollouts else []
+        staleness = self._check_staleness(problems)
+        if staleness and not self.async_rollouts:
+            self.async_rollouts = True  # --max-staleness K >= 1 is asynchronous rollouts K rounds ahead
+            asked.append(f"--max-staleness {staleness}")
         if mode not in ("auto", "none"):
             asked.append(f"--rollout-importance-sampling {mode}")
         if not asked:
@@ -333,6 +343,25 @@ class RolloutOptions(SamplingOptions):
                 "--async-rollouts with --environment: not supported yet (an episode's later turns need this step's "
                 "tool results); drop one of them"
             )
+
+    def _check_staleness(self, problems: list[str]) -> int:
+        """``--max-staleness K``: a whole number >= 0, not 0 with ``--async-rollouts``. Returns ``K`` when valid and
+        given, else 0."""
+        value = self.max_staleness
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            problems.append(
+                f"--max-staleness: {value!r} must be a whole number >= 0 (the most optimiser steps between a "
+                "round's weights and the step it is trained at; 0: synchronous rollouts)"
+            )
+            return 0
+        if value == 0 and self.async_rollouts:
+            problems.append(
+                "--max-staleness 0 with --async-rollouts: 0 means synchronous rollouts; give --max-staleness 1 or "
+                "more, or drop --async-rollouts"
+            )
+        return value
 
     def importance_sampling_mode(self) -> str | None:
         """TRL's ``vllm_importance_sampling_mode`` for this run (``auto`` resolved), or None for no correction."""
@@ -782,8 +811,12 @@ _HELP = {
     "(default: no limit).",
     "max_turns": "With --environment: the most replies per episode.",
     "async_rollouts": "With --rollout-engine or --rollout-server (grpo, reinforce_pp): generate and score the next "
-    "round's rollouts while the policy trains on this round's; they are then up to one round stale (logged as "
-    "rollout_staleness), corrected by --rollout-importance-sampling.",
+    "round's rollouts while the policy trains on this round's; they are then up to --max-staleness steps stale "
+    "(logged as rollout_staleness), corrected by --rollout-importance-sampling.",
+    "max_staleness": "Asynchronous rollouts up to K rounds ahead (implies --async-rollouts; default 1 with it, "
+    "reinforce_pp: 1 only): every round is trained at most K optimiser steps after the weights the engine sampled "
+    "it with; a round that would be staler waits until the engine, idle, can be synced (docs/rl.md). 0: "
+    "synchronous rollouts.",
     "rollout_importance_sampling": "Correct engine rollouts for the gap between the engine's sampling and the policy "
     "being trained (staleness, numerics): " + ", ".join(IMPORTANCE_SAMPLING_MODES[2:]) + " (TRL's modes: truncate "
     "clips the ratio at --rollout-is-clip-max, mask zeroes tokens or sequences above it; token_truncate is TIS, "
@@ -867,7 +900,7 @@ _HELP = {
 }
 
 _TYPES = {"grpo_epsilon_high": float, "grpo_delta": float, "rloo_epsilon_high": float,
-          "reinforce_pp_epsilon_high": float, "reward_timeout": float}  # fmt: skip
+          "reinforce_pp_epsilon_high": float, "reward_timeout": float, "max_staleness": int}  # fmt: skip
 
 _TITLES = {
     "grpo": "GRPO online RL (swiftcore-recipe-rl)",

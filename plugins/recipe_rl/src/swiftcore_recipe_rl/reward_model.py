@@ -145,6 +145,10 @@ def reward_model(
         _conversation(record, completion, episode)
         for record, completion, episode in zip(records, completions, episodes, strict=True)
     ]
+    # An episode ending in tool rounds is scored as the rm recipe trained on it: the last of the template's
+    # training_rounds (Gemma 4 renders an earlier call's turn as serving does), swiftcore_recipe_preference's encoding.
+    rounds = getattr(encoder.template, "training_rounds", None) or (lambda record: [record])
+    conversations = [rounds(encoder.prepare(c))[-1] for c in conversations]
     scores = []
     with torch.inference_mode():
         for encoded in encoder.encode(conversations, loss_policy="last_round"):

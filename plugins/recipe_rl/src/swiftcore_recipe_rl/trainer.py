@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "chunk_lm_heads",
+    "configure_async_rollouts",
     "configure_loss_variants",
     "gkd_trainer_class",
     "grpo_trainer_class",
@@ -65,7 +66,8 @@ def _engine_rollouts() -> type:
 
     class EngineRollouts:
         """A TRL online trainer whose completions come from a swiftcore inference engine, synced to the policy
-        before each generation round; optionally one round ahead (``async_rollouts``) and importance-corrected.
+        before each generation round; optionally up to ``max_staleness`` rounds ahead (``async_rollouts``:
+        :mod:`~swiftcore_recipe_rl.prefetch` has the schedule) and importance-corrected.
 
         Why ``_generate_single_turn`` and nothing else: it is TRL's one call from prompt ids to completion ids
         (GRPOTrainer and RLOOTrainer both have it; their vLLM path is a branch inside it). Above it TRL still
@@ -86,13 +88,15 @@ def _engine_rollouts() -> type:
 
         Set by the recipe (None: TRL's own generation): ``rollout_engine`` (an engine), ``weight_sync``
         (:class:`~swiftcore_recipe_rl.sync.WeightSync`), ``prompt_records`` (template ids -> the prompt record,
-        so the engine encodes and parses it as served), ``async_rollouts`` and ``importance_sampling``.
+        so the engine encodes and parses it as served), ``async_rollouts``, ``max_staleness`` (``K``, with
+        ``async_rollouts``: :func:`configure_async_rollouts`) and ``importance_sampling``.
         """
 
         rollout_engine: Any = None
         weight_sync: Any = None
         prompt_records: dict[tuple[int, ...], dict] = {}
         async_rollouts: bool = False
+        max_staleness: int = 1
         importance_sampling: bool = False
         _synced_step: int | None = None
         _returns_logprobs = True  # GRPOTrainer's returns (ids, logprobs); RLOOTrainer's the ids alone
@@ -125,7 +129,12 @@ def _engine_rollouts() -> type:
             if images or multimodal_fields:
                 raise SwiftcoreError("--rollout-engine: prompts with images or audio are not supported yet")
             mode = "train" if self.model.training else "eval"
-            taken = self._prefetch.take(prompt_ids) if self._prefetch is not None else None
+            taken = None
+            if self._prefetch is not None:
+                if mode == "train":  # the oldest round ahead, if it is this one's and within --max-staleness
+                    taken = self._prefetch.take(prompt_ids, self.state.global_step)
+                if taken is None:
+                    self._prefetch.wait()  # the engine's weights change only while the worker is idle
             if taken is not None:
                 rollouts, weights_step = taken
             else:
@@ -134,7 +143,7 @@ def _engine_rollouts() -> type:
             if self.async_rollouts:
                 self._metrics[mode]["rollout_staleness"].append(float(self.state.global_step - weights_step))
                 if mode == "train":
-                    self._prefetch_next_round()
+                    self._prefetch_rounds()
             completion_ids = [ids for _, ids in rollouts]
             if not self._returns_logprobs:
                 return completion_ids
@@ -214,18 +223,39 @@ def _engine_rollouts() -> type:
                 self._item_index += 1  # the loop hands TRL one batch per call, in the order it read them
             return super()._prepare_inputs(generation_batch)
 
-        def _prefetch_next_round(self) -> None:
-            """Start the next generation round on the worker, on this step's weights (synced first; the worker is
-            idle: this round was just taken). Nothing starts when the epoch has no further round."""
-            generate_every = self.args.steps_per_generation * self.num_iterations
-            rows = self._lookahead.peek(self._item_index + generate_every) if self._lookahead is not None else None
-            if not rows or not all(isinstance(r, dict) and r.get("prompt") in self.prompt_ids for r in rows):
+        def _prefetch_rounds(self) -> None:
+            """Start the next generation rounds on the worker (this round was just taken): first sync the engine to
+            this step if the worker is idle, then start round after round, in order, while it is at most
+            ``max_staleness`` rounds ahead and would be trained at most ``max_staleness`` steps after the weights the
+            engine holds (a staler round waits for a later step, when the engine can be synced). Nothing starts past
+            the epoch's last round."""
+            if self._lookahead is None:
                 return
-            prompt_ids = [list(self.prompt_ids[r["prompt"]]) for r in rows]
-            self.sync_rollout_engine()
             if self._prefetch is None:
-                self._prefetch = RolloutPrefetch()
-            self._prefetch.submit(lambda: self._generate_ahead(prompt_ids, rows), prompt_ids, self.state.global_step)
+                self._prefetch = RolloutPrefetch(self.max_staleness)
+            prefetch = self._prefetch
+            if prefetch.idle:
+                self.sync_rollout_engine()
+            weights = self._synced_step  # the step of the engine's weights, which every round started now samples
+            if weights is None:
+                return
+            generate_every = self.args.steps_per_generation * self.num_iterations
+            accumulation = max(1, int(self.args.gradient_accumulation_steps))
+            now = self._item_index
+            item = now if prefetch.last_item is None else prefetch.last_item
+            while prefetch.pending < self.max_staleness:
+                item += generate_every
+                if item > now + self.max_staleness * generate_every:
+                    return
+                # the optimiser step the round will be trained at: the loop takes ``accumulation`` batches a step
+                train_step = self.state.global_step + item // accumulation - now // accumulation
+                if not prefetch.allows(train_step, weights):
+                    return  # it waits for a sync (the worker is busy with rounds on older weights)
+                rows = self._lookahead.peek(item)
+                if not rows or not all(isinstance(r, dict) and r.get("prompt") in self.prompt_ids for r in rows):
+                    return
+                prompt_ids = [list(self.prompt_ids[r["prompt"]]) for r in rows]
+                prefetch.submit(lambda p=prompt_ids, r=rows: self._generate_ahead(p, r), prompt_ids, weights, item=item)
 
         def _generate_ahead(self, prompt_ids: list[list[int]], rows: list[dict]) -> list[tuple[Any, list[int]]]:
             """On the worker: the round's rollouts, then its rewards (scored now and kept for TRL's call, so they
@@ -784,7 +814,7 @@ def configure_loss_variants(
 ) -> None:
     """Set the ``grpo`` trainer's own loss variants from its options: FIPO's settings with ``--grpo-loss-type
     fipo``, ``--dynamic-sampling``, and with ``--chord-dataset`` CHORD on ``chord_samples`` (the expert rows the
-    plan encoded), shuffled by ``seed``."""
+    plan encoded), shuffled by ``seed``; and the async rollout schedule (:func:`configure_async_rollouts`)."""
     if getattr(options, "chord_dataset", ""):
         from swiftcore_recipe_rl.chord import ExpertBatches
 
@@ -808,6 +838,7 @@ def configure_loss_variants(
             safety_threshold=options.fipo_safety_threshold,
         )
     chunk_lm_heads(trainer, getattr(options, "loss_chunk_size", None))
+    configure_async_rollouts(trainer, options)
     trainer.dynamic_sampling = bool(getattr(options, "dynamic_sampling", False))
     trainer.dapo_max_resample = int(getattr(options, "dapo_max_resample", 0))
     if trainer.dapo_max_resample and trainer.accelerator.num_processes > 1:
@@ -817,6 +848,14 @@ def configure_loss_variants(
             f"--dapo-max-resample with {trainer.accelerator.num_processes} processes: the refill runs on one process "
             "only so far; train on one process, or use --dapo-max-resample 0 (the filter form)"
         )
+
+
+def configure_async_rollouts(trainer: Any, options: Any) -> None:
+    """Set ``--async-rollouts`` and ``--max-staleness K`` on a trainer with engine rollouts: ``async_rollouts`` and
+    ``max_staleness`` (``K``; 1 when not given, and the run is synchronous when async rollouts are off)."""
+    trainer.async_rollouts = bool(getattr(options, "async_rollouts", False))
+    staleness = getattr(options, "max_staleness", None)
+    trainer.max_staleness = 1 if staleness is None or not trainer.async_rollouts else int(staleness)
 
 
 def chunk_lm_heads(trainer: Any, chunk_size: int | None) -> None:

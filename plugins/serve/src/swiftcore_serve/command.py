@@ -59,7 +59,8 @@ def default_served_name(model: Path) -> str:
     "--draft",
     type=click.Path(exists=True, file_okay=False),
     help="A draft model directory for speculative decoding (as for `swiftcore infer --draft`). transformers: "
-    "greedy requests only, others get HTTP 400; the acceptance is logged at --log-level info. vllm: its "
+    "greedy and sampled requests (temperature, top_p, top_k, seed; repetition_penalty gets HTTP 400); the "
+    "acceptance is logged at --log-level info. vllm: its "
     "speculative_config.",
 )
 @click.option(
@@ -216,7 +217,9 @@ def deploy(
     Routes: /health, /v1/models, /v1/chat/completions (streaming, tools,
     chat_template_kwargs such as enable_thinking), /v1/completions, /v1/embeddings,
     /v1/audio/transcriptions (a model that takes audio, e.g. Qwen3-ASR: multipart
-    file=CLIP model=NAME, response_format json | text | verbose_json).
+    file=CLIP model=NAME, response_format json | text | verbose_json),
+    /v1/audio/speech (a model whose plugin gives it a voice, e.g. Qwen3-Omni: JSON
+    model, input, voice, response_format wav | pcm | flac | mp3).
     A head checkpoint (`swiftcore train --task ...` output) serves its task instead:
     embedding -> /v1/embeddings (dimensions, encoding_format), reranker and
     generative_reranker -> /v1/rerank ({"query", "documents", "top_n", "return_documents"}),

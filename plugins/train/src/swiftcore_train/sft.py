@@ -94,9 +94,15 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
         if val_records
         else []
     )
-    multimodal = any(has_media(s) for s in train_samples + val_samples)
+    with_media = sum(has_media(s) for s in train_samples + val_samples)
+    multimodal = with_media > 0
     if multimodal and (cfg.packing or cfg.padding_free):
-        raise SwiftcoreError("--packing / --padding-free do not support image or audio samples yet; leave them off")
+        flag = "--packing" if cfg.packing else "--padding-free"
+        raise SwiftcoreError(
+            f"{flag}: {with_media} of {len(train_samples) + len(val_samples)} samples carry images or audio, and "
+            "packed rows with media are not supported yet (each packed sample would need its own media tensors and "
+            f"position ids); train without {flag}: batches mixing text, image and audio rows are then padded"
+        )
 
     import torch
     from swiftcore_data import use_packed_attention

@@ -1,5 +1,5 @@
 """Hook implementations of swiftcore-train-megatron: the ``sft.megatron``, ``dpo.megatron``, ``kto.megatron``,
-``rm.megatron`` and ``grpo.megatron`` recipes and their parallelism options."""
+``rm.megatron``, ``grpo.megatron`` and ``gkd.megatron`` recipes and their parallelism options."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from swiftcore.api import RecipeSpec, hookimpl
 SWIFTCORE_API = "1.4"  # the plugin API this module was written against (a literal: see docs/writing-a-plugin.md)
 
 #: The recipes this engine trains, as ``swiftcore train --engine megatron --recipe NAME`` names them.
-RECIPES = ("sft.megatron", "dpo.megatron", "kto.megatron", "rm.megatron", "grpo.megatron")
+RECIPES = ("sft.megatron", "dpo.megatron", "kto.megatron", "rm.megatron", "grpo.megatron", "gkd.megatron")
 
 
 @hookimpl
 def swiftcore_register_recipes() -> list[RecipeSpec]:
     """``sft.megatron``: supervised fine-tuning on megatron-core (``swiftcore train --engine megatron``);
     ``dpo.megatron``, ``kto.megatron`` and ``rm.megatron``: the ``dpo``, ``kto`` and ``rm`` recipes
-    (swiftcore-recipe-preference) on megatron-core; ``grpo.megatron``: the ``grpo`` recipe (swiftcore-recipe-rl)."""
+    (swiftcore-recipe-preference) on megatron-core; ``grpo.megatron`` and ``gkd.megatron``: the ``grpo`` and ``gkd``
+    recipes (swiftcore-recipe-rl)."""
     return [
         RecipeSpec(
             name="sft.megatron",
@@ -58,6 +59,15 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             tasks=("causal_lm",),
             description="GRPO on megatron-core (full weights, --tp under torchrun): the grpo recipe's prompts, "
             "rewards, advantages and loss (TRL's); rank 0 generates with the transformers backend, synced each step",
+        ),
+        RecipeSpec(
+            name="gkd.megatron",
+            run="swiftcore_train_megatron.gkd:run_megatron_gkd",
+            config="swiftcore_train_megatron.layout:ParallelLayout",
+            tasks=("causal_lm",),
+            description="GKD on-policy distillation on megatron-core (full weights, --tp under torchrun): the gkd "
+            "recipe's prompts, teacher and loss (TRL's generalised JSD on the TP-gathered logits); rank 0 generates "
+            "with the transformers backend, synced each step",
         ),
     ]
 

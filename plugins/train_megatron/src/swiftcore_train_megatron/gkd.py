@@ -1,0 +1,359 @@
+"""The ``gkd.megatron`` recipe: GKD on-policy distillation on megatron-core (``swiftcore train --engine megatron
+--recipe gkd``), read top to bottom.
+
+It is the ``gkd`` recipe of swiftcore-recipe-rl on this engine, with that recipe's own parts: its options
+(``GKDOptions``: ``--teacher-model``, ``--gkd-beta``, the sampling flags), its plan (``plan_run``: every check, the
+teacher's spec and vocabulary, the prompts encoded by the family's template), the colocated rollout engine and weight
+sync ``grpo.megatron`` uses (``create_rollout_engine``, ``WeightSync``), and one loss definition, TRL's:
+:func:`gkd_loss` is ``GKDTrainer.generalized_jsd_loss`` (TRL 1.16's generalised JSD of Agarwal et al., arXiv:2306.13649,
+on logits), the divergence the transformers engine's ``DistillationTrainer`` computes chunk by chunk from hidden
+states (checked equal on a fixed batch: ``tests/test_engine_gkd.py``).
+
+One optimiser step:
+
+1. rank 0 samples one completion for each of the step's ``--batch-size`` prompts with the rollout engine
+   (swiftcore's transformers backend in this process, synced to the student's current weights; on-policy, as TRL 1.16's
+   ``DistillationTrainer`` always is);
+2. the completions go to every rank; each runs the sharded student, keeps the logits of the completion positions and
+   gathers their vocabulary shards over the tensor-parallel ranks (megatron's
+   ``gather_from_tensor_model_parallel_region``, whose backward hands each rank its shard's gradient back): the
+   divergence needs each position's whole next-token distribution, unlike GRPO's log-probs, which the
+   vocabulary-parallel cross entropy forms without gathering. Each rank also runs the teacher, a plain transformers
+   model on every rank (frozen, eval mode: every rank computes the same teacher logits, with no broadcast of a
+   ``(B, C, V)`` tensor), and the loss; backward, gradients reduced and clipped, optimiser step (the SFT loop's);
+3. the next step's sync pushes the updated weights to the rollout engine (full weights, through the bridge's rules
+   run backwards, as ``grpo.megatron``).
+
+Checkpoints are the SFT loop's (megatron shards and the Hugging Face model).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from swiftcore_train import TrainConfig, TrainResult, is_main_process
+
+from swiftcore.api import SwiftcoreError
+from swiftcore_train_megatron.grpo import GRPOLoop
+from swiftcore_train_megatron.layout import ParallelLayout, world_size
+
+if TYPE_CHECKING:
+    from swiftcore.api import PluginSet
+
+__all__ = ["GKDLoop", "completion_logits", "gkd_loss", "run_megatron_gkd"]
+
+log = logging.getLogger("swiftcore.train.megatron")
+
+
+def _gkd_options(cfg: TrainConfig) -> Any:
+    """The ``gkd`` recipe's options from the flags this run was given (its defaults for the others)."""
+    import dataclasses
+
+    from swiftcore_recipe_rl import GKDOptions
+
+    own = {f.name for f in dataclasses.fields(GKDOptions)}
+    try:
+        return GKDOptions(**{k: v for k, v in cfg.recipe_options.items() if k in own})
+    except (TypeError, ValueError) as exc:
+        raise SwiftcoreError(f"recipe 'gkd.megatron': invalid options: {exc}") from exc
+
+
+def refuse_gkd(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: int) -> None:
+    """What ``gkd.megatron`` does not do yet, refused by name before anything loads (besides the engine's own).
+
+    Raises:
+        SwiftcoreError: every unsupported option, each with what would work.
+    """
+    problems = []
+    if layout.pp > 1 or layout.vpp > 1:
+        problems.append(f"--pp {layout.pp} / --vpp {layout.vpp}: GKD does not run through pipeline stages yet; "
+                        "use --tp (and --pp 1)")  # fmt: skip
+    if layout.ep > 1:
+        problems.append(f"--ep {layout.ep}: GKD trains dense families only so far; use --ep 1")
+    if layout.cp > 1:
+        problems.append(f"--cp {layout.cp}: GKD does not split sequences yet; use --cp 1")
+    if world != layout.tp * layout.pp:
+        problems.append(f"{world} processes at --tp {layout.tp}: GKD has no data-parallel replicas yet; launch "
+                        f"exactly --tp ranks (--nproc-per-node {layout.tp})")  # fmt: skip
+    if cfg.tuner != "full":
+        problems.append(f"--tuner {cfg.tuner}: GKD on this engine trains full weights so far (its weight sync is "
+                        "the full one); use --tuner full, or --tuner lora on the default engine")  # fmt: skip
+    if cfg.gradient_accumulation_steps != 1:
+        problems.append("--gradient-accumulation-steps: GKD on this engine runs one generation round per step; "
+                        "use 1 and raise --batch-size instead")  # fmt: skip
+    if cfg.resume_from_checkpoint:
+        problems.append("--resume-from-checkpoint: GKD on this engine does not resume yet; start a new run")
+    if options.rollout_server:
+        problems.append("--rollout-server: this engine generates with a colocated engine; drop --rollout-server")
+    if options.rollout_engine not in ("trainer", "transformers"):
+        problems.append(f"--rollout-engine {options.rollout_engine}: this engine generates with the transformers "
+                        "backend in rank 0's process; use --rollout-engine transformers")  # fmt: skip
+    if problems:
+        raise SwiftcoreError("--engine megatron --recipe gkd:\n  " + "\n  ".join(problems))
+
+
+def _refuse_model(bridge: Any, bridge_spec: Any) -> None:
+    if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
+        raise SwiftcoreError(
+            f"--engine megatron --recipe gkd: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
+            "layers, whose extra losses GKD on this engine does not add yet; train a dense family, or run "
+            "--recipe gkd on the default engine (drop --engine)"
+        )
+
+
+def run_megatron_gkd(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
+    """Distil ``--teacher-model`` into ``cfg.model`` on ``cfg.dataset``'s prompts with megatron-core (see
+    ``swiftcore train --help``).
+
+    Returns:
+        :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model and the megatron
+        shards, as ``sft.megatron`` saves them.
+    """
+    from swiftcore_recipe_rl import plan_run
+    from swiftcore_train import start_run
+
+    from swiftcore_train_megatron.recipe import _bridge, _refuse_unsupported, _schedule_and_optimizer
+
+    cfg.validate()
+    _refuse_unsupported(cfg)
+    options = _gkd_options(cfg)
+    world = world_size()
+    refuse_gkd(cfg, options, layout, world)
+    plan = plan_run("gkd", cfg, plugins, options)
+    bridge_spec, bridge = _bridge(cfg, plan.spec, plugins)
+    _refuse_model(bridge, bridge_spec)
+    layout.check(bridge, bridge_spec, world)
+    output_dir = Path(cfg.output_dir)
+    if is_main_process():
+        from swiftcore_train import plan_output_dir, run_inputs
+
+        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+    log.info("gkd: model %s, bridge %s, tp %d, teacher %s, %d prompts", plan.spec.name, bridge_spec.name, layout.tp,
+             options.teacher_model, len(plan.prompts.dataset))  # fmt: skip
+
+    # Every check passed: only now the process group and the models.
+    from swiftcore_megatron import init_model_parallel
+
+    from swiftcore_train_megatron.engine import load_sharded_model
+
+    init_model_parallel(layout.tp, layout.ep, seed=cfg.seed)
+    model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    prompts = plan.prompts.dataset
+    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(prompts), layout, world)
+    from dataclasses import asdict
+
+    args_record = start_run(
+        cfg, output_dir, plan.spec, plugins, fresh=True, template=plan.template,
+        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
+        gkd=asdict(options),
+    )  # fmt: skip
+    codec = plan.local.codec
+    pad_id = codec.tokenizer.pad_token_id
+    pad_id = pad_id if pad_id is not None else (codec.tokenizer.eos_token_id or 0)
+    loop = GKDLoop(
+        cfg=cfg, output_dir=output_dir, model=model, optimizer=optimizer, scheduler=scheduler, schedule=schedule,
+        train_samples=prompts, val_samples=[], pad_token_id=pad_id, bridge=bridge, bridge_name=bridge_spec.name,
+        layout=layout, extras={"swiftcore_args.json": json.dumps(args_record, indent=2)}, options=options,
+    )  # fmt: skip
+    loop.attach_teacher(load_teacher(plan.teacher, options.teacher_model, plugins))
+    if is_main_process():
+        loop.attach_rollouts(plan, plugins)
+    try:
+        return loop.run()
+    finally:
+        loop.close()
+
+
+def load_teacher(spec: Any, model_dir: str, plugins: PluginSet) -> Any:
+    """The teacher as the transformers engine loads it (``load_model``, float32), frozen, in eval mode, on this rank's
+    device."""
+    import torch
+
+    from swiftcore.api.models import load_model
+
+    teacher = load_model(spec, model_dir, plugins, torch_dtype="float32")
+    if torch.cuda.is_available():
+        teacher = teacher.to(torch.cuda.current_device())
+    return teacher.eval().requires_grad_(False)
+
+
+# ---------------------------------------------------------------------------------------------- the loss's parts
+
+
+def _rows(batch: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """``(input_ids (B, S), attention_mask (B, S), index (B, C))``: each row as its real prompt tokens then its
+    completion from position 0, right-padded, and the positions whose logits predict the completion's tokens."""
+    import torch
+
+    prompt_ids, prompt_mask = batch["prompt_ids"], batch["prompt_mask"].bool()
+    completion_ids, completion_mask = batch["completion_ids"], batch["completion_mask"]
+    rows, width = completion_ids.shape
+    prompts = [prompt_ids[i][prompt_mask[i]].cpu() for i in range(rows)]
+    length = max(len(p) for p in prompts) + width
+    input_ids = torch.zeros(rows, length, dtype=torch.long)
+    attention_mask = torch.zeros(rows, length, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, : len(p) + width] = torch.cat([p, completion_ids[i].cpu()])
+        attention_mask[i, : len(p) + int(completion_mask[i].sum())] = 1
+    index = torch.stack([torch.arange(width) + len(p) - 1 for p in prompts])
+    return input_ids, attention_mask, index
+
+
+def completion_logits(model: Any, batch: dict[str, Any]) -> Any:
+    """The megatron model's logits ``(B, C, V)`` at the positions that predict ``batch``'s completion tokens, over the
+    whole vocabulary, with gradient.
+
+    ``batch`` is TRL's layout (``prompt_ids``/``prompt_mask`` left-padded, ``completion_ids`` right-padded). Each row
+    runs as its real prompt tokens then its completion, from position 0 (megatron's rotary reads no position ids, and
+    a left pad would be attended to: it has no attention mask here). Under tensor parallelism each rank computes its
+    slice of the vocabulary; the completion positions' slices are gathered over the tensor-parallel ranks (megatron's
+    ``gather_from_tensor_model_parallel_region``; its backward gives each rank its own slice of the gradient), since
+    the divergence needs each whole distribution.
+    """
+    import torch
+    from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
+    from swiftcore_megatron import eager_on_cpu
+
+    input_ids, _, index = _rows(batch)
+    device = next(model.parameters()).device
+    input_ids, index = input_ids.to(device), index.to(device)
+    positions = torch.arange(input_ids.shape[1], device=device).unsqueeze(0).expand(input_ids.shape[0], -1)
+    with eager_on_cpu():
+        logits = model(input_ids=input_ids, position_ids=positions, attention_mask=None)  # (B, S, V / tp)
+    local = logits.float().gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))  # (B, C, V / tp)
+    return gather_from_tensor_model_parallel_region(local.contiguous())
+
+
+def teacher_logits(teacher: Any, batch: dict[str, Any]) -> Any:
+    """The teacher's logits ``(B, C, V)`` at the positions that predict ``batch``'s completion tokens (a plain
+    transformers forward of the same rows as :func:`completion_logits`, without gradient)."""
+    import torch
+
+    input_ids, attention_mask, index = _rows(batch)
+    device = next(teacher.parameters()).device
+    with torch.no_grad():
+        logits = teacher(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits.float()
+    index = index.to(device)
+    return logits.gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+
+
+def gkd_loss(student_logits: Any, teacher_logits: Any, completion_mask: Any, options: Any) -> Any:
+    """TRL 1.16's generalised JSD (``GKDTrainer.generalized_jsd_loss``) of the student's and the teacher's
+    next-token distributions over the completion tokens: both logits divided by ``--rollout-temperature`` (as TRL's
+    ``DistillationTrainer`` does), ``beta = --gkd-beta`` (0: forward KL(teacher || student), 1: reverse
+    KL(student || teacher), between them the JSD with mixture ``(1 - beta) p_student + beta p_teacher``), summed over
+    the completion tokens and divided by their count.
+
+    Args:
+        student_logits: ``(B, C, V)`` with gradient (:func:`completion_logits`).
+        teacher_logits: ``(B, C, V)`` (:func:`teacher_logits`).
+        completion_mask: ``(B, C)``; 1 marks a completion token.
+        options: the ``gkd`` recipe's ``GKDOptions``.
+
+    Raises:
+        SwiftcoreError: the two vocabularies differ in size.
+    """
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():  # the one TRL loss on logits lives in trl.experimental (its notice, once)
+        warnings.filterwarnings("ignore", message=r"You are importing from 'trl\.experimental'")
+        from trl.experimental.gkd import GKDTrainer
+
+    if student_logits.shape[-1] != teacher_logits.shape[-1]:
+        raise SwiftcoreError(
+            f"--teacher-model {options.teacher_model}: its vocabulary has {teacher_logits.shape[-1]} entries and the "
+            f"student's {student_logits.shape[-1]}; GKD compares whole next-token distributions, so give a teacher "
+            "with the student's vocabulary"
+        )
+    mask = completion_mask.to(student_logits.device).bool()
+    labels = torch.where(mask, 0, -100)
+    return GKDTrainer.generalized_jsd_loss(
+        student_logits, teacher_logits.to(student_logits.device), labels=labels, beta=options.gkd_beta,
+        temperature=options.rollout_temperature, num_items_in_batch=mask.sum().clamp(min=1),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+
+
+class GKDLoop(GRPOLoop):
+    """``grpo.megatron``'s loop (rollouts on rank 0, the weight sync, the step) with GKD's rollouts (one completion
+    per prompt, no reward) and loss (:func:`gkd_loss` against the teacher).
+
+    Args (besides the loop's):
+        options: the ``gkd`` recipe's ``GKDOptions``.
+    """
+
+    def __init__(self, *, options: Any, **loop: Any) -> None:
+        super().__init__(options=options, **loop)
+        self.teacher: Any = None
+
+    def attach_teacher(self, teacher: Any) -> None:
+        """Every rank: the teacher (:func:`load_teacher`)."""
+        self.teacher = teacher
+
+    def attach_rollouts(self, plan: Any, plugins: Any) -> None:
+        """On rank 0: the rollout engine (the transformers backend on ``--model``, in this process) and the weight
+        sync, as ``grpo.megatron`` builds them."""
+        import torch
+        from swiftcore_recipe_rl import WeightSync, create_rollout_engine
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.engine = create_rollout_engine("transformers", plan.cfg, plugins, template=plan.template.name,
+                                            device=device)  # fmt: skip
+        self.weight_sync = WeightSync(self.engine, bucket_mb=self.options.sync_bucket_mb)
+        self._prompt_ids = plan.prompts.ids
+
+    def _generate(self, rows: list[dict]) -> dict[str, Any]:
+        """Rank 0: one completion of each row's prompt, sampled from the student's current weights."""
+        import torch
+        from swiftcore_infer import Request, SamplingParams
+
+        opts = self.options
+        sampling = SamplingParams(
+            max_new_tokens=int(opts.max_completion_length), temperature=float(opts.rollout_temperature),
+            top_p=float(opts.rollout_top_p), top_k=int(opts.rollout_top_k or 0),
+        )  # fmt: skip
+        prompts = [r["prompt"] for r in rows]
+        requests = [Request(prompt=list(self._prompt_ids[p]), sampling=sampling) for p in prompts]
+        start = time.perf_counter()
+        with torch.random.fork_rng(devices=[]):  # sampled under --seed and the step alone, whatever the layout
+            torch.manual_seed(self.cfg.seed + self.step)
+            out = self.engine.generate_rollouts(requests)
+        completions = [list(map(int, ids)) for _, ids in out]
+        metrics = {
+            "completions/mean_length": sum(map(len, completions)) / len(completions),
+            "rollout_s": time.perf_counter() - start,
+        }
+        return {"prompt_ids": [list(self._prompt_ids[p]) for p in prompts], "completion_ids": completions,
+                "metrics": metrics}  # fmt: skip
+
+    def rollout_batch(self, rollouts: dict[str, Any]) -> dict[str, Any]:
+        """The rollouts as TRL's distillation reads them: prompts left-padded, completions right-padded, masks."""
+        import torch
+
+        pad = self.pad_token_id
+        prompts, completions = rollouts["prompt_ids"], rollouts["completion_ids"]
+        p_len, c_len = max(map(len, prompts)), max(1, max(map(len, completions)))
+        completion_mask = torch.tensor([[1] * len(c) + [0] * (c_len - len(c)) for c in completions])
+        return {
+            "prompt_ids": torch.tensor([[pad] * (p_len - len(p)) + p for p in prompts]),
+            "prompt_mask": torch.tensor([[0] * (p_len - len(p)) + [1] * len(p) for p in prompts]),
+            "completion_ids": torch.tensor([c + [pad] * (c_len - len(c)) for c in completions]),
+            "completion_mask": completion_mask,
+            "num_items_in_batch": completion_mask.sum(),
+        }
+
+    def learn(self, batch: dict[str, Any]) -> tuple[float, float, dict[str, float]]:
+        """One optimiser step on one batch of completions (every rank the same): ``(loss, grad norm, metrics)``."""
+        student = completion_logits(self.model, batch)
+        loss = gkd_loss(student, teacher_logits(self.teacher, batch), batch["completion_mask"], self.options)
+        loss.backward()
+        norm = self._apply_gradients()
+        return float(loss.detach()), norm, {}

@@ -1,0 +1,341 @@
+"""``swiftcore train --engine megatron --recipe gkd`` (the ``gkd.megatron`` recipe) against the ``gkd`` recipe on the
+transformers engine (TRL's DistillationTrainer).
+
+- Loss parity on a fixed batch (4 prompts of 5 tokens, completions of 1 to 6 tokens, ``--gkd-beta 0.5``,
+  ``--rollout-temperature 0.7``, the seed-1 tiny model as the teacher): the first 3 step losses and gradient norms of
+  full-weight training in fp32 equal those of the ``gkd`` recipe's trainer (``SwiftGKDTrainer.compute_loss``: TRL's
+  chunked divergence from hidden states, the same AdamW step) to 1e-5, at TP1 and TP2 (real torchrun processes on
+  gloo; at TP2 the student's logits are gathered over the two vocabulary shards). The batch is fixed, so no sampling
+  enters the comparison (TRL 1.16's DistillationTrainer is always on-policy: it has no ``lmbda``).
+- Mutations fail it: the same batch's first loss with ``--gkd-beta`` 0.4, or with temperature 1.0 instead of 0.7,
+  differs from the reference by far more than the tolerance.
+- Learning signal: 16 steps of GKD on this engine (rollouts from the transformers backend synced to the student before
+  each step) lower the student's held-out JSD(0.5) to the teacher (other prompts, continued by the untrained
+  student) below 0.8 of its start, as the ``gkd`` recipe's own test measures on the transformers engine.
+- End to end at TP2: a run on 2 torchrun ranks logs the same completion lengths, losses and gradient norms as one at
+  TP1, 3 steps.
+- Refusals, before any process group exists: --pp, --ep, --tuner lora, --rollout-engine vllm, --rollout-server,
+  --gradient-accumulation-steps, more processes than --tp, a MoE family.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from swiftcore_testing import free_port, user_env
+
+BIN = Path(sys.executable).parent
+STEPS = 3
+LR = 1e-4
+BETA = 0.5
+TEMPERATURE = 0.7
+#: The fixed batch's completion lengths and prompt length.
+LENGTHS = (3, 6, 1, 4)
+PROMPT = 5
+
+#: One rank's side of the parity check: the GKD loop of this engine, three optimiser steps on the fixed batch, and the
+#: first step's loss under mutated options (computed first, without gradient, from the initial weights).
+MEGATRON_STEPS = """
+import dataclasses, json, sys, torch
+from pathlib import Path
+from swiftcore_megatron import init_model_parallel, read_hf_config, resolve_bridge
+from swiftcore_recipe_rl import GKDOptions
+from swiftcore_train import TrainConfig
+import swiftcore.api
+from swiftcore.api.models import resolve_model_spec
+from swiftcore_train_megatron.engine import load_sharded_model
+from swiftcore_train_megatron.gkd import GKDLoop, completion_logits, gkd_loss, load_teacher, teacher_logits
+from swiftcore_train_megatron.layout import ParallelLayout, world_size
+from swiftcore_train_megatron.recipe import _schedule_and_optimizer
+
+model_dir, teacher_dir, batch_file, out_file, beta, temperature, lr, steps = sys.argv[1:9]
+tp = world_size()
+plugins = swiftcore.api.load_plugins(env={})
+_, bridge = resolve_bridge(read_hf_config(Path(model_dir)), plugins)
+cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="full",
+                  learning_rate=float(lr), lr_scheduler="constant", batch_size=4, max_steps=int(steps), seed=0)
+options = GKDOptions(teacher_model=teacher_dir, gkd_beta=float(beta), max_completion_length=6,
+                     rollout_temperature=float(temperature))
+init_model_parallel(tp, 1, seed=0)
+model = load_sharded_model(bridge, model_dir, tp=tp, ep=1)
+layout = ParallelLayout(tp=tp)
+schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 4, layout, tp)
+loop = GKDLoop(cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
+               schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge,
+               bridge_name="qwen3_5", layout=layout, extras={}, options=options)
+loop.attach_teacher(load_teacher(resolve_model_spec(teacher_dir, plugins), teacher_dir, plugins))
+batch = torch.load(batch_file)
+model.train()
+mutants = {}
+with torch.no_grad():
+    student, teacher = completion_logits(model, batch), teacher_logits(loop.teacher, batch)
+    for name, change in {"beta 0.4": {"gkd_beta": 0.4}, "temperature 1.0": {"rollout_temperature": 1.0}}.items():
+        mutant = dataclasses.replace(options, **change)
+        mutants[name] = float(gkd_loss(student, teacher, batch["completion_mask"], mutant))
+got = [loop.learn(batch)[:2] for _ in range(int(steps))]
+if torch.distributed.get_rank() == 0:
+    Path(out_file).write_text(json.dumps({"steps": got, "mutants": mutants}))
+"""
+
+
+def _run(command: list, **env: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **env), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir) -> Path:
+    return tiny_model_dir("qwen3_5")
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    """A second tiny random qwen3_5 (seed 1): the student's tokenizer and vocabulary, other weights (the ``gkd``
+    recipe's tests' teacher)."""
+    from swiftcore_tiny import make_tiny
+
+    from swiftcore._plugins import load_plugins
+
+    spec = load_plugins(env={}).registry.get("model", "qwen3_5")
+    return make_tiny(spec, tmp_path_factory.mktemp("teacher") / "qwen3_5", seed=1)
+
+
+@pytest.fixture(scope="module")
+def fixed_batch(tmp_path_factory) -> Path:
+    """The fixed completions as TRL's distillation reads them (prompts of one length: no left padding)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(3)
+    rows, width = len(LENGTHS), max(LENGTHS)
+    prompts = torch.randint(10, 200, (rows, PROMPT), generator=gen)
+    completion_mask = (torch.arange(width)[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+    completion_ids = torch.randint(10, 200, (rows, width), generator=gen) * completion_mask
+    batch = {
+        "prompt_ids": prompts,
+        "prompt_mask": torch.ones_like(prompts),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "num_items_in_batch": completion_mask.sum(),
+    }
+    path = tmp_path_factory.mktemp("batch") / "batch.pt"
+    torch.save(batch, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def transformers_steps(tiny, teacher, fixed_batch, tmp_path_factory) -> list:
+    """The ``gkd`` recipe's trainer (TRL's DistillationTrainer, full weights, fp32): 3 steps of its own loss on the
+    batch; the loss and gradient norm of each step."""
+    import torch
+    from datasets import Dataset
+    from swiftcore_recipe_rl import GKDOptions, gkd_config, trainer_class
+    from swiftcore_train import TrainConfig
+
+    import swiftcore.api
+    from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
+
+    out = tmp_path_factory.mktemp("transformers")
+    plugins = swiftcore.api.load_plugins(env={})
+    tokenizer = load_tokenizer(str(tiny))
+    tokenizer.padding_side = "left"
+    cfg = TrainConfig(
+        model=str(tiny), dataset=("unused",), output_dir=str(out), tuner="full", learning_rate=LR,
+        lr_scheduler="constant", batch_size=4, max_steps=STEPS, seed=0,
+    )  # fmt: skip
+    options = GKDOptions(teacher_model=str(teacher), gkd_beta=BETA, max_completion_length=6,
+                         rollout_temperature=TEMPERATURE)  # fmt: skip
+
+    def load(path: Path):
+        return load_model(resolve_model_spec(str(path), plugins), str(path), plugins, torch_dtype="float32")
+
+    torch.manual_seed(0)
+    trainer = trainer_class("gkd")(
+        model=load(tiny), teacher_model=load(teacher), args=gkd_config(cfg, options, out),
+        train_dataset=Dataset.from_list([{"prompt": "p"}] * 4), processing_class=tokenizer,
+    )  # fmt: skip
+    model = trainer.model
+    optimizer = trainer.create_optimizer()
+    batch = torch.load(fixed_batch)
+    model.train()
+    got = []
+    for _ in range(STEPS):
+        loss = trainer.compute_loss(model, batch)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        got.append((float(loss.detach()), float(norm)))
+    return got
+
+
+def _megatron_steps(model_dir: Path, teacher: Path, batch_file: Path, out: Path, tp: int) -> dict:
+    """This engine's GKD loop on ``tp`` ranks, 3 steps on the batch: ``{"steps": [(loss, grad norm)...],
+    "mutants": {name: first loss}}``."""
+    out.mkdir(parents=True, exist_ok=True)
+    script = out / "steps.py"
+    script.write_text(MEGATRON_STEPS)
+    result = out / "steps.json"
+    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(tp), "--master-port", str(free_port())]
+    _run([*launcher, str(script), str(model_dir), str(teacher), str(batch_file), str(result), str(BETA),
+          str(TEMPERATURE), str(LR), str(STEPS)])  # fmt: skip
+    return json.loads(result.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
+def test_the_first_losses_equal_the_transformers_engine(tp, tiny, teacher, fixed_batch, transformers_steps, tmp_path):
+    """Also the mutations: a wrong ``--gkd-beta`` or temperature gives another first loss (the check can fail)."""
+    expected = transformers_steps
+    ran = _megatron_steps(tiny, teacher, fixed_batch, tmp_path, tp)
+    got = ran["steps"]
+    print(f"gkd tp{tp}: transformers {expected}\n megatron {got}\n mutants {ran['mutants']}")
+    assert len(got) == STEPS
+    for step, ((loss, norm), (want_loss, want_norm)) in enumerate(zip(got, expected, strict=True), start=1):
+        assert loss == pytest.approx(want_loss, rel=1e-5, abs=1e-5), (step, got, expected)
+        assert norm == pytest.approx(want_norm, rel=1e-5, abs=1e-5), (step, got, expected)
+    assert abs(expected[-1][0] - expected[0][0]) > 1e-4 and expected[-1][1] > 0, "the losses and gradients must move"
+    for name, loss in ran["mutants"].items():
+        assert abs(loss - expected[0][0]) > 1e-3, (name, loss, expected[0][0])
+
+
+# ---------------------------------------------------------------------------------------------- learning signal
+
+
+def _divergence(student_logits, teacher_logits, beta: float) -> float:
+    """The mean per-token generalised JSD of two ``(B, C, V)`` logits (float64; TRL's definition, the ``gkd``
+    recipe's test's reference)."""
+    import torch
+
+    log_ps = torch.log_softmax(student_logits.double(), -1)
+    log_pt = torch.log_softmax(teacher_logits.double(), -1)
+    log_m = torch.logsumexp(torch.stack([log_ps + torch.log(torch.tensor(1 - beta)),
+                                         log_pt + torch.log(torch.tensor(beta))]), 0)  # fmt: skip
+    teacher_side = (log_pt.exp() * (log_pt - log_m)).sum(-1)
+    student_side = (log_ps.exp() * (log_ps - log_m)).sum(-1)
+    return float((beta * teacher_side + (1 - beta) * student_side).mean())
+
+
+def _gkd_run(model: Path, teacher: Path, work: Path, *, steps: int, lr: float, tp: int = 1) -> list[dict]:
+    """``swiftcore train --engine megatron --recipe gkd`` (16 prompts, 4 a step, completions of up to 8 tokens from
+    the transformers backend, ``--gkd-beta 0.5``, full weights, constant ``lr``, seed 0) at ``--tp tp``; the logged
+    step records."""
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Tell me about item {i}."}) + "\n" for i in range(16)))
+    out = work / "out"
+    _run([str(BIN / "swiftcore"), "train", "--nproc-per-node", str(tp), "--tp", str(tp), "--engine", "megatron",
+          "--recipe", "gkd", "--model", str(model), "--teacher-model", str(teacher), "--gkd-beta", "0.5",
+          "--dataset", str(data), "--output-dir", str(out), "--tuner", "full", "--learning-rate", str(lr),
+          "--lr-scheduler", "constant", "--max-steps", str(steps), "--batch-size", "4", "--logging-steps", "1",
+          "--save-steps", "1000", "--seed", "0", "--no-plot", "--max-completion-length", "8",
+          "--rollout-engine", "transformers"])  # fmt: skip
+    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+
+
+@pytest.mark.slow
+def test_gkd_lowers_the_held_out_divergence_to_the_teacher(tiny, teacher, tmp_path):
+    """16 steps at lr 5e-3, 4 prompts a step, completions of up to 8 tokens from the transformers backend (synced to
+    the student's weights before each step after the first)."""
+    import torch
+
+    import swiftcore.api
+    from swiftcore.api.models import load_model, resolve_model_spec
+
+    plugins = swiftcore.api.load_plugins(env={})
+
+    def load(path: Path):
+        return load_model(resolve_model_spec(str(path), plugins), str(path), plugins).eval()
+
+    def logits(model, ids):
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, 5:-1]
+
+    # Held-out sequences: other prompts, continued by the untrained student (fixed seed).
+    student, reference = load(tiny), load(teacher)
+    torch.manual_seed(1)
+    held_out = torch.randint(10, 200, (8, 6))
+    with torch.no_grad():
+        ids = student.generate(held_out, attention_mask=torch.ones_like(held_out), do_sample=True, max_new_tokens=8,
+                               min_new_tokens=8, pad_token_id=0)  # fmt: skip
+        teacher_logits = logits(reference, ids)
+        before = _divergence(logits(student, ids), teacher_logits, 0.5)
+
+    steps = 16
+    logs = _gkd_run(tiny, teacher, tmp_path, steps=steps, lr=5e-3)
+    out = tmp_path / "out"
+    trained = load(out / f"checkpoint-{steps}")
+    with torch.no_grad():
+        after = _divergence(logits(trained, ids), teacher_logits, 0.5)
+    synced = [r["sync_bytes"] for r in logs]
+    print(f"gkd.megatron: held-out JSD(0.5) to the teacher {before:.4f} -> {after:.4f} in {steps} steps; "
+          f"train loss {[round(r['loss'], 4) for r in logs]}")  # fmt: skip
+    assert len(logs) == steps and synced[0] == 0 and all(b > 0 for b in synced[1:]), logs
+    assert after < 0.8 * before, (before, after)
+    assert json.loads((out / "args.json").read_text())["gkd"]["teacher_model"] == str(teacher)
+
+
+@pytest.mark.slow
+def test_a_tp2_run_logs_the_steps_of_a_tp1_run(tiny, teacher, tmp_path):
+    """End to end at TP2 (2 torchrun ranks): the same completions (sampled under --seed and the step, from the
+    weights the sync gathered over both ranks), losses and gradient norms as at TP1, 3 steps at lr 1e-4."""
+    one = _gkd_run(tiny, teacher, tmp_path / "tp1", steps=3, lr=1e-4)
+    two = _gkd_run(tiny, teacher, tmp_path / "tp2", steps=3, lr=1e-4, tp=2)
+    print(f"tp1 {[(r['loss'], r['grad_norm']) for r in one]}\ntp2 {[(r['loss'], r['grad_norm']) for r in two]}")
+    assert len(one) == len(two) == 3
+    for a, b in zip(one, two, strict=True):
+        assert a["completions/mean_length"] == b["completions/mean_length"], (a, b)
+        for key in ("loss", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), (key, a, b)
+    assert one[1]["sync_bytes"] == two[1]["sync_bytes"] > 0
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    ("family", "options", "expected"),
+    [
+        ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2 / --vpp 1: GKD does not run through pipeline stages"),
+        ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: GKD trains dense families only so far"),
+        ("qwen3_5", {"tuner": "lora"}, "--tuner lora: GKD on this engine trains full weights so far"),
+        ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
+        ("qwen3_5", {"recipe_options": {"rollout_server": "http://127.0.0.1:9"}}, "--rollout-server: this engine"),
+        ("qwen3_5", {"gradient_accumulation_steps": 2}, "--gradient-accumulation-steps: GKD on this engine runs"),
+        ("qwen3_5", {"world": 2}, "2 processes at --tp 1: GKD has no data-parallel replicas yet"),
+        ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
+    ],
+    ids=["pp", "ep", "lora", "vllm", "rollout-server", "accumulation", "data-parallel", "moe"],
+)
+def test_what_gkd_megatron_does_not_do_is_refused(
+    family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after
+):
+    """Each refusal names what would work (the message's tail); the model is its own teacher (a matching
+    vocabulary), so only the refused option stops the run."""
+    import re
+
+    from swiftcore_train import TrainConfig, run_training
+
+    from swiftcore._plugins import load_plugins
+    from swiftcore.api import SwiftcoreError
+
+    if options.pop("world", None):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    model = tiny_model_dir(family)
+    recipe_options = {"teacher_model": str(model), **options.pop("recipe_options", {})}
+    cfg = TrainConfig(
+        model=str(model), dataset=(str(data),), output_dir=str(tmp_path / "out"), engine="megatron", recipe="gkd",
+        max_steps=1, recipe_options=recipe_options, **{"tuner": "full", **options},
+    )  # fmt: skip
+    with pytest.raises(SwiftcoreError, match=re.escape(expected)) as raised:
+        run_training(cfg, load_plugins(env={}))
+    assert re.search(r"use |drop |launch exactly|train a dense family", str(raised.value)), str(raised.value)
+    assert not (tmp_path / "out").exists(), "nothing is written before the checks pass"
