@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from swiftcore_train import TrainConfig, TrainResult, is_main_process
 
 from swiftcore.api import SwiftcoreError
-from swiftcore_train_megatron.grpo import GRPOLoop
+from swiftcore_train_megatron.grpo import GRPOLoop, refuse_model, rl_options, rl_refusals
 from swiftcore_train_megatron.layout import ParallelLayout, world_size
 
 if TYPE_CHECKING:
@@ -49,60 +49,15 @@ __all__ = ["GKDLoop", "completion_logits", "gkd_loss", "run_megatron_gkd"]
 log = logging.getLogger("swiftcore.train.megatron")
 
 
-def _gkd_options(cfg: TrainConfig) -> Any:
-    """The ``gkd`` recipe's options from the flags this run was given (its defaults for the others)."""
-    import dataclasses
-
-    from swiftcore_recipe_rl import GKDOptions
-
-    own = {f.name for f in dataclasses.fields(GKDOptions)}
-    try:
-        return GKDOptions(**{k: v for k, v in cfg.recipe_options.items() if k in own})
-    except (TypeError, ValueError) as exc:
-        raise SwiftcoreError(f"recipe 'gkd.megatron': invalid options: {exc}") from exc
-
-
 def refuse_gkd(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: int) -> None:
     """What ``gkd.megatron`` does not do yet, refused by name before anything loads (besides the engine's own).
 
     Raises:
         SwiftcoreError: every unsupported option, each with what would work.
     """
-    problems = []
-    if layout.pp > 1 or layout.vpp > 1:
-        problems.append(f"--pp {layout.pp} / --vpp {layout.vpp}: GKD does not run through pipeline stages yet; "
-                        "use --tp (and --pp 1)")  # fmt: skip
-    if layout.ep > 1:
-        problems.append(f"--ep {layout.ep}: GKD trains dense families only so far; use --ep 1")
-    if layout.cp > 1:
-        problems.append(f"--cp {layout.cp}: GKD does not split sequences yet; use --cp 1")
-    if world != layout.tp * layout.pp:
-        problems.append(f"{world} processes at --tp {layout.tp}: GKD has no data-parallel replicas yet; launch "
-                        f"exactly --tp ranks (--nproc-per-node {layout.tp})")  # fmt: skip
-    if cfg.tuner != "full":
-        problems.append(f"--tuner {cfg.tuner}: GKD on this engine trains full weights so far (its weight sync is "
-                        "the full one); use --tuner full, or --tuner lora on the default engine")  # fmt: skip
-    if cfg.gradient_accumulation_steps != 1:
-        problems.append("--gradient-accumulation-steps: GKD on this engine runs one generation round per step; "
-                        "use 1 and raise --batch-size instead")  # fmt: skip
-    if cfg.resume_from_checkpoint:
-        problems.append("--resume-from-checkpoint: GKD on this engine does not resume yet; start a new run")
-    if options.rollout_server:
-        problems.append("--rollout-server: this engine generates with a colocated engine; drop --rollout-server")
-    if options.rollout_engine not in ("trainer", "transformers"):
-        problems.append(f"--rollout-engine {options.rollout_engine}: this engine generates with the transformers "
-                        "backend in rank 0's process; use --rollout-engine transformers")  # fmt: skip
+    problems = rl_refusals(cfg, options, layout, world, "GKD")
     if problems:
         raise SwiftcoreError("--engine megatron --recipe gkd:\n  " + "\n  ".join(problems))
-
-
-def _refuse_model(bridge: Any, bridge_spec: Any) -> None:
-    if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
-        raise SwiftcoreError(
-            f"--engine megatron --recipe gkd: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
-            "layers, whose extra losses GKD on this engine does not add yet; train a dense family, or run "
-            "--recipe gkd on the default engine (drop --engine)"
-        )
 
 
 def run_megatron_gkd(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
@@ -113,19 +68,19 @@ def run_megatron_gkd(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model and the megatron
         shards, as ``sft.megatron`` saves them.
     """
-    from swiftcore_recipe_rl import plan_run
+    from swiftcore_recipe_rl import GKDOptions, plan_run
     from swiftcore_train import start_run
 
     from swiftcore_train_megatron.recipe import _bridge, _refuse_unsupported, _schedule_and_optimizer
 
     cfg.validate()
     _refuse_unsupported(cfg)
-    options = _gkd_options(cfg)
+    options = rl_options(cfg, GKDOptions, "gkd")
     world = world_size()
     refuse_gkd(cfg, options, layout, world)
     plan = plan_run("gkd", cfg, plugins, options)
     bridge_spec, bridge = _bridge(cfg, plan.spec, plugins)
-    _refuse_model(bridge, bridge_spec)
+    refuse_model(bridge, bridge_spec, "gkd")
     layout.check(bridge, bridge_spec, world)
     output_dir = Path(cfg.output_dir)
     if is_main_process():

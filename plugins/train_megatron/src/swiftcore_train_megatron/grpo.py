@@ -52,17 +52,46 @@ log = logging.getLogger("swiftcore.train.megatron")
 _TRL_LOSS = {"gspo": ("grpo", "sequence")}
 
 
-def _grpo_options(cfg: TrainConfig) -> Any:
-    """The ``grpo`` recipe's options from the flags this run was given (its defaults for the others)."""
+def rl_options(cfg: TrainConfig, options_class: Any, recipe: str) -> Any:
+    """The ``recipe`` recipe's options (an ``options_class`` of swiftcore-recipe-rl) from the flags this run was given
+    (its defaults for the others)."""
     import dataclasses
 
-    from swiftcore_recipe_rl import GRPOOptions
-
-    own = {f.name for f in dataclasses.fields(GRPOOptions)}
+    own = {f.name for f in dataclasses.fields(options_class)}
     try:
-        return GRPOOptions(**{k: v for k, v in cfg.recipe_options.items() if k in own})
+        return options_class(**{k: v for k, v in cfg.recipe_options.items() if k in own})
     except (TypeError, ValueError) as exc:
-        raise SwiftcoreError(f"recipe 'grpo.megatron': invalid options: {exc}") from exc
+        raise SwiftcoreError(f"recipe '{recipe}.megatron': invalid options: {exc}") from exc
+
+
+def rl_refusals(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: int, name: str) -> list[str]:
+    """What an online recipe on this engine (``name``: GRPO, GKD) does not do yet, each with what would work: the
+    layouts, tuners, resume and rollout places its loop (:class:`GRPOLoop`) does not run."""
+    problems = []
+    if layout.pp > 1 or layout.vpp > 1:
+        problems.append(f"--pp {layout.pp} / --vpp {layout.vpp}: {name} does not run through pipeline stages yet; "
+                        "use --tp (and --pp 1)")  # fmt: skip
+    if layout.ep > 1:
+        problems.append(f"--ep {layout.ep}: {name} trains dense families only so far; use --ep 1")
+    if layout.cp > 1:
+        problems.append(f"--cp {layout.cp}: {name} does not split sequences yet; use --cp 1")
+    if world != layout.tp * layout.pp:
+        problems.append(f"{world} processes at --tp {layout.tp}: {name} has no data-parallel replicas yet; launch "
+                        f"exactly --tp ranks (--nproc-per-node {layout.tp})")  # fmt: skip
+    if cfg.tuner != "full":
+        problems.append(f"--tuner {cfg.tuner}: {name} on this engine trains full weights so far (its weight sync is "
+                        "the full one); use --tuner full, or --tuner lora on the default engine")  # fmt: skip
+    if cfg.gradient_accumulation_steps != 1:
+        problems.append(f"--gradient-accumulation-steps: {name} on this engine runs one generation round per step; "
+                        "use 1 and raise --batch-size instead")  # fmt: skip
+    if cfg.resume_from_checkpoint:
+        problems.append(f"--resume-from-checkpoint: {name} on this engine does not resume yet; start a new run")
+    if options.rollout_server:
+        problems.append("--rollout-server: this engine generates with a colocated engine; drop --rollout-server")
+    if options.rollout_engine not in ("trainer", "transformers"):
+        problems.append(f"--rollout-engine {options.rollout_engine}: this engine generates with the transformers "
+                        "backend in rank 0's process; use --rollout-engine transformers")  # fmt: skip
+    return problems
 
 
 def refuse_grpo(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: int) -> None:
@@ -71,35 +100,12 @@ def refuse_grpo(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: i
     Raises:
         SwiftcoreError: every unsupported option, each with what would work.
     """
-    problems = []
-    if layout.pp > 1 or layout.vpp > 1:
-        problems.append(f"--pp {layout.pp} / --vpp {layout.vpp}: GRPO does not run through pipeline stages yet; "
-                        "use --tp (and --pp 1)")  # fmt: skip
-    if layout.ep > 1:
-        problems.append(f"--ep {layout.ep}: GRPO trains dense families only so far; use --ep 1")
-    if layout.cp > 1:
-        problems.append(f"--cp {layout.cp}: GRPO does not split sequences yet; use --cp 1")
-    if world != layout.tp * layout.pp:
-        problems.append(f"{world} processes at --tp {layout.tp}: GRPO has no data-parallel replicas yet; launch "
-                        f"exactly --tp ranks (--nproc-per-node {layout.tp})")  # fmt: skip
-    if cfg.tuner != "full":
-        problems.append(f"--tuner {cfg.tuner}: GRPO on this engine trains full weights so far (its weight sync is "
-                        "the full one); use --tuner full, or --tuner lora on the default engine")  # fmt: skip
-    if cfg.gradient_accumulation_steps != 1:
-        problems.append("--gradient-accumulation-steps: GRPO on this engine runs one generation round per step; "
-                        "use 1 and raise --batch-size instead")  # fmt: skip
-    if cfg.resume_from_checkpoint:
-        problems.append("--resume-from-checkpoint: GRPO on this engine does not resume yet; start a new run")
+    problems = rl_refusals(cfg, options, layout, world, "GRPO")
     if options.ray:
         problems.append("--ray: GRPO on this engine runs its rollouts in rank 0's process; drop --ray")
     if options.environment:
         problems.append("--environment: multi-turn episodes are not supported on this engine yet; drop it, or run "
                         "--recipe grpo on the default engine (drop --engine)")  # fmt: skip
-    if options.rollout_server:
-        problems.append("--rollout-server: this engine generates with a colocated engine; drop --rollout-server")
-    if options.rollout_engine not in ("trainer", "transformers"):
-        problems.append(f"--rollout-engine {options.rollout_engine}: this engine generates with the transformers "
-                        "backend in rank 0's process; use --rollout-engine transformers")  # fmt: skip
     if options.num_iterations != 1:
         problems.append("--num-iterations: GRPO on this engine is on-policy (one update per round); use 1")
     if options.async_rollouts or options.importance_sampling_mode() is not None:
@@ -116,12 +122,14 @@ def refuse_grpo(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: i
         raise SwiftcoreError("--engine megatron --recipe grpo:\n  " + "\n  ".join(problems))
 
 
-def _refuse_model(bridge: Any, bridge_spec: Any) -> None:
+def refuse_model(bridge: Any, bridge_spec: Any, recipe: str) -> None:
+    """Refuse a bridge whose model adds losses of its own (MoE routers, multi-token prediction), which ``recipe``
+    (grpo, gkd) on this engine does not add yet."""
     if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
         raise SwiftcoreError(
-            f"--engine megatron --recipe grpo: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
-            "layers, whose extra losses GRPO on this engine does not add yet; train a dense family, or run "
-            "--recipe grpo on the default engine (drop --engine)"
+            f"--engine megatron --recipe {recipe}: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
+            f"layers, whose extra losses {recipe.upper()} on this engine does not add yet; train a dense family, or "
+            f"run --recipe {recipe} on the default engine (drop --engine)"
         )
 
 
@@ -132,19 +140,19 @@ def run_megatron_grpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayo
         :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model and the megatron
         shards, as ``sft.megatron`` saves them.
     """
-    from swiftcore_recipe_rl import plan_run
+    from swiftcore_recipe_rl import GRPOOptions, plan_run
     from swiftcore_train import start_run
 
     from swiftcore_train_megatron.recipe import _bridge, _refuse_unsupported, _schedule_and_optimizer
 
     cfg.validate()
     _refuse_unsupported(cfg)
-    options = _grpo_options(cfg)
+    options = rl_options(cfg, GRPOOptions, "grpo")
     world = world_size()
     refuse_grpo(cfg, options, layout, world)
     plan = plan_run("grpo", cfg, plugins, options)
     bridge_spec, bridge = _bridge(cfg, plan.spec, plugins)
-    _refuse_model(bridge, bridge_spec)
+    refuse_model(bridge, bridge_spec, "grpo")
     layout.check(bridge, bridge_spec, world)
     output_dir = Path(cfg.output_dir)
     if is_main_process():
