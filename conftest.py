@@ -72,6 +72,17 @@ def _one_distributed_module_at_a_time(
         yield
 
 
+def _plugin_env_kept() -> Iterator[None]:
+    """Put ``SWIFTCORE_PLUGINS`` / ``SWIFTCORE_PLUGINS_STRICT`` back as they were when this started."""
+    saved = {name: os.environ.get(name) for name in _PLUGIN_ENV}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(autouse=True)
 def _restore_plugin_env() -> Iterator[None]:
     """Undo the plugin set a test exports to ``os.environ``.
@@ -80,13 +91,15 @@ def _restore_plugin_env() -> Iterator[None]:
     for child processes, and ``monkeypatch.delenv`` of an unset variable records nothing to undo, so
     without this a later test's subprocess would inherit that set.
     """
-    saved = {name: os.environ.get(name) for name in _PLUGIN_ENV}
-    yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    yield from _plugin_env_kept()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_plugin_env_per_module() -> Iterator[None]:
+    """The same for a module's own fixtures (set up before its first test's snapshot): a module fixture that runs the
+    CLI in-process must not hand its plugin set to the modules after it (under pytest-xdist, a template test's
+    ``--plugin`` subprocess got every plugin that way)."""
+    yield from _plugin_env_kept()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from swiftcore_testing import generation_record
+from swiftcore_testing import generation_record, user_env
 
 from swiftcore.template import get_template
 
@@ -17,7 +17,9 @@ DATA = Path(__file__).parent / "data"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([SWIFTCORE, *args], capture_output=True, text=True, timeout=120)
+    # A user's shell's environment: a plugin set an earlier test of this process exported (SWIFTCORE_PLUGINS) would
+    # be added to --plugin's (seen under pytest-xdist, where another module ran first in the same worker).
+    return subprocess.run([SWIFTCORE, *args], capture_output=True, text=True, timeout=120, env=user_env())
 
 
 def test_list_names_the_templates() -> None:
