@@ -102,7 +102,9 @@ def test_a_recipe_the_engine_does_not_train_says_which_it_does(tiny_model_dir, d
     )
     with pytest.raises(SwiftcoreError) as info:
         run_training(cfg, load_plugins(env={}))
-    expected = "--engine megatron: recipe 'orpo' is not supported by this engine (it trains dpo, gkd, grpo, kto, rm, sft)"
+    expected = (
+        "--engine megatron: recipe 'orpo' is not supported by this engine (it trains dpo, gkd, grpo, kto, rm, sft)"
+    )
     assert str(info.value).startswith(expected)
 
 
