@@ -6,6 +6,7 @@ distribution, a pytest plugin (entry point ``pytest11``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -60,8 +61,22 @@ def _one_distributed_module_at_a_time(
     ``--dist loadgroup`` with an ``xdist_group`` would say this, but with pytest 9.2 and pytest-xdist 3.8 it
     silently groups nothing (pytest-dev/pytest-xdist#1386), hence ``--dist loadfile`` and this lock. Without
     xdist: nothing.
+
+    A module that sets ``RANKS_LOCKED_PER_COMMAND = True`` takes the lock itself, around each command that starts
+    ranks (the :func:`distributed_ranks_lock` fixture), so the rest of it neither waits for nor blocks the other
+    worker (tests/test_docs_commands.py: a long module of which a few commands start ranks).
     """
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not _launches_ranks(request.path):
+    if getattr(request.module, "RANKS_LOCKED_PER_COMMAND", False) or not _launches_ranks(request.path):
+        yield
+        return
+    with _ranks_lock(tmp_path_factory):
+        yield
+
+
+@contextlib.contextmanager
+def _ranks_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The exclusive lock of this run's rank groups under pytest-xdist (without xdist: nothing)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
     import fcntl
@@ -72,15 +87,32 @@ def _one_distributed_module_at_a_time(
         yield
 
 
-def _plugin_env_kept() -> Iterator[None]:
-    """Put ``SWIFTCORE_PLUGINS`` / ``SWIFTCORE_PLUGINS_STRICT`` back as they were when this started."""
-    saved = {name: os.environ.get(name) for name in _PLUGIN_ENV}
-    yield
-    for name, value in saved.items():
+@pytest.fixture(scope="session")
+def distributed_ranks_lock(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """``with distributed_ranks_lock(): ...``: hold the lock of :func:`_one_distributed_module_at_a_time` for the
+    block only (a module with ``RANKS_LOCKED_PER_COMMAND = True``, around each command that starts ranks)."""
+    return lambda: _ranks_lock(tmp_path_factory)
+
+
+#: The plugin variables as the session found them (this file is imported before any fixture runs).
+_SESSION_PLUGIN_ENV = {name: os.environ.get(name) for name in _PLUGIN_ENV}
+
+
+def _set_plugin_env(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def _plugin_env_kept() -> Iterator[None]:
+    """Put ``SWIFTCORE_PLUGINS`` / ``SWIFTCORE_PLUGINS_STRICT`` back as they were when this started."""
+    saved = {name: os.environ.get(name) for name in _PLUGIN_ENV}
+    yield
+    _set_plugin_env(saved)
 
 
 @pytest.fixture(autouse=True)
@@ -98,8 +130,13 @@ def _restore_plugin_env() -> Iterator[None]:
 def _restore_plugin_env_per_module() -> Iterator[None]:
     """The same for a module's own fixtures (set up before its first test's snapshot): a module fixture that runs the
     CLI in-process must not hand its plugin set to the modules after it (under pytest-xdist, a template test's
-    ``--plugin`` subprocess got every plugin that way)."""
-    yield from _plugin_env_kept()
+    ``--plugin`` subprocess got every plugin that way).
+
+    Put back as the session found them, not as the module found them: a session fixture is set up before the first
+    module that uses it takes any snapshot, so a snapshot would keep what that fixture exported for every later module.
+    """
+    yield
+    _set_plugin_env(_SESSION_PLUGIN_ENV)
 
 
 @pytest.fixture

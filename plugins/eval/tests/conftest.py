@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -122,6 +123,17 @@ class Demo:
     result: Any
 
 
+_PLUGIN_ENV = ("SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT")
+#: The plugin variables as this session found them (conftest files are imported before any fixture runs).
+_PLUGIN_ENV_AT_START = {name: os.environ.get(name) for name in _PLUGIN_ENV}
+
+
+@pytest.fixture(scope="session")
+def plugin_env_at_start() -> dict[str, str | None]:
+    """``SWIFTCORE_PLUGINS`` / ``SWIFTCORE_PLUGINS_STRICT`` as the session found them (None: unset)."""
+    return dict(_PLUGIN_ENV_AT_START)
+
+
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     """``swiftcore_tiny.demo.run_demo`` with ``make demo``'s defaults, once per session (about a minute on 2 cores)."""
@@ -130,9 +142,18 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # these tiny models gain nothing from two threads on a shared machine
+    # run_demo loads the plugins as the CLI does (export_env=True: SWIFTCORE_PLUGINS for its children). A session
+    # fixture is set up before any module's snapshot of the environment, so without this the demo's plugin set stayed
+    # in os.environ for every later module of the worker (their subprocesses got every plugin).
+    saved = {name: os.environ.get(name) for name in _PLUGIN_ENV}
     try:
         out = tmp_path_factory.mktemp("eval-demo") / "demo"
         result = run_demo(out, echo=lambda *_: None)
     finally:
         torch.set_num_threads(threads)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return Demo(base=out / "tiny-model", trained=Path(result.training.last_checkpoint), result=result)

@@ -14,6 +14,7 @@ equals what ``swiftcore eval`` measures for that checkpoint through the served e
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -71,6 +72,13 @@ def _eval(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 def test_the_parity_dataset_is_the_demos_held_out_set(demo) -> None:
     records = read_dataset(builtin_dataset_path("parity"))
     assert [(r.question, r.answer) for r in records] == [(q, expected) for q, expected, _ in demo.result.rows]
+
+
+def test_the_demo_fixture_leaves_no_plugin_set_behind(demo, plugin_env_at_start: dict[str, str | None]) -> None:
+    """``run_demo`` exports its plugin set for child processes, as the CLI does; the session fixture ``demo`` puts
+    the variables back, so the modules a worker runs after this one do not hand every plugin to their
+    subprocesses (a session fixture is set up before any module's or test's snapshot of the environment)."""
+    assert {name: os.environ.get(name) for name in plugin_env_at_start} == plugin_env_at_start
 
 
 def test_the_trained_model_beats_the_base_model_through_the_served_endpoint(

@@ -20,6 +20,58 @@ FACTS = [
 RECORDS = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in FACTS]
 # Full fine-tuning, all four facts in each batch: enough for the tiny models to answer every fact greedily.
 STEPS, LEARNING_RATE = 40, "3e-3"
+FAMILY, PLAIN_CLASS = "qwen3_5", "Qwen3_5ForConditionalGeneration"
+
+
+class Judge:
+    """What the export tests measure a checkpoint with: plain transformers' load, the facts encoded as training
+    encoded them, each fact's logits and greedy answer tokens, and the relative logit error against a reference."""
+
+    def __init__(self, plugins: Any) -> None:
+        self.plugins = plugins
+
+    def plain(self, model_dir: Path, dtype: Any = None) -> Any:
+        """The checkpoint loaded with plain transformers in ``dtype`` (float32 by default); fails on any missing or
+        unexpected weight."""
+        import torch
+        import transformers
+
+        model, info = getattr(transformers, PLAIN_CLASS).from_pretrained(
+            str(model_dir), dtype=dtype or torch.float32, output_loading_info=True
+        )
+        problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        assert not problems, f"{model_dir}: transformers did not load it unchanged: {problems}"
+        return model.eval()
+
+    def samples(self, model_dir: Path) -> list[dict[str, Any]]:
+        """The facts encoded by the template exactly as training encoded them (prompt and answer, answer labelled)."""
+        from swiftcore.api.models import load_tokenizer, resolve_model_spec
+        from swiftcore.api.template import SampleEncoder, get_template
+
+        spec = resolve_model_spec(model_dir, self.plugins)
+        encoder = SampleEncoder(get_template(spec.default_template, self.plugins), load_tokenizer(model_dir))
+        return encoder.train_samples(RECORDS, loss_policy="all_assistant", max_length=128, truncation="error")
+
+    @staticmethod
+    def logits_and_answers(model: Any, samples: list[dict[str, Any]]) -> tuple[list[Any], list[list[int]]]:
+        """Each sample's logits (float32), and the model's argmax at every answer position given the answer so far:
+        when these are the answer tokens, greedy generation reproduces the answer token by token from its prompt."""
+        import torch
+
+        logits, answers = [], []
+        for sample in samples:
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([sample["input_ids"]])).logits[0].float()
+            logits.append(out)
+            answer = torch.tensor(sample["labels"][1:]) != -100  # position i predicts token i + 1
+            answers.append(out[:-1][answer].argmax(-1).tolist())
+        return logits, answers
+
+    @staticmethod
+    def relative_error(logits: list[Any], reference: list[Any]) -> float:
+        """The largest |logit - reference logit| over all samples, divided by the largest |reference logit|."""
+        scale = max(float(r.abs().max()) for r in reference)
+        return max(float((q - r).abs().max()) for q, r in zip(logits, reference, strict=True)) / scale
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +80,12 @@ def plugins() -> Any:
     import swiftcore
 
     return swiftcore.load_plugins(env={})
+
+
+@pytest.fixture(scope="session")
+def judge(plugins: Any) -> Judge:
+    """The export tests' :class:`Judge`."""
+    return Judge(plugins)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,6 @@ correctness, not its speed.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ pytest.importorskip("llmcompressor")
 
 pytestmark = pytest.mark.slow  # one training run (shared with test_outcomes.py in a session) and two exports
 
-FAMILY, PLAIN_CLASS = "qwen3_5", "Qwen3_5ForConditionalGeneration"
+FAMILY = "qwen3_5"
 
 #: scheme -> (largest |logit - fp32 logit| / max |fp32 logit|, largest size ratio), on the trained tiny Qwen3.5
 #: loaded in bfloat16 (printed with -s; the unquantized checkpoint loaded in bfloat16: 0.0052); logit bounds about 2x
@@ -35,60 +34,19 @@ SCHEMES: dict[str, tuple[float, float]] = {
 }
 
 
-def _plain(model_dir: Path, dtype: Any) -> Any:
-    """The checkpoint loaded with plain transformers in ``dtype``; fails on any missing or unexpected weight."""
-    import transformers
-
-    model, info = getattr(transformers, PLAIN_CLASS).from_pretrained(
-        str(model_dir), dtype=dtype, output_loading_info=True
-    )
-    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-    assert not problems, f"{model_dir}: transformers did not load it unchanged: {problems}"
-    return model.eval()
-
-
-def _samples(model_dir: Path, plugins: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The facts encoded by the template exactly as training encoded them (prompt and answer, answer labelled)."""
-    from swiftcore.api.models import load_tokenizer, resolve_model_spec
-    from swiftcore.api.template import SampleEncoder, get_template
-
-    spec = resolve_model_spec(model_dir, plugins)
-    encoder = SampleEncoder(get_template(spec.default_template, plugins), load_tokenizer(model_dir))
-    return encoder.train_samples(records, loss_policy="all_assistant", max_length=128, truncation="error")
-
-
-def _logits_and_answers(model: Any, samples: list[dict[str, Any]]) -> tuple[list[Any], list[list[int]]]:
-    """Each sample's logits (float32), and the model's argmax at every answer position given the answer so far:
-    when these are the answer tokens, greedy generation reproduces the answer token by token from its prompt."""
-    logits, answers = [], []
-    for sample in samples:
-        with torch.no_grad():
-            out = model(input_ids=torch.tensor([sample["input_ids"]])).logits[0].float()
-        logits.append(out)
-        answer = torch.tensor(sample["labels"][1:]) != -100  # position i predicts token i + 1
-        answers.append(out[:-1][answer].argmax(-1).tolist())
-    return logits, answers
-
-
-def _relative_error(logits: list[Any], reference: list[Any]) -> float:
-    """The largest |logit - reference logit| over all samples, divided by the largest |reference logit|."""
-    scale = max(float(r.abs().max()) for r in reference)
-    return max(float((q - r).abs().max()) for q, r in zip(logits, reference, strict=True)) / scale
-
-
 @pytest.fixture(scope="module")
-def reference(trained: Any, plugins: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+def reference(trained: Any, judge: Any) -> dict[str, Any]:
     """The trained checkpoint's fp32 logits and greedy answers (checked to be the trained answers), its tensors, and
     the relative logit error of the same checkpoint loaded in bfloat16 (the floor a bfloat16 load starts from)."""
     from safetensors.torch import load_file
 
     checkpoint = trained(FAMILY)
-    samples = _samples(checkpoint, plugins, records)
-    logits, answers = _logits_and_answers(_plain(checkpoint, torch.float32), samples)
+    samples = judge.samples(checkpoint)
+    logits, answers = judge.logits_and_answers(judge.plain(checkpoint), samples)
     for sample, answer in zip(samples, answers, strict=True):
         assert answer == [t for t in sample["labels"][1:] if t != -100]  # a model that learned its facts
-    bf16_logits, bf16_answers = _logits_and_answers(_plain(checkpoint, torch.bfloat16), samples)
-    bf16_error = _relative_error(bf16_logits, logits)
+    bf16_logits, bf16_answers = judge.logits_and_answers(judge.plain(checkpoint, torch.bfloat16), samples)
+    bf16_error = judge.relative_error(bf16_logits, logits)
     print(f"unquantized, bfloat16: relative logit error {bf16_error:.4f}")
     assert bf16_answers == answers
     return {
@@ -102,7 +60,7 @@ def reference(trained: Any, plugins: Any, records: list[dict[str, Any]]) -> dict
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_nvfp4_export_loads_on_cpu_and_keeps_the_trained_model(
-    scheme: str, exported: Any, reference: dict[str, Any]
+    scheme: str, exported: Any, reference: dict[str, Any], judge: Any
 ) -> None:
     """The export's config is compressed-tensors NVFP4 (FP4 weights in groups of 16; ``nvfp4`` also FP4
     activations); transformers loads it on the CPU in bfloat16 with no missing weight; the head and vision tower are
@@ -118,15 +76,15 @@ def test_nvfp4_export_loads_on_cpu_and_keeps_the_trained_model(
     weights = next(iter(config["config_groups"].values()))["weights"]
     assert weights["num_bits"] == 4 and weights["type"] == "float" and weights["group_size"] == 16, weights
 
-    model = _plain(out, torch.bfloat16)
+    model = judge.plain(out, torch.bfloat16)
     written = load_file(out / "model.safetensors")
     kept = [n for n in reference["tensors"] if n.startswith(("lm_head.", "model.visual."))]
     assert kept and all(torch.equal(written[n], reference["tensors"][n]) for n in kept)
     packed = [n for n in written if "language_model" in n and n.endswith("mlp.down_proj.weight_packed")]
     assert len(packed) == 4, f"{scheme}: the decoder's linears were not quantized ({sorted(written)[:20]})"
 
-    logits, answers = _logits_and_answers(model, reference["samples"])
-    error = _relative_error(logits, reference["logits"])
+    logits, answers = judge.logits_and_answers(model, reference["samples"])
+    error = judge.relative_error(logits, reference["logits"])
     report = json.loads((out / "swiftcore_quantize.json").read_text())
     print(f"{scheme}: relative logit error {error:.4f} (bfloat16 alone {reference['bf16_error']:.4f}), "
           f"size ratio {report['ratio']:.3f}")  # fmt: skip

@@ -21,7 +21,7 @@ pytest.importorskip("llmcompressor")
 
 pytestmark = pytest.mark.slow  # one training run and five exports: a few minutes on 2 cores
 
-FAMILY, PLAIN_CLASS = "qwen3_5", "Qwen3_5ForConditionalGeneration"
+FAMILY = "qwen3_5"
 # The tiny Qwen3.5's hidden size is 64: groups of 16 columns divide every quantized linear.
 GROUPED = ("--group-size", "16")
 # AWQ's asymmetric zero points are packed eight to an int32 along the output rows; compressed-tensors 0.20.1 cannot
@@ -42,49 +42,14 @@ SCHEMES: dict[str, tuple[str, float, float]] = {
 }
 
 
-def _plain(model_dir: Path) -> Any:
-    """The checkpoint loaded with plain transformers, float32; fails on any missing or unexpected weight."""
-    import transformers
-
-    model, info = getattr(transformers, PLAIN_CLASS).from_pretrained(
-        str(model_dir), dtype=torch.float32, output_loading_info=True
-    )
-    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-    assert not problems, f"{model_dir}: transformers did not load it unchanged: {problems}"
-    return model.eval()
-
-
-def _samples(model_dir: Path, plugins: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The facts encoded by the template exactly as training encoded them (prompt and answer, answer labelled)."""
-    from swiftcore.api.models import load_tokenizer, resolve_model_spec
-    from swiftcore.api.template import SampleEncoder, get_template
-
-    spec = resolve_model_spec(model_dir, plugins)
-    encoder = SampleEncoder(get_template(spec.default_template, plugins), load_tokenizer(model_dir))
-    return encoder.train_samples(records, loss_policy="all_assistant", max_length=128, truncation="error")
-
-
-def _logits_and_answers(model: Any, samples: list[dict[str, Any]]) -> tuple[list[Any], list[list[int]]]:
-    """Each sample's logits, and the model's argmax at every answer position given the answer so far: when these
-    are the answer tokens, greedy generation reproduces the answer token by token from its prompt."""
-    logits, answers = [], []
-    for sample in samples:
-        with torch.no_grad():
-            out = model(input_ids=torch.tensor([sample["input_ids"]])).logits[0]
-        logits.append(out)
-        answer = torch.tensor(sample["labels"][1:]) != -100  # position i predicts token i + 1
-        answers.append(out[:-1][answer].argmax(-1).tolist())
-    return logits, answers
-
-
 @pytest.fixture(scope="module")
-def reference(trained: Any, plugins: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+def reference(trained: Any, judge: Any) -> dict[str, Any]:
     """The trained fp32 checkpoint's logits and greedy answers, and its tensors."""
     from safetensors.torch import load_file
 
     checkpoint = trained(FAMILY)
-    samples = _samples(checkpoint, plugins, records)
-    logits, answers = _logits_and_answers(_plain(checkpoint), samples)
+    samples = judge.samples(checkpoint)
+    logits, answers = judge.logits_and_answers(judge.plain(checkpoint), samples)
     tensors = load_file(checkpoint / "model.safetensors")
     return {"samples": samples, "logits": logits, "answers": answers, "tensors": tensors}
 
@@ -98,7 +63,7 @@ def test_trained_checkpoint_answers_its_facts(reference: dict[str, Any]) -> None
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_quantized_export_keeps_the_trained_model(
-    scheme: str, exported: Any, reference: dict[str, Any], trained: Any
+    scheme: str, exported: Any, reference: dict[str, Any], judge: Any
 ) -> None:
     fmt, logit_tolerance, size_bound = SCHEMES[scheme]
     extra = EXTRA.get(scheme, ())
@@ -106,7 +71,7 @@ def test_quantized_export_keeps_the_trained_model(
     config = json.loads((out / "config.json").read_text())["quantization_config"]
     assert config["quant_method"] == "compressed-tensors" and config["format"] == fmt, config
 
-    model = _plain(out)
+    model = judge.plain(out)
     # Kept modules: the output head and the vision tower, bit for bit.
     from safetensors.torch import load_file
 
@@ -116,9 +81,8 @@ def test_quantized_export_keeps_the_trained_model(
     scaled = [n for n in written if "language_model" in n and n.endswith("mlp.down_proj.weight_scale")]
     assert len(scaled) == 4, f"{scheme}: the decoder's linears were not quantized ({scaled})"
 
-    logits, answers = _logits_and_answers(model, reference["samples"])
-    scale = max(float(r.abs().max()) for r in reference["logits"])
-    error = max(float((q - r).abs().max()) for q, r in zip(logits, reference["logits"])) / scale
+    logits, answers = judge.logits_and_answers(model, reference["samples"])
+    error = judge.relative_error(logits, reference["logits"])
     report = json.loads((out / "swiftcore_quantize.json").read_text())
     print(f"{scheme}: relative logit error {error:.4f}, size ratio {report['ratio']:.3f}")
     assert error <= logit_tolerance, f"{scheme}: logits moved {error:.4f} of their range (> {logit_tolerance})"

@@ -11,7 +11,7 @@ transformers engine (TRL's DPOTrainer), on gloo with real torchrun processes.
 - Learning signal: LoRA DPO on the vowel task (the preference recipe's ``test_dpo_learns.py`` task) lifts held-out
   pairwise accuracy from about 50% to >= 90%, measured on the exported adapter with plain peft, and the run's own
   held-out reward accuracy (``eval_rewards/accuracies``) is >= 90% too.
-- Refusals, before any process group exists: --pp, --ep, cutting --truncation, --padding-free, MoE families,
+- Refusals, before any process group exists: --ep, cutting --truncation, --padding-free, MoE families,
   image pairs, --ref-model with LoRA.
 """
 
@@ -145,7 +145,6 @@ def test_lora_dpo_learns_the_held_out_preference(
 @pytest.mark.parametrize(
     ("family", "options", "expected"),
     [
-        ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2: DPO does not run through pipeline stages yet"),
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: DPO trains dense families only so far"),
         ("qwen3_5", {"truncation": "truncate_left"}, "--truncation truncate_left: DPO on this engine does not"),
         ("qwen3_5", {"padding_free": True}, "--packing / --padding-free: not supported by the megatron engine"),
@@ -153,7 +152,7 @@ def test_lora_dpo_learns_the_held_out_preference(
         ("qwen3_5", {"tuner": "lora", "recipe_options": {"ref_model": "elsewhere"}}, "--ref-model: with --tuner lora"),
         ("qwen3_5", {"images": True}, "image / audio / video pairs are not supported by this engine yet"),
     ],
-    ids=["pp", "ep", "truncation", "padding-free", "moe", "lora-ref-model", "images"],
+    ids=["ep", "truncation", "padding-free", "moe", "lora-ref-model", "images"],
 )
 def test_what_dpo_megatron_does_not_do_is_refused(
     write_jsonl, preference_pairs, family, options, expected, tiny_model_dir, tmp_path, no_process_group_after

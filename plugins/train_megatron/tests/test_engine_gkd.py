@@ -14,7 +14,7 @@ transformers engine (TRL's DistillationTrainer).
   student) below 0.8 of its start, as the ``gkd`` recipe's own test measures on the transformers engine.
 - End to end at TP2: a run on 2 torchrun ranks logs the same completion lengths, losses and gradient norms as one at
   TP1, 3 steps.
-- Refusals, before any process group exists: --pp, --ep, --tuner lora, --rollout-engine vllm, --rollout-server,
+- Refusals, before any process group exists: --pp, --ep, --rollout-engine vllm, --rollout-server,
   --gradient-accumulation-steps, more processes than --tp, a MoE family.
 """
 
@@ -304,14 +304,13 @@ def test_a_tp2_run_logs_the_steps_of_a_tp1_run(tiny, teacher, tmp_path):
     [
         ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2 / --vpp 1: GKD does not run through pipeline stages"),
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: GKD trains dense families only so far"),
-        ("qwen3_5", {"tuner": "lora"}, "--tuner lora: GKD on this engine trains full weights so far"),
         ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
         ("qwen3_5", {"recipe_options": {"rollout_server": "http://127.0.0.1:9"}}, "--rollout-server: this engine"),
         ("qwen3_5", {"gradient_accumulation_steps": 2}, "--gradient-accumulation-steps: GKD on this engine runs"),
         ("qwen3_5", {"world": 2}, "2 processes at --tp 1: GKD has no data-parallel replicas yet"),
         ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
     ],
-    ids=["pp", "ep", "lora", "vllm", "rollout-server", "accumulation", "data-parallel", "moe"],
+    ids=["pp", "ep", "vllm", "rollout-server", "accumulation", "data-parallel", "moe"],
 )
 def test_what_gkd_megatron_does_not_do_is_refused(
     family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after

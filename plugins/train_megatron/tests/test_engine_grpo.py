@@ -19,7 +19,7 @@ transformers engine (TRL's GRPOTrainer).
   GRPO on this engine with rollouts from the transformers backend synced after each step: the rollouts' reward rises,
   and the mean reward of the exported checkpoint on 8 held-out prompts (8 samples each, by the transformers backend)
   rises from the base model's by >= 0.4 and reaches >= 0.7.
-- Refusals, before any process group exists: --pp, --ep, --ray, --environment, --tuner lora, --grpo-beta,
+- Refusals, before any process group exists: --pp, --ep, --ray, --environment, --grpo-beta,
   --rollout-engine vllm, more processes than --tp, a MoE family.
 """
 
@@ -319,13 +319,12 @@ def test_a_tp2_run_logs_the_steps_of_a_tp1_run(tiny, tmp_path):
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: GRPO trains dense families only so far"),
         ("qwen3_5", {"recipe_options": {"ray": True}}, "--ray: GRPO on this engine runs its rollouts in rank 0"),
         ("qwen3_5", {"recipe_options": {"environment": "calculator"}}, "--environment: multi-turn episodes are not"),
-        ("qwen3_5", {"tuner": "lora"}, "--tuner lora: GRPO on this engine trains full weights so far"),
         ("qwen3_5", {"recipe_options": {"grpo_beta": 0.04}}, "--grpo-beta: the KL term needs a reference model"),
         ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
         ("qwen3_5", {"world": 2}, "2 processes at --tp 1: GRPO has no data-parallel replicas yet"),
         ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
     ],
-    ids=["pp", "ep", "ray", "environment", "lora", "beta", "vllm", "data-parallel", "moe"],
+    ids=["pp", "ep", "ray", "environment", "beta", "vllm", "data-parallel", "moe"],
 )
 def test_what_grpo_megatron_does_not_do_is_refused(
     family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after

@@ -8,7 +8,7 @@ transformers engine (TRL's KTOTrainer), on gloo with real torchrun processes.
   the KTO paper's eq. 7-8 with TRL's ``z_ref`` (mean mismatched log-ratio, clamped at 0).
 - Learning signal: LoRA KTO on the vowel task lifts held-out pairwise accuracy from about 50% to >= 90% (exported
   adapter, plain peft), and the run's held-out reward margin is positive.
-- Refusals, before any process group exists: --pp, --ep, cutting --truncation, a batch of 1, MoE families, --ref-model
+- Refusals, before any process group exists: --ep, cutting --truncation, a batch of 1, MoE families, --ref-model
   with LoRA.
 """
 
@@ -147,14 +147,13 @@ def test_lora_kto_learns_the_held_out_preference(
 @pytest.mark.parametrize(
     ("family", "options", "expected"),
     [
-        ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2: KTO does not run through pipeline stages yet"),
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: KTO on this engine trains dense families only so far"),
         ("qwen3_5", {"truncation": "truncate_left"}, "--truncation truncate_left: KTO on this engine does not"),
         ("qwen3_5", {"batch_size": 1}, "--batch-size 1: the kto loss needs at least 2 rows a batch"),
         ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
         ("qwen3_5", {"tuner": "lora", "recipe_options": {"ref_model": "elsewhere"}}, "--ref-model: with --tuner lora"),
     ],
-    ids=["pp", "ep", "truncation", "batch-of-1", "moe", "lora-ref-model"],
+    ids=["ep", "truncation", "batch-of-1", "moe", "lora-ref-model"],
 )
 def test_what_kto_megatron_does_not_do_is_refused(write_jsonl, family, options, expected, tiny_model_dir, tmp_path):
     import torch.distributed as dist

@@ -67,6 +67,20 @@ def test_drop_thinking_and_reasoning_effort(tpl: Any) -> None:
         tpl.render({**record, "chat_template_kwargs": {"reasoning_effort": "extreme"}})
 
 
+def test_a_malformed_json_parameter_is_kept_as_written(tpl: Any) -> None:
+    """A tiny model can write a ``string="false"`` parameter that is not JSON: the parser keeps its text (it raised
+    JSONDecodeError, which a served model turned into a 500)."""
+    dsml = "｜DSML｜"
+    text = (f'Let me add.\n\n<{dsml}tool_calls>\n<{dsml}invoke name="add">\n'
+            f'<{dsml}parameter name="a" string="false">3</{dsml}parameter>\n'
+            f'<{dsml}parameter name="b" string="false">{{4,</{dsml}parameter>\n'
+            f'</{dsml}invoke>\n</{dsml}tool_calls><｜end▁of▁sentence｜>')
+    parsed = tpl.parse_response(text)
+    assert parsed["content"] == "Let me add."
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed["tool_calls"]] == [
+        ("add", {"a": 3, "b": "{4,"})]
+
+
 def test_labels_and_tool_call_round_trip(tpl: Any) -> None:
     record = _golden(1, "thinking")
     tok = build_test_tokenizer(tpl.spec.special_tokens, [tpl.render(record)], eos_token="<｜end▁of▁sentence｜>")

@@ -40,7 +40,8 @@ def talker_train_command(
 
     The talker (decoder, codec head, text/hidden projections, code predictor) is fully fine-tuned on every codebook
     of each frame, teacher-forced with the inputs upstream's generate builds; the thinker and Code2Wav stay as they
-    are. Rows with "audio" instead of "codes" are refused (no codec encoder in transformers).
+    are. Rows with "audio" instead of "codes" are refused (no codec encoder in transformers). `swiftcore train
+    --train-part talker --tuner full` runs the same trainer inside a training run (OUTPUT_DIR/checkpoint-N, logs.jsonl).
 
     \b
     Example:

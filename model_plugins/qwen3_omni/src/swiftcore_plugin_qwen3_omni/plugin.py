@@ -1,8 +1,10 @@
-"""Hook implementations of swiftcore-plugin-qwen3-omni: the model spec and its commands, as plain data, and the
-voice ``swiftcore deploy`` speaks with (``POST /v1/audio/speech``)."""
+"""Hook implementations of swiftcore-plugin-qwen3-omni: the model spec and its commands, as plain data, the voice
+``swiftcore deploy`` speaks with (``POST /v1/audio/speech``), and ``swiftcore train --train-part thinker|talker|all``
+(swiftcore-train's hooks: the option, its refusals, and the talker's run)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from swiftcore.api import CommandSpec, ModelParts, ModelSpec, hookimpl
@@ -10,7 +12,7 @@ from swiftcore.api import CommandSpec, ModelParts, ModelSpec, hookimpl
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
-SWIFTCORE_API = "1.0"
+SWIFTCORE_API = "1.5"  # swiftcore_addoption and swiftcore-train's hooks (swiftcore_addhooks came in 1.5)
 
 _PKG = "swiftcore_plugin_qwen3_omni"
 
@@ -76,3 +78,47 @@ def swiftcore_speech_synthesizer(model_dir: str, model_type: str | None, plugins
     from swiftcore_plugin_qwen3_omni.speech import load_synthesizer
 
     return load_synthesizer(model_dir)
+
+
+#: ``--train-part`` values (``train_part.PARTS``, not imported: this module stays light).
+TRAIN_PARTS = ("thinker", "talker", "all")
+
+
+@hookimpl
+def swiftcore_addoption(parser: Any) -> None:
+    """``--train-part thinker|talker|all`` on ``swiftcore train`` (recipe sft): which part of Qwen3-Omni trains."""
+    import click  # the CLI's own dependency; only for the choice list
+
+    group = parser.getgroup("qwen3-omni", "Qwen3-Omni: which part of the model trains", recipe="sft")
+    group.addoption(
+        "--train-part",
+        type=click.Choice(TRAIN_PARTS),
+        default=None,
+        help="Qwen3-Omni checkpoints only. thinker: the text model with LoRA (the talker stays as it is); talker: "
+        "the speech decoder on codec tokens, fully fine-tuned with the thinker frozen (rows {'text' or 'messages', "
+        "'codes'}; needs --tuner full; one row per step, constant --learning-rate); all: the talker, then a LoRA "
+        "adapter of the thinker on the checkpoint with the trained talker (OUTPUT_DIR/thinker). Without it: the "
+        "thinker, as for any model.",
+    )
+
+
+# optionalhook: swiftcore-train declares it; this plugin loads (and speaks) without swiftcore-train installed.
+@hookimpl(optionalhook=True)
+def swiftcore_train_check(cfg: Any, options: Mapping[str, Any], model_dir: str, kind: str) -> None:
+    """With ``--train-part``: refuse a non-Qwen3-Omni model, a tuner that would drop the talker, and options the
+    talker trainer does not support, before anything heavy loads."""
+    if options.get("train_part"):
+        from swiftcore_plugin_qwen3_omni.train_part import check_train_part
+
+        check_train_part(cfg, options, model_dir)
+
+
+# optionalhook: swiftcore-train declares it.
+@hookimpl(optionalhook=True)
+def swiftcore_train_run(cfg: Any, options: Mapping[str, Any], model_dir: str, kind: str, plugins: PluginSet) -> Any:
+    """``--train-part talker`` (and ``all``): train the talker here; None for every other run (the recipe trains)."""
+    if options.get("train_part") not in ("talker", "all"):
+        return None
+    from swiftcore_plugin_qwen3_omni.train_part import run_train_part
+
+    return run_train_part(cfg, options, plugins)

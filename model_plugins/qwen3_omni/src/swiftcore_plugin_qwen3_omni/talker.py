@@ -24,7 +24,7 @@ that message.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,6 +259,7 @@ def train_talker(
     steps: int = 60,
     learning_rate: float = 3e-3,
     seed: int = 0,
+    on_step: Callable[[int, float], None] | None = None,
 ) -> TalkerResult:
     """Train the talker of ``model_dir`` on ``rows`` with the thinker and Code2Wav frozen.
 
@@ -274,6 +275,7 @@ def train_talker(
         steps: optimizer steps.
         learning_rate: AdamW's learning rate.
         seed: torch's seed.
+        on_step: called after each optimizer step with the step (from 1) and its loss (``swiftcore train`` logs it).
     """
     import torch
     import transformers
@@ -299,6 +301,8 @@ def train_talker(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         result.losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step + 1, result.losses[-1])
     model.eval()
     if output_dir is not None:
         out = Path(output_dir)

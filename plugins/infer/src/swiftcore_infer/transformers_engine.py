@@ -11,8 +11,10 @@ the installed plugins are asked for a decoder through the ``swiftcore_speculativ
 :mod:`swiftcore_infer.hookspecs`; swiftcore-plugin-eagle3 implements it for Eagle3 drafts); this module names no draft
 plugin. A greedy request's output is the target's greedy output; a sampling one (``temperature`` > 0, with
 ``top_k`` and ``top_p``) is drawn by speculative sampling from a generator seeded with the request's ``seed`` (a
-fresh seed without one), distributed as the target's own sampling. The accepted proposals per verification step are
-counted (:attr:`TransformersEngine.speculative_stats`) and logged.
+fresh seed without one, drawn from torch's global generator), distributed as the target's own sampling. The accepted
+proposals per verification step are counted (:attr:`TransformersEngine.speculative_stats`) and logged. Sampled
+log-probabilities (``generate_rollouts(logprobs=True)``: RL rollouts, ``--rollout-draft``) are the target's, from one
+forward over prompt and reply.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class TransformersEngine(Engine):
         device: a torch device (default: CUDA when available, else CPU).
         draft: a draft model directory for speculative decoding (see the module docstring).
         num_speculative_tokens: the draft's proposals per verification step (default: the draft's own).
+        draft_flag: the option that named ``draft``, for messages (``--rollout-draft`` for RL rollouts).
     """
 
     backend = "transformers"
@@ -87,6 +90,7 @@ class TransformersEngine(Engine):
         device: str | None = None,
         draft: str | Path | None = None,
         num_speculative_tokens: int | None = None,
+        draft_flag: str = "--draft",
     ) -> None:
         import torch
 
@@ -106,6 +110,7 @@ class TransformersEngine(Engine):
         self.speculative_stats: dict[str, int] | None = None
         self._decoder: Any = None
         self._speculative_tokens: int | None = None
+        self._draft_flag = draft_flag
         if draft is not None:
             self._start_draft(plugins, Path(draft), num_speculative_tokens)
         self._after_load()
@@ -114,12 +119,13 @@ class TransformersEngine(Engine):
 
     def _start_draft(self, plugins: PluginSet, draft: Path, num_speculative_tokens: int | None) -> None:
         """Ask the plugins for ``draft``'s decoder (``swiftcore_speculative_decoder``); refuse what it cannot serve."""
+        flag = self._draft_flag
         if not (draft / "config.json").is_file():
-            raise SwiftcoreError(f"--draft {str(draft)!r}: no config.json there; give a draft model's directory")
+            raise SwiftcoreError(f"{flag} {str(draft)!r}: no config.json there; give a draft model's directory")
         if self._initial_adapter is not None:
             raise SwiftcoreError(
-                f"--draft {str(draft)!r} with a LoRA adapter: the draft was trained for one set of weights; merge the "
-                "adapter (--merge-lora) or drop --draft"
+                f"{flag} {str(draft)!r} with a LoRA adapter: the draft was trained for one set of weights; merge the "
+                f"adapter (--merge-lora) or drop {flag}"
             )
         if num_speculative_tokens is not None and num_speculative_tokens < 1:
             raise SwiftcoreError(f"num_speculative_tokens={num_speculative_tokens}: give 1 or more")
@@ -127,9 +133,9 @@ class TransformersEngine(Engine):
         decoder = plugins.pm.hook.swiftcore_speculative_decoder(draft_dir=str(draft), target=self.model)
         if decoder is None:
             raise SwiftcoreError(
-                f"--draft {str(draft)!r}: no installed plugin recognises this draft (an Eagle3 draft's config.json "
+                f"{flag} {str(draft)!r}: no installed plugin recognises this draft (an Eagle3 draft's config.json "
                 "says speculators_model_type 'eagle3', decoded by swiftcore-plugin-eagle3: pip install it if it is "
-                "missing); give a `swiftcore train --recipe eagle3` checkpoint, or drop --draft"
+                f"missing); give a `swiftcore train --recipe eagle3` checkpoint, or drop {flag}"
             )
         self._decoder = decoder
         self._speculative_tokens = num_speculative_tokens or int(decoder.num_speculative_tokens)
@@ -146,7 +152,7 @@ class TransformersEngine(Engine):
             if not {"temperature", "top_k", "top_p", "generator"} <= takes.keys():
                 return (
                     f"temperature={params.temperature}: this draft's decoder ({type(self._decoder).__qualname__}) "
-                    "decodes greedily only; send temperature 0, or serve without --draft"
+                    f"decodes greedily only; send temperature 0, or serve without {self._draft_flag}"
                 )
             # Sampling without a draft also applies the checkpoint's other generation_config warpers; draft
             # sampling applies temperature, top_k and top_p only, so a checkpoint asking for more is refused.
@@ -159,13 +165,13 @@ class TransformersEngine(Engine):
             if others:
                 return (
                     f"temperature={params.temperature}: the checkpoint's generation_config.json sets {others}, "
-                    "which sampling with a draft (--draft) does not apply (it applies temperature, top_k and top_p); "
-                    "send temperature 0, or serve without --draft"
+                    f"which sampling with a draft ({self._draft_flag}) does not apply (it applies temperature, top_k "
+                    f"and top_p); send temperature 0, or serve without {self._draft_flag}"
                 )
         if params.repetition_penalty != 1.0:
             return (
-                f"repetition_penalty={params.repetition_penalty}: not applied by draft decoding (--draft); send 1.0, "
-                "or serve without --draft"
+                f"repetition_penalty={params.repetition_penalty}: not applied by draft decoding ({self._draft_flag}); "
+                f"send 1.0, or serve without {self._draft_flag}"
             )
         return None
 
@@ -203,7 +209,10 @@ class TransformersEngine(Engine):
         if not params.greedy:
             generator = torch.Generator(device=self.device)
             if params.seed is None:
-                generator.seed()  # a fresh seed: a generator's default one would repeat the same draws each request
+                # A fresh seed (a generator's default one would repeat the same draws each request), drawn from torch's
+                # global generator as generate() without a draft samples from it: torch.manual_seed (a trainer's
+                # --seed) then makes draft sampling reproducible too.
+                generator.manual_seed(int(torch.randint(0, 2**62, (), dtype=torch.int64)))
             else:
                 generator.manual_seed(params.seed)
             sampling = {
@@ -232,6 +241,28 @@ class TransformersEngine(Engine):
                 stats["accepted"] += accepted
                 stats["proposed"] += k or 0
             yield tokens
+
+    def _target_logprobs(self, prompt: list[int], tokens: list[int], params: SamplingParams) -> list[float]:
+        """The target's log-probability of each of ``tokens`` after ``prompt`` under the distribution it samples from
+        with ``params`` (temperature, then top-k, then top-p, as ``generate`` warps its scores; raw when greedy): what
+        ``generate(output_scores=True)`` reports without a draft, from one forward over the whole sequence. Never the
+        draft's: the importance-sampling correction compares them with the policy's own."""
+        import torch
+        from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+        if not tokens:
+            return []
+        ids = torch.tensor([[*prompt, *tokens]], device=self.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1 : -1].float()
+        if not params.greedy:
+            logits = TemperatureLogitsWarper(params.temperature)(None, logits)
+            if params.top_k:
+                logits = TopKLogitsWarper(top_k=params.top_k)(None, logits)
+            if params.top_p < 1.0:
+                logits = TopPLogitsWarper(top_p=params.top_p)(None, logits)
+        picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
+        return picked.tolist()
 
     def speculative_summary(self) -> str | None:
         """The draft's acceptance so far in words (None without a draft), as the engine logs it."""
@@ -435,17 +466,14 @@ class TransformersEngine(Engine):
         import torch
 
         if self._decoder is not None:
-            if logprobs:
-                raise UnsupportedError(
-                    "this engine decodes with a draft (--draft): it reports no sampled log-probabilities "
-                    "(RL rollouts); start it without --draft"
-                )
             ids = [
                 [t for step in self._speculative_steps(p, q) for t in step]
                 for p, q in zip(prompts, params, strict=True)
             ]
             logger.info("%s", self.speculative_summary())
-            return ids, None
+            if not logprobs:
+                return ids, None
+            return ids, [self._target_logprobs(p, t, q) for p, t, q in zip(prompts, ids, params, strict=True)]
         # Rows are batched when they sample alike; each row is cut to its own max_new_tokens afterwards.
         out: list[list[int]] = [[] for _ in prompts]
         out_logprobs: list[list[float]] = [[] for _ in prompts]

@@ -178,7 +178,7 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
     elif isinstance(options, OPDOptions) and options.teacher_server:  # the teacher's log-probs over HTTP
         from swiftcore_recipe_rl.teacher_server import attach_teacher_server
 
-        attach_teacher_server(trainer, options.teacher_server)
+        attach_teacher_server(trainer, options.teacher_server, records=plan.prompts.records)
         trainer.reward_weight = options.opd_reward_weight
     elif isinstance(options, OPDOptions):  # the teacher scores the student's tokens; frozen, on the trainer's device
         teacher = load_model(plan.teacher, options.teacher_model, plugins, torch_dtype=dtype)
@@ -212,7 +212,8 @@ def _attach_rollout_engine(trainer: Any, plan: RunPlan, plugins: PluginSet, engi
     where = f"at {engine.url}" if engine is not None else "colocated"
     if engine is None:
         engine = create_rollout_engine(options.rollout_engine, plan.cfg, plugins, template=plan.template.name,
-                                       device=str(trainer.accelerator.device))  # fmt: skip
+                                       device=str(trainer.accelerator.device),
+                                       draft=options.rollout_draft or None)  # fmt: skip
     trainer.rollout_engine = engine
     trainer.weight_sync = WeightSync(engine, bucket_mb=options.sync_bucket_mb)
     trainer.weight_sync.attach(trainer.model)
@@ -223,9 +224,12 @@ def _attach_rollout_engine(trainer: Any, plan: RunPlan, plugins: PluginSet, engi
     mode = rollout.importance_sampling_mode() if rollout is not None else None
     trainer.importance_sampling = mode is not None
     log.info(
-        "rollouts: %s engine %s, %s weight sync before each generation round%s%s",
+        "rollouts: %s engine %s%s, %s weight sync before each generation round%s%s",
         options.rollout_engine if where == "colocated" else "swiftcore rollout",
         where,
+        f" decoding speculatively with the draft {options.rollout_draft} (kept as trained while the policy is synced)"
+        if getattr(options, "rollout_draft", "") and where == "colocated"
+        else "",
         "LoRA-only" if hasattr(trainer.model, "peft_config") else f"bucketed ({options.sync_bucket_mb:g} MiB)",
         f"; up to {trainer.max_staleness} round(s) generated and scored ahead while earlier steps train (at most "
         f"{trainer.max_staleness} step(s) stale)"

@@ -133,6 +133,10 @@ class SamplingOptions:
             run stops as if the server had died.
         rollout_server_key_file: the file holding the rollout server's key (its ``--api-key-file``), sent with every
             call; empty: ``$SWIFTCORE_ROLLOUT_KEY``, else no key (a server started with ``--no-api-key``).
+        rollout_draft: a draft model's directory (an Eagle3 draft, ``swiftcore train --recipe eagle3``) the
+            colocated ``transformers`` rollout engine decodes with speculatively (``swiftcore infer --draft``'s
+            decoder): greedy rollouts are the target's token for token, sampled ones distributed as the target's;
+            the draft's weights stay as trained while the policy's are synced. Empty: no draft.
     """
 
     max_completion_length: int = 256
@@ -144,6 +148,7 @@ class SamplingOptions:
     rollout_server: str = ""
     rollout_server_timeout: float = 600.0
     rollout_server_key_file: str = ""
+    rollout_draft: str = ""
 
     #: The recipe these options belong to (not a flag).
     recipe = "rl"
@@ -161,6 +166,7 @@ class SamplingOptions:
             problems.append(f"--rollout-engine: {self.rollout_engine!r} is not one of {', '.join(ROLLOUT_ENGINES)}")
         _check_finite(self, {"sync_bucket_mb": (0.0, math.inf), "rollout_server_timeout": (0.0, math.inf)}, problems)
         self._check_rollout_server(problems)
+        self._check_rollout_draft(problems)
         if int(self.max_completion_length) < 1:
             problems.append("--max-completion-length: must be at least 1")
         _check_finite(self, {"rollout_temperature": (0.0, math.inf), "rollout_top_p": (0.0, 1.0 + 1e-12)}, problems)
@@ -170,6 +176,34 @@ class SamplingOptions:
 
     def _check_method(self, problems: list[str]) -> None:
         """The method's own checks (subclasses)."""
+
+    def _check_rollout_draft(self, problems: list[str]) -> None:
+        """``--rollout-draft``: only the colocated transformers engine decodes with a draft (the directory itself is
+        checked by the plan step, :func:`~swiftcore_recipe_rl.plan.check_rollout_draft`)."""
+        draft = self.rollout_draft
+        if not draft:
+            return
+        if self.rollout_server:
+            problems.append(
+                f"--rollout-draft {draft} with --rollout-server: the server's engine is started by `swiftcore "
+                "rollout`, which takes no draft yet; drop --rollout-draft, or use --rollout-engine transformers "
+                "instead of the server"
+            )
+        elif getattr(self, "ray", False):
+            problems.append(
+                f"--rollout-draft {draft} with --ray: the Ray rollout worker takes no draft yet; drop --rollout-draft, "
+                "or run without --ray (--rollout-engine transformers)"
+            )
+        elif self.rollout_engine == "vllm":
+            problems.append(
+                f"--rollout-draft {draft} with --rollout-engine vllm: speculative rollouts are not wired to vLLM's "
+                "speculative decoding yet; use --rollout-engine transformers, or drop --rollout-draft"
+            )
+        elif self.rollout_engine != "transformers":
+            problems.append(
+                f"--rollout-draft {draft}: needs --rollout-engine transformers (TRL's own generation, "
+                f"--rollout-engine {self.rollout_engine}, decodes without a draft)"
+            )
 
     def _check_rollout_server(self, problems: list[str]) -> None:
         """``--rollout-server``: an http(s) URL, and the only rollout engine (it is one)."""
@@ -802,6 +836,11 @@ _HELP = {
     "rollout_server_key_file": "File holding the --rollout-server's key (the file `swiftcore rollout --api-key-file` "
     "reads; first line), sent with every call. Default: $SWIFTCORE_ROLLOUT_KEY, else none (a server started with "
     "--no-api-key).",
+    "rollout_draft": "A draft model's directory (an Eagle3 draft: `swiftcore train --recipe eagle3` on --model) that "
+    "the --rollout-engine transformers engine decodes the rollouts with speculatively: greedy rollouts are the "
+    "policy's token for token, sampled ones distributed as the policy's, log-probs the policy's. The draft stays as "
+    "trained while the policy's weights are synced, so its acceptance falls as the policy drifts (docs/rl.md). Full "
+    "fine-tuning only (--tuner full).",
     "environment": "A multi-turn environment by name (grpo, reinforce_pp; `swiftcore plugins` lists them, e.g. "
     "calculator): each rollout generates, runs the tool calls the family's template parses, appends the results and "
     "generates again; only the model's tokens are trained.",

@@ -151,6 +151,7 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
         cfg = replace(cfg, recipe=recipe)
     cfg.validate()
     _refuse_unsupported(cfg)
+    check_rollout_draft(options, cfg)
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
     rewards = []
@@ -224,6 +225,33 @@ def check_teacher_vocabulary(teacher_dir: str, tokenizer: Any, recipe: str) -> N
         f"student id {ours.get(differing[0])}); the {recipe} recipe scores the student's token ids with the teacher, "
         "so they must mean the same tokens: use a teacher with the student's tokenizer (the same model family)"
     )
+
+
+def check_rollout_draft(options: SamplingOptions, cfg: Any) -> None:
+    """``--rollout-draft DIR``: a directory with a ``config.json``, for a policy trained in full (whether an
+    installed plugin decodes that draft is known once the engine loads the policy:
+    :func:`~swiftcore_recipe_rl.sync.create_rollout_engine`).
+
+    Raises:
+        SwiftcoreError: no such directory, no ``config.json`` in it, or a LoRA (adapter) policy.
+    """
+    from swiftcore.api import SwiftcoreError
+
+    draft = getattr(options, "rollout_draft", "")
+    if not draft:
+        return
+    path = Path(draft)
+    if not path.is_dir():
+        raise SwiftcoreError(f"--rollout-draft {draft}: no such directory; give a draft's directory (a checkpoint of "
+                             f"`swiftcore train --recipe eagle3 --model {cfg.model}`)")  # fmt: skip
+    if not (path / "config.json").is_file():
+        raise SwiftcoreError(f"--rollout-draft {draft}: no config.json there; give a draft's directory (a checkpoint "
+                             f"of `swiftcore train --recipe eagle3 --model {cfg.model}`)")  # fmt: skip
+    if cfg.tuner != "full":
+        raise SwiftcoreError(
+            f"--rollout-draft with --tuner {cfg.tuner}: the draft decodes for the engine's full weights, and the "
+            "engine then takes no adapter to sync the policy's LoRA into; use --tuner full, or drop --rollout-draft"
+        )
 
 
 def _refuse_unsupported(cfg: Any) -> None:

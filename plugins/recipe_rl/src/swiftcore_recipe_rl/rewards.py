@@ -22,12 +22,15 @@ The adapter is an ``async`` callable that runs the reward on a worker thread, so
 functions with ``asyncio.gather``) runs the run's rewards concurrently with each other: a reward waiting on a
 remote model or a sandbox does not hold up the others. With ``--async-rollouts`` a round's rewards are scored on the
 rollout worker as soon as its rollouts are generated (:meth:`TRLReward.score_ahead`), overlapping the training of
-the step before; TRL's call for that round then gets the kept scores.
+the step before; TRL's call for that round then gets the kept scores. Each round's scores are kept under the round
+(its prompts and completion ids), so with ``--max-staleness K >= 2`` the rounds scored ahead do not overwrite each
+other before TRL asks for them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 __all__ = ["TRLReward"]
@@ -50,7 +53,10 @@ class TRLReward:
         self.codec = codec
         self.records = records or {}
         self.__name__ = reward.name  # TRL logs rewards/<__name__>/mean
-        self._ahead: tuple[Any, list[float], int] | None = None
+        # The rounds scored ahead and not yet asked for, oldest first: (round key, scores, faults). Written by the
+        # rollout worker, read by TRL's thread.
+        self._ahead: list[tuple[Any, list[float], int]] = []
+        self._ahead_lock = threading.Lock()
 
     async def __call__(
         self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], **kwargs: Any
@@ -63,10 +69,9 @@ class TRLReward:
     ) -> list[float]:
         """The synchronous scoring :meth:`__call__` runs (TRL's ``completions`` are ignored: see the module); the
         scores :meth:`score_ahead` kept for these prompts and ids when there are some."""
-        ahead, self._ahead = self._ahead, None
-        key = _key(prompts, completion_ids)
-        if ahead is not None and ahead[0] == key and kwargs.get("final_completion") is None:
-            _, scores, faults = ahead
+        ahead = self._take_ahead(_key(prompts, completion_ids)) if kwargs.get("final_completion") is None else None
+        if ahead is not None:
+            scores, faults = ahead
         else:
             scores, faults = self._score(prompts, completion_ids, kwargs)
         log_metric = kwargs.get("log_metric")
@@ -78,7 +83,20 @@ class TRLReward:
         """Score a round before TRL asks for it (async rollouts, on the rollout worker) and keep the scores for
         TRL's call with the same prompts and completion ids."""
         scores, faults = self._score(prompts, completion_ids, columns)
-        self._ahead = (_key(prompts, completion_ids), scores, faults)
+        with self._ahead_lock:
+            self._ahead.append((_key(prompts, completion_ids), scores, faults))
+
+    def _take_ahead(self, key: tuple) -> tuple[list[float], int] | None:
+        """The scores kept for the round ``key`` (the oldest such round), or None. Rounds kept before it are dropped:
+        TRL asks for rounds in the order they were generated, so an older one was dropped by the schedule (too stale,
+        generated again) and will not be asked for."""
+        with self._ahead_lock:
+            at = next((i for i, (k, _, _) in enumerate(self._ahead) if k == key), None)
+            if at is None:
+                return None
+            _, scores, faults = self._ahead[at]
+            del self._ahead[: at + 1]
+            return scores, faults
 
     def _score(self, prompts: list[Any], completion_ids: list[list[int]], kwargs: dict[str, Any]) -> tuple[list, int]:
         """``(scores, faults)``: the reward's scores (never raises) and how many of them were fallbacks."""

@@ -193,13 +193,21 @@ def create_rollout_engine(
     template: str | None,
     device: str | None = None,
     flag: str = "--rollout-engine",
+    draft: str | None = None,
 ) -> Any:
     """The colocated rollout engine of backend ``name`` on the policy's base checkpoint (``--model``), with the
     run's template, model type and dtype: what ``swiftcore deploy --backend NAME`` would serve. ``swiftcore
     rollout`` builds its engine here too (``flag``: the option that named the backend, for the message).
 
+    With ``draft`` (``--rollout-draft DIR``; the transformers backend only) the engine decodes speculatively with that
+    draft, as ``swiftcore deploy --draft DIR`` does: the draft is loaded once, against the engine's model, and keeps
+    its weights while the weight sync replaces the model's (the decoder verifies with the engine's model itself, so
+    every sync reaches it); greedy rollouts stay the policy's token for token, and the draft's acceptance falls as
+    the policy drifts from the weights it was trained for.
+
     Raises:
-        SwiftcoreError: the backend cannot sync weights (no ``update_weights`` capability).
+        SwiftcoreError: the backend cannot sync weights (no ``update_weights`` capability), ``draft`` with another
+            backend than transformers, or a draft no installed plugin decodes.
     """
     from swiftcore_infer import create_engine
 
@@ -209,6 +217,11 @@ def create_rollout_engine(
     # vLLM reports sampled tokens' log-probs as processed (after temperature, top-k, top-p) only when started so; the
     # transformers engine always does (its output_scores are processed): the importance-sampling correction needs them.
     placement = {"device": device} if name == "transformers" else {"logprobs_mode": "processed_logprobs"}
+    if draft:
+        if name != "transformers":
+            raise SwiftcoreError(f"--rollout-draft with {flag} {name}: only the transformers engine decodes rollouts "
+                                 "with a draft; use transformers, or drop --rollout-draft")  # fmt: skip
+        placement.update(draft=draft, draft_flag="--rollout-draft")
     engine = create_engine(
         name, cfg.model, plugins, template=template, model_type=cfg.model_type, dtype=cfg.dtype, **placement
     )

@@ -7,20 +7,33 @@ by its completion ids (the tokens the student sampled, up to its mask); the repl
 prompt are the teacher's ``log p(y_t | x, y_<t)``, from the server's raw logits (temperature 1), the same values
 ``--teacher-model`` computes locally (checked to 1e-4 by ``tests/test_teacher_server.py``).
 
+A prompt with images or audio cannot travel as token ids (the ids hold the placeholders, not the pixels). Such a row
+goes to ``/v1/chat/completions`` as its conversation, each image an ``image_url`` part with a ``data:`` URL and each
+clip an ``input_audio`` part (base64), as ``swiftcore deploy`` takes media, with the student's sampled ids in
+:data:`SCORE_FIELD`, ``max_tokens: 0`` and ``logprobs: true``: the server renders and encodes the prompt with the
+model's template and processor, scores the given ids after it, and answers their log-probs in
+``choices[0].logprobs.content`` (and, with ``return_token_ids``, the ``prompt_token_ids`` it encoded and the
+choice's ``token_ids``, which are checked against the student's). OpenAI's API has no way to score a given reply
+after a chat prompt, so this is a swiftcore extension: a server without it refuses ``max_tokens: 0`` (or answers
+tokens it generated itself), and either is one error naming ``--teacher-server``.
+
 The server's key, when it has one, is read from ``$SWIFTCORE_TEACHER_KEY``. Importing this module imports neither
 torch nor httpx.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
+import mimetypes
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from swiftcore.api import SwiftcoreError
 
-__all__ = ["KEY_ENV", "TeacherServer", "attach_teacher_server"]
+__all__ = ["KEY_ENV", "SCORE_FIELD", "TeacherServer", "attach_teacher_server", "chat_request"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +41,160 @@ log = logging.getLogger(__name__)
 KEY_ENV = "SWIFTCORE_TEACHER_KEY"
 #: The media inputs a multimodal batch carries next to the ids (TRL's and the processors' names).
 _MEDIA_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes", "input_features")
+#: The field of a ``/v1/chat/completions`` request (a swiftcore extension) that gives the token ids to score as the
+#: assistant's reply, with ``max_tokens: 0`` and ``logprobs: true``, instead of generating one.
+SCORE_FIELD = "completion_token_ids"
+#: A record's media columns: the items its value-less ``{"type": KIND}`` parts take, in order.
+_COLUMNS = {"image": "images", "audio": "audios", "video": "videos"}
+#: The per-item media controls a part may carry (``swiftcore_media.controls``); the server applies them.
+_CONTROLS = {"image": ("max_pixels", "min_pixels"), "audio": ("max_seconds",)}
+#: Audio formats ``swiftcore deploy`` (and OpenAI) take in an ``input_audio`` part, by file suffix / MIME subtype.
+_AUDIO_FORMATS = {"wav": "wav", "x-wav": "wav", "wave": "wav", "mp3": "mp3", "mpeg": "mp3", "flac": "flac"}
+#: The first bytes of the image formats a data URL is labelled with when the bytes come without a file name.
+_IMAGE_MAGIC = ((b"\x89PNG", "png"), (b"\xff\xd8", "jpeg"), (b"GIF8", "gif"), (b"RIFF", "webp"), (b"BM", "bmp"))
+
+
+class _HTTPFailure(SwiftcoreError):
+    """A non-200 answer (its ``status`` and the server's ``message``), so a caller can add what it was asking."""
+
+    def __init__(self, text: str, status: int, message: str) -> None:
+        super().__init__(text)
+        self.status, self.message = status, message
+
+
+def _read(value: Any, where: str) -> tuple[bytes, str]:
+    """The bytes of a media value that names or holds a file (path, ``file://`` URL, bytes, a ``{"bytes", "path"}``
+    dict, a PIL image), and the file's suffix (lower case, no dot; "" when unknown)."""
+    if isinstance(value, Mapping) and ("bytes" in value or "path" in value):
+        if value.get("bytes"):
+            return bytes(value["bytes"]), Path(str(value.get("path") or "")).suffix.lower().lstrip(".")
+        value = value.get("path")
+    if isinstance(value, bytes | bytearray):
+        return bytes(value), ""
+    if hasattr(value, "save") and hasattr(value, "size"):  # a decoded PIL image (a datasets Image feature)
+        import io
+
+        buffer = io.BytesIO()
+        value.save(buffer, format="PNG")
+        return buffer.getvalue(), "png"
+    if isinstance(value, str | Path):
+        path = Path(str(value)[len("file://") :] if str(value).startswith("file://") else value)
+        try:
+            return path.read_bytes(), path.suffix.lower().lstrip(".")
+        except OSError as exc:
+            raise SwiftcoreError(
+                f"--teacher-server: {where}: cannot read {str(path)!r} ({exc}); fix the path in the dataset "
+                "(relative paths are read from the working directory)"
+            ) from exc
+    raise SwiftcoreError(
+        f"--teacher-server: {where}: cannot send a {type(value).__name__} to the teacher; give the item as a path, "
+        "a data: URL or bytes"
+    )
+
+
+def _image_part(value: Any, where: str) -> dict[str, Any]:
+    """An OpenAI ``image_url`` part: a ``data:`` URL as given, an ``http(s)`` URL as given (the server fetches it
+    only when it allows remote media), anything else read and inlined as a base64 ``data:`` URL."""
+    if isinstance(value, str) and value.startswith(("data:", "http://", "https://")):
+        return {"type": "image_url", "image_url": {"url": value}}
+    data, suffix = _read(value, where)
+    kind = next((name for magic, name in _IMAGE_MAGIC if data.startswith(magic)), None)
+    mime = f"image/{kind}" if kind else (mimetypes.types_map.get(f".{suffix}") or "image/png")
+    url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _audio_part(value: Any, where: str) -> dict[str, Any]:
+    """An OpenAI ``input_audio`` part (base64 data and its ``format``: wav, mp3 or flac)."""
+    if isinstance(value, Mapping) and "data" in value:
+        return {"type": "input_audio", "input_audio": {"data": value["data"], "format": value.get("format", "wav")}}
+    if isinstance(value, Mapping) and "array" in value:
+        raise SwiftcoreError(
+            f"--teacher-server: {where}: a decoded waveform cannot be sent to the teacher; give the clip as a WAV, "
+            "MP3 or FLAC file (a path or a data: URL)"
+        )
+    if isinstance(value, str) and value.startswith("data:"):
+        header, _, data = value.partition(",")
+        subtype = header[len("data:") :].split(";")[0].partition("/")[2]
+        fmt = _AUDIO_FORMATS.get(subtype)
+        if fmt is None or ";base64" not in header:
+            raise SwiftcoreError(f"--teacher-server: {where}: a data: URL of {header[5:]!r}; the teacher takes base64 "
+                                 "WAV, MP3 or FLAC (audio/wav, audio/mpeg, audio/flac)")  # fmt: skip
+        return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        raise SwiftcoreError(f"--teacher-server: {where}: an audio URL cannot be sent as input_audio; download it "
+                             "and give its path")  # fmt: skip
+    data, suffix = _read(value, where)
+    fmt = _AUDIO_FORMATS.get(suffix) or ("wav" if data.startswith(b"RIFF") else "flac" if data[:4] == b"fLaC" else None)
+    if fmt is None:
+        raise SwiftcoreError(f"--teacher-server: {where}: cannot tell the audio format of {suffix or 'the bytes'!r}; "
+                             "give a .wav, .mp3 or .flac file")  # fmt: skip
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode("ascii"), "format": fmt}}
+
+
+def chat_request(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``/v1/chat/completions`` fields of a prompt record: its ``messages`` with each image an OpenAI
+    ``image_url`` part and each audio clip an ``input_audio`` part (files read and inlined as base64; ``<image>`` /
+    ``<audio>`` tags and value-less parts take the items of the record's ``images`` / ``audios`` columns, in order, as
+    training does), a part's media controls (``max_pixels``, ``min_pixels``, ``max_seconds``) kept, and the record's
+    ``tools`` and ``chat_template_kwargs``.
+
+    Raises:
+        SwiftcoreError: a video (no OpenAI part carries one), an item that cannot be read or sent, or more tagged
+            parts than column items (naming the part and ``--teacher-server``).
+    """
+    from swiftcore.api.template import media_tags_to_parts, media_type
+
+    record = media_tags_to_parts(record)
+    columns = {kind: iter(record.get(column) or ()) for kind, column in _COLUMNS.items()}
+    messages = []
+    for i, message in enumerate(record.get("messages") or []):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                kind = media_type(part) if isinstance(part, Mapping) and part.get("type") != "text" else None
+                if kind is None:
+                    parts.append(part)
+                    continue
+                where = f"messages[{i}].content[{j}] ({kind})"
+                if kind not in ("image", "audio"):
+                    raise SwiftcoreError(f"--teacher-server: {where}: a served teacher takes images and audio only; "
+                                         "use --teacher-model for rows with video")  # fmt: skip
+                value = next((part[k] for k in (kind, f"{kind}_url", f"input_{kind}") if part.get(k) is not None), None)
+                if isinstance(value, Mapping) and "url" in value:
+                    value = value["url"]
+                if value is None:
+                    value = next(columns[kind], None)
+                    if value is None:
+                        raise SwiftcoreError(f"--teacher-server: {where} has no value and the record's "
+                                             f"{_COLUMNS[kind]!r} column has no item left")  # fmt: skip
+                out = _image_part(value, where) if kind == "image" else _audio_part(value, where)
+                parts.append({**out, **{k: part[k] for k in _CONTROLS[kind] if k in part}})
+            message = {**message, "content": parts}
+        messages.append(dict(message))
+    body: dict[str, Any] = {"messages": messages}
+    for key in ("tools", "chat_template_kwargs"):
+        if record.get(key):
+            body[key] = record[key]
+    return body
+
+
+def _has_media(record: Mapping[str, Any] | None) -> bool:
+    """Whether a prompt record carries images or audio (parts, tags or media columns)."""
+    if not record:
+        return False
+    from swiftcore.api.template import media_tags_to_parts, media_type
+
+    if any(record.get(column) for column in _COLUMNS.values()):
+        return True
+    for message in media_tags_to_parts(record).get("messages") or []:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list) and any(
+            isinstance(p, Mapping) and p.get("type") != "text" and media_type(p) for p in content
+        ):
+            return True
+    return False
 
 
 class TeacherServer:
@@ -37,7 +204,7 @@ class TeacherServer:
         url: the server's address, with or without ``/v1``.
         model: the served model to ask; None: the first one ``/v1/models`` lists.
         timeout: seconds one request may take.
-        batch_size: rows per request.
+        batch_size: rows per request (token-id prompts), or chat requests in flight at once (multimodal prompts).
         api_key: the server's key; None: ``$SWIFTCORE_TEACHER_KEY`` (unset: no key).
     """
 
@@ -79,7 +246,11 @@ class TeacherServer:
             except Exception:
                 message = reply.text[:300]
             hint = f" (set ${KEY_ENV} to the server's key)" if reply.status_code in (401, 403) else ""
-            raise self._fail(f"{path} answered {reply.status_code}: {message}{hint}")
+            raise _HTTPFailure(
+                f"--teacher-server {self.url}: {path} answered {reply.status_code}: {message}{hint}",
+                reply.status_code,
+                str(message),
+            )
         try:
             return reply.json()
         except ValueError as exc:
@@ -95,6 +266,12 @@ class TeacherServer:
         """Ask for the log-probs of a two-token sequence: fails before training, naming ``--teacher-server``, when
         the server is unreachable or returns no log-probs for token-id prompts."""
         self.sequence_logps([[0, 0]], [1])
+
+    def check_chat(self) -> None:
+        """Ask for the log-probs of one given token after a one-word text conversation over ``/v1/chat/completions``
+        (what prompts with images or audio need): fails before training, naming ``--teacher-server``, when the server
+        cannot score a given reply after a chat prompt."""
+        self._score_chat(-1, {"messages": [{"role": "user", "content": "Hi"}]}, [0], None)
 
     def sequence_logps(self, rows: Sequence[Sequence[int]], scored: Sequence[int]) -> list[list[float]]:
         """The teacher's log-probs of each row's last ``scored[i]`` tokens, each given the tokens before it.
@@ -127,36 +304,144 @@ class TeacherServer:
                 out.append([float(v) for v in tail])
         return out
 
-    def completion_logps(self, out: dict[str, Any]) -> Any:
+    def record_logps(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        completions: Sequence[Sequence[int]],
+        prompts: Sequence[Sequence[int] | None] | None = None,
+    ) -> list[list[float]]:
+        """The teacher's log-probs of each ``completions[i]`` (token ids) as the assistant's reply to the
+        conversation ``records[i]`` (a prompt record, with images or audio), over ``/v1/chat/completions``: the
+        server encodes the prompt (template and processor) and the media, and scores the given ids after it.
+
+        Args:
+            records: prompt records (``messages`` with media parts or tags, media columns, ``chat_template_kwargs``).
+            completions: the ids to score after each prompt (the student's sampled tokens).
+            prompts: the student's prompt ids of each row (None: not checked); when the server returns the
+                prompt it encoded (``prompt_token_ids``), a different one is refused, as the teacher would then
+                score the reply after another context than the student's.
+
+        Raises:
+            SwiftcoreError: a media item that cannot be sent (:func:`chat_request`); a server that cannot take the
+                row's media or cannot score a given reply after a chat prompt, or answers other tokens than those
+                asked, or another prompt than the student's (each naming ``--teacher-server`` and the row).
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        bodies = [chat_request(record) for record in records]  # every item read (or refused) before any request
+        want = [None] * len(records) if prompts is None else list(prompts)
+
+        def one(i: int) -> list[float]:
+            return self._score_chat(i, bodies[i], [int(t) for t in completions[i]], want[i])
+
+        if len(bodies) <= 1:
+            return [one(i) for i in range(len(bodies))]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.batch_size, len(bodies)))) as pool:
+            return list(pool.map(one, range(len(bodies))))
+
+    def _score_chat(self, row: int, body: dict[str, Any], ids: list[int], prompt: Sequence[int] | None) -> list[float]:
+        """One row of :meth:`record_logps`."""
+        if not ids:
+            return []
+        request = {
+            "model": self.model,
+            **body,
+            SCORE_FIELD: ids,
+            "max_tokens": 0,
+            "logprobs": True,
+            "return_token_ids": True,
+        }
+        where = f"row {row} (a prompt with images or audio, sent to /v1/chat/completions)" if row >= 0 else "the check"
+        try:
+            reply = self._post("/v1/chat/completions", request)
+        except _HTTPFailure as exc:
+            text = str(exc).removeprefix(f"--teacher-server {self.url}: ")
+            if exc.status in (400, 422) and any(
+                k in exc.message for k in ("max_tokens", "max_completion", SCORE_FIELD)
+            ):
+                raise self._fail(
+                    f"{where}: {text}; this server cannot score a given reply after a chat prompt (swiftcore deploy's "
+                    f"{SCORE_FIELD!r} extension of /v1/chat/completions, with max_tokens: 0 and logprobs: true), "
+                    "which a prompt with images or audio needs; serve the teacher with a `swiftcore deploy` that has "
+                    "it, or use --teacher-model"
+                ) from exc
+            raise self._fail(f"{where}: {text}") from exc
+        choices = reply.get("choices") or []
+        choice = choices[0] if choices and isinstance(choices[0], Mapping) else {}
+        content = (choice.get("logprobs") or {}).get("content")
+        echoed = choice.get("token_ids")
+        if not isinstance(content, list) or len(content) != len(ids) or (echoed is not None and echoed != ids):
+            got = "no log-probs" if not isinstance(content, list) else f"{len(content)} tokens' log-probs"
+            raise self._fail(
+                f"{where}: asked to score the {len(ids)} given tokens, got {got}"
+                f"{'' if echoed is None or echoed == ids else ' of other tokens'}: the server generated a reply of "
+                f"its own instead of scoring the given one (it lacks the {SCORE_FIELD!r} extension of "
+                "/v1/chat/completions); serve the teacher with `swiftcore deploy`, or use --teacher-model"
+            )
+        served = reply.get("prompt_token_ids")
+        if prompt is not None and served is not None and list(served) != [int(t) for t in prompt]:
+            first = next((k for k, (a, b) in enumerate(zip(served, prompt)) if a != b), min(len(served), len(prompt)))
+            raise self._fail(
+                f"{where}: the server encoded the prompt as {len(served)} tokens, the student's has {len(prompt)} "
+                f"(first difference at token {first}): the teacher would score the reply after another context; "
+                "serve a teacher with the student's chat template and processor (or the same chat_template_kwargs)"
+            )
+        values = [entry.get("logprob") if isinstance(entry, Mapping) else None for entry in content]
+        if any(not isinstance(v, int | float) for v in values):
+            raise self._fail(f"{where}: the server returned null log-probs for completion tokens")
+        return [float(v) for v in values]
+
+    def completion_logps(self, out: dict[str, Any], records: Sequence[Mapping[str, Any] | None] | None = None) -> Any:
         """The teacher's log-probs ``(B, T)`` (float32) of a generation batch's completions (``prompt_ids`` left-padded
         by ``prompt_mask``, ``completion_ids`` right-padded by ``completion_mask``): what the ``opd`` trainer's
         ``teacher_logps`` computes with a local teacher, 0 past each completion's mask.
 
+        Args:
+            out: the generation batch.
+            records: each row's prompt record (None: none known). Rows whose record carries images or audio are
+                scored over ``/v1/chat/completions`` (:meth:`record_logps`), the others as token ids.
+
         Raises:
-            SwiftcoreError: the batch carries images or audio (token ids cannot carry them: use --teacher-model),
-                or the server failed.
+            SwiftcoreError: the batch carries images or audio but no records to send them from (token ids cannot
+                carry them), or the server failed.
         """
         import torch
 
         media = [k for k in _MEDIA_KEYS if out.get(k) is not None]
-        if media:
+        multimodal = [i for i, record in enumerate(records or ()) if _has_media(record)]
+        if media and not multimodal:
             raise SwiftcoreError(
                 f"--teacher-server: the prompts carry media ({', '.join(media)}), which a token-id prompt cannot "
-                "send; multimodal prompts are not supported with a teacher server yet: use --teacher-model"
+                "send, and the batch's prompt records (which the media would be sent from as chat content parts) are "
+                "not known here: use --teacher-model"
             )
         prompt_ids, prompt_mask = out["prompt_ids"], out["prompt_mask"]
         completion_ids, completion_mask = out["completion_ids"], out["completion_mask"]
-        rows, lengths = [], []
+        if records is not None and len(records) != len(completion_ids):
+            raise SwiftcoreError(
+                f"--teacher-server: {len(records)} prompt records for a batch of {len(completion_ids)} completions"
+            )
+        prompts, completions = [], []
         for ids, mask, completion, cmask in zip(
             prompt_ids.tolist(), prompt_mask.tolist(), completion_ids.tolist(), completion_mask.tolist(), strict=True
         ):
-            prompt = [t for t, m in zip(ids, mask, strict=True) if m]
-            n = int(sum(cmask))
-            rows.append(prompt + completion[:n])
-            lengths.append(n)
-        scored = self.sequence_logps(rows, lengths)
+            prompts.append([t for t, m in zip(ids, mask, strict=True) if m])
+            completions.append(completion[: int(sum(cmask))])
+        chat = set(multimodal)
+        text = [i for i in range(len(prompts)) if i not in chat]
+        scored: dict[int, list[float]] = {}
+        if text:
+            values = self.sequence_logps(
+                [prompts[i] + completions[i] for i in text], [len(completions[i]) for i in text]
+            )
+            scored.update(zip(text, values, strict=True))
+        if multimodal:
+            values = self.record_logps(
+                [records[i] for i in multimodal], [completions[i] for i in multimodal], [prompts[i] for i in multimodal]
+            )
+            scored.update(zip(multimodal, values, strict=True))
         result = torch.zeros(completion_ids.shape, dtype=torch.float32)
-        for i, values in enumerate(scored):
+        for i, values in scored.items():
             result[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
         return result.to(completion_ids.device)
 
@@ -165,16 +450,40 @@ class TeacherServer:
         self._client.close()
 
 
-def attach_teacher_server(trainer: Any, url: str) -> TeacherServer:
+def attach_teacher_server(
+    trainer: Any, url: str, records: Mapping[str, Mapping[str, Any]] | None = None
+) -> TeacherServer:
     """Make the ``opd`` ``trainer`` score its completions on the teacher server at ``url`` (checked first): its
     ``teacher_logps`` becomes :meth:`TeacherServer.completion_logps`; the rest of the trainer is unchanged.
 
+    Args:
+        trainer: the ``opd`` trainer.
+        url: the server.
+        records: prompt text (a TRL row's ``prompt``) -> its prompt record (``EncodedPrompts.records``). With it,
+            each generation batch's records are kept (its rows are TRL's ``inputs``, in order), and rows whose
+            record has images or audio are sent with them (:meth:`TeacherServer.record_logps`).
+
     Raises:
-        SwiftcoreError: the server is unreachable or returns no log-probs (naming ``--teacher-server``).
+        SwiftcoreError: the server is unreachable or returns no log-probs, or (when a record has images or audio)
+            cannot score a given reply after a chat prompt (naming ``--teacher-server``).
     """
     server = TeacherServer(url)
     server.check()
+    if records is not None and any(_has_media(record) for record in records.values()):
+        server.check_chat()  # before training: the rows with images or audio go by chat
     log.info("teacher: %s at %s (log-probs over HTTP)", server.model, server.url)
-    trainer.teacher_logps = server.completion_logps
+    batch: dict[str, Any] = {}
+    if records is not None:
+        generate = trainer._generate_and_score_completions
+
+        def generate_and_score(inputs: Any) -> Any:
+            batch["records"] = [records.get(row.get("prompt")) if isinstance(row, Mapping) else None for row in inputs]
+            try:
+                return generate(inputs)
+            finally:
+                batch.pop("records", None)
+
+        trainer._generate_and_score_completions = generate_and_score
+    trainer.teacher_logps = lambda out: server.completion_logps(out, batch.get("records"))
     trainer.teacher_server = server
     return server

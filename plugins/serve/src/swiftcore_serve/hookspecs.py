@@ -1,9 +1,10 @@
-"""The hook swiftcore-serve declares: a model plugin gives ``swiftcore deploy`` a voice for ``POST /v1/audio/speech``.
+"""The hook swiftcore-serve declares: a model plugin gives ``swiftcore deploy`` a voice for ``POST /v1/audio/speech``
+and for chat replies with ``modalities: ["text", "audio"]``.
 
 Declared through the core's ``swiftcore_addhooks`` (:mod:`swiftcore_serve.plugin`), in swiftcore's pluggy project, so a
 plugin implements it with ``@swiftcore.api.hookimpl(optionalhook=True)`` in its plugin module (optional: the plugin
 still loads where swiftcore-serve is not installed). The server never names the plugin: it asks the hook, once, on
-the first speech request (:mod:`swiftcore_serve.routes.speech`).
+the first request that needs a voice (:mod:`swiftcore_serve.voice`).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ class SpeechSynthesizer(Protocol):
 def swiftcore_speech_synthesizer(model_dir: str, model_type: str | None, plugins: PluginSet) -> Any | None:
     """Return a :class:`SpeechSynthesizer` for the served checkpoint, or None when it is not yours or cannot speak.
 
-    Called by ``swiftcore deploy`` once, on the first ``POST /v1/audio/speech``, on the engine's worker thread (an
-    implementation may load weights: the engine waits meanwhile); stops at the first non-None result. None from
-    every plugin makes the route answer 400 naming the model. E.g. swiftcore-plugin-qwen3-omni answers for a
+    Called by ``swiftcore deploy`` once, on the first ``POST /v1/audio/speech`` or chat request with ``modalities:
+    ["text", "audio"]``, on the engine's worker thread (an implementation may load weights: the engine waits
+    meanwhile); stops at the first non-None result. None from every plugin makes such requests 400s naming the
+    model. E.g. swiftcore-plugin-qwen3-omni answers for a
     Qwen3-Omni checkpoint with its talker.
 
     :param model_dir: the served base checkpoint directory (a Hugging Face checkpoint).

@@ -17,6 +17,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from swiftcore_infer import MAX_TOP_LOGPROBS, InvalidRequestError, SamplingParams
 
 __all__ = [
+    "AUDIO_FORMATS",
+    "ChatAudioOut",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
     "ClassifyRequest",
@@ -150,6 +152,40 @@ class ChatMessageIn(BaseModel):
     content: str | list[dict[str, Any]] | None = None
 
 
+#: OpenAI's chat ``audio.format`` values this server writes -> the :mod:`swiftcore_serve.voice` format (OpenAI's
+#: ``pcm16`` is raw 16-bit little-endian samples, the speech route's ``pcm``); ``aac`` and ``opus`` are refused.
+AUDIO_FORMATS = {"wav": "wav", "mp3": "mp3", "flac": "flac", "pcm16": "pcm"}
+#: The output modalities a chat request may ask for.
+MODALITIES = ("text", "audio")
+
+
+class VoiceRef(BaseModel):
+    """A voice given as an object (OpenAI's custom voice ``{"id": ...}``): the id names one of the model's voices."""
+
+    model_config = _REQUEST_CONFIG
+
+    id: str = Field(max_length=64)
+
+
+class ChatAudioOut(BaseModel):
+    """``audio`` of a chat request with ``modalities: ["text", "audio"]``: the reply spoken with ``voice``."""
+
+    model_config = _REQUEST_CONFIG
+
+    voice: Annotated[str, Field(max_length=64)] | VoiceRef = Field(
+        description="One of the model's voices (the 400 for another lists them)."
+    )
+    format: str = Field(
+        max_length=16,
+        description="wav (24 kHz mono 16-bit), mp3, flac or pcm16 (raw s16le); aac and opus are refused.",
+        json_schema_extra={"enum": list(AUDIO_FORMATS)},
+    )
+
+    def voice_name(self) -> str:
+        """The voice asked for, given as a name or as ``{"id": name}``."""
+        return self.voice if isinstance(self.voice, str) else self.voice.id
+
+
 class ChatCompletionRequest(_Body):
     """``POST /v1/chat/completions``."""
 
@@ -164,7 +200,101 @@ class ChatCompletionRequest(_Body):
     response_format: Any = _refused(
         "this server does not constrain the output to JSON; remove it, or send {'type': 'text'}", None, {"type": "text"}
     )
+    modalities: (
+        Annotated[
+            list[Annotated[str, Field(max_length=16, json_schema_extra={"enum": list(MODALITIES)})]],
+            Field(min_length=1, max_length=len(MODALITIES)),
+        ]
+        | None
+    ) = Field(default=None, description='["text"] (the default), or ["text", "audio"] for a spoken reply too.')
+    audio: ChatAudioOut | None = Field(default=None, description='With modalities ["text", "audio"]: the voice.')
+    # 0 only with completion_token_ids: the given reply scored, nothing generated (a distillation teacher's request).
+    max_tokens: NonNegativeInt | None = None
+    completion_token_ids: Annotated[list[TokenId], Field(min_length=1)] | None = Field(
+        default=None,
+        description="swiftcore's extension: score these token ids as the assistant's reply to the conversation "
+        "(with max_tokens: 0 and logprobs: true) instead of generating one; logprobs.content holds theirs.",
+    )
+    return_token_ids: bool = Field(
+        default=False,
+        description="Also return the prompt's token ids (prompt_token_ids) and the reply's (choices[0].token_ids).",
+    )
     UNSUPPORTED = ("response_format",)
+
+    def scores_only(self) -> bool:
+        """True with ``completion_token_ids``: the given reply is scored after the conversation, nothing generated.
+
+        Raises:
+            InvalidRequestError: naming the field: ``max_tokens: 0`` without ``completion_token_ids``;
+                ``completion_token_ids`` without ``max_tokens: 0`` or ``logprobs: true``, with
+                ``max_completion_tokens``, ``stream`` or the ``audio`` modality.
+        """
+        if self.completion_token_ids is None:
+            if self.max_tokens == 0:
+                raise InvalidRequestError(
+                    "max_tokens=0 generates nothing: send completion_token_ids to score a "
+                    "given reply, or max_tokens >= 1 to generate one",
+                    param="max_tokens",
+                )
+            return False
+        if self.max_tokens != 0:
+            raise InvalidRequestError(
+                "completion_token_ids scores the given reply and generates nothing: send max_tokens: 0",
+                param="max_tokens",
+            )
+        if self.max_completion_tokens is not None:
+            raise InvalidRequestError(
+                "completion_token_ids generates nothing: leave max_completion_tokens out (send max_tokens: 0)",
+                param="max_completion_tokens",
+            )
+        if not self.logprobs:
+            raise InvalidRequestError(
+                "completion_token_ids needs logprobs: true (the scores are the reply)", param="logprobs"
+            )
+        if self.stream:
+            raise InvalidRequestError("completion_token_ids is not streamed; send stream: false", param="stream")
+        if "audio" in (self.modalities or ()):  # nothing is generated, so there is no reply to speak
+            raise InvalidRequestError(
+                "completion_token_ids scores a given reply and speaks nothing: send "
+                'modalities ["text"] or leave modalities and audio out',
+                param="modalities",
+            )
+        return True
+
+    def audio_out(self) -> ChatAudioOut | None:
+        """The spoken reply asked for (None: text only).
+
+        Raises:
+            InvalidRequestError: naming the field: an unknown modality, ``audio`` modality without ``audio`` (or
+                ``audio`` without that modality: it would be ignored), or an unsupported format.
+        """
+        wanted = self.modalities or ["text"]
+        unknown = [m for m in wanted if m not in MODALITIES]
+        if unknown:
+            raise InvalidRequestError(
+                f"modalities {unknown} unknown: use 'text', or 'text' and 'audio' for a spoken reply too",
+                param="modalities",
+            )
+        if "audio" not in wanted:
+            if self.audio is not None:  # refused rather than ignored: the client expects audio it would not get
+                raise InvalidRequestError(
+                    'audio is set but modalities does not ask for audio: send modalities ["text", "audio"] '
+                    "for a spoken reply, or leave audio out",
+                    param="audio",
+                )
+            return None
+        if self.audio is None:
+            raise InvalidRequestError(
+                'modalities ["text", "audio"] needs audio: {"voice": ..., "format": "wav"} (the voice and format '
+                "of the spoken reply)",
+                param="audio",
+            )
+        if self.audio.format not in AUDIO_FORMATS:
+            raise InvalidRequestError(
+                f"audio.format {self.audio.format!r} is not supported; use one of {', '.join(AUDIO_FORMATS)}",
+                param="audio.format",
+            )
+        return self.audio
 
     def top_logprobs_wanted(self) -> int | None:
         """None without ``logprobs``; else how many alternatives per token (``top_logprobs``, default 0).
@@ -187,12 +317,25 @@ class ChatCompletionRequest(_Body):
                 "tool_choice supports 'auto' and 'none' only (the model decides)", param="tool_choice"
             )
         # Only what the client sent: a missing content stays missing (the template tells it from null).
-        record: dict[str, Any] = {"messages": [m.model_dump(exclude_unset=True) for m in self.messages]}
+        record: dict[str, Any] = {"messages": [_without_audio(m.model_dump(exclude_unset=True)) for m in self.messages]}
         if self.tools and self.tool_choice != "none":
             record["tools"] = self.tools
         if self.chat_template_kwargs:
             record["chat_template_kwargs"] = self.chat_template_kwargs
         return record
+
+
+def _without_audio(message: dict[str, Any]) -> dict[str, Any]:
+    """An earlier spoken reply sent back (``audio: {id, data, transcript, ...}`` on an assistant turn) as its text:
+    the server keeps no audio to refer to, and a template would not read the base64 data; the text is the
+    message's ``content``, else the audio's ``transcript``."""
+    audio = message.get("audio")
+    if message.get("role") != "assistant" or not isinstance(audio, dict):
+        return message
+    out = {k: v for k, v in message.items() if k != "audio"}
+    if out.get("content") is None and isinstance(audio.get("transcript"), str):
+        out["content"] = audio["transcript"]
+    return out
 
 
 class CompletionRequest(_Body):
@@ -395,6 +538,15 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class ChatAudio(BaseModel):
+    """The spoken reply of a chat request with ``modalities: ["text", "audio"]``."""
+
+    id: str
+    data: str = Field(description="The audio, base64, in the format the request asked for.")
+    expires_at: int = Field(description="Now: the server keeps no audio for later turns to refer to.")
+    transcript: str = Field(description="The text spoken (the message's content).")
+
+
 class ChatMessage(BaseModel):
     """The assistant's reply."""
 
@@ -402,6 +554,7 @@ class ChatMessage(BaseModel):
     content: str | None
     reasoning_content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    audio: ChatAudio | None = None
 
 
 class TopLogprob(BaseModel):
@@ -431,6 +584,7 @@ class ChatChoice(BaseModel):
     message: ChatMessage
     logprobs: ChatLogprobs | None
     finish_reason: str
+    token_ids: list[int] | None = Field(default=None, description="With return_token_ids: the reply's token ids.")
 
 
 class ChatCompletionResponse(BaseModel):
@@ -442,6 +596,9 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    prompt_token_ids: list[int] | None = Field(
+        default=None, description="With return_token_ids: the prompt's token ids, as the server encoded it."
+    )
 
 
 class CompletionLogprobs(BaseModel):

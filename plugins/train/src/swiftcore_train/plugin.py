@@ -13,7 +13,8 @@ SWIFTCORE_API = "1.5"  # the plugin API this module was written against: swiftco
 
 @hookimpl
 def swiftcore_addhooks(pluginmanager: Any) -> None:
-    """Declare ``swiftcore_train_check`` and ``swiftcore_train_setup``, where capabilities (e.g. SP) attach."""
+    """Declare ``swiftcore_train_check``, ``swiftcore_train_setup`` (where capabilities, e.g. SP, attach) and
+    ``swiftcore_train_run`` (where a model plugin takes a run over)."""
     from swiftcore_train import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)

@@ -68,6 +68,13 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
     check_requirements(spec)
     check_recipe_fits_model(cfg, spec, plugins)
     check_training(plugins, cfg, options, kind="sft")  # capabilities (e.g. sequence parallelism) refuse early
+    # A model plugin may train this run its own way (Qwen3-Omni's talker, --train-part talker): its result is ours.
+    take_over = getattr(plugins.pm.hook, "swiftcore_train_run", None)  # None: a plugin set built without this plugin
+    taken = take_over and take_over(
+        cfg=cfg, options=dict(options or {}), model_dir=str(cfg.model), kind="sft", plugins=plugins
+    )
+    if taken is not None:
+        return taken
     # Everything about the output directory and the checkpoint to resume is decided now, before the
     # (slow) data and model loading, and before anything on disk changes.
     from swiftcore_train.output_dir import plan_output_dir

@@ -8,7 +8,14 @@ computed here). The policy's log-probs come from the sharded megatron model (meg
 entropy, so tensor parallelism never gathers the logits); the reference's are computed once before the first step, from
 the initial weights (with LoRA: the model before its adapter learns anything, B = 0) or from ``--ref-model``, so no
 second model stays in memory. Steps, checkpoints, LoRA and the Hugging Face export are the SFT loop's
-(:mod:`~swiftcore_train_megatron.loop`).
+(:mod:`~swiftcore_train_megatron.loop`), and so is ``--resume-from-checkpoint`` (the reference's log-probs are
+computed from the initial weights before the checkpoint is loaded; the data order is a function of ``--seed`` and
+the step), so a resumed run repeats the uninterrupted one step for step.
+
+Under ``--pp`` each micro-batch runs through megatron-core's 1F1B schedule
+(:func:`~swiftcore_train_megatron.loop.pipeline_records`) holding whole pairs, every chosen row then every rejected
+one, so the last stage computes the DPO loss of its pairs as without a pipeline; the reference's log-probs and the
+evaluation go through the stages forward only.
 
 The step's loss is the mean over its pairs (every micro-batch of every data-parallel rank), as the transformers
 engine's with equal micro-batches.
@@ -16,6 +23,7 @@ engine's with equal micro-batches.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -39,8 +47,6 @@ _MEDIA = ("images", "audios", "videos")
 
 def _dpo_options(cfg: TrainConfig) -> Any:
     """The ``dpo`` recipe's options from the flags this run was given (its defaults for the others)."""
-    import dataclasses
-
     from swiftcore_recipe_preference import DPOOptions
 
     own = {f.name for f in dataclasses.fields(DPOOptions)}
@@ -53,14 +59,12 @@ def _dpo_options(cfg: TrainConfig) -> Any:
 def _refuse_dpo(cfg: TrainConfig, options: Any, layout: ParallelLayout) -> None:
     """What ``dpo.megatron`` does not do yet, refused by name before anything loads (besides the engine's own)."""
     problems = []
-    if layout.pp > 1:
-        problems.append(f"--pp {layout.pp}: DPO does not run through pipeline stages yet; use --tp (and --pp 1)")
+    if layout.vpp > 1:
+        problems.append(f"--vpp {layout.vpp}: DPO runs megatron's plain 1F1B pipeline schedule so far; drop --vpp")
     if layout.ep > 1:
         problems.append(f"--ep {layout.ep}: DPO trains dense families only so far; use --ep 1")
     if cfg.truncation in ("truncate_right", "truncate_left"):
         problems.append(f"--truncation {cfg.truncation}: DPO on this engine does not cut pairs; use drop or error")
-    if cfg.resume_from_checkpoint:
-        problems.append("--resume-from-checkpoint: DPO on this engine does not resume yet; start a new run")
     if cfg.tuner == "lora" and options.ref_model:
         problems.append("--ref-model: with --tuner lora the reference is --model before the adapter learns; drop "
                         "--ref-model, or train with --tuner full")  # fmt: skip
@@ -86,7 +90,14 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     """
     from swiftcore_train import generation_defaults, start_run
 
-    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _refuse_unsupported, _schedule_and_optimizer
+    from swiftcore_train_megatron.recipe import (
+        _add_lora,
+        _bridge,
+        _refuse_unsupported,
+        _resumed_step,
+        _schedule_and_optimizer,
+        resume_checkpoint,
+    )
 
     cfg.validate()
     _refuse_unsupported(cfg)
@@ -94,7 +105,8 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     _refuse_dpo(cfg, options, layout)
     from swiftcore_recipe_preference import check_ref_tokenizer, encode_dpo_pairs, prepare
 
-    prepared = prepare(cfg, plugins, "dpo")
+    # prepare() refuses --resume-from-checkpoint for the transformers engine's trainer; this engine resumes.
+    prepared = prepare(dataclasses.replace(cfg, resume_from_checkpoint=None), plugins, "dpo")
     if any(pair.prompt.get(k) for pair in [*prepared.train, *prepared.val] for k in _MEDIA):
         raise SwiftcoreError(
             "--engine megatron --recipe dpo: image / audio / video pairs are not supported by this engine yet; "
@@ -112,11 +124,15 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     train = encode_dpo_pairs(prepared.train, prepared.template, prepared.tokenizer, cfg)
     val = encode_dpo_pairs(prepared.val, prepared.template, prepared.tokenizer, cfg) if prepared.val else []
     output_dir = Path(cfg.output_dir)
+    resume = resume_checkpoint(cfg, output_dir, prepared.spec, layout)
     if is_main_process():
         from swiftcore_train import plan_output_dir, run_inputs
 
-        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
-    log.info("dpo: model %s, bridge %s, tp %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp, world)
+        plan_output_dir(
+            output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
+        )
+    log.info("dpo: model %s, bridge %s, tp %d pp %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp,
+             layout.pp, world)  # fmt: skip
 
     # Every check passed: only now the process group and the model.
     from swiftcore_megatron import init_model_parallel
@@ -143,10 +159,18 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         output_dir,
         prepared.spec,
         plugins,
-        fresh=True,
+        fresh=resume is None,
+        resumed_step=_resumed_step(resume),
         template=prepared.template_spec,
         generation_defaults=generation_defaults([p.record(p.chosen) for p in prepared.train], prepared.template, cfg),
-        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
+        engine={
+            "name": "megatron",
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "ep": 1,
+            "world_size": world,
+            "bridge": bridge_spec.name,
+        },
         preference={
             "recipe": "dpo",
             "trl": metadata.version("trl"),
@@ -172,6 +196,8 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         ref_train=ref_train,
         ref_val=ref_val,
     )
+    if resume is not None:  # after the reference log-probs: they are the initial weights', not the checkpoint's
+        loop.resume(resume)
     return loop.run()
 
 
@@ -192,7 +218,6 @@ def per_token_logps(model: Any, samples: list[dict], pad_token_id: int, length: 
     (megatron's per-token loss is minus that log-prob, computed over the tensor-parallel vocabulary shards);
     ``completion_mask`` is ``[2B, T]``, 1 on reply tokens.
     """
-    import torch
     from swiftcore_megatron import eager_on_cpu
 
     from swiftcore_train_megatron.engine import model_inputs
@@ -200,26 +225,57 @@ def per_token_logps(model: Any, samples: list[dict], pad_token_id: int, length: 
     inputs = model_inputs(_rows(samples), pad_token_id, length)
     with eager_on_cpu():
         per_token = model(**inputs.forward_kwargs())
+    return _logps(per_token, inputs, len(samples))
+
+
+def _logps(per_token: Any, inputs: Any, pairs: int) -> tuple[Any, Any]:
+    """``(logps, completion_mask)`` of a micro-batch of ``pairs`` pairs from megatron's per-token loss (rows of padding
+    after its ``2 * pairs`` rows, which a pipeline's micro-batches of one shape may have, left out)."""
+    import torch
+
     logps = -(per_token.float() * inputs.mask)  # megatron's position t scores label t+1
     completion = torch.zeros_like(inputs.mask, dtype=torch.long)
     completion[:, 1:] = inputs.mask[:, :-1].long()
-    return logps[:, :-1], completion
+    return logps[: 2 * pairs, :-1], completion[: 2 * pairs]
 
 
 def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_size: int) -> list[tuple[float, float]]:
-    """``(chosen, rejected)`` summed reply log-probs of every pair under ``model`` as it is now (no gradient)."""
+    """``(chosen, rejected)`` summed reply log-probs of every pair under ``model`` as it is now (no gradient); under
+    pipeline parallelism each batch runs through the stages (forward only) and every stage gets the last's values."""
     import torch
+    from megatron.core import parallel_state
 
     out: list[tuple[float, float]] = []
     was_training = model.training
     model.eval()
+    pipeline = parallel_state.get_pipeline_model_parallel_world_size() > 1
     with torch.no_grad():
         for start in range(0, len(samples), batch_size):
-            logps, _ = per_token_logps(model, samples[start : start + batch_size], pad_token_id)
+            batch = samples[start : start + batch_size]
+            if pipeline:
+                from swiftcore_train_megatron.engine import model_inputs
+                from swiftcore_train_megatron.loop import pipeline_records
+
+                inputs = model_inputs(_rows(batch), pad_token_id)
+
+                def summed(_k: int, per_token: Any, inputs: Any = inputs, n: int = len(batch)) -> tuple[Any, dict]:
+                    sums = _logps(per_token, inputs, n)[0].sum(dim=1).double()
+                    return sums.sum(), {"logps": sums.tolist()}
+
+                (record,) = pipeline_records(model, [inputs], summed, forward_only=True)
+                sums = record["logps"]
+                out += list(zip(sums[: len(batch)], sums[len(batch) :], strict=True))
+                continue
+            logps, _ = per_token_logps(model, batch, pad_token_id)
             chosen, rejected = logps.sum(dim=1).double().chunk(2)
             out += list(zip(chosen.tolist(), rejected.tolist(), strict=True))
     model.train(was_training)
     return out
+
+
+def _longest(samples: list[dict]) -> int:
+    """The longest sequence (prompt and the longer reply) of ``samples``' pairs."""
+    return max(len(s["prompt_ids"]) + max(len(s["chosen_ids"]), len(s["rejected_ids"])) for s in samples)
 
 
 class DPOLoop(TrainLoop):
@@ -236,17 +292,46 @@ class DPOLoop(TrainLoop):
         self.options = options
         self.ref_train = ref_train
         self.ref_val = ref_val
+        self._metric_names: list[str] = []  # under --pp: the names of the metrics the last stage sent
 
     def _pairs_loss(self, samples: list[dict], refs: list[tuple[float, float]], *, training: bool) -> tuple:
         """``(loss, metrics)`` of one batch of pairs: TRL's DPO loss (mean over the pairs) on the megatron log-probs."""
-        import torch
+        logps, completion = per_token_logps(self.model, samples, self.pad_token_id, self._padded(_longest(samples)))
+        return self._dpo_loss(logps, completion, refs, training=training)
 
-        longest = max(len(s["prompt_ids"]) + max(len(s["chosen_ids"]), len(s["rejected_ids"])) for s in samples)
-        logps, completion = per_token_logps(self.model, samples, self.pad_token_id, self._padded(longest))
-        ref = torch.tensor(refs, dtype=logps.dtype, device=logps.device)
+    def _dpo_loss(self, logps: Any, completion: Any, refs: list[tuple[float, float]], *, training: bool) -> tuple:
+        import torch
         from swiftcore_recipe_preference import dpo_loss
 
+        ref = torch.tensor(refs, dtype=logps.dtype, device=logps.device)
         return dpo_loss(logps, completion, ref[:, 0], ref[:, 1], self.options, training=training)
+
+    def _pipeline_losses(
+        self, batches: list[list[int]], samples: list[dict], refs: list, *, weight: int, training: bool
+    ) -> list[list[float]]:
+        """Every micro-batch of ``batches`` (indices into ``samples`` and ``refs``) through the pipeline stages, a
+        micro-batch's pairs whole in it (the loss sees each pair's chosen and rejected rows): its ``[loss,
+        *metrics]`` on every stage, the gradients those of each micro-batch's loss times its share of ``weight``
+        pairs (when ``training``). The micro-batches share one shape (the stages exchange activations of one)."""
+        from swiftcore_train_megatron.engine import model_inputs
+        from swiftcore_train_megatron.loop import pipeline_records
+
+        length = self._padded(max(_longest([samples[i] for i in batch]) for batch in batches))
+        rows = 2 * max(len(batch) for batch in batches)
+        inputs = [
+            model_inputs(_rows([samples[i] for i in batch]), self.pad_token_id, length, rows) for batch in batches
+        ]
+
+        def loss_of(k: int, per_token: Any) -> tuple[Any, dict]:
+            batch = batches[k]
+            logps, completion = _logps(per_token, inputs[k], len(batch))
+            loss, metrics = self._dpo_loss(logps, completion, [refs[i] for i in batch], training=training)
+            return loss * (len(batch) / weight), {"values": [float(loss.detach()), *metrics.values()],
+                                                   "names": list(metrics)}  # fmt: skip
+
+        records = pipeline_records(self.model, inputs, loss_of, forward_only=not training)
+        self._metric_names = records[0]["names"]
+        return [record["values"] for record in records]
 
     def _train_step(self) -> tuple[float, float, int]:
         """One optimiser step over every micro-batch of every data-parallel rank; ``(loss, grad norm, tokens)``.
@@ -262,20 +347,27 @@ class DPOLoop(TrainLoop):
         step_pairs = sum(len(mb) for batches in per_rank for mb in batches)
         mine = per_rank[parallel_state.get_data_parallel_rank()]
         device = next(self.model.parameters()).device
-        sums = None  # loss, then each metric, summed over this rank's pairs
-        for batch in mine:
-            loss, metrics = self._pairs_loss(
-                [self.train_samples[i] for i in batch], [self.ref_train[i] for i in batch], training=True
-            )
-            (loss * (len(batch) / step_pairs)).backward()
-            values = torch.tensor([float(loss.detach()), *metrics.values()], dtype=torch.float64, device=device)
-            values *= len(batch)
-            sums = values if sums is None else sums + values
+        if self.layout.pp > 1:
+            every = self._pipeline_losses(mine, self.train_samples, self.ref_train, weight=step_pairs, training=True)
+            names = self._metric_names
+        else:
+            every = []  # each micro-batch's loss, then each metric
+            for batch in mine:
+                loss, metrics = self._pairs_loss(
+                    [self.train_samples[i] for i in batch], [self.ref_train[i] for i in batch], training=True
+                )
+                (loss * (len(batch) / step_pairs)).backward()
+                every.append([float(loss.detach()), *metrics.values()])
+                names = list(metrics)
+        # summed over this rank's pairs
+        sums = sum(
+            torch.tensor(v, dtype=torch.float64, device=device) * len(b) for b, v in zip(mine, every, strict=True)
+        )
         dp_group = parallel_state.get_data_parallel_group()
         if dist.get_world_size(dp_group) > 1:
             dist.all_reduce(sums, group=dp_group)
         means = (sums / step_pairs).tolist()
-        self._step_metrics = dict(zip(metrics, means[1:], strict=True))
+        self._step_metrics = dict(zip(names, means[1:], strict=True))
         norm = self._apply_gradients()
         tokens = sum(
             len(self.train_samples[i]["prompt_ids"]) * 2
@@ -298,8 +390,15 @@ class DPOLoop(TrainLoop):
             size = self.cfg.batch_size
             for start in range(0, len(self.val_samples), size):
                 batch = self.val_samples[start : start + size]
-                loss, metrics = self._pairs_loss(batch, self.ref_val[start : start + size], training=False)
-                for name, value in {"loss": float(loss), **metrics}.items():
+                if self.layout.pp > 1:  # each batch alone through the stages (forward only), at its own shape
+                    indices = list(range(start, start + len(batch)))
+                    (values,) = self._pipeline_losses([indices], self.val_samples, self.ref_val, weight=1,
+                                                      training=False)  # fmt: skip
+                    record = dict(zip(["loss", *self._metric_names], values, strict=True))
+                else:
+                    loss, metrics = self._pairs_loss(batch, self.ref_val[start : start + size], training=False)
+                    record = {"loss": float(loss), **metrics}
+                for name, value in record.items():
                     totals[name] = totals.get(name, 0.0) + value * len(batch)
         self.model.train()
         return {f"eval_{name}": value / len(self.val_samples) for name, value in totals.items()}

@@ -22,24 +22,22 @@ One optimiser step:
    model on every rank (frozen, eval mode: every rank computes the same teacher logits, with no broadcast of a
    ``(B, C, V)`` tensor), and the loss; backward, gradients reduced and clipped, optimiser step (the SFT loop's);
 3. the next step's sync pushes the updated weights to the rollout engine (full weights, through the bridge's rules
-   run backwards, as ``grpo.megatron``).
+   run backwards, as ``grpo.megatron``; with ``--tuner lora`` only the adapter's tensors, as ``grpo.megatron``).
 
 Checkpoints are the SFT loop's (megatron shards and the Hugging Face model).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swiftcore_train import TrainConfig, TrainResult, is_main_process
 
 from swiftcore.api import SwiftcoreError
-from swiftcore_train_megatron.grpo import GRPOLoop, refuse_model, rl_options, rl_refusals
-from swiftcore_train_megatron.layout import ParallelLayout, world_size
+from swiftcore_train_megatron.grpo import GRPOLoop, prepare_rl_run, rl_refusals
+from swiftcore_train_megatron.layout import ParallelLayout
 
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
@@ -66,57 +64,16 @@ def run_megatron_gkd(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
 
     Returns:
         :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model and the megatron
-        shards, as ``sft.megatron`` saves them.
+        shards, as ``sft.megatron`` saves them (with ``--tuner lora``: the peft adapter and the LoRA shards).
     """
-    from swiftcore_recipe_rl import GKDOptions, plan_run
-    from swiftcore_train import start_run
+    from swiftcore_recipe_rl import GKDOptions
 
-    from swiftcore_train_megatron.recipe import _bridge, _refuse_unsupported, _schedule_and_optimizer
-
-    cfg.validate()
-    _refuse_unsupported(cfg)
-    options = rl_options(cfg, GKDOptions, "gkd")
-    world = world_size()
-    refuse_gkd(cfg, options, layout, world)
-    plan = plan_run("gkd", cfg, plugins, options)
-    bridge_spec, bridge = _bridge(cfg, plan.spec, plugins)
-    refuse_model(bridge, bridge_spec, "gkd")
-    layout.check(bridge, bridge_spec, world)
-    output_dir = Path(cfg.output_dir)
+    run = prepare_rl_run(cfg, plugins, layout, "gkd", GKDOptions, refuse_gkd)
+    log.info("gkd: teacher %s", run.options.teacher_model)
+    loop = run.loop(GKDLoop, plugins)
+    loop.attach_teacher(load_teacher(run.plan.teacher, run.options.teacher_model, plugins))
     if is_main_process():
-        from swiftcore_train import plan_output_dir, run_inputs
-
-        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
-    log.info("gkd: model %s, bridge %s, tp %d, teacher %s, %d prompts", plan.spec.name, bridge_spec.name, layout.tp,
-             options.teacher_model, len(plan.prompts.dataset))  # fmt: skip
-
-    # Every check passed: only now the process group and the models.
-    from swiftcore_megatron import init_model_parallel
-
-    from swiftcore_train_megatron.engine import load_sharded_model
-
-    init_model_parallel(layout.tp, layout.ep, seed=cfg.seed)
-    model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
-    prompts = plan.prompts.dataset
-    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(prompts), layout, world)
-    from dataclasses import asdict
-
-    args_record = start_run(
-        cfg, output_dir, plan.spec, plugins, fresh=True, template=plan.template,
-        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
-        gkd=asdict(options),
-    )  # fmt: skip
-    codec = plan.local.codec
-    pad_id = codec.tokenizer.pad_token_id
-    pad_id = pad_id if pad_id is not None else (codec.tokenizer.eos_token_id or 0)
-    loop = GKDLoop(
-        cfg=cfg, output_dir=output_dir, model=model, optimizer=optimizer, scheduler=scheduler, schedule=schedule,
-        train_samples=prompts, val_samples=[], pad_token_id=pad_id, bridge=bridge, bridge_name=bridge_spec.name,
-        layout=layout, extras={"swiftcore_args.json": json.dumps(args_record, indent=2)}, options=options,
-    )  # fmt: skip
-    loop.attach_teacher(load_teacher(plan.teacher, options.teacher_model, plugins))
-    if is_main_process():
-        loop.attach_rollouts(plan, plugins)
+        loop.attach_rollouts(run.plan, plugins)
     try:
         return loop.run()
     finally:
@@ -276,7 +233,8 @@ class GKDLoop(GRPOLoop):
             top_p=float(opts.rollout_top_p), top_k=int(opts.rollout_top_k or 0),
         )  # fmt: skip
         prompts = [r["prompt"] for r in rows]
-        requests = [Request(prompt=list(self._prompt_ids[p]), sampling=sampling) for p in prompts]
+        adapter = self.rollout_adapter
+        requests = [Request(prompt=list(self._prompt_ids[p]), sampling=sampling, adapter=adapter) for p in prompts]
         start = time.perf_counter()
         with torch.random.fork_rng(devices=[]):  # sampled under --seed and the step alone, whatever the layout
             torch.manual_seed(self.cfg.seed + self.step)

@@ -19,11 +19,15 @@ One optimiser step:
    (the SFT loop's, :mod:`~swiftcore_train_megatron.loop`);
 3. the updated weights go to the rollout engine: the bridge's rules turn the sharded megatron tensors back into the
    Hugging Face tensors (:func:`hf_tensors`, gathered over the tensor-parallel ranks), pushed in buckets by the
-   recipe's :class:`WeightSync` (full weights).
+   recipe's :class:`WeightSync` (full weights). With ``--tuner lora`` (the engine's LoRA,
+   :mod:`~swiftcore_train_megatron.lora`) only the adapter moves: its tensors, gathered over the tensor-parallel
+   ranks and named as peft names them (:func:`adapter_tensors`), go to the engine's policy adapter through its
+   ``update_adapter`` (attached by :meth:`WeightSync.attach` at the first sync, step 0, so the rollouts are always
+   the adapter's, a trained ``--lora-init-adapter`` included); the base weights never move.
 
 The rollouts are on-policy (one generation round per step, ``--num-iterations 1``), so the old log-probs are the
 current ones, detached, as in TRL without ``num_iterations``. Checkpoints are the SFT loop's (megatron shards and the
-Hugging Face model).
+Hugging Face model, or with LoRA the peft adapter). :func:`prepare_rl_run` is the preamble ``gkd.megatron`` shares.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +48,17 @@ from swiftcore_train_megatron.loop import TrainLoop
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
-__all__ = ["GRPOLoop", "completion_logps", "group_advantages", "grpo_loss", "hf_tensors", "run_megatron_grpo"]
+__all__ = [
+    "GRPOLoop",
+    "RLRun",
+    "adapter_tensors",
+    "completion_logps",
+    "group_advantages",
+    "grpo_loss",
+    "hf_tensors",
+    "prepare_rl_run",
+    "run_megatron_grpo",
+]
 
 log = logging.getLogger("swiftcore.train.megatron")
 
@@ -66,7 +81,8 @@ def rl_options(cfg: TrainConfig, options_class: Any, recipe: str) -> Any:
 
 def rl_refusals(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: int, name: str) -> list[str]:
     """What an online recipe on this engine (``name``: GRPO, GKD) does not do yet, each with what would work: the
-    layouts, tuners, resume and rollout places its loop (:class:`GRPOLoop`) does not run."""
+    layouts, resume and rollout places its loop (:class:`GRPOLoop`) does not run (both tuners run: ``full`` syncs
+    the weights, ``lora`` only the adapter)."""
     problems = []
     if layout.pp > 1 or layout.vpp > 1:
         problems.append(f"--pp {layout.pp} / --vpp {layout.vpp}: {name} does not run through pipeline stages yet; "
@@ -78,9 +94,6 @@ def rl_refusals(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: i
     if world != layout.tp * layout.pp:
         problems.append(f"{world} processes at --tp {layout.tp}: {name} has no data-parallel replicas yet; launch "
                         f"exactly --tp ranks (--nproc-per-node {layout.tp})")  # fmt: skip
-    if cfg.tuner != "full":
-        problems.append(f"--tuner {cfg.tuner}: {name} on this engine trains full weights so far (its weight sync is "
-                        "the full one); use --tuner full, or --tuner lora on the default engine")  # fmt: skip
     if cfg.gradient_accumulation_steps != 1:
         problems.append(f"--gradient-accumulation-steps: {name} on this engine runs one generation round per step; "
                         "use 1 and raise --batch-size instead")  # fmt: skip
@@ -133,34 +146,88 @@ def refuse_model(bridge: Any, bridge_spec: Any, recipe: str) -> None:
         )
 
 
-def run_megatron_grpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
-    """GRPO-train ``cfg.model`` on ``cfg.dataset``'s prompts with megatron-core (see ``swiftcore train --help``).
+@dataclass
+class RLRun:
+    """What :func:`prepare_rl_run` made ready for an online recipe's loop: every check passed, the process group, the
+    sharded model (with its LoRA under ``--tuner lora``), its optimiser and schedule.
 
-    Returns:
-        :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model and the megatron
-        shards, as ``sft.megatron`` saves them.
+    Attributes:
+        recipe: ``grpo`` or ``gkd``.
+        plan: the swiftcore-recipe-rl recipe's plan (``plan_run``: spec, template, prompts, rewards or teacher).
+        options: the recipe's options.
+        lora: ``(LoraSettings, adapted layers)`` with ``--tuner lora``, else None.
     """
-    from swiftcore_recipe_rl import GRPOOptions, plan_run
-    from swiftcore_train import start_run
 
-    from swiftcore_train_megatron.recipe import _bridge, _refuse_unsupported, _schedule_and_optimizer
+    cfg: TrainConfig
+    recipe: str
+    plan: Any
+    options: Any
+    layout: ParallelLayout
+    world: int
+    bridge_spec: Any
+    bridge: Any
+    output_dir: Path
+    model: Any
+    lora: Any
+    schedule: Any
+    optimizer: Any
+    scheduler: Any
+
+    def loop(self, loop_class: type[GRPOLoop], plugins: PluginSet, **record: Any) -> GRPOLoop:
+        """Record the run (``args.json``, with ``record`` under the recipe's own keys) and build its loop of
+        ``loop_class`` (:class:`GRPOLoop` or a subclass) over the plan's prompts."""
+        from dataclasses import asdict
+
+        from swiftcore_train import start_run
+
+        cfg, layout = self.cfg, self.layout
+        args_record = start_run(
+            cfg, self.output_dir, self.plan.spec, plugins, fresh=True, template=self.plan.template,
+            engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": self.world,
+                    "bridge": self.bridge_spec.name},
+            **record, **{self.recipe: asdict(self.options)},
+        )  # fmt: skip
+        tokenizer = self.plan.local.codec.tokenizer
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+        return loop_class(
+            cfg=cfg, output_dir=self.output_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            schedule=self.schedule, train_samples=self.plan.prompts.dataset, val_samples=[], pad_token_id=pad_id,
+            bridge=self.bridge, bridge_name=self.bridge_spec.name, layout=layout,
+            extras={"swiftcore_args.json": json.dumps(args_record, indent=2)}, lora=self.lora, options=self.options,
+        )  # fmt: skip
+
+
+def prepare_rl_run(
+    cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout, recipe: str, options_class: Any, refuse: Any
+) -> RLRun:
+    """The preamble ``grpo.megatron`` and ``gkd.megatron`` share: the options (``options_class``), every check before
+    any process group (the engine's, ``refuse(cfg, options, layout, world)``, the recipe's plan, the bridge, MoE/MTP,
+    the layout), the output directory; then the process group, the sharded model, LoRA (``--tuner lora``,
+    ``--lora-init-adapter``), the optimiser and schedule.
+
+    Raises:
+        SwiftcoreError: the first check that fails, naming what would work.
+    """
+    from swiftcore_recipe_rl import plan_run
+
+    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _refuse_unsupported, _schedule_and_optimizer
 
     cfg.validate()
     _refuse_unsupported(cfg)
-    options = rl_options(cfg, GRPOOptions, "grpo")
+    options = rl_options(cfg, options_class, recipe)
     world = world_size()
-    refuse_grpo(cfg, options, layout, world)
-    plan = plan_run("grpo", cfg, plugins, options)
+    refuse(cfg, options, layout, world)
+    plan = plan_run(recipe, cfg, plugins, options)
     bridge_spec, bridge = _bridge(cfg, plan.spec, plugins)
-    refuse_model(bridge, bridge_spec, "grpo")
+    refuse_model(bridge, bridge_spec, recipe)
     layout.check(bridge, bridge_spec, world)
     output_dir = Path(cfg.output_dir)
     if is_main_process():
         from swiftcore_train import plan_output_dir, run_inputs
 
         plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
-    log.info("grpo: model %s, bridge %s, tp %d, %d prompts x %d generations", plan.spec.name, bridge_spec.name,
-             layout.tp, len(plan.prompts.dataset), options.num_generations)  # fmt: skip
+    log.info("%s: model %s, bridge %s, tp %d, tuner %s, %d prompts", recipe, plan.spec.name, bridge_spec.name,
+             layout.tp, cfg.tuner, len(plan.prompts.dataset))  # fmt: skip
 
     # Every check passed: only now the process group and the model.
     from swiftcore_megatron import init_model_parallel
@@ -169,26 +236,32 @@ def run_megatron_grpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayo
 
     init_model_parallel(layout.tp, layout.ep, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
-    prompts = plan.prompts.dataset
-    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(prompts), layout, world)
-    from dataclasses import asdict
+    lora = _add_lora(cfg, plan.spec, bridge, model) if cfg.tuner == "lora" else None
+    schedule, optimizer, scheduler = _schedule_and_optimizer(
+        cfg, output_dir, model, len(plan.prompts.dataset), layout, world
+    )
+    return RLRun(
+        cfg=cfg, recipe=recipe, plan=plan, options=options, layout=layout, world=world, bridge_spec=bridge_spec,
+        bridge=bridge, output_dir=output_dir, model=model, lora=lora, schedule=schedule, optimizer=optimizer,
+        scheduler=scheduler,
+    )  # fmt: skip
 
-    args_record = start_run(
-        cfg, output_dir, plan.spec, plugins, fresh=True, template=plan.template,
-        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
-        rewards=[{"name": r.name, "provider": str(r.spec.provider), "options": r.options} for r in plan.rewards],
-        grpo=asdict(options),
-    )  # fmt: skip
-    codec = plan.local.codec
-    pad_id = codec.tokenizer.pad_token_id
-    pad_id = pad_id if pad_id is not None else (codec.tokenizer.eos_token_id or 0)
-    loop = GRPOLoop(
-        cfg=cfg, output_dir=output_dir, model=model, optimizer=optimizer, scheduler=scheduler, schedule=schedule,
-        train_samples=prompts, val_samples=[], pad_token_id=pad_id, bridge=bridge, bridge_name=bridge_spec.name,
-        layout=layout, extras={"swiftcore_args.json": json.dumps(args_record, indent=2)}, options=options,
-    )  # fmt: skip
+
+def run_megatron_grpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
+    """GRPO-train ``cfg.model`` on ``cfg.dataset``'s prompts with megatron-core (see ``swiftcore train --help``).
+
+    Returns:
+        :class:`~swiftcore_train.config.TrainResult`; each ``checkpoint-N`` is a Hugging Face model and the megatron
+        shards, as ``sft.megatron`` saves them (with ``--tuner lora``: the peft adapter and the LoRA shards).
+    """
+    from swiftcore_recipe_rl import GRPOOptions
+
+    run = prepare_rl_run(cfg, plugins, layout, "grpo", GRPOOptions, refuse_grpo)
+    log.info("grpo: %d generations per prompt", run.options.num_generations)
+    rewards = [{"name": r.name, "provider": str(r.spec.provider), "options": r.options} for r in run.plan.rewards]
+    loop = run.loop(GRPOLoop, plugins, rewards=rewards)
     if is_main_process():
-        loop.attach_rollouts(plan, plugins)
+        loop.attach_rollouts(run.plan, plugins)
     try:
         return loop.run()
     finally:
@@ -388,6 +461,37 @@ def hf_tensors(model: Any, bridge: Any) -> dict[str, Any]:
     return out
 
 
+class _AdapterView:
+    """What :meth:`WeightSync.attach` reads of a LoRA policy, for the megatron model's adapter: a ``peft_config`` (that
+    it is one) and ``save_pretrained`` (the adapter as a peft directory, :func:`~swiftcore_train_megatron.lora.
+    write_peft_adapter`: its rank, alpha and layers, which the engine loads once as the policy's adapter)."""
+
+    def __init__(self, tensors: dict[str, Any], settings: Any, base_model: str) -> None:
+        self.tensors = tensors
+        self.settings = settings
+        self.base_model = base_model
+        self.peft_config = {"default": settings}
+
+    def save_pretrained(self, directory: str) -> None:
+        """Write the adapter to ``directory`` as peft's ``save_pretrained`` would."""
+        from swiftcore_train_megatron.lora import write_peft_adapter
+
+        tensors = {k: v.detach().cpu() for k, v in self.tensors.items()}
+        s = self.settings
+        write_peft_adapter(tensors, Path(directory), rank=s.rank, alpha=s.alpha, dropout=s.dropout,
+                           base_model=self.base_model)  # fmt: skip
+
+
+def adapter_tensors(model: Any, bridge: Any, settings: Any) -> dict[str, Any]:
+    """The megatron model's LoRA (``settings``: its ``LoraSettings``) as the LoRA-only weight sync sends it: peft's
+    state-dict names (``base_model.model.{HF layer}.lora_A.weight``, what ``get_peft_model_state_dict`` gives and the
+    engine's ``update_adapter`` takes) -> each whole tensor, gathered over the tensor-parallel ranks (collective:
+    every rank of the group calls it). No base weight is among them."""
+    from swiftcore_train_megatron.lora import live_lora, peft_tensors
+
+    return peft_tensors(live_lora(model, bridge), bridge, settings.rank)
+
+
 class _HFView:
     """What :class:`WeightSync` reads of a policy: its state dict, here the Hugging Face names of the megatron
     weights (:func:`hf_tensors`)."""
@@ -418,7 +522,9 @@ class GRPOLoop(TrainLoop):
         self.reward_weights: list[float] = []
         self.stop_ids: set[int] = set()
         self._prompt_ids: dict[str, list[int]] = {}
-        self._synced_step = 0  # the engine starts on the base checkpoint: step 0's weights
+        # The engine starts on the base checkpoint: step 0's full weights. A LoRA policy syncs at step 0 too: the
+        # adapter is attached then (and --lora-init-adapter may start from a trained one).
+        self._synced_step: int | None = 0 if self.lora is None else None
 
     def attach_rollouts(self, plan: Any, plugins: Any) -> None:
         """On rank 0: the rollout engine (the transformers backend on ``--model``, in this process), the weight
@@ -450,12 +556,32 @@ class GRPOLoop(TrainLoop):
         if self._synced_step == self.step:
             return {"sync_s": 0.0, "sync_bytes": 0.0}
         start = time.perf_counter()
+        if self.lora is not None:
+            return self._sync_adapter(start)
         tensors = hf_tensors(self.model, self.bridge)
         self._synced_step = self.step
         if self.weight_sync is None:
             return {"sync_s": 0.0, "sync_bytes": 0.0}
         stats = self.weight_sync.push(_HFView(tensors))
         return {"sync_s": time.perf_counter() - start, "sync_bytes": float(stats.bytes)}
+
+    def _sync_adapter(self, start: float) -> dict[str, float]:
+        """LoRA-only sync (collective): the adapter's tensors, gathered over the tensor-parallel ranks, go to the
+        engine's policy adapter (attached on the first sync by the recipe's :class:`WeightSync`) through the engine's
+        ``update_adapter``; the base weights, which LoRA does not train, never move."""
+        tensors = adapter_tensors(self.model, self.bridge, self.lora[0])
+        self._synced_step = self.step
+        if self.weight_sync is None:
+            return {"sync_s": 0.0, "sync_bytes": 0.0}
+        self.weight_sync.attach(_AdapterView(tensors, self.lora[0], self.cfg.model))
+        self.weight_sync.engine.update_adapter(self.weight_sync.adapter, tensors)
+        moved = sum(t.numel() * t.element_size() for t in tensors.values())
+        return {"sync_s": time.perf_counter() - start, "sync_bytes": float(moved)}
+
+    @property
+    def rollout_adapter(self) -> str | None:
+        """The engine's adapter the rollouts are sampled with: the policy's under ``--tuner lora``, else none."""
+        return self.weight_sync.adapter if self.lora is not None and self.weight_sync is not None else None
 
     def _generate(self, rows: list[dict]) -> dict[str, Any]:
         """Rank 0: ``--num-generations`` completions of each row's prompt, their rewards and advantages."""
@@ -469,7 +595,9 @@ class GRPOLoop(TrainLoop):
         )  # fmt: skip
         size = opts.num_generations
         expanded = [row for row in rows for _ in range(size)]
-        requests = [Request(prompt=list(self._prompt_ids[r["prompt"]]), sampling=sampling) for r in expanded]
+        adapter = self.rollout_adapter
+        requests = [Request(prompt=list(self._prompt_ids[r["prompt"]]), sampling=sampling, adapter=adapter)
+                    for r in expanded]  # fmt: skip
         start = time.perf_counter()
         # Sampled under --seed and the step alone, whatever the layout drew from the RNG before (a run at --tp 2
         # samples step N's rollouts as one at --tp 1 does, from the same weights).

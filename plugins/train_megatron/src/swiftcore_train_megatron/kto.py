@@ -9,7 +9,11 @@ order, each row's KL reply its batch neighbour's, as the transformers engine's t
 ``dpo.megatron``). The policy's log-probs come from the sharded megatron model (vocabulary-parallel cross entropy);
 the reference's, of each row and of its KL row, are computed once before the first step from the initial weights
 (with LoRA: before the adapter learns) or from ``--ref-model``. Steps, checkpoints, LoRA and the Hugging Face export
-are the SFT loop's (:mod:`~swiftcore_train_megatron.loop`).
+are the SFT loop's (:mod:`~swiftcore_train_megatron.loop`), and so is ``--resume-from-checkpoint``: the reference's
+log-probs are computed from the initial weights before the checkpoint is loaded, and the rows' order is a function
+of ``--seed`` and the step, so a resumed run repeats the uninterrupted one step for step. Under ``--pp`` each
+micro-batch (its rows, then their KL rows, whose log-probs are detached) runs through megatron-core's 1F1B schedule
+(:func:`~swiftcore_train_megatron.loop.pipeline_records`) and the last stage computes its loss as without a pipeline.
 
 Each micro-batch's loss is the mean over its rows and the step's loss the mean of its micro-batches (TRL's trainer:
 the batch's loss divided by the accumulation steps, averaged over data-parallel ranks); the KL estimate ``z_ref`` is
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from dataclasses import fields
+from dataclasses import fields, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,19 +54,20 @@ def recipe_options(cfg: TrainConfig, cls: Any, recipe: str) -> Any:
         raise SwiftcoreError(f"recipe {recipe!r}: invalid options: {exc}") from exc
 
 
-def refuse_preference(cfg: TrainConfig, layout: ParallelLayout, recipe: str) -> list[str]:
-    """What a preference recipe on this engine does not do yet (``recipe``: ``kto`` or ``rm``), as problem lines."""
+def refuse_preference(cfg: TrainConfig, layout: ParallelLayout, recipe: str, *, pipeline: bool = False) -> list[str]:
+    """What a preference recipe on this engine does not do yet (``recipe``: ``kto`` or ``rm``), as problem lines
+    (``pipeline``: the recipe runs through pipeline stages, on megatron's plain 1F1B schedule)."""
     problems = []
-    if layout.pp > 1:
+    if layout.pp > 1 and not pipeline:
         problems.append(f"--pp {layout.pp}: {recipe} does not run through pipeline stages yet; use --tp (and --pp 1)")
+    if layout.vpp > 1 and pipeline:
+        problems.append(f"--vpp {layout.vpp}: {recipe} runs megatron's plain 1F1B pipeline schedule so far; drop --vpp")
     if layout.ep > 1:
         problems.append(f"--ep {layout.ep}: {recipe} on this engine trains dense families only so far; use --ep 1")
     if cfg.truncation in ("truncate_right", "truncate_left"):
         problems.append(f"--truncation {cfg.truncation}: {recipe} on this engine does not cut rows; use drop or error")
     if getattr(layout, "cp", 1) > 1:
         problems.append(f"--cp {layout.cp}: {recipe} on this engine does not split sequences yet; use --cp 1")
-    if cfg.resume_from_checkpoint:
-        problems.append(f"--resume-from-checkpoint: {recipe} on this engine does not resume yet; start a new run")
     return problems
 
 
@@ -77,7 +82,7 @@ def refuse_model(bridge: Any, bridge_spec: Any, recipe: str) -> None:
 
 
 def _refuse_kto(cfg: TrainConfig, options: Any, layout: ParallelLayout) -> None:
-    problems = refuse_preference(cfg, layout, "KTO")
+    problems = refuse_preference(cfg, layout, "KTO", pipeline=True)
     if cfg.tuner == "lora" and options.ref_model:
         problems.append("--ref-model: with --tuner lora the reference is --model before the adapter learns; drop "
                         "--ref-model, or train with --tuner full")  # fmt: skip
@@ -136,14 +141,22 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     )
     from swiftcore_train import generation_defaults, start_run
 
-    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _refuse_unsupported, _schedule_and_optimizer
+    from swiftcore_train_megatron.recipe import (
+        _add_lora,
+        _bridge,
+        _refuse_unsupported,
+        _resumed_step,
+        _schedule_and_optimizer,
+        resume_checkpoint,
+    )
 
     cfg.validate()
     _refuse_unsupported(cfg)
     options = recipe_options(cfg, KTOOptions, "kto.megatron")
     cfg = kto_batch_size(cfg)  # the kto recipe's default batch when --batch-size is not given
     _refuse_kto(cfg, options, layout)
-    prepared = prepare(cfg, plugins, "kto", load=False)
+    # prepare() refuses --resume-from-checkpoint for the transformers engine's trainer; this engine resumes.
+    prepared = prepare(replace(cfg, resume_from_checkpoint=None), plugins, "kto", load=False)
     examples = load_unpaired(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
     if cfg.val_dataset:
         train_examples, val_examples = examples, load_unpaired(cfg.val_dataset, skip_bad_rows=cfg.skip_bad_rows)
@@ -164,10 +177,13 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     if options.loss_type == "kto":
         train, val = with_kl_replies(train, cfg.batch_size), with_kl_replies(val, cfg.batch_size)
     output_dir = Path(cfg.output_dir)
+    resume = resume_checkpoint(cfg, output_dir, prepared.spec, layout)
     if is_main_process():
         from swiftcore_train import plan_output_dir, run_inputs
 
-        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+        plan_output_dir(
+            output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
+        )
     log.info("kto: model %s, bridge %s, tp %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp, world)
 
     # Every check passed: only now the process group and the model.
@@ -193,12 +209,20 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         output_dir,
         prepared.spec,
         plugins,
-        fresh=True,
+        fresh=resume is None,
+        resumed_step=_resumed_step(resume),
         template=prepared.template_spec,
         generation_defaults=generation_defaults(
             [e.record() for e in train_examples if e.label], prepared.template, cfg
         ),
-        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
+        engine={
+            "name": "megatron",
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "ep": 1,
+            "world_size": world,
+            "bridge": bridge_spec.name,
+        },
         preference={"recipe": "kto", **asdict(options)},
     )
     loop = KTOLoop(
@@ -220,6 +244,8 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         ref_train=ref_train,
         ref_val=ref_val,
     )
+    if resume is not None:  # after the reference log-probs: they are the initial weights', not the checkpoint's
+        loop.resume(resume)
     return loop.run()
 
 
@@ -230,18 +256,28 @@ def row_logps(
     out: ``logps`` ``[B, T-1]``, at position ``t`` the log-prob of token ``t+1`` where it is a reply token, else 0
     (minus megatron's per-token loss, computed over the tensor-parallel vocabulary shards); ``completion_mask``
     ``[B, T]``, 1 on reply tokens."""
-    import torch
     from swiftcore_megatron import eager_on_cpu
 
-    from swiftcore_train_megatron.engine import model_inputs
-
-    samples = [{"input_ids": p + r, "labels": [-100] * len(p) + r} for p, r in rows]
-    inputs = model_inputs(samples, pad_token_id, length)
+    inputs = _inputs(rows, pad_token_id, length)
     with eager_on_cpu():
         per_token = model(**inputs.forward_kwargs())
-    logps = -(per_token.float() * inputs.mask)  # megatron's position t scores label t+1
-    completion = torch.zeros_like(inputs.mask, dtype=torch.long)
-    completion[:, 1:] = inputs.mask[:, :-1].long()
+    return _logps(per_token, inputs, slice(None))
+
+
+def _inputs(rows: list[tuple[list[int], list[int]]], pad_token_id: int, length: int | None = None, n: int = 0) -> Any:
+    """The megatron model's inputs for ``(prompt_ids, reply_ids)`` rows (at least ``n`` rows: padding after them)."""
+    from swiftcore_train_megatron.engine import model_inputs
+
+    return model_inputs([{"input_ids": p + r, "labels": [-100] * len(p) + r} for p, r in rows], pad_token_id, length, n)
+
+
+def _logps(per_token: Any, inputs: Any, rows: slice) -> tuple:
+    """``row_logps``' ``(logps, completion_mask)`` of the ``rows`` of a batch, from megatron's per-token loss."""
+    import torch
+
+    logps = -(per_token[rows].float() * inputs.mask[rows])  # megatron's position t scores label t+1
+    completion = torch.zeros_like(inputs.mask[rows], dtype=torch.long)
+    completion[:, 1:] = inputs.mask[rows][:, :-1].long()
     return logps[:, :-1], completion
 
 
@@ -255,15 +291,31 @@ def _rows(samples: list[dict]) -> list[tuple[list[int], list[int]]]:
 
 def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_size: int) -> list[tuple[float, Any]]:
     """``(reply, kl reply)`` summed log-probs of every row under ``model`` as it is now (no gradient); the second is
-    None without KL replies (``--loss-type apo_zero_unpaired``)."""
+    None without KL replies (``--loss-type apo_zero_unpaired``). Under pipeline parallelism each batch (its rows,
+    then its KL rows) runs through the stages, forward only, and every stage gets the last's values."""
     import torch
+    from megatron.core import parallel_state
 
     out: list[tuple[float, Any]] = []
     was_training = model.training
     model.eval()
+    pipeline = parallel_state.get_pipeline_model_parallel_world_size() > 1
     with torch.no_grad():
         for start in range(0, len(samples), batch_size):
             batch = samples[start : start + batch_size]
+            if pipeline:
+                from swiftcore_train_megatron.loop import pipeline_records
+
+                inputs = _inputs(_rows(batch) + (_kl_rows(batch) if "kl_ids" in batch[0] else []), pad_token_id)
+
+                def summed(_k: int, per_token: Any, inputs: Any = inputs) -> tuple[Any, dict]:
+                    sums = _logps(per_token, inputs, slice(None))[0].sum(dim=1).double()
+                    return sums.sum(), {"logps": sums.tolist()}
+
+                (record,) = pipeline_records(model, [inputs], summed, forward_only=True)
+                sums, n = record["logps"], len(batch)
+                out += list(zip(sums[:n], sums[n:] if len(sums) > n else [None] * n, strict=True))
+                continue
             logps = row_logps(model, _rows(batch), pad_token_id)[0].sum(dim=1).double().tolist()
             kl = [None] * len(batch)
             if "kl_ids" in batch[0]:
@@ -299,12 +351,44 @@ class KTOLoop(TrainLoop):
         if "kl_ids" in samples[0]:
             with torch.no_grad():  # TRL: the policy's KL-row log-probs carry no gradient
                 kl = row_logps(self.model, _kl_rows(samples), self.pad_token_id)[0].sum(dim=1)
+        return self._kto_loss(samples, logps, completion, kl, refs, training=training, group=group)
+
+    def _kto_loss(
+        self, samples: list[dict], logps: Any, completion: Any, kl: Any, refs: list, *, training: bool, group: Any
+    ) -> tuple:
+        import torch
+
         ref = torch.tensor([r[0] for r in refs], dtype=logps.dtype, device=logps.device)
         ref_kl = torch.tensor([r[1] for r in refs], dtype=logps.dtype, device=logps.device) if kl is not None else None
         labels = torch.tensor([bool(s["label"]) for s in samples], device=logps.device)
         from swiftcore_recipe_preference import kto_loss
 
         return kto_loss(logps, completion, labels, kl, ref, ref_kl, self.options, training=training, group=group)
+
+    def _pipeline_losses(
+        self, batches: list[list[int]], samples: list[dict], refs: list, *, n_micro: int, training: bool, group: Any
+    ) -> list[tuple[float, dict[str, float]]]:
+        """Every micro-batch of ``batches`` (indices into ``samples`` and ``refs``) through the pipeline stages, its
+        rows and then its KL rows in one micro-batch (the KL rows' log-probs detached, as TRL's carry no gradient):
+        its ``(loss, metrics)`` on every stage, the gradients those of each loss over ``n_micro`` (when
+        ``training``). The micro-batches share one shape (the stages exchange activations of one)."""
+        from swiftcore_train_megatron.loop import pipeline_records
+
+        kl = "kl_ids" in samples[0]
+        rows = [_rows([samples[i] for i in b]) + (_kl_rows([samples[i] for i in b]) if kl else []) for b in batches]
+        length = self._padded(max(len(p) + len(r) for batch in rows for p, r in batch))
+        inputs = [_inputs(batch, self.pad_token_id, length, max(len(b) for b in rows)) for batch in rows]
+
+        def loss_of(k: int, per_token: Any) -> tuple[Any, dict]:
+            chosen, n = [samples[i] for i in batches[k]], len(batches[k])
+            logps, completion = _logps(per_token, inputs[k], slice(0, n))
+            kl_logps = _logps(per_token, inputs[k], slice(n, 2 * n))[0].sum(dim=1).detach() if kl else None
+            loss, metrics = self._kto_loss(chosen, logps, completion, kl_logps, [refs[i] for i in batches[k]],
+                                           training=training, group=group)  # fmt: skip
+            return loss / n_micro, {"loss": float(loss.detach()), "metrics": metrics}
+
+        records = pipeline_records(self.model, inputs, loss_of, forward_only=not training)
+        return [(record["loss"], record["metrics"]) for record in records]
 
     def _train_step(self) -> tuple[float, float, int]:
         """One optimiser step over every micro-batch of every data-parallel rank; ``(loss, grad norm, tokens)``.
@@ -322,15 +406,22 @@ class KTOLoop(TrainLoop):
         dp_group = parallel_state.get_data_parallel_group()
         device = next(self.model.parameters()).device
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        for batch in mine:
-            loss, metrics = self._rows_loss(
-                [self.train_samples[i] for i in batch],
-                [self.ref_train[i] for i in batch],
-                training=True,
-                group=dp_group,
-            )
-            (loss / n_micro).backward()
-            loss_sum += float(loss.detach())
+        if self.layout.pp > 1:
+            every = self._pipeline_losses(mine, self.train_samples, self.ref_train, n_micro=n_micro, training=True,
+                                          group=dp_group)  # fmt: skip
+        else:
+            every = []  # each micro-batch's (loss, metrics)
+            for batch in mine:
+                loss, metrics = self._rows_loss(
+                    [self.train_samples[i] for i in batch],
+                    [self.ref_train[i] for i in batch],
+                    training=True,
+                    group=dp_group,
+                )
+                (loss / n_micro).backward()
+                every.append((float(loss.detach()), metrics))
+        for loss, metrics in every:
+            loss_sum += loss
             for name, value in metrics.items():  # already gathered over the data-parallel ranks
                 self._window.setdefault(name, []).append(value)
         if dist.get_world_size(dp_group) > 1:
@@ -363,7 +454,12 @@ class KTOLoop(TrainLoop):
             size = self.cfg.batch_size
             for start in range(0, len(self.val_samples), size):
                 batch = self.val_samples[start : start + size]
-                loss, metrics = self._rows_loss(batch, self.ref_val[start : start + size], training=False)
+                if self.layout.pp > 1:  # each batch alone through the stages (forward only), at its own shape
+                    indices = list(range(start, start + len(batch)))
+                    ((loss, metrics),) = self._pipeline_losses([indices], self.val_samples, self.ref_val, n_micro=1,
+                                                               training=False, group=None)  # fmt: skip
+                else:
+                    loss, metrics = self._rows_loss(batch, self.ref_val[start : start + size], training=False)
                 values.setdefault("loss", []).extend([float(loss)] * len(batch))  # transformers: a mean over rows
                 for name, value in metrics.items():
                     values.setdefault(name, []).append(value)

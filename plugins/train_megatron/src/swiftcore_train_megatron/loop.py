@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from swiftcore_train import TrainConfig, TrainResult
 from swiftcore_train_megatron.layout import ParallelLayout
 from swiftcore_train_megatron.schedule import Schedule
 
-__all__ = ["TrainLoop"]
+__all__ = ["TrainLoop", "pipeline_records"]
 
 
 @dataclass
@@ -292,6 +293,70 @@ class TrainLoop:
             extras=self.extras,
             save_total_limit=self.cfg.save_total_limit,
         )
+
+
+def pipeline_records(
+    model: Any,
+    batches: list[Any],
+    loss_of: Callable[[int, Any], tuple[Any, dict[str, Any]]],
+    *,
+    forward_only: bool = False,
+) -> list[dict[str, Any]]:
+    """Run ``batches`` (``ModelInputs`` of one shape) through the pipeline stages with megatron-core's schedule (1F1B;
+    gradients included unless ``forward_only``) and return each micro-batch's record, on every stage.
+
+    ``loss_of(k, per_token)`` runs on the last stage with micro-batch ``k``'s per-token losses (megatron's, ``[rows,
+    positions]``) and returns ``(loss, record)``: the loss whose gradient the backward pass takes, as it is (so a
+    recipe weights its micro-batches itself: DPO by their share of the step's pairs), and a record of plain values
+    (floats, lists), which the other stages receive from the last. Unlike the token-mean loss of SFT
+    (:func:`~swiftcore_train_megatron.engine.pipeline_loss`), this lets a loss see a whole micro-batch at once: a DPO
+    pair's chosen and rejected rows, which sit in one micro-batch.
+    """
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from swiftcore_megatron import eager_on_cpu, pipeline_on_cpu
+
+    from swiftcore_train_megatron.engine import model_chunks
+
+    chunks = model_chunks(model)
+    for chunk in chunks:
+        # megatron then leaves the returned loss unscaled (no division by tokens or micro-batches) and the backward
+        # pass starts from it as it is.
+        chunk.config.calculate_per_token_loss = True
+        chunk.config.grad_scale_func = None
+        chunk.config.microbatch_group_size_per_vp_stage = parallel_state.get_pipeline_model_parallel_world_size()
+
+    def forward_step(data_iterator: Any, stage_model: Any) -> tuple[Any, Any]:
+        k, inputs = next(data_iterator)
+
+        def loss_func(per_token: Any) -> tuple[Any, Any, dict[str, Any]]:
+            loss, record = loss_of(k, per_token)
+            return loss, torch.ones((), dtype=torch.int), {"record": record}
+
+        return stage_model(**inputs.forward_kwargs()), loss_func
+
+    rows, length = batches[0].input_ids.shape
+    numbered = list(enumerate(batches))
+    with eager_on_cpu(), pipeline_on_cpu():
+        results = get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=[iter(numbered) for _ in chunks] if len(chunks) > 1 else iter(numbered),
+            model=chunks,
+            num_microbatches=len(batches),
+            seq_length=length,
+            micro_batch_size=rows,
+            forward_only=forward_only,
+        )
+    records = [result["record"] for result in results] if results else None  # the last stage's; the others none
+    shared = [records]
+    dist.broadcast_object_list(
+        shared,
+        src=parallel_state.get_pipeline_model_parallel_last_rank(),
+        group=parallel_state.get_pipeline_model_parallel_group(),
+    )
+    return shared[0]
 
 
 def _chunk_files(root: Path, layout: ParallelLayout) -> list[Path]:

@@ -27,6 +27,10 @@ numerically when the adapter is added.
 DIR`` starts from a peft adapter instead (e.g. the one the transformers engine initialises, for a loss comparison,
 or one trained earlier): its tensors go through the same rules onto the mcore layers.
 
+The adapter leaves a live model the way it leaves a checkpoint: :func:`live_lora` merges the tensor-parallel halves
+(as :func:`merged_lora` merges a checkpoint's rank files) and :func:`peft_tensors` names each HF layer's ``A`` and
+``B`` as peft does; the online recipes' LoRA-only weight sync sends exactly those (``grpo.megatron``).
+
 Why not peft's own Megatron support (``LoraConfig(megatron_config=..., megatron_core="megatron.core")``): in peft
 0.21.2 its dispatch raises ``KeyError: 'fan_in_fan_out'`` before it builds a layer, and its ``LoraParallelLinear``
 feeds a parallel ``lora_B`` the ``(output, bias)`` tuple megatron's parallel layers return. The adapter written
@@ -48,10 +52,13 @@ __all__ = [
     "LoraSettings",
     "add_lora",
     "export_adapter",
+    "live_lora",
     "load_peft_adapter",
     "merged_lora",
     "no_layer_matched",
+    "peft_tensors",
     "write_lora_record",
+    "write_peft_adapter",
 ]
 
 LORA_FILE = "swiftcore_lora.json"
@@ -339,40 +346,91 @@ def merged_lora(mcore_dir: Path, bridge: Any) -> dict[str, tuple[Any, Any, bool]
     return merged
 
 
-def export_adapter(mcore_dir: Path, out_dir: Path, bridge: Any, base_model: str) -> list[str]:
-    """Write ``out_dir/adapter_model.safetensors`` and ``adapter_config.json``: the trained LoRA of a megatron
-    checkpoint (:func:`merged_lora`) as a peft adapter of the HF model ``base_model``; return the HF modules
-    adapted. A fused layer's adapter becomes one per HF layer: the shared ``lora_A`` and its rows of ``lora_B``."""
-    from peft import LoraConfig
-    from safetensors.torch import save_file
-
-    record = json.loads((mcore_dir / LORA_FILE).read_text(encoding="utf-8"))
+def peft_tensors(
+    merged: dict[str, tuple[Any, Any, bool]], bridge: Any, rank: int, *, per_part: bool = True
+) -> dict[str, Any]:
+    """Merged mcore LoRA (``{layer: (lora_A, lora_B, column_parallel)}``, as :func:`merged_lora` or
+    :func:`live_lora` give it) as peft names it: ``base_model.model.{HF layer}.lora_A.weight`` / ``.lora_B.weight``,
+    the names ``get_peft_model_state_dict`` gives and a peft adapter file holds. A fused layer's adapter becomes one per
+    HF layer: part ``i``'s own ``A`` (rows ``i * rank ...`` of ``lora_A``) and its rows of ``lora_B`` in columns
+    ``i * rank ...`` (``per_part``; earlier checkpoints shared one ``lora_A`` over a fused layer's parts)."""
     rules = _rules_by_key(bridge)
-    rank = record["rank"]
-    per_part = record.get("per_part", False)  # earlier checkpoints: one lora_A shared by a fused layer's parts
-    tensors, targets = {}, []
-    for name, (lora_a, lora_b, _) in merged_lora(mcore_dir, bridge).items():
+    tensors = {}
+    for name, (lora_a, lora_b, _) in merged.items():
         rule = rules[f"{name}.weight"]
         for i, (hf_key, part) in enumerate(zip(rule.hf, rule.fuse.to_hf(lora_b), strict=True)):
             module = hf_key.removesuffix(".weight")
-            if per_part:  # part i's own A, and its B in columns i * r ...
+            if per_part:
                 a, b = lora_a[i * rank : (i + 1) * rank], part[:, i * rank : (i + 1) * rank]
             else:
                 a, b = lora_a, part
             tensors[f"base_model.model.{module}.lora_A.weight"] = a.contiguous().clone()
             tensors[f"base_model.model.{module}.lora_B.weight"] = b.contiguous().clone()
-            targets.append(module)
+    return tensors
+
+
+def write_peft_adapter(
+    tensors: dict[str, Any], out_dir: Path, *, rank: int, alpha: int, dropout: float, base_model: str
+) -> list[str]:
+    """Write ``tensors`` (peft's names, :func:`peft_tensors`) as a peft adapter of the HF model ``base_model`` in
+    ``out_dir`` (``adapter_model.safetensors``, ``adapter_config.json``: ``r``, ``lora_alpha`` and the adapted
+    modules); return the HF modules adapted."""
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    targets = sorted({k.removeprefix("base_model.model.").rsplit(".lora_", 1)[0] for k in tensors})
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / "adapter_model.safetensors"), metadata={"format": "pt"})
     LoraConfig(
-        r=record["rank"],
-        lora_alpha=record["alpha"],
-        lora_dropout=record["dropout"],
-        target_modules=sorted(targets),
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=targets,
         task_type="CAUSAL_LM",
         base_model_name_or_path=str(base_model),
     ).save_pretrained(str(out_dir))
-    return sorted(targets)
+    return targets
+
+
+def export_adapter(mcore_dir: Path, out_dir: Path, bridge: Any, base_model: str) -> list[str]:
+    """Write ``out_dir/adapter_model.safetensors`` and ``adapter_config.json``: the trained LoRA of a megatron
+    checkpoint (:func:`merged_lora`) as a peft adapter of the HF model ``base_model``; return the HF modules
+    adapted. A fused layer's adapter becomes one per HF layer: its own ``lora_A`` and its rows of ``lora_B``
+    (:func:`peft_tensors`)."""
+    record = json.loads((mcore_dir / LORA_FILE).read_text(encoding="utf-8"))
+    per_part = record.get("per_part", False)  # earlier checkpoints: one lora_A shared by a fused layer's parts
+    tensors = peft_tensors(merged_lora(mcore_dir, bridge), bridge, record["rank"], per_part=per_part)
+    return write_peft_adapter(tensors, out_dir, rank=record["rank"], alpha=record["alpha"],
+                              dropout=record["dropout"], base_model=base_model)  # fmt: skip
+
+
+def live_lora(model: Any, bridge: Any) -> dict[str, tuple[Any, Any, bool]]:
+    """The LoRA :func:`add_lora` added to ``model``, now, merged over the tensor-parallel ranks (collective: every
+    rank of the group calls it, every rank gets the whole set): ``{layer: (lora_A, lora_B, column_parallel)}``, as
+    :func:`merged_lora` reads a checkpoint's. What the LoRA-only weight sync sends (through :func:`peft_tensors`);
+    detached, on the model's device."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    tp = dist.get_world_size(group)
+    rules = _rules_by_key(bridge)
+    merged = {}
+    with torch.no_grad():
+        for name, module in model.named_modules():  # the same order on every rank: the gathers pair up
+            if not hasattr(module, "lora_A"):
+                continue
+            column = module.lora_column
+            lora_a, lora_b = module.lora_A.detach(), module.lora_B.detach()
+            if tp > 1:  # the split half (the rule's shard, as merged_lora merges it); the other is the same everywhere
+                local = lora_b if column else lora_a
+                shards = [torch.empty_like(local) for _ in range(tp)]
+                dist.all_gather(shards, local.contiguous(), group=group)
+                whole = rules[f"{name}.weight"].shard.merge(shards, what=name)
+                lora_a, lora_b = (lora_a, whole) if column else (whole, lora_b)
+            merged[name] = (lora_a, lora_b, column)
+    return merged
 
 
 def write_lora_record(mcore_dir: Path, settings: LoraSettings, modules: dict[str, bool]) -> None:

@@ -33,7 +33,8 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             run="swiftcore_train_megatron.dpo:run_megatron_dpo",
             config="swiftcore_train_megatron.layout:ParallelLayout",
             tasks=("causal_lm",),
-            description="DPO on megatron-core (full weights or LoRA, --tp under torchrun): the dpo recipe's pairs, "
+            description="DPO on megatron-core (full weights or LoRA, --tp/--pp under torchrun; resumes): "
+            "the dpo recipe's pairs, "
             "template encoding and loss (TRL's), reference log-probs computed once from the initial weights",
         ),
         RecipeSpec(
@@ -41,7 +42,8 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             run="swiftcore_train_megatron.kto:run_megatron_kto",
             config="swiftcore_train_megatron.layout:ParallelLayout",
             tasks=("causal_lm",),
-            description="KTO on megatron-core (full weights or LoRA, --tp under torchrun): the kto recipe's rows, "
+            description="KTO on megatron-core (full weights or LoRA, --tp/--pp under torchrun; resumes): "
+            "the kto recipe's rows, "
             "order, encoding and loss (TRL's), reference log-probs computed once from the initial weights",
         ),
         RecipeSpec(
@@ -49,7 +51,8 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             run="swiftcore_train_megatron.rm:run_megatron_rm",
             config="swiftcore_train_megatron.layout:ParallelLayout",
             tasks=("causal_lm",),
-            description="reward model on megatron-core (full weights or LoRA, --tp under torchrun): the rm recipe's "
+            description="reward model on megatron-core (full weights or LoRA, --tp under torchrun; resumes): "
+            "the rm recipe's "
             "pairs, encoding, score layer and loss (TRL's); checkpoints load with AutoModelForSequenceClassification",
         ),
         RecipeSpec(
@@ -57,7 +60,7 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             run="swiftcore_train_megatron.grpo:run_megatron_grpo",
             config="swiftcore_train_megatron.layout:ParallelLayout",
             tasks=("causal_lm",),
-            description="GRPO on megatron-core (full weights, --tp under torchrun): the grpo recipe's prompts, "
+            description="GRPO on megatron-core (full weights or LoRA, --tp under torchrun): the grpo recipe's prompts, "
             "rewards, advantages and loss (TRL's); rank 0 generates with the transformers backend, synced each step",
         ),
         RecipeSpec(
@@ -65,7 +68,8 @@ def swiftcore_register_recipes() -> list[RecipeSpec]:
             run="swiftcore_train_megatron.gkd:run_megatron_gkd",
             config="swiftcore_train_megatron.layout:ParallelLayout",
             tasks=("causal_lm",),
-            description="GKD on-policy distillation on megatron-core (full weights, --tp under torchrun): the gkd "
+            description="GKD on-policy distillation on megatron-core (full weights or LoRA, --tp under torchrun): "
+            "the gkd "
             "recipe's prompts, teacher and loss (TRL's generalised JSD on the TP-gathered logits); rank 0 generates "
             "with the transformers backend, synced each step",
         ),

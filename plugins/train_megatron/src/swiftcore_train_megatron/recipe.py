@@ -33,7 +33,7 @@ from swiftcore_train_megatron.layout import ParallelLayout, world_size
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
 
-__all__ = ["run_megatron_sft"]
+__all__ = ["resume_checkpoint", "run_megatron_sft"]
 
 log = logging.getLogger("swiftcore.train.megatron")
 
@@ -105,11 +105,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     world = world_size()
     layout.check(bridge, bridge_spec, world, micro_batches=cfg.gradient_accumulation_steps)
 
-    resume = resolve_resume(cfg, output_dir, spec)
-    if resume is not None:  # a checkpoint of another layout is refused here, before any process group
-        from swiftcore_train_megatron.checkpoint import check_resume_layout
-
-        check_resume_layout(resume, tp=layout.tp, pp=layout.pp, vpp=layout.vpp, ep=layout.ep)
+    resume = resume_checkpoint(cfg, output_dir, spec, layout)
     if is_main_process():
         from swiftcore_train import plan_output_dir
 
@@ -223,6 +219,33 @@ def _add_lora(cfg: TrainConfig, spec: Any, bridge: Any, model: Any) -> tuple[Any
         raise no_layer_matched(settings)
     log.info("LoRA r=%d alpha=%d on %d layer(s)", settings.rank, settings.alpha, len(modules))
     return settings, dict(sorted(modules.items()))
+
+
+def resume_checkpoint(cfg: TrainConfig, output_dir: Path, spec: Any, layout: ParallelLayout) -> Path | None:
+    """The checkpoint ``--resume-from-checkpoint`` names (None without it), checked before any process group: a
+    training checkpoint of this model and task (``resolve_resume``), saved by this recipe and at this layout.
+
+    Raises:
+        SwiftcoreError: no such checkpoint, or one of another model, task, recipe or parallel layout.
+    """
+    resume = resolve_resume(cfg, output_dir, spec)
+    if resume is None:
+        return None
+    from swiftcore_train_megatron.checkpoint import check_resume_layout
+
+    args_file = resume / "swiftcore_args.json"
+    if args_file.is_file():  # resolve_resume read it already: valid JSON
+        recorded = json.loads(args_file.read_text(encoding="utf-8")).get("swiftcore_args") or {}
+        # A DPO run resumed from an SFT checkpoint would load weights and optimizer state of another objective
+        # (and a reward model's score layer would be missing): the recipe must be the one that saved it.
+        saved, mine = str(recorded.get("recipe", "sft")).split(".")[0], cfg.recipe.split(".")[0]
+        if saved != mine:
+            raise SwiftcoreError(
+                f"--resume-from-checkpoint {str(resume)!r} was saved by --recipe {saved}, this run is --recipe "
+                f"{mine}: resume with --recipe {saved}, or start a new {mine} run from its weights (--model)"
+            )
+    check_resume_layout(resume, tp=layout.tp, pp=layout.pp, vpp=layout.vpp, ep=layout.ep)
+    return resume
 
 
 def _resumed_step(checkpoint: Path | None) -> int | None:

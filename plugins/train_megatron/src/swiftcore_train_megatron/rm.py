@@ -16,12 +16,15 @@ of the decoder into that class, sets the trained score layer and saves it over t
 the decoder only). With ``--tuner lora`` the decoder's layers get the engine's LoRA (``swiftcore_train_megatron.lora``)
 and the score layer trains in full, as peft's ``modules_to_save`` does for the ``rm`` recipe; the checkpoint is, as
 that recipe's, the whole classifier with the adapter merged (the megatron shards keep the adapter for a resume).
+``--resume-from-checkpoint`` is the SFT loop's resume of the decoder and the optimizer (the score layer's state
+included), the score layer's weights read back from the checkpoint's classifier.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,13 +74,21 @@ def run_megatron_rm(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout
     from swiftcore_recipe_preference import RMOptions, encode_rm_pairs, prepare
     from swiftcore_train import start_run
 
-    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _refuse_unsupported, _schedule_and_optimizer
+    from swiftcore_train_megatron.recipe import (
+        _add_lora,
+        _bridge,
+        _refuse_unsupported,
+        _resumed_step,
+        _schedule_and_optimizer,
+        resume_checkpoint,
+    )
 
     cfg.validate()
     _refuse_unsupported(cfg)
     options = recipe_options(cfg, RMOptions, "rm.megatron")
     _refuse_rm(cfg, layout)
-    prepared = prepare(cfg, plugins, "rm")
+    # prepare() refuses --resume-from-checkpoint for the transformers engine's trainer; this engine resumes.
+    prepared = prepare(replace(cfg, resume_from_checkpoint=None), plugins, "rm")
     bridge_spec, bridge = _bridge(cfg, prepared.spec, plugins)
     refuse_model(bridge, bridge_spec, "rm")
     _check_sequence_classifier(cfg.model, prepared.spec)
@@ -86,10 +97,13 @@ def run_megatron_rm(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout
     train = encode_rm_pairs(prepared.train, prepared.template, prepared.tokenizer, cfg)
     val = encode_rm_pairs(prepared.val, prepared.template, prepared.tokenizer, cfg) if prepared.val else []
     output_dir = Path(cfg.output_dir)
+    resume = resume_checkpoint(cfg, output_dir, prepared.spec, layout)
     if is_main_process():
         from swiftcore_train import plan_output_dir, run_inputs
 
-        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+        plan_output_dir(
+            output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
+        )
     log.info("rm: model %s, bridge %s, tp %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp, world)
 
     # Every check passed: only now the process group and the model.
@@ -110,7 +124,8 @@ def run_megatron_rm(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout
         output_dir,
         prepared.spec,
         plugins,
-        fresh=True,
+        fresh=resume is None,
+        resumed_step=_resumed_step(resume),
         template=prepared.template_spec,
         engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
         preference={"recipe": "rm", "num_labels": 1, **asdict(options)},
@@ -132,6 +147,8 @@ def run_megatron_rm(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout
         lora=lora,
         options=options,
     )
+    if resume is not None:
+        loop.resume(resume)
     return loop.run()
 
 
@@ -257,6 +274,20 @@ class RMLoop(TrainLoop):
         self.model.train()
         return {f"eval_{name}": sum(v) / len(v) for name, v in values.items()}
 
+    def resume(self, checkpoint: Path) -> None:
+        """The SFT loop's resume of the decoder (and its optimizer state, the score layer's included), then the score
+        layer's trained weights from the checkpoint's sequence classifier (the megatron shards hold the decoder only).
+        """
+        import torch
+
+        head = self.model._modules.pop("reward_score")
+        try:
+            super().resume(checkpoint)
+        finally:
+            self.model._modules["reward_score"] = head
+        with torch.no_grad():
+            head.weight.copy_(_saved_score(checkpoint).to(head.weight.device, head.weight.dtype))
+
     def _save(self) -> Path:
         """The SFT loop's checkpoint of the decoder (the score layer left out of the megatron shards, which the
         bridge maps), then on rank 0 its Hugging Face export replaced by the whole sequence classifier."""
@@ -273,6 +304,24 @@ class RMLoop(TrainLoop):
             _as_sequence_classifier(path, head, self.pad_token_id)
         dist.barrier()
         return path
+
+
+def _saved_score(checkpoint: Path) -> Any:
+    """The score layer's weight (``score.weight``) of the sequence classifier a checkpoint of this recipe holds.
+
+    Raises:
+        SwiftcoreError: the checkpoint has none (it was not saved by ``--recipe rm``).
+    """
+    from safetensors import safe_open
+
+    for file in sorted(checkpoint.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as tensors:
+            if "score.weight" in tensors.keys():
+                return tensors.get_tensor("score.weight")
+    raise SwiftcoreError(
+        f"--resume-from-checkpoint {str(checkpoint)!r}: no score.weight in its *.safetensors, so it is no reward "
+        "model checkpoint of --recipe rm; resume from a checkpoint-N of an rm run"
+    )
 
 
 def _merge_adapter(checkpoint: Path, model_dir: Path) -> None:

@@ -259,10 +259,19 @@ class DeepseekV4Template(Template):
         content, _, block = text.partition(f"\n\n<{DSML}tool_calls>")
         calls = []
         for name, body in _INVOKE.findall(block):
-            arguments = {key: value if flag == "true" else json.loads(value)
+            arguments = {key: value if flag == "true" else _json_or_text(value)
                          for key, flag, value in _PARAM.findall(body)}
             calls.append(tool_call(name, arguments))
         return {"content": content, "reasoning_content": reasoning, "tool_calls": calls}
+
+
+def _json_or_text(value: str) -> Any:
+    """A ``string="false"`` parameter's JSON value; its text as written when the model wrote no valid JSON there (a
+    generated reply is never an error: the caller sees what the model wrote instead of a failed request)."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def _last_user(messages: list[dict[str, Any]]) -> int:

@@ -1,0 +1,462 @@
+"""``swiftcore train --engine megatron --recipe grpo|gkd --tuner lora``: the online recipes on this engine with the
+engine's LoRA (``swiftcore_train_megatron.lora``) and a LoRA-only weight sync to the rollout engine.
+
+- Loss parity on a fixed batch (``grpo``: ``test_engine_grpo.py``'s 2 prompts x groups of 4 with fixed advantages,
+  off-policy after step 1; ``gkd``: ``test_engine_gkd.py``'s 4 completions, ``--gkd-beta 0.5``, the seed-1 tiny
+  model as the teacher), fp32, rank 4, alpha 8 on the family's default targets (every linear layer of Qwen3.5, the
+  fused q/k/v, gate/up and gated-DeltaNet input projections included): the first 3 step losses and gradient norms
+  equal those of the recipe's trainer on the transformers engine (TRL's GRPOTrainer / DistillationTrainer on the
+  peft policy ``apply_tuner`` makes, the same AdamW step) to 1e-5, at TP1 and TP2 (real torchrun processes on
+  gloo). Both start from the same adapter: the peft one, saved and given to this engine as ``--lora-init-adapter``.
+- The LoRA-only sync, in the same runs: rank 0 holds a real transformers rollout engine with the recipe's
+  ``WeightSync``; the loop syncs before each step (step 0 attaches the adapter) and once after the last. Every
+  ``update_adapter`` call carries exactly the peft policy's adapter tensors by name (``get_peft_model_state_dict``),
+  there is no ``update_weights`` call, the adapter is loaded once, and after the last sync the engine's adapter
+  equals the peft policy's after the same steps (values), and the engine's logits equal the policy's (the scaling
+  the engine runs is the policy's too; its base model's logits differ, so the equality is no accident).
+- End to end: ``swiftcore train --engine megatron --recipe grpo --tuner lora`` (3 steps, TP1) logs a sync at every
+  step of the adapter's bytes only (the same every step, a small share of the full weights' bytes) and saves a peft
+  adapter.
+- Learning signal: the vowel task (``test_engine_grpo.py``'s; 8 steps, rank 8, alpha 32, lr 5e-3): the rollouts,
+  sampled with the synced adapter, earn more (mean reward 0.125 at step 1, about 0.9 over the last three), and the
+  saved adapter, loaded by the transformers backend, raises the mean reward on 8 held-out prompts from 0.25 to about
+  0.97. With the rollouts sampled from the base model instead (no adapter on the requests) the rollouts' reward
+  stays near 0.1 and the test fails.
+- Refusals that remain with ``--tuner lora``, before any process group exists: --pp, --ep, --rollout-engine vllm,
+  more processes than --tp, a MoE family (both recipes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from swiftcore_testing import free_port, user_env
+
+BIN = Path(sys.executable).parent
+STEPS = 3
+SEED = 0
+RANK, ALPHA = 4, 8
+#: The adapter (B = 0 at the start) moves the losses of steps 2 and 3 well past the tolerance, and GRPO's ratios stay
+#: partly inside the clip range at step 3 (at 2e-3 all were clipped: a zero gradient).
+LR = 3e-4
+TEMPERATURE = 0.7
+#: The GRPO batch (2 prompts x groups of 4) and the GKD batch (4 prompts): completion lengths; the rewards; prompts.
+GRPO_LENGTHS = (3, 6, 1, 4, 5, 2, 6, 3)
+REWARDS = (1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.5)
+GKD_LENGTHS = (3, 6, 1, 4)
+PROMPT = 5
+#: The learning test's steps and learning rate (LoRA: B starts at zero, so a larger rate than full weights' 1e-3).
+LEARN_STEPS, LEARN_LR = 8, 5e-3
+#: The probe the engine's and the policy's logits are compared on.
+PROBE = list(range(11, 27))
+
+#: One rank's side: the recipe's loop of this engine with LoRA from the peft init, 3 optimiser steps on the fixed batch,
+#: a LoRA-only sync to a real transformers rollout engine (rank 0) before each step and after the last, what each sync
+#: sent, and the engine's adapter and logits at the end.
+MEGATRON_STEPS = """
+import json, sys, torch
+from pathlib import Path
+from safetensors import safe_open
+from swiftcore_infer import Engine
+from swiftcore_megatron import init_model_parallel, read_hf_config, resolve_bridge
+from swiftcore_recipe_rl import GKDOptions, GRPOOptions, WeightSync, create_rollout_engine
+from swiftcore_train import TrainConfig
+import swiftcore.api
+from swiftcore.api.models import resolve_model_spec
+from swiftcore_train_megatron.engine import load_sharded_model
+from swiftcore_train_megatron.gkd import GKDLoop, load_teacher
+from swiftcore_train_megatron.grpo import GRPOLoop, completion_logps
+from swiftcore_train_megatron.layout import ParallelLayout, world_size
+from swiftcore_train_megatron.recipe import _add_lora, _schedule_and_optimizer
+
+recipe, model_dir, teacher_dir, init_dir, batch_file, out_file, lr, steps, rank, alpha, probe = sys.argv[1:12]
+tp = world_size()
+plugins = swiftcore.api.load_plugins(env={})
+spec = resolve_model_spec(model_dir, plugins)
+_, bridge = resolve_bridge(read_hf_config(Path(model_dir)), plugins)
+cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="lora",
+                  lora_rank=int(rank), lora_alpha=int(alpha), learning_rate=float(lr), lr_scheduler="constant",
+                  batch_size=2, max_steps=int(steps), seed=0, recipe_options={"lora_init_adapter": init_dir})
+if recipe == "grpo":
+    options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, rollout_temperature=0.7)
+else:
+    options = GKDOptions(teacher_model=teacher_dir, gkd_beta=0.5, max_completion_length=6, rollout_temperature=0.7)
+init_model_parallel(tp, 1, seed=0)
+model = load_sharded_model(bridge, model_dir, tp=tp, ep=1)
+lora = _add_lora(cfg, spec, bridge, model)
+layout = ParallelLayout(tp=tp)
+schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 2, layout, tp)
+loop = (GRPOLoop if recipe == "grpo" else GKDLoop)(
+    cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
+    schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge, bridge_name="qwen3_5",
+    layout=layout, extras={}, lora=lora, options=options)
+if recipe == "gkd":
+    loop.attach_teacher(load_teacher(resolve_model_spec(teacher_dir, plugins), teacher_dir, plugins))
+rank0 = torch.distributed.get_rank() == 0
+sent = []
+if rank0:  # what attach_rollouts builds (the engine and the recipe's WeightSync), every engine call recorded
+    for method in ("update_adapter", "update_weights", "load_adapter"):
+        original = getattr(Engine, method)
+        def recording(self, *args, _method=method, _original=original):
+            if _method == "load_adapter":
+                with safe_open(str(Path(args[1]) / "adapter_model.safetensors"), framework="pt") as f:
+                    names = list(f.keys())
+                config = json.loads((Path(args[1]) / "adapter_config.json").read_text())
+                sent.append([_method, sorted(names), [config["r"], config["lora_alpha"]]])
+            else:
+                tensors = args[-1]
+                names = list(tensors) if isinstance(tensors, dict) else [name for name, _ in tensors]
+                sent.append([_method, sorted(names), len(names)])
+            return _original(self, *args)
+        setattr(Engine, method, recording)
+    loop.engine = create_rollout_engine("transformers", cfg, plugins, template=None, device="cpu")
+    loop.weight_sync = WeightSync(loop.engine)
+batch = torch.load(batch_file)
+model.train()
+if recipe == "grpo":
+    with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy
+        batch["old_per_token_logps"] = completion_logps(model, batch, 0.7)
+got, synced = [], []
+for _ in range(int(steps)):
+    synced.append(loop._sync()["sync_bytes"])  # as _train_step: the engine gets the weights the step starts from
+    got.append(loop.learn(batch)[:2])
+    loop.step += 1
+synced.append(loop._sync()["sync_bytes"])
+if rank0:
+    from peft import get_peft_model_state_dict
+    engine_model = loop.engine.model
+    engine_model.set_adapter(loop.weight_sync.adapter)
+    adapter = get_peft_model_state_dict(engine_model, adapter_name=loop.weight_sync.adapter)
+    with torch.no_grad():
+        logits = engine_model(input_ids=torch.tensor([json.loads(probe)])).logits
+    Path(out_file).write_text(json.dumps({"steps": got, "sent": sent, "sync_bytes": synced}))
+    torch.save({"adapter": adapter, "logits": logits}, Path(out_file).with_suffix(".pt"))
+"""
+
+
+def _run(command: list, **env: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **env), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir) -> Path:
+    return tiny_model_dir("qwen3_5")
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    """A second tiny random qwen3_5 (seed 1): the student's vocabulary, other weights (the gkd tests' teacher)."""
+    from swiftcore_tiny import make_tiny
+
+    from swiftcore._plugins import load_plugins
+
+    spec = load_plugins(env={}).registry.get("model", "qwen3_5")
+    return make_tiny(spec, tmp_path_factory.mktemp("teacher") / "qwen3_5", seed=1)
+
+
+def _batch(lengths: tuple[int, ...], groups: int) -> dict:
+    """Fixed completions in TRL's layout, ``groups`` prompts of one length (no left padding) each repeated to fill
+    the rows; with GRPO's group advantages of :data:`REWARDS` when the rows are groups of 4."""
+    import torch
+    from swiftcore_train_megatron.grpo import group_advantages
+
+    gen = torch.Generator().manual_seed(3)
+    rows, width = len(lengths), max(lengths)
+    prompts = torch.randint(10, 200, (groups, PROMPT), generator=gen).repeat_interleave(rows // groups, dim=0)
+    completion_mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+    completion_ids = torch.randint(10, 200, (rows, width), generator=gen) * completion_mask
+    batch = {
+        "prompt_ids": prompts,
+        "prompt_mask": torch.ones_like(prompts),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "num_items_in_batch": completion_mask.sum(),
+    }
+    if groups * 4 == rows:
+        batch["advantages"] = group_advantages(torch.tensor(REWARDS).unsqueeze(1), torch.ones(1), 4, "group")
+    return batch
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory) -> dict[str, Path]:
+    """The fixed batches of both recipes, saved for the ranks."""
+    import torch
+
+    root = tmp_path_factory.mktemp("batches")
+    paths = {"grpo": root / "grpo.pt", "gkd": root / "gkd.pt"}
+    torch.save(_batch(GRPO_LENGTHS, 2), paths["grpo"])
+    torch.save(_batch(GKD_LENGTHS, 4), paths["gkd"])
+    return paths
+
+
+def _reference(recipe: str, tiny: Path, teacher: Path, batch_file: Path, out: Path) -> dict:
+    """The recipe's trainer on the transformers engine with LoRA (``apply_tuner``'s peft policy, fp32): its initial
+    adapter saved to ``out/init`` (this engine's ``--lora-init-adapter``), then 3 steps of its own loss on the batch.
+    Returns the init's path, each step's loss and gradient norm, the adapter after the steps (peft's state dict), and
+    the policy's and its base model's logits of :data:`PROBE` after them."""
+    import torch
+    from datasets import Dataset
+    from peft import get_peft_model_state_dict
+    from swiftcore_recipe_rl import GKDOptions, GRPOOptions, gkd_config, grpo_config, trainer_class
+    from swiftcore_train import TrainConfig, apply_tuner
+
+    import swiftcore.api
+    from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
+
+    plugins = swiftcore.api.load_plugins(env={})
+    spec = resolve_model_spec(str(tiny), plugins)
+    tokenizer = load_tokenizer(str(tiny))
+    tokenizer.padding_side = "left"
+    cfg = TrainConfig(
+        model=str(tiny), dataset=("unused",), output_dir=str(out), tuner="lora", lora_rank=RANK, lora_alpha=ALPHA,
+        learning_rate=LR, lr_scheduler="constant", batch_size=2, max_steps=STEPS, seed=SEED,
+    )  # fmt: skip
+
+    def load(path: Path):
+        return load_model(resolve_model_spec(str(path), plugins), str(path), plugins, torch_dtype="float32")
+
+    torch.manual_seed(SEED)
+    policy = apply_tuner(load(tiny), spec, cfg)
+    policy.save_pretrained(out / "init")
+    dataset = Dataset.from_list([{"prompt": "p"}] * 4)
+    if recipe == "grpo":
+        options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6,
+                              rollout_temperature=TEMPERATURE)  # fmt: skip
+        trainer = trainer_class("grpo")(
+            model=policy, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+            args=grpo_config(cfg, options, out, reward_names=["format"]), train_dataset=dataset,
+            processing_class=tokenizer,
+        )  # fmt: skip
+        trainer.current_gradient_accumulation_steps = 1
+    else:
+        options = GKDOptions(teacher_model=str(teacher), gkd_beta=0.5, max_completion_length=6,
+                             rollout_temperature=TEMPERATURE)  # fmt: skip
+        trainer = trainer_class("gkd")(
+            model=policy, teacher_model=load(teacher), args=gkd_config(cfg, options, out), train_dataset=dataset,
+            processing_class=tokenizer,
+        )  # fmt: skip
+    model = trainer.model
+    optimizer = trainer.create_optimizer()
+    batch = torch.load(batch_file)
+    model.train()
+    if recipe == "grpo":
+        with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy
+            ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+            mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+            old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, batch["completion_ids"].size(1))
+        batch["old_per_token_logps"] = old
+    steps = []
+    for _ in range(STEPS):
+        loss = trainer._compute_loss(model, batch) if recipe == "grpo" else trainer.compute_loss(model, batch)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        steps.append((float(loss.detach()), float(norm)))
+    model.eval()
+    probe = torch.tensor([PROBE])
+    with torch.no_grad():
+        logits = model(input_ids=probe).logits
+        with model.disable_adapter():
+            base = model(input_ids=probe).logits
+    adapter = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+    return {"init": out / "init", "steps": steps, "adapter": adapter, "logits": logits, "base": base}
+
+
+@pytest.fixture(scope="module")
+def references(tiny, teacher, batches, tmp_path_factory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("transformers")
+    return {r: _reference(r, tiny, teacher, batches[r], root / r) for r in ("grpo", "gkd")}
+
+
+def _megatron_steps(recipe: str, tiny: Path, teacher: Path, init: Path, batch: Path, out: Path, tp: int) -> dict:
+    """This engine's loop of ``recipe`` with LoRA on ``tp`` ranks (:data:`MEGATRON_STEPS`): ``{"steps", "sent",
+    "sync_bytes"}`` and, from rank 0's rollout engine, ``"adapter"`` and ``"logits"``."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    script = out / "steps.py"
+    script.write_text(MEGATRON_STEPS)
+    result = out / "steps.json"
+    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(tp), "--master-port", str(free_port())]
+    _run([*launcher, str(script), recipe, str(tiny), str(teacher), str(init), str(batch), str(result), str(LR),
+          str(STEPS), str(RANK), str(ALPHA), json.dumps(PROBE)])  # fmt: skip
+    return {**json.loads(result.read_text()), **torch.load(result.with_suffix(".pt"))}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
+@pytest.mark.parametrize("recipe", ["grpo", "gkd"])
+def test_lora_steps_equal_the_transformers_engine_and_sync_only_the_adapter(
+    recipe, tp, tiny, teacher, batches, references, tmp_path
+):
+    import torch
+
+    want = references[recipe]
+    ran = _megatron_steps(recipe, tiny, teacher, want["init"], batches[recipe], tmp_path, tp)
+    got, expected = ran["steps"], want["steps"]
+    print(f"{recipe} lora tp{tp}: transformers {expected}\n megatron {got}\n sync bytes {ran['sync_bytes']}")
+    assert len(got) == STEPS
+    for step, ((loss, norm), (want_loss, want_norm)) in enumerate(zip(got, expected, strict=True), start=1):
+        assert loss == pytest.approx(want_loss, rel=1e-5, abs=1e-5), (step, got, expected)
+        assert norm == pytest.approx(want_norm, rel=1e-5, abs=1e-5), (step, got, expected)
+    assert abs(expected[-1][0] - expected[0][0]) > 1e-4 and expected[-1][1] > 0, "the losses and gradients must move"
+
+    # The sync: one adapter load, then only the adapter's tensors, by peft's names, at every sync.
+    adapter_names = sorted(want["adapter"])
+    assert adapter_names and all(".lora_A." in n or ".lora_B." in n for n in adapter_names), adapter_names[:4]
+    calls = [call[0] for call in ran["sent"]]
+    assert calls == ["load_adapter"] + ["update_adapter"] * (STEPS + 1), calls
+    assert ran["sent"][0][2] == [RANK, ALPHA], ran["sent"][0]
+    assert ran["sent"][0][1] == adapter_names, sorted(set(ran["sent"][0][1]) ^ set(adapter_names))[:5]
+    for _, names, _ in ran["sent"][1:]:
+        assert names == adapter_names, sorted(set(names) ^ set(adapter_names))[:5]
+    adapter_bytes = sum(t.numel() * t.element_size() for t in want["adapter"].values())
+    assert ran["sync_bytes"] == [float(adapter_bytes)] * (STEPS + 1), (ran["sync_bytes"], adapter_bytes)
+
+    # What the engine holds after the last sync: the policy's adapter, and so its outputs.
+    engine_adapter = ran["adapter"]
+    assert sorted(engine_adapter) == adapter_names
+    for name in adapter_names:
+        assert float((engine_adapter[name] - want["adapter"][name]).abs().max()) < 1e-5, name
+    assert float((want["logits"] - want["base"]).abs().max()) > 1e-4, "the adapter changed nothing: proves nothing"
+    assert torch.allclose(ran["logits"], want["logits"], atol=1e-5, rtol=1e-5), float(
+        (ran["logits"] - want["logits"]).abs().max()
+    )
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+VOWEL = r"format.pattern=^\s*[aeiouAEIOU]"
+
+
+@pytest.mark.slow
+def test_a_grpo_lora_run_syncs_the_adapter_every_step_and_saves_it(tiny, tmp_path):
+    """3 steps through ``swiftcore train`` (2 prompts a step, 4 completions of up to 4 tokens, rank 4)."""
+    from safetensors.torch import load_file
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(8)))
+    out = tmp_path / "out"
+    _run([str(BIN / "swiftcore"), "train", "--engine", "megatron", "--recipe", "grpo", "--model", str(tiny),
+          "--dataset", str(data), "--output-dir", str(out), "--tuner", "lora", "--lora-rank", str(RANK),
+          "--lora-alpha", str(ALPHA), "--learning-rate", "1e-3", "--lr-scheduler", "constant", "--max-steps", "3",
+          "--batch-size", "2", "--logging-steps", "1", "--save-steps", "1000", "--seed", "0", "--no-plot",
+          "--reward", "format", "--reward-option", VOWEL, "--num-generations", "4", "--max-completion-length", "4",
+          "--rollout-engine", "transformers"])  # fmt: skip
+    logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+    adapter_file = out / "checkpoint-3" / "adapter_model.safetensors"
+    saved = load_file(adapter_file)
+    adapter_bytes = sum(t.numel() * t.element_size() for t in saved.values())
+    full_bytes = sum(t.numel() * t.element_size() for t in load_file(tiny / "model.safetensors").values())
+    synced = [r["sync_bytes"] for r in logs]
+    print(f"grpo.megatron lora: sync bytes per step {synced} (the full weights: {full_bytes}), sync seconds "
+          f"{[round(r['sync_s'], 4) for r in logs]}")  # fmt: skip
+    assert len(logs) == 3 and synced == [float(adapter_bytes)] * 3, (synced, adapter_bytes)
+    assert adapter_bytes < full_bytes / 5
+    config = json.loads((out / "checkpoint-3" / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"]) == (RANK, ALPHA)
+    assert json.loads((out / "args.json").read_text())["grpo"]["num_generations"] == 4
+
+
+def _mean_reward(model_dir: Path, prompts: list[str], adapter: Path | None, samples: int = 8) -> float:
+    """The mean vowel reward of ``samples`` sampled replies (temperature 1, seed 0) to each prompt, generated by the
+    transformers backend from ``model_dir``, with the peft ``adapter`` loaded and used when given."""
+    import re
+
+    import torch
+    from swiftcore_infer import Request, SamplingParams, create_engine
+
+    import swiftcore.api
+
+    torch.manual_seed(0)
+    engine = create_engine("transformers", str(model_dir), swiftcore.api.load_plugins(env={}), template="qwen3_5",
+                           device="cpu")  # fmt: skip
+    try:
+        if adapter is not None:
+            engine.load_adapter("trained", adapter)
+        sampling = SamplingParams(max_new_tokens=4, temperature=1.0)
+        requests = [Request(record={"messages": [{"role": "user", "content": p}]}, sampling=sampling,
+                            adapter="trained" if adapter is not None else None)
+                    for p in prompts for _ in range(samples)]  # fmt: skip
+        texts = [g.text for g, _ in engine.generate_rollouts(requests)]
+    finally:
+        engine.close()
+    return sum(bool(re.match(r"^\s*[aeiouAEIOU]", t)) for t in texts) / len(texts)
+
+
+@pytest.mark.slow
+def test_grpo_lora_raises_the_held_out_reward_on_the_toy_task(tiny, tmp_path):
+    """The vowel task (a reply that starts with a vowel earns 1; 2 prompts x 8 completions of up to 4 tokens a step,
+    rank 8, alpha 32, lr LEARN_LR): the rollouts (sampled with the synced adapter) earn more, and the saved adapter
+    raises the mean reward on 8 held-out prompts over the base model's."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
+    out = tmp_path / "out"
+    steps = LEARN_STEPS
+    _run([str(BIN / "swiftcore"), "train", "--engine", "megatron", "--recipe", "grpo", "--model", str(tiny),
+          "--dataset", str(data), "--output-dir", str(out), "--tuner", "lora", "--lora-rank", "8",
+          "--lora-alpha", "32", "--learning-rate", str(LEARN_LR), "--lr-scheduler", "constant",
+          "--max-steps", str(steps), "--batch-size", "2", "--logging-steps", "1", "--save-steps", "1000",
+          "--seed", "0", "--no-plot", "--reward", "format", "--reward-option", VOWEL, "--num-generations", "8",
+          "--max-completion-length", "4", "--rollout-engine", "transformers"])  # fmt: skip
+    logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+    rewards = [r["rewards/format/mean"] for r in logs]
+    held_out = [f"Write a word, item {i}." for i in range(8)]
+    before = _mean_reward(tiny, held_out, None)
+    after = _mean_reward(tiny, held_out, out / f"checkpoint-{steps}")
+    print(f"grpo.megatron lora toy task: held-out mean reward {before:.3f} -> {after:.3f}; rollouts per step {rewards}")
+    assert len(rewards) == steps and sum(rewards[-3:]) / 3 - rewards[0] >= 0.4, rewards
+    assert after - before >= 0.4 and after >= 0.7, (before, after, rewards)
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "gkd"])
+@pytest.mark.parametrize(
+    ("family", "options", "expected"),
+    [
+        ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2 / --vpp 1: {R} does not run through pipeline stages"),
+        ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: {R} trains dense families only so far"),
+        ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
+        ("qwen3_5", {"world": 2}, "2 processes at --tp 1: {R} has no data-parallel replicas yet"),
+        ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
+    ],
+    ids=["pp", "ep", "vllm", "data-parallel", "moe"],
+)
+def test_what_lora_rl_megatron_does_not_do_is_refused_first(
+    recipe, family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after
+):
+    """With ``--tuner lora`` the layouts and models the online loop does not run are still refused, by name and
+    before any process group or output exists."""
+    import re
+
+    from swiftcore_train import TrainConfig, run_training
+
+    from swiftcore._plugins import load_plugins
+    from swiftcore.api import SwiftcoreError
+
+    options = dict(options)
+    if options.pop("world", None):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    model = tiny_model_dir(family)
+    own = {"reward": ("format",)} if recipe == "grpo" else {"teacher_model": str(model)}
+    cfg = TrainConfig(
+        model=str(model), dataset=(str(data),), output_dir=str(tmp_path / "out"), engine="megatron", recipe=recipe,
+        tuner="lora", max_steps=1, recipe_options={**own, **options.pop("recipe_options", {})},
+    )  # fmt: skip
+    with pytest.raises(SwiftcoreError, match=re.escape(expected.format(R=recipe.upper()))):
+        run_training(cfg, load_plugins(env={}))
+    assert not (tmp_path / "out").exists(), "nothing is written before the checks pass"
