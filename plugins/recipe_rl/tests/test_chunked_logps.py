@@ -71,7 +71,11 @@ def test_chunked_grpo_equals_the_plain_head(tiny_dir, plugins, tmp_path, trainer
         chunked = _grpo_step(tiny_dir, plugins, tmp_path, trainer_factory, 3)
     assert "chunked lm_head, 3 tokens per chunk" in caplog.text  # the chunked head did score the batch
     for name in ("old", "ref"):
-        assert torch.allclose(chunked[name], plain[name], rtol=0, atol=1e-6), name
+        # Log-probs down to about -15, where one float32 ulp is about 1e-6: to 1e-6 of their size (an AVX2-only CPU
+        # sums the head's matmul in another order than an AVX-512 one: 1.9e-6 apart at -14.85 measured, rtol=0 failed)
+        gap = (chunked[name] - plain[name]).abs().max().item()
+        print(f"grpo {name} log-probs: largest gap {gap:.2e}")
+        assert torch.allclose(chunked[name], plain[name], rtol=1e-6, atol=1e-6), (name, gap)
     # entropies of about 5 (a metric, summed otherwise than TRL's online log-sum-exp): to 1e-6 of their size
     assert torch.allclose(chunked["entropy"], plain["entropy"], rtol=1e-6, atol=1e-6)
     assert (plain["old"] - plain["ref"]).abs().max() > 1e-2  # the KL term is not trivially zero
@@ -79,8 +83,12 @@ def test_chunked_grpo_equals_the_plain_head(tiny_dir, plugins, tmp_path, trainer
     print(f"grpo: loss plain {plain['loss']:.8f} chunked {chunked['loss']:.8f}; worst grad diff {worst:.2e}")
     assert plain["grads"].keys() == chunked["grads"].keys() and len(plain["grads"]) > 0
     assert abs(float(chunked["loss"]) - float(plain["loss"])) < 1e-6
-    assert max(g.abs().max().item() for g in plain["grads"].values()) > 1e-3  # the gradients are not trivially zero
-    assert worst < 1e-6
+    largest = max(g.abs().max().item() for g in plain["grads"].values())
+    assert largest > 1e-3  # the gradients are not trivially zero
+    # to 2e-6 of the largest gradient (at least 2e-6): float32 sums over the batch's tokens in another order differ by
+    # some ulps of it (an AVX2-only CPU: 1.6e-6 apart for a largest gradient of 1.34; an AVX-512 one: below 1e-6)
+    print(f"grpo: largest gradient {largest:.3f}")
+    assert worst < 2e-6 * max(1.0, largest), (worst, largest)
 
 
 def test_a_negative_chunk_size_is_refused(tiny_dir, plugins, tmp_path, trainer_factory) -> None:

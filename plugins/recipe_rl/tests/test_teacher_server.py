@@ -215,7 +215,7 @@ def test_opd_learns_from_a_served_teacher(tiny_dir: Path, tmp_path: Path, one_th
     with deployed(teacher / "checkpoint-30") as url:
         run_cli("train", "--recipe", "opd", "--model", str(tiny_dir), "--teacher-server", url, "--dataset",
                 str(EXAMPLES / "vowel_prompts.jsonl"), "--disable-thinking", "--tuner", "full", "--num-generations",
-                "8", "--max-completion-length", "4", "--batch-size", "2", "--learning-rate", "5e-3",
+                "8", "--max-completion-length", "4", "--batch-size", "2", "--learning-rate", "2e-3",
                 "--lr-scheduler", "constant", "--max-steps", str(STEPS), "--logging-steps", "1", "--output-dir",
                 str(out))  # fmt: skip
     logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
