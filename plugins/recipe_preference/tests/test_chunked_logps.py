@@ -64,7 +64,8 @@ def test_chunked_dpo_equals_trl(family, tuner, tmp_path, tiny_model_dir, plugins
     # other orders, and a float32 gradient of 36 (Gemma's embedding) is exact to 4e-6 only (10 ulp: 1e-6 of it).
     worst = max((chunked[n] - g).abs().max().item() / max(1.0, g.abs().max().item()) for n, g in plain.items())
     print(f"{family} {tuner}: loss TRL {plain_loss:.8f} chunked {chunked_loss:.8f}; worst grad diff {worst:.2e}")
-    assert chunked_loss == pytest.approx(plain_loss, abs=1e-6)
+    # a loss of about 8.4 is 1e-6 of its size apart on an AVX2-only CPU (1.9e-6 measured; one ulp there is 9.5e-7)
+    assert chunked_loss == pytest.approx(plain_loss, rel=1e-6, abs=1e-6)
     assert min(g.abs().max().item() for g in plain.values()) > 1e-4  # no gradient is trivially zero
     assert worst < 2e-6
 
