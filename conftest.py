@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 _PLUGIN_ENV = ("SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT")
+_ROOT = Path(__file__).resolve().parent
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Under pytest-xdist (`pytest -n 2`) each worker has one core's worth: torch (read when it is first imported)
@@ -66,11 +68,13 @@ def _one_distributed_module_at_a_time(
     ranks (the :func:`distributed_ranks_lock` fixture), so the rest of it neither waits for nor blocks the other
     worker (tests/test_docs_commands.py: a long module of which a few commands start ranks).
     """
+    start = time.time()
     if getattr(request.module, "RANKS_LOCKED_PER_COMMAND", False) or not _launches_ranks(request.path):
         yield
-        return
-    with _ranks_lock(tmp_path_factory):
-        yield
+    else:
+        with _ranks_lock(tmp_path_factory):
+            yield
+    _timeline(tmp_path_factory, "module", request.path, start, time.time())
 
 
 @contextlib.contextmanager
@@ -83,8 +87,51 @@ def _ranks_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
     # A worker's base temporary directory is <the run's>/popen-gwN: the parent is this run's, shared by its workers.
     with open(tmp_path_factory.getbasetemp().parent / "distributed-ranks.lock", "a") as lock:
+        asked = time.time()
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a crashed worker's process ends
+        _timeline(tmp_path_factory, "lock-wait", None, asked, time.time())
         yield
+
+
+#: The file under this run's shared temporary directory where workers record their module spans and rank-lock waits.
+_TIMELINE = "worker-timeline.tsv"
+
+
+def _timeline(tmp_path_factory: pytest.TempPathFactory, kind: str, path: Path | None, start: float, end: float) -> None:
+    """Record one span of this worker (under pytest-xdist only) for :func:`pytest_terminal_summary`."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    where = os.path.relpath(path, _ROOT) if path else ""
+    with open(tmp_path_factory.getbasetemp().parent / _TIMELINE, "a", encoding="utf-8") as out:
+        out.write(f"{worker}\t{kind}\t{where}\t{start:.3f}\t{end:.3f}\n")
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Under pytest-xdist: each worker's busy time, its waits for the rank lock and the longest modules, so a CI log
+    shows where the wall time went (a worker waiting for the lock, or one worker's long module at the end)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+        return
+    try:
+        lines = (config._tmp_path_factory.getbasetemp() / _TIMELINE).read_text(encoding="utf-8").splitlines()
+    except (AttributeError, OSError):
+        return
+    spans = [(w, kind, where, float(a), float(b)) for w, kind, where, a, b in (ln.split("\t") for ln in lines)]
+    if not spans:
+        return
+    first, last = min(s[3] for s in spans), max(s[4] for s in spans)
+    write = terminalreporter.write_line
+    terminalreporter.section("worker timeline")
+    for worker in sorted({s[0] for s in spans}):
+        mine = [s for s in spans if s[0] == worker]
+        busy = sum(b - a for _, kind, _, a, b in mine if kind == "module")
+        waited = sum(b - a for _, kind, _, a, b in mine if kind == "lock-wait")
+        ends = max(b for *_, b in mine)
+        write(f"{worker}: modules {busy:.0f} s (of which waiting for the rank lock {waited:.0f} s), "
+              f"done {last - ends:.0f} s before the last worker; run {last - first:.0f} s")
+    modules = sorted((s for s in spans if s[1] == "module"), key=lambda s: s[3] - s[4])
+    for worker, _, where, a, b in modules[:40]:
+        write(f"{b - a:8.1f} s  {worker}  starts +{a - first:.0f} s  {where}")
 
 
 @pytest.fixture(scope="session")
