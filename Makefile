@@ -34,8 +34,10 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 	touch $(STAMP)
 
 # --durations: CI's log names the slowest tests, so a suite growing toward CI's 90 minutes shows where.
+# --no-loadscope-reorder: the workers take the modules in the order conftest.py plans from tests/module_seconds.json
+# (scripts/suite_order.py: longest first, rank-lock modules spread out), not xdist's most-tests-first.
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30; rc=$$?; \
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 demo: install

@@ -51,6 +51,42 @@ def _launches_ranks(path: Path) -> bool:
     return _LAUNCHES[path]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, order the modules as ``scripts/suite_order.py`` plans (longest first, rank modules spread
+    out; with ``--no-loadscope-reorder`` the workers take them in this order). Each module's tests keep their order.
+    Every worker computes the same order: xdist requires identical collections."""
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if not workers or workers < 2:
+        return
+    suite_order = _suite_order()
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(os.path.relpath(item.path, _ROOT), []).append(item)
+    modules = [
+        (path, len(tests), _holds_rank_lock(tests[0].path, getattr(tests[0], "module", None)))
+        for path, tests in by_module.items()
+    ]
+    order = suite_order.plan(modules, suite_order.load_record(), workers)
+    items[:] = [item for path in order for item in by_module[path]]
+
+
+def _holds_rank_lock(path: Path, module: Any) -> bool:
+    """Whether the test module at ``path`` holds the rank lock for its whole run (see
+    :func:`_one_distributed_module_at_a_time`)."""
+    return _launches_ranks(path) and not getattr(module, "RANKS_LOCKED_PER_COMMAND", False)
+
+
+def _suite_order() -> Any:
+    """``scripts/suite_order.py`` (a script, not a package: loaded by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("suite_order", _ROOT / "scripts" / "suite_order.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _one_distributed_module_at_a_time(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -69,7 +105,7 @@ def _one_distributed_module_at_a_time(
     worker (tests/test_docs_commands.py: a long module of which a few commands start ranks).
     """
     start = time.time()
-    if getattr(request.module, "RANKS_LOCKED_PER_COMMAND", False) or not _launches_ranks(request.path):
+    if not _holds_rank_lock(request.path, request.module):
         yield
     else:
         with _ranks_lock(tmp_path_factory):

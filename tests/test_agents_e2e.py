@@ -73,11 +73,15 @@ NO_THINKING = {"enable_thinking": False}
 # Every family whose official template has a tool format. Steps measured on the 2-core CPU machine (one torch
 # thread): Qwen3.5 at 40 steps still called add(3, 4) for 5 + 8; 60 gave every call and answer. Gemma 4 gave every
 # call at 40 with the plain loss, but with the chunked loss (the default; step-1 loss and grad norm equal to 1e-7, then
-# Adam's trajectory drifts apart) it called add(5, 4) for 3 + 4; at 60 it gives every call. MiMo-V2-Flash at
-# 60 (loss 0.018) still called add(3, 4) for 5 + 8.
+# Adam's trajectory drifts apart) it called add(5, 4) for 3 + 4; 60 steps of 1e-3 gave every call on an AVX-512 CPU
+# but not on an AVX2-only one (final loss 0.033: add(5, 4) for 5 + 8, add(212, 9) for 21 + 9). On the AVX2 CPU,
+# training seeds 0/1/2: 60 steps of 2e-3 or 3e-3 and 80 of 1e-3 or 2e-3 each failed a seed (loss stuck at 0.02-0.04, a
+# number swapped between prompts); 100 of 1e-3 gave every call and answer for seeds 0-6 (final loss 0.001-0.014;
+# 0.0087 for seed 0) and for two seeds of another tiny init. MiMo-V2-Flash at 60 (loss 0.018) still called
+# add(3, 4) for 5 + 8.
 FAMILIES: dict[str, Family] = {
     "qwen3_5": Family(60, 3e-3, "<tool_response>\n7\n</tool_response>", NO_THINKING),
-    "gemma4": Family(60, 1e-3, 'response:add{value:<|"|>7<|"|>}'),
+    "gemma4": Family(100, 1e-3, 'response:add{value:<|"|>7<|"|>}'),
     # DeepSeek-V4: the tiny config's 8-token sliding window cannot copy the question's numbers into a call written
     # ~100 tokens of tool markup later (the loss stalled at 0.0055 and it called add(12, 30) for 5 + 8); with the
     # release's window (128) 100 steps reach loss 0.0005 and every call carries its prompt's numbers.

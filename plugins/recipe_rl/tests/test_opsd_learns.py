@@ -1,14 +1,21 @@
 """``--recipe opsd`` learns a held-out task where only the privileged context carries the answer.
 
 The tiny qwen3_5 is first SFT'd (240 steps) to copy a word it is shown (``Write a word, number i.\n\nReference
-answer: W`` -> ``W``, W drawn from 8 words starting with a vowel and 8 starting with a consonant). Asked without a
-reference it answers a vowel word (``egg``): 0 of the 32 held-out prompts (``examples/vowel_heldout.jsonl``,
-numbers 16 to 47) get a consonant word. OPSD then trains it on 16 other prompts whose ``answer`` column is a
-consonant word: the student sees the prompt alone, the teacher (the policy's current weights) the prompt with the
-answer, and the per-token KL advantages pull the student towards what the teacher, shown the answer, would say. No
-reward is used. Held out, the share of replies that are one of the consonant words rises from at most 0.2 to at
-least 0.6 (measured 0.00 -> 1.00). The copier's copy rate (16 words, each shown once, greedy) must be at least 0.8,
-or the teacher would have nothing to teach.
+answer: W`` -> ``W``, W drawn from 8 words starting with a vowel and 8 starting with a consonant), and to answer a
+vowel word when shown none (4 rows without a reference, answered ``apple``, ``egg``, ``ice``, ``orange``): asked
+without a reference it answers a vowel word, 0 of the 32 held-out prompts (``examples/vowel_heldout.jsonl``, numbers
+16 to 47) a consonant word. OPSD then trains it on 16 other prompts whose ``answer`` column is ``cat``: the student
+sees the prompt alone, the teacher (the policy's current weights) the prompt with the answer, and the per-token KL
+advantages pull the student towards what the teacher, shown the answer, would say. No reward is used. Held out, the
+share of replies that are one of the consonant words rises from at most 0.2 to at least 0.6 (measured 0.00 -> 1.00
+on seeds 42, 1, 2 and 3). The copier's copy rate (16 words, each shown once, greedy) must be at least 0.8, or the
+teacher would have nothing to teach.
+
+Why the rows without a reference and one answer (until 2026-12-06 neither): without them what the copier says
+unprompted is an accident of its training; on an AVX2-only CPU it said consonant words (0.88 before OPSD). With a
+random consonant word per prompt the teacher disagrees with every word the student samples on most prompts, and the
+run went where the sampled-token signal happened to push: to vowel words, or (at 1e-3, or seed 1 at 40 steps) to
+empty replies, teacher and student drifting together.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import pytest
 PLUGIN = Path(__file__).resolve().parents[1]
 VOWEL_WORDS = ["apple", "egg", "ice", "orange", "umbrella", "olive", "ink", "eagle"]
 CONSONANT_WORDS = ["banana", "cat", "dog", "tree", "milk", "sun", "book", "pen"]
+ANSWER = "cat"  # every OPSD row's privileged context: a consonant word only the teacher is shown
 
 
 def _write(path: Path, rows: list[dict]) -> str:
@@ -49,7 +57,14 @@ def test_opsd_learns_what_only_the_teacher_is_shown(tiny_dir: Path, tmp_path: Pa
         word = rng.choice(VOWEL_WORDS + CONSONANT_WORDS)
         prompt = f"Write a word, number {i}.\n\nReference answer: {word}"
         copy_rows.append({"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": word}]})
-    opsd_rows = [{"prompt": f"Write a word, number {i}.", "answer": rng.choice(CONSONANT_WORDS)} for i in range(16)]
+    # What the copier says shown no reference is trained, not left to chance: a vowel word (see the docstring).
+    copy_rows += [
+        {"messages": [{"role": "user", "content": f"Write a word, number {100 + j}."},
+                      {"role": "assistant", "content": word}]}
+        for j, word in enumerate(VOWEL_WORDS[:4])
+    ]  # fmt: skip
+    random.Random(1).shuffle(copy_rows)
+    opsd_rows = [{"prompt": f"Write a word, number {i}.", "answer": ANSWER} for i in range(16)]
     copy_data, opsd_data = _write(tmp_path / "copy.jsonl", copy_rows), _write(tmp_path / "opsd.jsonl", opsd_rows)
     heldout = str(PLUGIN / "examples" / "vowel_heldout.jsonl")
     out = tmp_path / "out"
