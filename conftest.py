@@ -72,8 +72,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _holds_rank_lock(path: Path, module: Any) -> bool:
     """Whether the test module at ``path`` holds the rank lock for its whole run (see
-    :func:`_one_distributed_module_at_a_time`)."""
-    return _launches_ranks(path) and not getattr(module, "RANKS_LOCKED_PER_COMMAND", False)
+    :func:`_one_distributed_module_at_a_time`): as the module says (``STARTS_RANKS = True`` or ``False``: the docs
+    tests, whose commands come from the docs and whose source names torchrun either way), else whether its source
+    launches ranks (:data:`_DISTRIBUTED`)."""
+    said = getattr(module, "STARTS_RANKS", None)
+    return bool(said) if said is not None else _launches_ranks(path)
 
 
 def _suite_order() -> Any:
@@ -99,10 +102,6 @@ def _one_distributed_module_at_a_time(
     ``--dist loadgroup`` with an ``xdist_group`` would say this, but with pytest 9.2 and pytest-xdist 3.8 it
     silently groups nothing (pytest-dev/pytest-xdist#1386), hence ``--dist loadfile`` and this lock. Without
     xdist: nothing.
-
-    A module that sets ``RANKS_LOCKED_PER_COMMAND = True`` takes the lock itself, around each command that starts
-    ranks (the :func:`distributed_ranks_lock` fixture), so the rest of it neither waits for nor blocks the other
-    worker (tests/test_docs_commands.py: a long module of which a few commands start ranks).
     """
     start = time.time()
     if not _holds_rank_lock(request.path, request.module):
@@ -168,15 +167,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     modules = sorted((s for s in spans if s[1] == "module"), key=lambda s: s[3] - s[4])
     for worker, _, where, a, b in modules[:40]:
         write(f"{b - a:8.1f} s  {worker}  starts +{a - first:.0f} s  {where}")
-
-
-@pytest.fixture(scope="session")
-def distributed_ranks_lock(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    """``with distributed_ranks_lock(): ...``: hold the lock of :func:`_one_distributed_module_at_a_time` for the
-    block only (a module with ``RANKS_LOCKED_PER_COMMAND = True``, around each command that starts ranks)."""
-    return lambda: _ranks_lock(tmp_path_factory)
 
 
 #: The plugin variables as the session found them (this file is imported before any fixture runs).

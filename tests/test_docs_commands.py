@@ -26,9 +26,9 @@ working directory holding the small input files of :data:`INPUT_FILES`):
 - ``swiftcore ...`` runs in this pytest process through ``swiftcore.cli.main:main``, the function the ``swiftcore``
   console script calls, with the doc's argv (shlex-split): one interpreter imports torch, transformers and the
   Trainer once instead of once per command (``from transformers import Trainer`` alone took 15 s of CPU here).
-- Under pytest-xdist the commands that start torch.distributed ranks (torchrun, ``--nproc-per-node``, a TP parity
-  export) hold the rank lock of ``conftest.py`` while they run (``RANKS_LOCKED_PER_COMMAND``); the rest of this
-  module neither waits for the other worker's rank groups nor holds them up.
+- The docs with a command that starts torch.distributed ranks (torchrun, ``--nproc-per-node``, a TP parity export)
+  run in ``tests/test_docs_rank_commands.py`` (:data:`RANK_DOCS`), which under pytest-xdist holds the rank lock of
+  ``conftest.py`` for its whole run; this module never waits for the other worker's rank groups.
 - ``swiftcore deploy ...`` is a real ``swiftcore`` subprocess on a free loopback port, checked with GET /health
   and one request on the route its model serves, then stopped.
 - Substitutions, each to keep the file within a few minutes on 2 cores, none changing what a command does:
@@ -955,11 +955,6 @@ def _substituted(doc: DocCommand, argv: list[str], renamed: dict[str, str], cwd:
 
 RUN_DOCS = [path for path in doc_files() if runnable(path)]
 
-#: Under pytest-xdist this module holds the rank lock (conftest.py) around each command that starts torch.distributed
-#: ranks (:func:`starts_ranks`), not for the whole module: its other commands, most of its time, run beside the other
-#: worker's rank groups, and the other worker waits for a rank command only (it waited for the whole module before).
-RANKS_LOCKED_PER_COMMAND = True
-
 
 def starts_ranks(launcher: list[str], argv: list[str]) -> bool:
     """Whether a command starts torch.distributed ranks: a torchrun launch, ``--nproc-per-node``, or an export whose
@@ -969,15 +964,35 @@ def starts_ranks(launcher: list[str], argv: list[str]) -> bool:
     return argv[1] == "export" and "--check-parity" in argv and int(_option(argv, "--tp") or 1) > 1
 
 
+def doc_starts_ranks(path: Path) -> bool:
+    """Whether any of ``path``'s run commands starts torch.distributed ranks (:func:`starts_ranks`)."""
+    return any(starts_ranks(*(torchrun_split(doc.argv) or ([], doc.argv))) for doc in runnable(path))
+
+
+#: The docs whose commands start torch.distributed ranks run in ``tests/test_docs_rank_commands.py``, a module that
+#: holds the run's rank lock (``conftest.py``) as a whole and that ``scripts/suite_order.py`` schedules as such; this
+#: module never waits for the lock (it waited 579 s of its 850 s when it took the lock per command, 2026-12-06).
+RANK_DOCS = [path for path in RUN_DOCS if doc_starts_ranks(path)]
+PLAIN_DOCS = [path for path in RUN_DOCS if path not in RANK_DOCS]
+#: This module starts no ranks (its source names torchrun only to tell those docs apart): conftest.py never holds the
+#: rank lock for it.
+STARTS_RANKS = False
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("docs-commands")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", RUN_DOCS, ids=_rel)
-def test_documented_commands_run(path: Path, workspace: Path, distributed_ranks_lock: Any) -> None:
+@pytest.mark.parametrize("path", PLAIN_DOCS, ids=_rel)
+def test_documented_commands_run(path: Path, workspace: Path) -> None:
     """Every ``swiftcore`` command of ``path`` not in NOT_RUN, in order, in a fresh directory (see the docstring)."""
+    run_doc(path, workspace)
+
+
+def run_doc(path: Path, workspace: Path) -> None:
+    """Run ``path``'s commands (not in NOT_RUN), in order, in a fresh directory under ``workspace``."""
     cwd = workspace / _rel(path).replace("/", "__")
     cwd.mkdir()
     for name, text in INPUT_FILES.items():
@@ -985,9 +1000,7 @@ def test_documented_commands_run(path: Path, workspace: Path, distributed_ranks_
     renamed: dict[str, str] = {}
     for doc in runnable(path):
         launcher, argv = torchrun_split(doc.argv) or ([], doc.argv)
-        argv = _substituted(doc, argv, renamed, cwd)
-        with distributed_ranks_lock() if starts_ranks(launcher, argv) else contextlib.nullcontext():
-            _run_documented(doc, launcher, argv, cwd)
+        _run_documented(doc, launcher, _substituted(doc, argv, renamed, cwd), cwd)
 
 
 def _run_documented(doc: DocCommand, launcher: list[str], argv: list[str], cwd: Path) -> None:
@@ -1018,19 +1031,21 @@ def _run_documented(doc: DocCommand, launcher: list[str], argv: list[str], cwd: 
         _MADE.setdefault((positional[0], _option(argv, "--seed") or "0"), cwd / positional[1])
 
 
-def test_the_commands_that_start_ranks_are_the_ones_locked() -> None:
-    """The rank lock is held around every documented command that starts torch.distributed ranks (torchrun,
-    ``--nproc-per-node``, a TP parity export) and around no in-process one."""
-    locked, free = [], []
+def test_the_docs_whose_commands_start_ranks_are_the_ones_run_under_the_rank_lock() -> None:
+    """Every documented command that starts torch.distributed ranks (torchrun, ``--nproc-per-node``, a TP parity
+    export) is in a doc of RANK_DOCS (run by the module that holds the rank lock), and no doc there lacks one."""
+    rank, plain = [], []
     for path in RUN_DOCS:
         for doc in runnable(path):
             launcher, argv = torchrun_split(doc.argv) or ([], doc.argv)
-            (locked if starts_ranks(launcher, argv) else free).append(doc)
-    launches = [d for d in locked if d.argv[0] == "torchrun" or "--nproc-per-node" in d.argv]
-    parity = [d for d in locked if d.argv[1] == "export"]
-    assert launches and parity and len(launches) + len(parity) == len(locked), [str(d) for d in locked]
-    assert not [str(d) for d in free if "--nproc-per-node" in d.argv or d.argv[0] == "torchrun"]
-    assert not [str(d) for d in free if "--check-parity" in d.argv and (_option(d.argv, "--tp") or "1") != "1"]
+            (rank if starts_ranks(launcher, argv) else plain).append((path, doc))
+    launches = [d for _, d in rank if d.argv[0] == "torchrun" or "--nproc-per-node" in d.argv]
+    parity = [d for _, d in rank if d.argv[1] == "export"]
+    assert launches and parity and len(launches) + len(parity) == len(rank), [str(d) for _, d in rank]
+    assert not [str(d) for _, d in plain if "--nproc-per-node" in d.argv or d.argv[0] == "torchrun"]
+    assert not [str(d) for _, d in plain if "--check-parity" in d.argv and (_option(d.argv, "--tp") or "1") != "1"]
+    assert sorted({path for path, _ in rank}) == sorted(RANK_DOCS)
+    assert not set(RANK_DOCS) & set(PLAIN_DOCS) and len(RANK_DOCS) + len(PLAIN_DOCS) == len(RUN_DOCS)
 
 
 def test_commands_are_split_as_a_shell_would() -> None:
