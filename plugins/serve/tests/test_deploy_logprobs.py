@@ -118,15 +118,18 @@ def test_chat_logprobs_match_transformers(served: tuple[str, Any, Any], client: 
         ("/v1/chat/completions", {"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
         ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
         ("/v1/chat/completions", {"logprobs": "yes"}, "logprobs"),
-        ("/v1/chat/completions", {"logprobs": True, "stream": True}, "logprobs"),
+        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21, "stream": True}, "top_logprobs"),
+        ("/v1/chat/completions", {"top_logprobs": 2, "stream": True}, "top_logprobs"),
         ("/v1/completions", {"logprobs": 21}, "logprobs"),
         ("/v1/completions", {"logprobs": True}, "logprobs"),
-        ("/v1/completions", {"logprobs": 2, "stream": True}, "logprobs"),
+        ("/v1/completions", {"logprobs": 21, "stream": True}, "logprobs"),
+        ("/v1/completions", {"logprobs": 2, "echo": True, "stream": True}, "echo"),
         ("/v1/completions", {"max_tokens": 0}, "max_tokens"),
         ("/v1/completions", {"max_tokens": -1, "echo": True}, "max_tokens"),
     ],
-    ids=["top-50", "top-negative", "top-without-logprobs", "logprobs-string", "chat-stream", "completion-21",
-         "completion-bool", "completion-stream", "max-tokens-0-without-echo", "max-tokens-negative"],
+    ids=["top-50", "top-negative", "top-without-logprobs", "logprobs-string", "chat-stream-top-21",
+         "chat-stream-top-without-logprobs", "completion-21", "completion-bool", "completion-stream-21",
+         "completion-stream-echo", "max-tokens-0-without-echo", "max-tokens-negative"],
 )  # fmt: skip
 def test_a_bad_logprobs_value_is_a_400_naming_the_field(
     served: tuple[str, Any, Any], path: str, fields: dict[str, Any], param: str

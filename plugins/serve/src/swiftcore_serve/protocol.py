@@ -300,14 +300,12 @@ class ChatCompletionRequest(_Body):
         """None without ``logprobs``; else how many alternatives per token (``top_logprobs``, default 0).
 
         Raises:
-            InvalidRequestError: ``top_logprobs`` without ``logprobs: true`` (as OpenAI and vLLM), or with ``stream``.
+            InvalidRequestError: ``top_logprobs`` without ``logprobs: true`` (as OpenAI and vLLM).
         """
         if not self.logprobs:
             if self.top_logprobs is not None:
                 raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
             return None
-        if self.stream:
-            raise InvalidRequestError("logprobs are not returned when streaming; send stream: false", param="logprobs")
         return self.top_logprobs or 0
 
     def record(self) -> dict[str, Any]:
@@ -357,11 +355,10 @@ class CompletionRequest(_Body):
         """True for ``max_tokens: 0`` (with ``echo``): the prompt is scored, nothing is generated.
 
         Raises:
-            InvalidRequestError: ``max_tokens: 0`` without ``echo``, or ``logprobs`` / ``echo`` with ``stream``.
+            InvalidRequestError: ``max_tokens: 0`` without ``echo``, or ``echo`` with ``stream``.
         """
-        if self.stream and (self.logprobs is not None or self.echo):
-            param = "logprobs" if self.logprobs is not None else "echo"
-            raise InvalidRequestError(f"{param} is not supported when streaming; send stream: false", param=param)
+        if self.stream and self.echo:  # the prompt is not streamed back (nor scored) while the completion streams
+            raise InvalidRequestError("echo is not supported when streaming; send stream: false", param="echo")
         if self.max_tokens == 0:
             if not self.echo:
                 raise InvalidRequestError("max_tokens=0 generates nothing: send echo: true to score the prompt",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from swiftcore_infer import Generation, InferError
@@ -15,6 +15,7 @@ __all__ = [
     "message",
     "prompt_usage",
     "raise_failed",
+    "token_spans",
     "tool_calls",
     "usage",
 ]
@@ -75,7 +76,59 @@ def _piece(tokenizer: Any, token: int) -> str:
     return tokenizer.decode([token], skip_special_tokens=False)
 
 
-def completion_logprobs(tokenizer: Any, ids: Sequence[int], entries: Sequence[Any]) -> dict[str, Any]:
+#: Tokens decoded before a token to read its text as it reads in the whole reply (a leading space, a byte pair).
+_CONTEXT_TOKENS = 5
+
+
+def token_spans(
+    decode: Callable[[Sequence[int]], str], tokens: Sequence[int], texts: Sequence[str], stops: Sequence[str] = ()
+) -> list[range]:
+    """Which of a streamed reply's ``tokens`` each of its pieces (``texts``, in order, the last one's included)
+    carries: the ``range`` of token indices per piece, together covering every token once, in order.
+
+    The engine sends a piece once its text grows past what it sent (holding back a last character that is not
+    whole yet, and the characters that may start a stop string); so a piece carries the tokens generated since the
+    piece before it, up to the one whose text took the stream to the piece's end: a token that ends inside a
+    multi-byte character goes with the piece that completes the character, a token whose text may start a stop
+    string with the piece that sends it, and the tokens after the last piece sent before the end (a stop string's,
+    and those of text never sent) with the last piece.
+
+    Args:
+        decode: the engine's ``decode`` (the text the stream was cut from).
+        tokens: the reply's generated token ids (``Generation.token_ids``).
+        texts: the ``text`` of each :class:`~swiftcore_infer.StreamDelta`, in order.
+        stops: the request's stop strings (``SamplingParams.stop``).
+    """
+    hold = max((len(s) for s in stops), default=1) - 1  # as the engine holds text that may start a stop string
+    ends, at = [], 0
+    for text in texts:
+        at += len(text)
+        ends.append(at)
+    spans, piece, start = [], 0, 0
+    # The text up to token ``whole`` is all whole characters, ``done`` long. Each token's text is that followed by
+    # what its tokens from there decode to, decoded after a few tokens before it (a token may read differently after
+    # others, as a leading space): linear in the reply's length, where decoding every prefix again is quadratic.
+    whole, done = 0, 0
+    for index in range(len(tokens)):
+        if piece == len(ends) - 1:
+            break  # the rest is the last piece's
+        context = max(0, whole - _CONTEXT_TOKENS)
+        before = len(decode(tokens[context:whole]))
+        tail = decode(tokens[context : index + 1])
+        if tail.endswith("\ufffd"):  # a character not whole yet: the engine holds it back
+            sent = done + tail.rfind("\ufffd") - before - hold
+        else:
+            done += len(tail) - before
+            whole, sent = index + 1, done - hold
+        if sent >= ends[piece]:  # this token took the stream to the piece's end: the piece was sent
+            spans.append(range(start, index + 1))
+            start, piece = index + 1, piece + 1
+    spans.append(range(start, len(tokens)))
+    spans += [range(len(tokens), len(tokens))] * (len(texts) - len(spans))
+    return spans
+
+
+def completion_logprobs(tokenizer: Any, ids: Sequence[int], entries: Sequence[Any], offset: int = 0) -> dict[str, Any]:
     """OpenAI's legacy completion ``logprobs``: ``tokens``, ``token_logprobs`` (None for an echoed prompt's first
     token), ``top_logprobs`` (each position's alternatives and its own token, as vLLM reports them) and
     ``text_offset`` (each token's offset in the returned text).
@@ -84,9 +137,10 @@ def completion_logprobs(tokenizer: Any, ids: Sequence[int], entries: Sequence[An
         tokenizer: decodes each token.
         ids: the token ids the entries score.
         entries: :class:`~swiftcore_infer.TokenLogprob` per id, or None where nothing precedes the token.
+        offset: the first token's ``text_offset`` (a streamed chunk's: the length of the tokens sent before it).
     """
     tokens = [_piece(tokenizer, t) for t in ids]
-    offsets, at = [], 0
+    offsets, at = [], offset
     for token in tokens:
         offsets.append(at)
         at += len(token)

@@ -12,6 +12,10 @@ generated; the given ids are scored as the assistant's reply after the conversat
 and their raw log-probs returned in ``choices[0].logprobs.content``, what a distillation trainer asks of a teacher.
 ``return_token_ids`` also returns the prompt as encoded (``prompt_token_ids``) and the reply's ids
 (``choices[0].token_ids``).
+
+Streamed with ``logprobs``, each chunk's ``logprobs.content`` holds the entries of the tokens of its text, the values
+the unstreamed reply returns (:mod:`swiftcore_serve.stream_logprobs`: the chunks after the role's come once the reply
+is whole and scored).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from swiftcore_serve.openapi import documented
 from swiftcore_serve.protocol import AUDIO_FORMATS, ChatCompletionRequest, ChatCompletionResponse, sampling_from
 from swiftcore_serve.routing import api_router, sse, unless_disconnected
 from swiftcore_serve.state import ServeState, StateDep
+from swiftcore_serve.stream_logprobs import stream_with_logprobs
 from swiftcore_serve.stream_parser import StreamParser, markers_for
 
 __all__ = ["router"]
@@ -66,7 +71,7 @@ async def chat(body: ChatCompletionRequest, http: HttpRequest, state: StateDep) 
         return await _scored(state, http, body, request, top or 0)
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
-        return await sse(http, _chunks(state, request, body.model, include_usage, spoken), state.redact)
+        return await sse(http, _chunks(state, request, body.model, include_usage, spoken, top), state.redact)
     generation = await unless_disconnected(http, state.worker.generate(request))
     replies.raise_failed(generation)
     logprobs = None
@@ -161,15 +166,29 @@ async def _voice_for(body: ChatCompletionRequest, state: ServeState) -> tuple[An
 
 
 async def _chunks(
-    state: ServeState, request: Request, model: str, include_usage: bool, spoken: tuple[Any, str, str] | None = None
+    state: ServeState,
+    request: Request,
+    model: str,
+    include_usage: bool,
+    spoken: tuple[Any, str, str] | None = None,
+    top: int | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed reply: role, then reasoning, content and tool calls; with
     ``spoken`` (:func:`_voice_for`) each content piece is a ``delta.audio.transcript`` piece too, and the audio of
-    the whole reply comes in one ``delta.audio`` chunk before the finish chunk."""
+    the whole reply comes in one ``delta.audio`` chunk before the finish chunk.
+
+    With ``top`` (``logprobs``: alternatives per token) each chunk's ``logprobs.content`` holds the entries of the
+    tokens that produced its text (:mod:`swiftcore_serve.stream_logprobs`). Text the stream parser holds back
+    (a marker that may be starting, the tool calls sent parsed at the end) loses no entries: a piece of the reply
+    whose text is all held back is sent as a chunk with an empty delta and its entries (what vLLM sends for such a
+    step when it returns token ids), and the entries of the reply's last piece go with the first chunk after it
+    (the rest of the text, the tool calls, or the finish chunk)."""
     # OpenAI's stream accumulators concatenate every string and add every number of a delta: the id and
     # expires_at are sent once each, the data in one piece (separately encoded base64 pieces do not concatenate).
     audio_id = f"audio_{uuid.uuid4().hex}"
     said = False  # whether a transcript piece (and so the id) was sent
+    engine = state.engine
+    pending: list[dict[str, Any]] = []  # logprobs entries not sent yet: they go with the next chunk
 
     def with_transcript(delta: dict[str, Any]) -> dict[str, Any]:
         nonlocal said
@@ -180,19 +199,22 @@ async def _chunks(
         return {**delta, "audio": audio}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        logprobs = None
+        if pending:  # a chunk whose tokens are all sent before it has none (as the role chunk)
+            logprobs = {"content": pending.copy()}
+            pending.clear()
         return {
             "id": request.request_id,
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         }
 
-    engine = state.engine
     think_start, think_end, tool_start = markers_for(engine.template)
     parser: StreamParser | None = None
-    async for delta in state.worker.stream(request):
-        if parser is None:  # first delta: the request was accepted
+    async for item in stream_with_logprobs(state, request, top):
+        if item is None:  # the request was accepted
             parser = StreamParser(
                 _prompt_opens_thinking(engine, request, think_start),
                 think_start,
@@ -202,30 +224,39 @@ async def _chunks(
                 content_label=getattr(engine.template, "content_label", None),
             )
             yield chunk({"role": "assistant", "content": ""})
-        for name, text in parser.feed(delta.text):
+            continue
+        assert parser is not None
+        delta, ids, entries = item
+        if entries:
+            pending.extend(replies.chat_logprobs(engine.tokenizer, ids, entries)["content"])
+        pieces = parser.feed(delta.text)
+        for name, text in pieces:
             yield chunk(with_transcript({name: text}))
-        if delta.final is not None:
-            for name, text in parser.flush():
-                yield chunk(with_transcript({name: text}))
-            final = delta.final
-            calls = replies.tool_calls(final)
-            if calls:
-                yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
-            if spoken is not None and (final.content or "").strip():  # the reply's text, as unstreamed
-                synthesizer, voice, fmt = spoken
-                audio = await voices.say(state, synthesizer, final.content, voice, fmt)
-                data = {"data": base64.b64encode(audio).decode("ascii"), "expires_at": int(time.time())}
-                yield chunk({"audio": data if said else {"id": audio_id, **data}})
-            yield chunk({}, replies.finish_reason(final))
-            if include_usage:
-                yield {
-                    "id": request.request_id,
-                    "object": "chat.completion.chunk",
-                    "created": int(time.time()),
-                    "model": model,
-                    "choices": [],
-                    "usage": replies.usage(final),
-                }
+        if delta.final is None:
+            if pending:  # all of this piece's text is held back: its entries go now, with an empty delta
+                yield chunk({})
+            continue
+        for name, text in parser.flush():
+            yield chunk(with_transcript({name: text}))
+        final = delta.final
+        calls = replies.tool_calls(final)
+        if calls:
+            yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+        if spoken is not None and (final.content or "").strip():  # the reply's text, as unstreamed
+            synthesizer, voice, fmt = spoken
+            audio = await voices.say(state, synthesizer, final.content, voice, fmt)
+            data = {"data": base64.b64encode(audio).decode("ascii"), "expires_at": int(time.time())}
+            yield chunk({"audio": data if said else {"id": audio_id, **data}})
+        yield chunk({}, replies.finish_reason(final))
+        if include_usage:
+            yield {
+                "id": request.request_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [],
+                "usage": replies.usage(final),
+            }
 
 
 def _prompt_opens_thinking(engine: Any, request: Request, think_start: str) -> bool:

@@ -15,6 +15,7 @@ from swiftcore_serve.openapi import documented
 from swiftcore_serve.protocol import CompletionRequest, CompletionResponse, sampling_from
 from swiftcore_serve.routing import api_router, sse, unless_disconnected
 from swiftcore_serve.state import ServeState, StateDep
+from swiftcore_serve.stream_logprobs import stream_with_logprobs
 
 __all__ = ["router"]
 
@@ -42,7 +43,7 @@ async def completions(body: CompletionRequest, http: HttpRequest, state: StateDe
     if body.stream:
         if len(requests) != 1:
             raise InvalidRequestError("streaming takes one prompt per request", param="prompt")
-        return await sse(http, _chunks(state, requests[0], rid, body.model), state.redact)
+        return await sse(http, _chunks(state, requests[0], rid, body.model, body.logprobs), state.redact)
     generations: list[Generation | None] = [None] * len(requests)
     if not scores_only:
         generations = list(await unless_disconnected(http, state.worker.generate_many(requests)))
@@ -91,15 +92,30 @@ def _choice(
     return text, logprobs, usage
 
 
-async def _chunks(state: ServeState, request: Request, rid: str, model: str) -> AsyncIterator[dict[str, Any]]:
-    """The ``text_completion`` chunks of a streamed completion (pieces with text, and the last one)."""
-    async for delta in state.worker.stream(request):
+async def _chunks(
+    state: ServeState, request: Request, rid: str, model: str, top: int | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """The ``text_completion`` chunks of a streamed completion (pieces with text, and the last one).
+
+    With ``top`` (``logprobs``) each chunk carries the legacy ``logprobs`` of the tokens that produced its text
+    (:mod:`swiftcore_serve.stream_logprobs`), ``text_offset`` counted from the completion's start, as the
+    non-streamed reply counts it; a piece that sends no text but carries tokens is sent too, with empty text."""
+    engine = state.engine
+    offset = 0  # the length of the tokens sent so far: the next chunk's first text_offset
+    async for item in stream_with_logprobs(state, request, top):
+        if item is None:
+            continue
+        delta, ids, entries = item
         finish = delta.final.finish_reason if delta.final is not None else None
-        if delta.text or finish:
+        logprobs = None
+        if entries:
+            logprobs = replies.completion_logprobs(engine.tokenizer, ids, entries, offset)
+            offset += sum(len(token) for token in logprobs["tokens"])
+        if delta.text or finish or logprobs:
             yield {
                 "id": rid,
                 "object": "text_completion",
                 "created": int(time.time()),
                 "model": model,
-                "choices": [{"index": 0, "text": delta.text, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": 0, "text": delta.text, "logprobs": logprobs, "finish_reason": finish}],
             }
