@@ -533,9 +533,9 @@ class Engine(WeightSyncMixin):
             [s.prompt for s in states], [s.request.sampling for s in states], [s.adapter for s in states]
         )
         try:
-            for row, tokens in rows:
+            for row, tokens, *entries in rows:  # a backend may add each token's TokenLogprob (sampling.logprobs)
                 state = states[row]
-                for delta in state.feed(tokens):
+                for delta in state.feed(tokens, entries[0] if entries else None):
                     yield state.index, delta
                 if all(s.done for s in states):
                     break
@@ -759,12 +759,14 @@ class Engine(WeightSyncMixin):
 
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
-    ) -> Iterator[tuple[int, list[int]]]:
+    ) -> Iterator[tuple[int, list[int]] | tuple[int, list[int], list[TokenLogprob] | None]]:
         """Yield ``(row, new token ids)`` for several prompts as they are generated.
 
         The default streams them one after the other with :meth:`_stream_ids`; backends that batch
         (transformers, vLLM) interleave the rows. Rows may run past their stop token or their
-        ``max_new_tokens``; the caller ignores what follows.
+        ``max_new_tokens``; the caller ignores what follows. A backend that reports log-probs as it generates
+        yields ``(row, ids, entries)`` for a row whose ``params.logprobs`` is set: one
+        :class:`~swiftcore_infer.TokenLogprob` per id (raw log-probs, ``params.logprobs`` alternatives each).
         """
         for row, (prompt, param, adapter) in enumerate(zip(prompts, params, adapters, strict=True)):
             for tokens in self._stream_ids(prompt, param, adapter):
@@ -788,12 +790,17 @@ class _StreamState:
         self.tokens: list[int] = []
         self.text = ""
         self.sent = 0
+        # Tokens (and their log-prob entries, while the backend sends them) not carried by a piece yet: a step
+        # that sends no text (a character not whole yet, text held for a stop string) passes its tokens on.
+        self.unsent: list[int] = []
+        self.unsent_entries: list[TokenLogprob] | None = None
         self.finish_reason = "length"
         self.stop_token_hit = False
         self.done = False
 
-    def feed(self, chunk: Sequence[int]) -> list[StreamDelta]:
-        """Take new token ids; return the pieces to send (the final one when this request ends)."""
+    def feed(self, chunk: Sequence[int], entries: Sequence[TokenLogprob] | None = None) -> list[StreamDelta]:
+        """Take new token ids (and, from a backend that reports them, their log-prob entries); return the pieces
+        to send (the final one when this request ends)."""
         if self.done:
             return []
         engine, sampling = self.engine, self.request.sampling
@@ -808,6 +815,11 @@ class _StreamState:
                 break
             new.append(token)
         self.tokens.extend(new)
+        self.unsent.extend(new)
+        if entries is not None and sampling.logprobs is not None:
+            if self.unsent_entries is None:
+                self.unsent_entries = []
+            self.unsent_entries.extend(entries[: len(new)])
         self.text = engine.decode(self.tokens)
         cut = _cut_at_stop(self.text, sampling.stop)
         if cut is not None:
@@ -819,10 +831,17 @@ class _StreamState:
         text = self.text
         safe = len(text) - self.hold if not text.endswith("\ufffd") else text.rfind("\ufffd") - self.hold
         if safe > self.sent:
-            piece = StreamDelta(text=text[self.sent : safe], token_ids=new)
+            piece = self._piece(text[self.sent : safe])
             self.sent = safe
             return [piece]
         return []
+
+    def _piece(self, text: str, final: Generation | None = None) -> StreamDelta:
+        """A piece carrying ``text`` and every token not sent yet (with their entries, when the backend sent them)."""
+        piece = StreamDelta(text=text, token_ids=self.unsent, final=final, logprobs=self.unsent_entries)
+        self.unsent = []
+        self.unsent_entries = None if self.unsent_entries is None else []
+        return piece
 
     def finish(self) -> StreamDelta:
         """The last piece: the unsent text and the full :class:`Generation`."""
@@ -837,7 +856,7 @@ class _StreamState:
             self.finish_reason,
             opens_thinking=self.engine.prompt_opens_thinking(self.prompt),
         )
-        return StreamDelta(text=self.text[self.sent :], final=final)
+        return self._piece(self.text[self.sent :], final)
 
 
 #: Architectures that score text rather than generate it: loaded as a causal LM, their output layer would be

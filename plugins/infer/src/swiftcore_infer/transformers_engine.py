@@ -19,6 +19,7 @@ forward over prompt and reply.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import logging
@@ -32,7 +33,7 @@ from swiftcore.api import SwiftcoreError
 from swiftcore.api.models import resolve_checkpoint
 from swiftcore_infer.engine import Engine
 from swiftcore_infer.errors import InvalidRequestError, UnsupportedError
-from swiftcore_infer.types import Generation, SamplingParams
+from swiftcore_infer.types import Generation, SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
@@ -535,7 +536,9 @@ class TransformersEngine(Engine):
 
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
-    ) -> Iterator[tuple[int, list[int]]]:
+    ) -> Iterator[tuple[int, list[int]] | tuple[int, list[int], list[TokenLogprob]]]:
+        """Each step's new token per row; a row whose ``logprobs`` is set gets its token's entry with it (the raw
+        log-probs of the very logits it was sampled from). Not with a draft model (its tokens come unscored)."""
         if self._decoder is not None:  # one request after the other, each target forward's tokens as they come
             for row, (prompt, param) in enumerate(zip(prompts, params, strict=True)):
                 for tokens in self._speculative_steps(prompt, param):
@@ -544,29 +547,54 @@ class TransformersEngine(Engine):
             return
         # Rows that sample alike stream together as one left-padded batch (one token per row per step).
         for rows in self._groups(prompts, params, adapters):
+            tops = [params[i].logprobs for i in rows]
             steps = self._stream_batch(
                 [prompts[i] for i in rows],
                 params[rows[0]],
                 max(params[i].max_new_tokens for i in rows),
                 [adapters[i] for i in rows],
+                tops,
             )
             try:
-                for step in steps:
-                    for row, token in zip(rows, step, strict=True):
-                        yield row, [token]
+                for step, scored in steps:
+                    for j, (row, token) in enumerate(zip(rows, step, strict=True)):
+                        if scored is None or tops[j] is None:
+                            yield row, [token]
+                        else:
+                            logprob, top = scored[j]
+                            yield row, [token], [TokenLogprob(token, logprob, tuple(top[: tops[j]]))]
             finally:
                 steps.close()
 
     def _stream_batch(
-        self, prompts: list[list[int]], params: SamplingParams, max_new_tokens: int, adapters: list[str | None]
-    ) -> Generator[list[int], None, None]:
-        """Run ``generate`` on a thread and yield each step's new token per row."""
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        max_new_tokens: int,
+        adapters: list[str | None],
+        tops: list[int | None] | None = None,
+    ) -> Generator[tuple[list[int], list[tuple[float, list[tuple[int, float]]]] | None], None, None]:
+        """Run ``generate`` on a thread and yield each step's new token per row, with (where a row of ``tops`` is
+        not None) each row's ``(raw log-prob of its token, the most likely (id, log-prob))`` at that step."""
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer
 
-        steps: queue.Queue[list[int] | BaseException | None] = queue.Queue()
+        steps: queue.Queue[tuple[list[int], Any] | BaseException | None] = queue.Queue()
         cancelled = threading.Event()
+        wanted = [t for t in tops or () if t is not None]
+        k = max(wanted, default=0)
+        # The logits of each step's forward pass, caught on their way out of the model, before any processor
+        # (temperature, top-k/p, repetition penalty) sees them: the raw log-probs prompt_logprobs reports. First in,
+        # first out: a streamer that receives a step's tokens late (generate defers it on some devices) still pairs
+        # them with their own forward's.
+        forwards: collections.deque[Any] = collections.deque()
+        generating: dict[str, int] = {}
+
+        def catch_logits(module: Any, args: Any, output: Any) -> None:
+            if threading.get_ident() == generating.get("thread"):  # generate's own forwards, not another caller's
+                logits = output.logits if hasattr(output, "logits") else output[0]
+                forwards.append(torch.log_softmax(logits[:, -1].float(), dim=-1))
 
         class _Streamer(BaseStreamer):
             """Receives each step's new tokens from ``generate`` (the first call carries the prompt)."""
@@ -578,7 +606,19 @@ class TransformersEngine(Engine):
                 if not self.seen_prompt:
                     self.seen_prompt = True
                     return
-                steps.put(value.reshape(-1).tolist())
+                tokens = value.reshape(-1)
+                scored = None
+                if wanted:
+                    if not forwards:
+                        raise RuntimeError("generate sampled a token without a forward pass of the model seen")
+                    logps = forwards.popleft()
+                    picked = logps.gather(-1, tokens[:, None].to(logps.device)).squeeze(-1).tolist()
+                    values, indices = logps.topk(k, dim=-1) if k else (logps[:, :0], logps[:, :0].long())
+                    alternatives = [
+                        list(zip(i, v, strict=True)) for i, v in zip(indices.tolist(), values.tolist(), strict=True)
+                    ]
+                    scored = list(zip(picked, alternatives, strict=True))
+                steps.put((tokens.tolist(), scored))
 
             def end(self) -> None:
                 steps.put(None)
@@ -590,6 +630,7 @@ class TransformersEngine(Engine):
                 return torch.full((input_ids.shape[0],), cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
 
         def run() -> None:
+            generating["thread"] = threading.get_ident()
             try:
                 if params.seed is not None:
                     torch.manual_seed(params.seed)
@@ -609,6 +650,8 @@ class TransformersEngine(Engine):
                 steps.put(exc)
                 steps.put(None)
 
+        model = self.model.get_base_model() if self._is_peft else self.model  # the module generate calls
+        hook = model.register_forward_hook(catch_logits) if wanted else None
         thread = threading.Thread(target=run, name="swiftcore-stream", daemon=True)
         thread.start()
         try:
@@ -622,6 +665,8 @@ class TransformersEngine(Engine):
         finally:
             cancelled.set()
             thread.join()
+            if hook is not None:
+                hook.remove()
 
     def _embed_ids(self, prompts: list[list[int]], normalize: bool) -> list[list[float]]:
         import torch

@@ -29,6 +29,9 @@ class SamplingParams:
         seed: a random seed for sampling (None = unseeded).
         stop: extra stop strings; the template's end-of-turn tokens always stop.
         repetition_penalty: 1.0 = none.
+        logprobs: when streaming, also report each generated token's raw log-probability and this many most likely
+            alternatives (0 to :data:`MAX_TOP_LOGPROBS`) in :attr:`StreamDelta.logprobs`, where the backend reports
+            them as it generates; None (the default): none.
     """
 
     max_new_tokens: int = 64
@@ -38,6 +41,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     repetition_penalty: float = 1.0
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         # Validated here so every entry point (CLI, server, Python) rejects the same values the same way.
@@ -58,6 +62,12 @@ class SamplingParams:
         if not isinstance(self.repetition_penalty, (int, float)) or self.repetition_penalty <= 0:
             raise InvalidRequestError(
                 f"repetition_penalty must be > 0, got {self.repetition_penalty!r}", param="repetition_penalty"
+            )
+        top = self.logprobs
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS):
+            raise InvalidRequestError(
+                f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] or None, got {self.logprobs!r}",
+                param="top_logprobs",
             )
 
     @property
@@ -161,13 +171,19 @@ class StreamDelta:
 
     Attributes:
         text: newly generated text (may be empty when a token completes no character yet).
-        token_ids: the new token ids.
+        token_ids: every token generated since the piece before (those of steps that sent no text included; the
+            stop token not), so the pieces' ids put together are the final generation's ``token_ids``.
         final: the finished generation (set on the last delta only).
+        logprobs: with the request's ``sampling.logprobs`` set and a backend that reports them while it generates,
+            one :class:`TokenLogprob` per id of ``token_ids``: the raw log-probs, as
+            :meth:`~swiftcore_infer.Engine.prompt_logprobs` scores them; None otherwise (a backend that does not report
+            them while it generates, or a request that did not ask).
     """
 
     text: str
     token_ids: list[int] = field(default_factory=list)
     final: Generation | None = None
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(frozen=True)

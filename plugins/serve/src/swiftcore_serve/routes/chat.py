@@ -14,8 +14,9 @@ and their raw log-probs returned in ``choices[0].logprobs.content``, what a dist
 (``choices[0].token_ids``).
 
 Streamed with ``logprobs``, each chunk's ``logprobs.content`` holds the entries of the tokens of its text, the values
-the unstreamed reply returns (:mod:`swiftcore_serve.stream_logprobs`: the chunks after the role's come once the reply
-is whole and scored).
+the unstreamed reply returns (:mod:`swiftcore_serve.stream_logprobs`: live, as the tokens are generated, from an
+engine that reports them while it streams, as the transformers engine; else the chunks after the role's come once the
+reply is whole and scored).
 """
 
 from __future__ import annotations
