@@ -29,7 +29,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swiftcore_infer import PLURAL, Engine, InferError, InvalidRequestError, SamplingParams, UnsupportedError
+from swiftcore_infer import (
+    PLURAL,
+    Engine,
+    InferError,
+    InvalidRequestError,
+    SamplingParams,
+    TokenLogprob,
+    UnsupportedError,
+)
 from swiftcore_infer import merge_lora as merge_lora_into
 
 from swiftcore_backend_vllm.probe import installed_vllm
@@ -46,6 +54,7 @@ __all__ = [
     "num_experts",
     "speculative_config",
     "to_vllm_sampling",
+    "token_logprobs",
     "vllm_prompt",
 ]
 
@@ -149,6 +158,31 @@ def to_vllm_sampling(params: SamplingParams, stop_token_ids: list[int], **extra:
         detokenize=False,
         **extra,
     )
+
+
+def token_logprobs(token_ids: Sequence[int], steps: Sequence[Mapping[int, Any]], top: int) -> list[TokenLogprob]:
+    """One :class:`~swiftcore_infer.TokenLogprob` per generated token from vLLM's sample ``logprobs`` (one
+    ``{token id: Logprob}`` per token, as ``SamplingParams(logprobs=top)`` returns them).
+
+    Each of vLLM's dicts holds the sampled token (its ``rank`` its place among all tokens) and the ``top`` most
+    likely (ranks 1 to ``top``); a sampled token among those is one entry with its top-``top`` rank. The entry's
+    alternatives are those ranked 1 to ``top``, most likely first, as the transformers engine and
+    :meth:`~swiftcore_infer.Engine.prompt_logprobs` give them.
+
+    Raises:
+        InferError: vLLM returned fewer dicts than tokens, or a dict without its token (a vLLM that changed).
+    """
+    if len(steps) < len(token_ids):
+        raise InferError(f"vLLM returned log-probs for {len(steps)} of {len(token_ids)} new tokens")
+    entries = []
+    for token, step in zip(token_ids, steps, strict=False):
+        if token not in step:
+            raise InferError(f"vLLM's log-probs of a generated token do not hold the token ({token})")
+        ranked = sorted((lp.rank, t, lp.logprob) for t, lp in step.items() if 0 < (lp.rank or 0) <= top)
+        entries.append(
+            TokenLogprob(int(token), float(step[token].logprob), tuple((int(t), float(v)) for _, t, v in ranked))
+        )
+    return entries
 
 
 def vllm_prompt(prompt: Sequence[int]) -> dict[str, Any]:
@@ -629,16 +663,25 @@ class VllmEngine(Engine):
 
     def _stream_many_ids(
         self, prompts: list[list[int]], params: list[SamplingParams], adapters: list[str | None]
-    ) -> Iterator[tuple[int, list[int]]]:
+    ) -> Iterator[tuple[int, list[int]] | tuple[int, list[int], list[TokenLogprob]]]:
+        """Each step's new token ids per row (vLLM's delta outputs); a row whose ``logprobs`` is set gets their
+        entries with them (vLLM's sample log-probs of those very tokens), when this engine's are raw."""
         from vllm.sampling_params import RequestOutputKind
 
         if self.runner != "generate":
             raise UnsupportedError("this vLLM engine was started with runner='pooling': it only embeds")
         engine = self.llm.llm_engine
+        # vLLM's sample log-probs are the raw ones (what prompt_logprobs and the transformers engine report) only in
+        # its default mode; an engine started with processed ones (RL rollouts) streams ids, scored when whole.
+        raw = getattr(engine.model_config, "logprobs_mode", None) == "raw_logprobs"
         rows: dict[str, int] = {}
+        tops: dict[str, int] = {}
         for row, (prompt, param, adapter) in enumerate(zip(prompts, params, adapters, strict=True)):
             request_id = f"swiftcore-stream-{next(self._request_ids)}"
-            sampling = to_vllm_sampling(param, self.stop_token_ids, output_kind=RequestOutputKind.DELTA)
+            extra: dict[str, Any] = {"output_kind": RequestOutputKind.DELTA}
+            if raw and param.logprobs is not None:
+                extra["logprobs"] = tops[request_id] = param.logprobs
+            sampling = to_vllm_sampling(param, self.stop_token_ids, **extra)
             engine.add_request(request_id, vllm_prompt(prompt), sampling, lora_request=self._lora(adapter))
             rows[request_id] = row
         unfinished = set(rows)
@@ -654,9 +697,15 @@ class VllmEngine(Engine):
                         self._check_expansions([prompts[rows[out.request_id]]], [out])
                     if out.finished:
                         unfinished.discard(out.request_id)
-                    tokens = list(out.outputs[0].token_ids)
-                    if tokens:
+                    sample = out.outputs[0]
+                    tokens = list(sample.token_ids)
+                    if not tokens:
+                        continue
+                    top = tops.get(out.request_id)
+                    if top is None:
                         yield rows[out.request_id], tokens
+                    else:  # DELTA: this step's tokens and their log-prob dicts only (vLLM slices both alike)
+                        yield rows[out.request_id], tokens, token_logprobs(tokens, sample.logprobs or [], top)
         finally:
             if unfinished:  # the consumer went away: free those sequences' KV cache
                 engine.abort_request(sorted(unfinished))

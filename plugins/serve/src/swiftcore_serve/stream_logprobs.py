@@ -6,9 +6,9 @@ its most likely alternatives. An engine that reports them as it generates (the t
 request's ``sampling.logprobs`` asks) streams them live: each piece goes out as soon as it is generated, with the
 entries of the tokens it carries, taken from the forward pass that generated them.
 
-An engine that does not (its pieces' ``logprobs`` stay None, e.g. vLLM here) has the whole reply scored once, after
-it is generated, by :meth:`~swiftcore_infer.Engine.completion_logprobs` on the engine's thread. That thread is
-generating the stream until then (and a backend such as vLLM cannot score while it streams), so the pieces of such a
+An engine that does not (its pieces' ``logprobs`` stay None, e.g. SGLang, or vLLM with processed log-probs) has the
+whole reply scored once, after it is generated, by :meth:`~swiftcore_infer.Engine.completion_logprobs` on the engine's
+thread. That thread is generating the stream until then (and vLLM cannot score while it streams), so the pieces of a
 request are held until its reply is complete, and follow once scored, each with the entries of the tokens it carries
 (:func:`~swiftcore_serve.replies.token_spans`). Either way the first ``None`` marks the request as accepted (the route
 sends its first chunk then, so a bad request is still a 4xx).
