@@ -4,8 +4,8 @@
 ``/v1/completions`` (the legacy lists), and each chunk carries the tokens of its own text. Text the stream parser
 holds back (from the tool-call marker on, sent parsed at the end) keeps its entries: they come with empty deltas.
 The transformers engine's entries are live (from the forward passes that generate the tokens, sent as they are
-generated), so are vLLM's (its sampler's raw log-probs of each step); an engine that streams token ids only has the
-whole reply scored, with the same entries."""
+generated; vLLM's, also live: ``tests/test_stream_logprobs_vllm.py``); an engine that streams token ids only has
+the whole reply scored, with the same entries."""
 
 from __future__ import annotations
 
@@ -217,76 +217,3 @@ def test_an_engine_without_live_logprobs_has_the_whole_reply_scored(
     streamed = [e for c in chunks if c.choices[0].logprobs is not None for e in c.choices[0].logprobs.content]
     _same_chat_entries(streamed, whole.choices[0].logprobs.content)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
-
-
-@pytest.fixture(scope="module")
-def vllm() -> Iterator[tuple[Any, Any]]:
-    """The process's shared vLLM engine (one start for every vLLM test module) served in this process:
-    ``(client, engine)``."""
-    pytest.importorskip("swiftcore_backend_vllm")
-    from swiftcore_backend_vllm.testing import shared_setup
-    from swiftcore_serve import ServerConfig, build_app
-    from swiftcore_testing import ServerThread
-
-    engine = shared_setup().engine
-    with ServerThread(build_app(engine, ServerConfig(model_name=MODEL))) as url:
-        yield openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=300), engine
-
-
-@pytest.mark.slow  # as the other vLLM tests: the engine starts in ~25 s on a CPU
-def test_the_vllm_engine_streams_logprobs_live(vllm: tuple[Any, Any]) -> None:
-    """vLLM's streamed pieces carry their tokens' entries themselves (vLLM's sample log-probs, raw), the values the
-    non-streamed reply is scored with (vLLM's prompt_logprobs over the whole reply) to LIVE_GAP."""
-    from swiftcore_infer import Request, SamplingParams
-
-    _, engine = vllm
-    sampling = SamplingParams(max_new_tokens=MAX_TOKENS, temperature=0.0, logprobs=TOP)
-    request = Request(record={"messages": USER}, sampling=sampling)
-    deltas = list(engine.stream(request))
-    final = deltas[-1].final
-    assert final is not None and len(final.token_ids) >= 2
-    for d in deltas:
-        assert d.logprobs is not None and [e.token_id for e in d.logprobs] == d.token_ids
-    live = [e for d in deltas for e in d.logprobs]
-    _, whole = engine.completion_logprobs(request, final.token_ids, top_logprobs=TOP)
-    assert [e.token_id for e in live] == [e.token_id for e in whole] == final.token_ids
-    assert [e.logprob for e in live] == pytest.approx([e.logprob for e in whole], abs=LIVE_GAP)
-    for got, want in zip(live, whole, strict=True):
-        assert len(got.top) == TOP and [t for t, _ in got.top] == [t for t, _ in want.top]
-        assert [v for _, v in got.top] == pytest.approx([v for _, v in want.top], abs=LIVE_GAP)
-
-
-@pytest.mark.slow
-def test_streamed_logprobs_on_the_vllm_backend(vllm: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same on vLLM through the server: chat and completion, streamed and not; the streamed requests are never
-    scored (their chunks' entries are the engine's live ones)."""
-    client, engine = vllm
-    whole = client.chat.completions.create(
-        model=MODEL, messages=USER, logprobs=True, top_logprobs=TOP, max_tokens=MAX_TOKENS, temperature=0
-    )
-    kwargs = {"model": MODEL, "prompt": "Twelve is", "logprobs": TOP, "max_tokens": MAX_TOKENS, "temperature": 0}
-    plain = client.completions.create(**kwargs).choices[0]
-    scored: list[int] = []  # scoring passes during the streamed requests: none, they are live
-    completion_logprobs = engine.completion_logprobs
-
-    def counted(*args: Any, **kw: Any) -> Any:
-        scored.append(1)
-        return completion_logprobs(*args, **kw)
-
-    monkeypatch.setattr(engine, "completion_logprobs", counted)
-    chunks = _chat_stream(client)
-    parts = [c.choices[0] for c in client.completions.create(**kwargs, stream=True)]
-    monkeypatch.undo()
-    assert not scored, "a streamed request was scored after generation instead of streamed live"
-    streamed = [e for c in chunks if c.choices[0].logprobs is not None for e in c.choices[0].logprobs.content]
-    assert len(whole.choices[0].logprobs.content) >= 2
-    _same_chat_entries(streamed, whole.choices[0].logprobs.content)
-    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
-    assert "".join(c.text for c in parts) == plain.text
-    got = [v for c in parts if c.logprobs is not None for v in c.logprobs.token_logprobs]
-    assert [t for c in parts if c.logprobs is not None for t in c.logprobs.tokens] == plain.logprobs.tokens
-    assert got == pytest.approx(plain.logprobs.token_logprobs, abs=LIVE_GAP)
-    tops = [t for c in parts if c.logprobs is not None for t in c.logprobs.top_logprobs]
-    assert [list(t) for t in tops] == [list(t) for t in plain.logprobs.top_logprobs]
-    for t, w in zip(tops, plain.logprobs.top_logprobs, strict=True):
-        assert list(t.values()) == pytest.approx(list(w.values()), abs=LIVE_GAP)
