@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from swiftcore_infer.errors import InvalidRequestError
 from swiftcore_infer.types import Request, SamplingParams
+from swiftcore_testing import check_batch_streams_logprobs_only_where_asked, check_live_stream_logprobs
 
 RECORD = {"messages": [{"role": "user", "content": "Is 12 even or odd?"}]}
 #: A stop string the reply never writes: the engine holds back its length less one character of text, so the first
@@ -32,45 +33,16 @@ def test_pieces_carry_every_token_including_those_of_steps_without_text(engine: 
     assert all(d.logprobs is None for d in deltas)  # not asked for
 
 
-@pytest.mark.parametrize(
-    "sampling",
-    [
-        {"temperature": 0.0},
-        # sampled at temperature 2 from the 3 most likely: the entries are still the raw (temperature 1) log-probs
-        {"temperature": 2.0, "top_k": 3, "seed": 7},
-    ],
-    ids=["greedy", "sampled"],
-)
-def test_streamed_logprobs_are_the_rescored_reply_s(engine: Any, sampling: dict[str, Any]) -> None:
-    top = 3
-    request, deltas = _stream(engine, max_new_tokens=16, logprobs=top, **sampling)
-    final = deltas[-1].final
-    assert final is not None and len(final.token_ids) >= 4
-    for d in deltas:
-        assert d.logprobs is not None and [e.token_id for e in d.logprobs] == d.token_ids
-    live = [e for d in deltas for e in d.logprobs]
-    ids, rescored = engine.completion_logprobs(request, final.token_ids, top_logprobs=top)
-    assert ids == final.token_ids == [e.token_id for e in live]
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
+def test_streamed_logprobs_are_the_rescored_reply_s(engine: Any, sampled: bool) -> None:
     # The generating forward passes (one new token each, its keys and values cached) and the scoring pass (the whole
     # sequence at once) round differently in float32: measured up to 1e-5 on the sampled token's log-prob and 1.7e-5
     # on an alternative's (32 tokens on an AVX2 CPU), where processed log-probs (temperature 2) differ by > 0.1.
-    assert [e.logprob for e in live] == pytest.approx([e.logprob for e in rescored], abs=5e-5)
-    for a, b in zip(live, rescored, strict=True):
-        assert len(a.top) == top and [t for t, _ in a.top] == [t for t, _ in b.top]
-        assert [v for _, v in a.top] == pytest.approx([v for _, v in b.top], abs=5e-5)
-    if not request.sampling.greedy:  # really sampled off the greedy path: not every token is the most likely one
-        assert any(e.token_id != e.top[0][0] for e in live)
+    check_live_stream_logprobs(engine, RECORD, sampled=sampled, gap=5e-5)
 
 
 def test_a_batch_scores_only_the_rows_that_ask(engine: Any) -> None:
-    asks = Request(record=RECORD, sampling=SamplingParams(max_new_tokens=6, logprobs=0))
-    plain = Request(record=RECORD, sampling=SamplingParams(max_new_tokens=6))
-    pieces: dict[int, list[Any]] = {0: [], 1: []}
-    for index, piece in engine.stream_many([asks, plain]):
-        pieces[index].append(piece)
-    assert all(p.logprobs is not None and all(e.top == () for e in p.logprobs) for p in pieces[0])
-    assert all(p.logprobs is None for p in pieces[1])
-    assert pieces[0][-1].final.token_ids == pieces[1][-1].final.token_ids  # the same greedy reply
+    check_batch_streams_logprobs_only_where_asked(engine, RECORD)
 
 
 @pytest.mark.parametrize("bad", [-1, 21, True, 1.5])

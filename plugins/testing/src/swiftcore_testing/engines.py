@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from swiftcore.api import hookimpl
 
 SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses swiftcore.api.lazy_exports
@@ -27,6 +29,8 @@ SWIFTCORE_API = "1.5"  # written against plugin API 1.5: the package face uses s
 __all__ = [
     "TINY_QWEN3",
     "ServerThread",
+    "check_batch_streams_logprobs_only_where_asked",
+    "check_live_stream_logprobs",
     "make_tiny_qwen3",
     "plugins_with_tiny_qwen3",
     "sampled_logprobs",
@@ -249,3 +253,46 @@ def sampled_logprobs(model: Any, prompt: list[int], ids: list[int], *, temperatu
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+
+
+def check_live_stream_logprobs(engine: Any, record: dict[str, Any], *, sampled: bool, gap: float) -> None:
+    """An engine's streamed pieces with ``sampling.logprobs`` (top 3, 16 tokens; greedy, or ``sampled`` at temperature
+    2 from the 3 most likely, seed 7) carry their own tokens' entries, live, and those equal what a separate scoring
+    pass (``engine.completion_logprobs``) gives the finished reply: the same ids and alternatives (most likely first),
+    values to ``gap`` (float32 rounding of two computations of the same raw values). Sampled, some token is not the
+    most likely one, so the entries are shown raw (temperature 1), not the sampler's processed values."""
+    from swiftcore_infer import Request, SamplingParams
+
+    top = 3
+    sampling = {"temperature": 2.0, "top_k": 3, "seed": 7} if sampled else {"temperature": 0.0}
+    request = Request(record=record, sampling=SamplingParams(max_new_tokens=16, logprobs=top, **sampling))
+    deltas = list(engine.stream(request))
+    final = deltas[-1].final
+    assert final is not None and len(final.token_ids) >= 4
+    for delta in deltas:  # every piece carries its own tokens' entries (no scoring pass involved)
+        assert delta.logprobs is not None and [e.token_id for e in delta.logprobs] == delta.token_ids
+    live = [e for d in deltas for e in d.logprobs]
+    ids, rescored = engine.completion_logprobs(request, final.token_ids, top_logprobs=top)
+    assert ids == final.token_ids == [e.token_id for e in live]
+    assert [e.logprob for e in live] == pytest.approx([e.logprob for e in rescored], abs=gap)
+    for a, b in zip(live, rescored, strict=True):
+        assert len(a.top) == top and [t for t, _ in a.top] == [t for t, _ in b.top]
+        assert [v for _, v in a.top] == pytest.approx([v for _, v in b.top], abs=gap)
+    if not request.sampling.greedy:
+        assert any(e.token_id != e.top[0][0] for e in live)
+
+
+def check_batch_streams_logprobs_only_where_asked(engine: Any, record: dict[str, Any]) -> None:
+    """In one ``stream_many`` batch of the same greedy request twice, only the row with ``logprobs`` (0: no
+    alternatives) gets entries, one per token of its reply, and both rows give the same reply."""
+    from swiftcore_infer import Request, SamplingParams
+
+    asks = Request(record=record, sampling=SamplingParams(max_new_tokens=6, logprobs=0))
+    plain = Request(record=record, sampling=SamplingParams(max_new_tokens=6))
+    pieces: dict[int, list[Any]] = {0: [], 1: []}
+    for index, piece in engine.stream_many([asks, plain]):
+        pieces[index].append(piece)
+    assert all(p.logprobs is not None and all(e.top == () for e in p.logprobs) for p in pieces[0])
+    assert [e.token_id for p in pieces[0] for e in p.logprobs] == pieces[0][-1].final.token_ids
+    assert all(p.logprobs is None for p in pieces[1])
+    assert pieces[0][-1].final.token_ids == pieces[1][-1].final.token_ids  # the same greedy reply
