@@ -148,10 +148,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
         return
     try:
-        lines = (config._tmp_path_factory.getbasetemp() / _TIMELINE).read_text(encoding="utf-8").splitlines()
+        spans = _suite_order().read_timeline(config._tmp_path_factory.getbasetemp() / _TIMELINE)
     except (AttributeError, OSError):
         return
-    spans = [(w, kind, where, float(a), float(b)) for w, kind, where, a, b in (ln.split("\t") for ln in lines)]
     if not spans:
         return
     first, last = min(s[3] for s in spans), max(s[4] for s in spans)

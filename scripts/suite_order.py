@@ -64,16 +64,23 @@ def plan(modules: Iterable[tuple[str, int, bool]], seconds: dict[str, float], wo
     return order
 
 
-def record_from_timeline(timeline: Path) -> dict[str, float]:
-    """Each module's seconds from a worker timeline (``worker, kind, module, start, end`` rows): its span less the
-    time its worker waited for the rank lock within it (a wait says how busy the other worker was, not this module)."""
+def read_timeline(timeline: Path) -> list[tuple[str, str, str, float, float]]:
+    """A worker timeline's rows, ``(worker, kind, module, start, end)``: ``kind`` is ``module`` (a module's span,
+    ``module`` its path) or ``lock-wait`` (a wait for the rank lock, no module)."""
     rows = [line.split("\t") for line in timeline.read_text(encoding="utf-8").splitlines() if line.strip()]
-    spans = [(worker, module, float(a), float(b)) for worker, kind, module, a, b in rows if kind == "module"]
-    waits = [(worker, float(a), float(b)) for worker, kind, _, a, b in rows if kind == "lock-wait"]
+    return [(worker, kind, module, float(start), float(end)) for worker, kind, module, start, end in rows]
+
+
+def record_from_timeline(timeline: Path) -> dict[str, float]:
+    """Each module's seconds from a worker timeline: its span less the time its worker waited for the rank lock within
+    it (a wait says how busy the other worker was, not this module)."""
+    rows = read_timeline(timeline)
+    waits = [(worker, a, b) for worker, kind, _, a, b in rows if kind == "lock-wait"]
     seconds: dict[str, float] = {}
-    for worker, module, start, end in spans:
-        waited = sum(b - a for w, a, b in waits if w == worker and start <= a <= end)
-        seconds[module] = round(seconds.get(module, 0.0) + end - start - waited, 1)
+    for worker, kind, module, start, end in rows:
+        if kind == "module":
+            waited = sum(b - a for w, a, b in waits if w == worker and start <= a <= end)
+            seconds[module] = round(seconds.get(module, 0.0) + end - start - waited, 1)
     return dict(sorted(seconds.items()))
 
 
