@@ -139,3 +139,13 @@ def test_pipeline_stages_are_refused_for_multi_token_prediction_layers(tiny_mode
     with pytest.raises(SwiftcoreError) as info:
         ParallelLayout(pp=2).check(bridge, spec, world=2)
     assert "multi-token-prediction layers" in str(info.value) and "--pp 1" in str(info.value)
+
+
+def test_every_recipe_records_the_whole_layout_it_ran_with() -> None:
+    """``args.json``'s ``engine`` entry is the layout as run: a recipe cannot record ``pp: 1`` for a pipeline run."""
+    from swiftcore_train_megatron.layout import ParallelLayout
+
+    record = ParallelLayout(tp=2, pp=2, vpp=2, ep=1, cp=1).record(4, "qwen3_5")
+    assert record == {
+        "name": "megatron", "tp": 2, "pp": 2, "vpp": 2, "ep": 1, "cp": 1, "world_size": 4, "bridge": "qwen3_5",
+    }  # fmt: skip

@@ -163,14 +163,7 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         resumed_step=_resumed_step(resume),
         template=prepared.template_spec,
         generation_defaults=generation_defaults([p.record(p.chosen) for p in prepared.train], prepared.template, cfg),
-        engine={
-            "name": "megatron",
-            "tp": layout.tp,
-            "pp": layout.pp,
-            "ep": 1,
-            "world_size": world,
-            "bridge": bridge_spec.name,
-        },
+        engine=layout.record(world, bridge_spec.name),
         preference={
             "recipe": "dpo",
             "trl": metadata.version("trl"),

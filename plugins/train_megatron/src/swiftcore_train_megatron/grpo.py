@@ -183,8 +183,7 @@ class RLRun:
         cfg, layout = self.cfg, self.layout
         args_record = start_run(
             cfg, self.output_dir, self.plan.spec, plugins, fresh=True, template=self.plan.template,
-            engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": self.world,
-                    "bridge": self.bridge_spec.name},
+            engine=layout.record(self.world, self.bridge_spec.name),
             **record, **{self.recipe: asdict(self.options)},
         )  # fmt: skip
         tokenizer = self.plan.local.codec.tokenizer

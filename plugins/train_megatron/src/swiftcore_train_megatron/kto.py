@@ -215,14 +215,7 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         generation_defaults=generation_defaults(
             [e.record() for e in train_examples if e.label], prepared.template, cfg
         ),
-        engine={
-            "name": "megatron",
-            "tp": layout.tp,
-            "pp": layout.pp,
-            "ep": 1,
-            "world_size": world,
-            "bridge": bridge_spec.name,
-        },
+        engine=layout.record(world, bridge_spec.name),
         preference={"recipe": "kto", **asdict(options)},
     )
     loop = KTOLoop(

@@ -45,6 +45,20 @@ class ParallelLayout:
         """Data-parallel replicas at ``world`` processes."""
         return world // (self.tp * self.pp * self.cp)
 
+    def record(self, world: int, bridge_name: str) -> dict[str, Any]:
+        """The ``engine`` entry of the run's ``args.json``: this layout, the world size and the bridge, written the
+        same way by every recipe on the engine (SFT, DPO, KTO, RM, GRPO, GKD)."""
+        return {
+            "name": "megatron",
+            "tp": self.tp,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "ep": self.ep,
+            "cp": self.cp,
+            "world_size": world,
+            "bridge": bridge_name,
+        }
+
     def check(self, bridge: Any, bridge_spec: Any, world: int, *, micro_batches: int = 0) -> None:
         """Refuse a layout that does not fit the launch or the model, naming what would.
 

@@ -150,16 +150,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         resumed_step=_resumed_step(resume),
         template=template_spec,
         generation_defaults=generation_defaults(train_records, template, cfg),
-        engine={
-            "name": "megatron",
-            "tp": layout.tp,
-            "pp": layout.pp,
-            "vpp": layout.vpp,
-            "ep": layout.ep,
-            "cp": layout.cp,
-            "world_size": world,
-            "bridge": bridge_spec.name,
-        },
+        engine=layout.record(world, bridge_spec.name),
     )
     from swiftcore_train_megatron.loop import TrainLoop
 

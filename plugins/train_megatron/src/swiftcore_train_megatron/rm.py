@@ -127,7 +127,7 @@ def run_megatron_rm(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout
         fresh=resume is None,
         resumed_step=_resumed_step(resume),
         template=prepared.template_spec,
-        engine={"name": "megatron", "tp": layout.tp, "pp": 1, "ep": 1, "world_size": world, "bridge": bridge_spec.name},
+        engine=layout.record(world, bridge_spec.name),
         preference={"recipe": "rm", "num_labels": 1, **asdict(options)},
     )
     loop = RMLoop(
