@@ -207,3 +207,35 @@ def test_the_config_file_is_an_input_never_removed(finished_run: Path) -> None:
     cfg = TrainConfig(model="m", dataset=("d.jsonl",), config_file=str(finished_run / "args.json"))
     plan = plan_output_dir(finished_run, resume=False, overwrite=True, inputs=run_inputs(cfg))
     assert "args.json" in [p.name for p in plan.kept] and "args.json" not in [p.name for p in plan.remove]
+
+
+_FAIL_IN_PROCESS = """
+import json, sys
+from swiftcore.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps([code, [m for m in ("torch", "transformers") if m in sys.modules]]))
+"""
+
+
+@pytest.mark.parametrize("case", ["sft-bad-row", "sft-resume-latest-none", "dpo-bad-pair"])
+def test_bad_data_and_a_missing_checkpoint_fail_before_transformers_loads(case: str, tmp_path: Path,
+                                                                          tiny_model_dir) -> None:
+    """The rows and the checkpoint to resume are checked before the tokenizer loads: a mistake costs a second,
+    not the seconds importing torch and transformers takes."""
+    data = tmp_path / "train.jsonl"
+    recipe = ["--recipe", "dpo"] if case.startswith("dpo") else []
+    if case == "sft-bad-row":
+        data.write_text(json.dumps(RECORD) + '\n{"messages": [{"ro\n')
+    elif case == "dpo-bad-pair":
+        data.write_text(json.dumps({"prompt": "hi", "chosen": "a"}) + "\n")
+    else:
+        data.write_text(json.dumps(RECORD) + "\n")
+        recipe = ["--resume-from-checkpoint", "latest"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
+    args = ["train", "--model", str(tiny_model_dir("qwen3_5")), "--dataset", str(data), "--output-dir",
+            str(tmp_path / "out"), *recipe]
+    proc = subprocess.run([sys.executable, "-c", _FAIL_IN_PROCESS, *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+    code, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert code != 0 and ("train.jsonl" in proc.stderr or "no checkpoint-N" in proc.stderr), proc.stderr
+    assert heavy == [], f"{case}: {heavy} imported before the error: {proc.stderr}"

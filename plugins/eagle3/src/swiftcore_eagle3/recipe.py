@@ -117,8 +117,8 @@ def run(cfg: TrainConfig, plugins: PluginSet, options: Eagle3Options) -> TrainRe
     check_requirements(spec)
     check_recipe_fits_model(cfg, spec, plugins)
     output_dir = Path(cfg.output_dir)
+    records, _ = load_train_val_records(cfg)  # every row checked before the tokenizer loads
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
-    records, _ = load_train_val_records(cfg)
     samples = [s for s in encode_records(records, template, tokenizer, cfg, desc="encoding train") if s is not None]
     samples = [s for s in samples if len(s["input_ids"]) > 2 and any(x != -100 for x in s["labels"][1:])]
     if not samples:

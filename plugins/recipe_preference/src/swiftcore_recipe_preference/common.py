@@ -77,14 +77,15 @@ def prepare(cfg: Any, plugins: PluginSet, recipe: str, *, load: bool = True) -> 
     spec = resolve_model_spec(cfg.model, plugins, model_type=cfg.model_type)
     check_requirements(spec)
     check_recipe_fits_model(cfg, spec, plugins)
-    template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     if not load:  # the recipe reads its own kind of rows (KTO's unpaired examples)
-        return Prepared(spec, template_spec, template, tokenizer, [], [])
+        return Prepared(spec, *load_template(cfg, spec, plugins), [], [])
+    # Every pair is read and checked before the tokenizer loads (importing transformers takes seconds).
     pairs = load_pairs(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows)
     if cfg.val_dataset:
         train, val = pairs, load_pairs(cfg.val_dataset, skip_bad_rows=cfg.skip_bad_rows)
     else:
         train, val = split_pairs(pairs, cfg.split_ratio, cfg.seed)
+    template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     # one record a pair (its prompt and both replies), so the error names each row once
     both = [{**p.record(p.chosen), "messages": [*p.prompt["messages"], p.chosen, p.rejected]} for p in [*train, *val]]
     refuse_untemplated_tools(template_spec, both)

@@ -334,12 +334,12 @@ def _resume(cfg: Any, output_dir: Path) -> Path | None:
     if not value:
         return None
     if value in ("latest", "true", "True"):
-        from transformers.trainer_utils import get_last_checkpoint
+        from swiftcore_train import last_checkpoint
 
-        last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+        last = last_checkpoint(output_dir)
         if last is None:
             raise SwiftcoreError(f"--resume-from-checkpoint latest: no checkpoint-N directory in {str(output_dir)!r}")
-        return Path(last)
+        return last
     return Path(value)
 
 

@@ -10,6 +10,7 @@ the run in place. Everything is decided by :func:`plan_output_dir` before anythi
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -18,12 +19,36 @@ from typing import Any
 
 from swiftcore.api import SwiftcoreError
 
-__all__ = ["MANIFEST", "OUTPUT_PATTERNS", "OutputPlan", "apply_output_plan", "plan_output_dir", "trim_log"]
+__all__ = [
+    "MANIFEST",
+    "OUTPUT_PATTERNS",
+    "OutputPlan",
+    "apply_output_plan",
+    "last_checkpoint",
+    "plan_output_dir",
+    "trim_log",
+]
 
 #: The manifest a run writes first into its output directory.
 MANIFEST = "swiftcore_outputs.json"
 #: What ``swiftcore train`` writes into an output directory (glob patterns on entry names).
 OUTPUT_PATTERNS = ("args.json", "logs.jsonl", "eval_samples.jsonl", "loss.png", "checkpoint-*", ".staging", MANIFEST)
+#: A checkpoint directory's name (transformers' ``checkpoint-{global_step}``).
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def last_checkpoint(directory: Path | str) -> Path | None:
+    """The newest ``checkpoint-N`` directory in ``directory`` (highest N), or None (none, or no such directory).
+
+    transformers' ``get_last_checkpoint`` picks the same one; it is not used because importing transformers takes
+    seconds, and ``--resume-from-checkpoint latest`` is checked (and a missing checkpoint refused) before anything
+    heavy loads.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    steps = {int(m.group(1)): p for p in directory.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()}
+    return steps[max(steps)] if steps else None
 
 
 @dataclass

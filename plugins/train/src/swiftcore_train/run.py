@@ -194,15 +194,15 @@ def resolve_resume(cfg: TrainConfig, output_dir: Path, spec: Any) -> Path | None
     if not value:
         return None
     if value in ("latest", "true", "True"):
-        from transformers.trainer_utils import get_last_checkpoint
+        from swiftcore_train.output_dir import last_checkpoint
 
-        last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+        last = last_checkpoint(output_dir)
         if last is None:
             raise SwiftcoreError(
                 f"--resume-from-checkpoint latest: no checkpoint-N directory in {str(output_dir)!r}; pass the "
                 "checkpoint directory itself, or drop the option to start a fresh run"
             )
-        checkpoint = Path(last)
+        checkpoint = last
     else:
         checkpoint = Path(value)
     state = checkpoint / "trainer_state.json"
@@ -312,14 +312,13 @@ def train_and_report(
         evaluate: whether there is a validation set.
         resume: a checkpoint to resume from (None: start fresh).
     """
-    from transformers.trainer_utils import get_last_checkpoint
-
+    from swiftcore_train.output_dir import last_checkpoint
     from swiftcore_train.trainer import plot_loss_curve
 
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if evaluate and not cfg.eval_steps:
         trainer.evaluate()
-    last = get_last_checkpoint(str(output_dir))
+    last = last_checkpoint(output_dir)
     log_file = output_dir / "logs.jsonl"
     plot = plot_loss_curve(log_file, output_dir / "loss.png") if (cfg.plot and log_file.exists()) else None
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
@@ -329,7 +328,7 @@ def train_and_report(
     best = evaluation.best if evaluation is not None else None
     return TrainResult(
         output_dir=output_dir,
-        last_checkpoint=Path(last) if last else None,
+        last_checkpoint=last,
         log_file=log_file,
         plot_file=plot,
         train_samples=train_samples,

@@ -84,10 +84,10 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
         plan_output_dir(
             output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
         )
+    # Every row is read and checked before the tokenizer loads (importing transformers takes seconds).
+    train_records, val_records = load_train_val_records(cfg)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     log.info("model %s (%s), template %s (%s)", spec.name, spec.provider, template_spec.name, template_spec.provider)
-
-    train_records, val_records = load_train_val_records(cfg)
     if template_spec.official and "tools" not in template_spec.supports:  # OLMoE, Qwen3-ASR: no tool format
         from swiftcore_data import refuse_tool_rows
 

@@ -186,16 +186,16 @@ class SwiftTrainer(Trainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
         """:meth:`transformers.Trainer.train`, with ``resume_from_checkpoint`` resolved and checked first."""
         if resume_from_checkpoint is True:
-            from transformers.trainer_utils import get_last_checkpoint
+            from swiftcore_train.output_dir import last_checkpoint
 
-            last = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
+            last = last_checkpoint(self.args.output_dir)
             if last is None:
                 raise SwiftcoreError(
                     f"--resume-from-checkpoint latest: no {PREFIX_CHECKPOINT_DIR}-N directory in "
                     f"{self.args.output_dir}; pass the checkpoint directory itself, or drop the option to start a "
                     "fresh run"
                 )
-            resume_from_checkpoint = last
+            resume_from_checkpoint = str(last)
         if isinstance(resume_from_checkpoint, str):
             self._check_resumable(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint, *args, **kwargs)

@@ -112,8 +112,8 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         plan_output_dir(
             output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
         )
+    train_records, val_records = load_train_val_records(cfg)  # every row checked before the tokenizer loads
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
-    train_records, val_records = load_train_val_records(cfg)
     train_samples = encode_records(train_records, template, tokenizer, cfg, desc="encoding train")
     val_samples = encode_records(val_records, template, tokenizer, cfg, desc="encoding val") if val_records else []
     from swiftcore_media import has_media
