@@ -152,13 +152,21 @@ def reference_sft(model: Any, phi: bool) -> float:
     return total / count
 
 
-@pytest.mark.parametrize(("step", "phi"), [(1, False), (6, True), (9, False), (20, True)])
-def test_the_loss_is_the_mix_of_grpo_and_sft(grpo_trainer: Any, monkeypatch: Any, step: int, phi: bool) -> None:
-    """``(1 - mu) L_GRPO + mu L_SFT``, ``mu`` of the step (warmup, cosine, valley), CHORD-phi on and off."""
+@pytest.mark.parametrize(
+    ("step", "phi", "chunk"), [(1, False, 0), (6, True, 0), (9, False, 0), (20, True, 0), (6, True, 2), (9, False, 2)]
+)
+def test_the_loss_is_the_mix_of_grpo_and_sft(
+    grpo_trainer: Any, monkeypatch: Any, step: int, phi: bool, chunk: int
+) -> None:
+    """``(1 - mu) L_GRPO + mu L_SFT``, ``mu`` of the step (warmup, cosine, valley), CHORD-phi on and off; ``chunk``:
+    the expert batch's log-probs from the chunked lm_head, 2 tokens' logits at a time (0: the full logits)."""
+    grpo, sft = reference_grpo(), reference_sft(grpo_trainer.model, phi)
+    monkeypatch.setattr(grpo_trainer, "loss_chunk_size", chunk, raising=False)
+    if chunk:  # the full-logits path cannot be taken: the chunked head must have scored the expert batch
+        monkeypatch.setattr(grpo_trainer.model, "forward", lambda *a, **k: pytest.fail("full expert logits"))
     chord = {"chord_mu_warmup_steps": 4, "chord_mu_decay_steps": 10, "chord_mu_peak": 0.8, "chord_mu_valley": 0.1}
     loss = grpo_and_chord_loss(grpo_trainer, monkeypatch, step, chord_phi=phi, **chord)
     mu = dict(HAND)[step] if step in dict(HAND) else 0.1
-    grpo, sft = reference_grpo(), reference_sft(grpo_trainer.model, phi)
     want = (1 - mu) * grpo + mu * sft
     print(f"chord step {step} phi={phi}: mu {mu:.4f} grpo {grpo:.6f} sft {sft:.6f} -> {loss.item():.6f} vs {want:.6f}")
     assert abs(loss.item() - want) < 1e-5

@@ -99,3 +99,45 @@ def test_a_negative_chunk_size_is_refused(tiny_dir, plugins, tmp_path, trainer_f
     trainer = trainer_factory("grpo", tiny_dir, plugins, tmp_path / "bad")
     with pytest.raises(SwiftcoreError, match="--loss-chunk-size"):
         chunk_lm_heads(trainer, -1)
+
+
+def _rloo_logps(tiny_dir: Path, plugins: Any, tmp_path: Path, make: Any, chunk: int) -> dict[str, Any]:
+    """The RLOO trainer's (TRL's RLOOTrainer) policy log-probs and entropies of the fixed completions, and the
+    gradient of an advantage-weighted sum of them, after :func:`chunk_lm_heads` as the recipe runs it."""
+    import torch
+    from swiftcore_recipe_rl.trainer import chunk_lm_heads
+
+    torch.manual_seed(0)
+    trainer = make("rloo", tiny_dir, plugins, tmp_path / f"rloo{chunk}", rloo_beta=0.05, rollout_temperature=0.7)
+    chunk_lm_heads(trainer, chunk)
+    model = trainer.model.train()
+    gen = torch.Generator().manual_seed(1)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    width = max(LENGTHS)
+    ids = torch.randint(0, vocab, (len(LENGTHS), 3 + width), generator=gen)
+    mask = (torch.arange(width)[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+    attention = torch.cat([torch.ones(len(LENGTHS), 3, dtype=torch.long), mask], dim=1)
+    logps, entropy = trainer._get_per_token_logps_and_entropies(model, ids, attention, width, compute_entropy=True)[:2]
+    (-(logps * mask * torch.tensor(ADVANTAGES)[:, None]).sum()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+    return {"logps": logps[mask.bool()].detach(), "entropy": entropy[mask.bool()], "grads": grads}
+
+
+def test_chunked_rloo_equals_the_plain_head(tiny_dir, plugins, tmp_path, trainer_factory, caplog) -> None:
+    """``--recipe rloo`` (and so ``reinforce_pp``, a GRPO trainer) scores with the chunked head too: log-probs,
+    entropies and gradients equal TRL's fused head's (fp32, to 1e-6 of their size)."""
+    import torch
+
+    plain = _rloo_logps(tiny_dir, plugins, tmp_path, trainer_factory, 0)
+    with caplog.at_level(logging.INFO, logger="swiftcore.train"):
+        chunked = _rloo_logps(tiny_dir, plugins, tmp_path, trainer_factory, 3)
+    assert "chunked lm_head, 3 tokens per chunk" in caplog.text
+    for name in ("logps", "entropy"):
+        gap = (chunked[name] - plain[name]).abs().max().item()
+        print(f"rloo {name}: largest gap {gap:.2e}")
+        assert torch.allclose(chunked[name], plain[name], rtol=1e-6, atol=1e-6), (name, gap)
+    assert plain["grads"].keys() == chunked["grads"].keys() and len(plain["grads"]) > 0
+    worst = max((chunked["grads"][n] - g).abs().max().item() for n, g in plain["grads"].items())
+    largest = max(g.abs().max().item() for g in plain["grads"].values())
+    print(f"rloo: largest gradient {largest:.3f}, worst diff {worst:.2e}")
+    assert largest > 1e-3 and worst < 2e-6 * max(1.0, largest), (worst, largest)

@@ -67,16 +67,23 @@ def reference_logps(model: Any, inputs: dict[str, Any]) -> list[list[float]]:
 
 
 @pytest.mark.parametrize(
-    ("reward_weight", "off_policy"),
-    [(0.0, False), (0.5, False), (0.0, True)],
-    ids=["pure-on-policy", "reward-weight-0.5", "pure-off-policy"],
+    ("reward_weight", "off_policy", "chunk"),
+    [(0.0, False, 0), (0.5, False, 0), (0.0, True, 0), (0.5, False, 3)],
+    ids=["pure-on-policy", "reward-weight-0.5", "pure-off-policy", "teacher-scored-by-the-chunked-head"],
 )
 def test_advantages_and_loss_equal_the_float64_reference(
-    opd_trainer: Any, fixed_batch: Any, monkeypatch: pytest.MonkeyPatch, reward_weight: float, off_policy: bool
+    opd_trainer: Any,
+    fixed_batch: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    reward_weight: float,
+    off_policy: bool,
+    chunk: int,
 ) -> None:
     """``A_t = log p_T(y_t) - log p_S(y_t) + w A_i`` (``p_S`` the policy that sampled, ``pi_old``), and TRL's ``dapo``
     loss on them: ``-1/N sum_{i,t} min(r A, clip(r, 0.8, 1.2) A)``, ``r = pi_theta / pi_old``. Off-policy, ``pi_old``
-    is the batch's ``old_per_token_logps`` (the current log-probs shifted by a fixed offset, so the clip binds)."""
+    is the batch's ``old_per_token_logps`` (the current log-probs shifted by a fixed offset, so the clip binds).
+    ``chunk``: the teacher's log-probs from the chunked lm_head, 3 tokens' logits at a time (the recipe's default
+    chunk is 1,024; 0: the full logits)."""
     import torch
 
     trainer = opd_trainer
@@ -87,6 +94,9 @@ def test_advantages_and_loss_equal_the_float64_reference(
     lengths = mask.sum(1).tolist()
     student = reference_logps(trainer.model, inputs)
     teacher = reference_logps(trainer.teacher, inputs)
+    monkeypatch.setattr(trainer, "loss_chunk_size", chunk, raising=False)
+    if chunk:  # the full-logits path cannot be taken: the chunked head must have scored the teacher
+        monkeypatch.setattr(trainer.teacher, "forward", lambda *a, **k: pytest.fail("full teacher logits"))
     offsets = [[0.3 * math.sin(1.7 * i + t) for t in range(n)] for i, n in enumerate(lengths)]
     old = student
     if off_policy:

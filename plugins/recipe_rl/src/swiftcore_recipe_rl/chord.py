@@ -63,6 +63,12 @@ def sft_loss(logits: Any, labels: Any, *, phi: bool = False) -> Any:
     logits, labels = logits[:, :-1, :].float(), labels[:, 1:]
     mask = labels != -100
     logps = torch.log_softmax(logits, dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return sft_loss_from_logps(logps, mask, phi=phi)
+
+
+def sft_loss_from_logps(logps: Any, mask: Any, *, phi: bool = False) -> Any:
+    """:func:`sft_loss` from each label's log-probability ``logps`` (``mask``: where there is a label), as the chunked
+    lm_head gives them (:func:`swiftcore_train.label_logps`: the full logits never exist)."""
     per_token = -logps
     if phi:
         p = logps.detach().exp()

@@ -126,7 +126,7 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
     from swiftcore_recipe_rl.rewards import TRLReward
     from swiftcore_recipe_rl.rollout import stop_token_ids
     from swiftcore_recipe_rl.shaping import extra_rewards
-    from swiftcore_recipe_rl.trainer import configure_loss_variants, trainer_class
+    from swiftcore_recipe_rl.trainer import chunk_lm_heads, configure_loss_variants, trainer_class
 
     cfg, options, spec, tokenizer = plan.cfg, plan.options, plan.spec, codec.tokenizer
     torch.manual_seed(cfg.seed)
@@ -164,6 +164,8 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
         trainer.rollout_func = plan.environment.episodes(codec, plan.prompts.environment_rows)
     if isinstance(options, ReinforcePPOptions):
         trainer.baseline = options.reinforce_pp_baseline
+    if isinstance(options, RolloutOptions):  # TRL's GRPO and RLOO trainers: their log-probs from the chunked head
+        chunk_lm_heads(trainer, getattr(options, "loss_chunk_size", None))
     if isinstance(options, GRPOOptions):
         configure_loss_variants(trainer, options, chord_samples=plan.chord_samples, seed=cfg.seed)
     if isinstance(options, OPSDOptions):  # the policy is the teacher, shown each row's privileged context

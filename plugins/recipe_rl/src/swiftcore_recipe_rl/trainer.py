@@ -344,8 +344,9 @@ def _environment_episodes() -> type:
 def _loss_variants() -> type:
     """The mixin that adds the GRPO loss variants TRL lacks (:mod:`swiftcore_recipe_rl.losses`) around its loss."""
     import torch
+    from swiftcore_train import label_logps
 
-    from swiftcore_recipe_rl.chord import mu_schedule, sft_loss
+    from swiftcore_recipe_rl.chord import mu_schedule, sft_loss, sft_loss_from_logps
     from swiftcore_recipe_rl.dynamic_sampling import pick_groups, resample_indices, select_rollouts
     from swiftcore_recipe_rl.losses import fipo_weights, informative_groups
 
@@ -404,7 +405,12 @@ def _loss_variants() -> type:
                 return grpo_loss
             batch = self.chord.next_batch(grpo_loss.device)
             labels = batch.pop("labels")
-            sft = sft_loss(model(**batch, use_cache=False).logits, labels, phi=self.chord_phi)
+            # the chunked lm_head where it applies (the full expert logits never exist), else the logits
+            scored = label_logps(model, labels, getattr(self, "loss_chunk_size", 0), **batch)
+            if scored is None:
+                sft = sft_loss(model(**batch, use_cache=False).logits, labels, phi=self.chord_phi)
+            else:
+                sft = sft_loss_from_logps(*scored, phi=self.chord_phi)
             self._metrics["train"]["chord/sft_loss"].append(self.accelerator.gather(sft.detach()).mean().item())
             accumulation = self.current_gradient_accumulation_steps
             return (1.0 - mu) * grpo_loss + mu * sft.to(grpo_loss.dtype) / accumulation
@@ -689,6 +695,7 @@ def opd_trainer_class() -> type:
     """The ``opd`` trainer: the ``grpo`` trainer whose advantages are on-policy distillation's KL advantages
     (:func:`~swiftcore_recipe_rl.losses.kl_advantages`)."""
     import torch
+    from swiftcore_train import label_logps
     from trl.trainer.utils import selective_log_softmax
 
     from swiftcore_recipe_rl.losses import kl_advantages
@@ -746,10 +753,18 @@ def opd_trainer_class() -> type:
             chunks = []
             with torch.no_grad():
                 for start in range(0, input_ids.size(0), size):
-                    ids = input_ids[start : start + size]
-                    logits = model(
-                        input_ids=ids, attention_mask=attention_mask[start : start + size], use_cache=False
-                    ).logits
+                    ids, mask = input_ids[start : start + size], attention_mask[start : start + size]
+                    labels = torch.full_like(ids, -100)
+                    labels[:, -keep:] = ids[:, -keep:]
+                    # the chunked lm_head where it applies (the full logits never exist), else the logits
+                    scored = label_logps(
+                        model, labels, getattr(self, "loss_chunk_size", 0), temperature=self.temperature,
+                        input_ids=ids, attention_mask=mask,
+                    )  # fmt: skip
+                    if scored is not None:
+                        chunks.append(scored[0][:, -keep:])
+                        continue
+                    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
                     logits = logits[:, -keep - 1 : -1, :].float() / self.temperature
                     chunks.append(selective_log_softmax(logits, ids[:, -keep:]))
             return torch.cat(chunks)
@@ -837,7 +852,6 @@ def configure_loss_variants(
             clip_high_only=options.fipo_clip_high_only,
             safety_threshold=options.fipo_safety_threshold,
         )
-    chunk_lm_heads(trainer, getattr(options, "loss_chunk_size", None))
     configure_async_rollouts(trainer, options)
     trainer.dynamic_sampling = bool(getattr(options, "dynamic_sampling", False))
     trainer.dapo_max_resample = int(getattr(options, "dapo_max_resample", 0))
@@ -859,11 +873,12 @@ def configure_async_rollouts(trainer: Any, options: Any) -> None:
 
 
 def chunk_lm_heads(trainer: Any, chunk_size: int | None) -> None:
-    """``--loss-chunk-size`` for a TRL GRPO trainer: the per-token log-probs (and entropies) of the policy, the old
-    policy and the reference come from swiftcore-train's chunked lm_head (``chunk_size`` tokens' logits at a time,
-    the SFT loss's chunking, at the trainer's temperature) in place of TRL's fused head; the same loss and gradients
-    (``tests/test_chunked_logps.py``). None: the default chunk size; 0, ``--fp32-lm-head``, ``--fsdp`` or
-    ``--deepspeed``: TRL's head."""
+    """``--loss-chunk-size`` for a TRL GRPO or RLOO trainer (every rollout recipe: grpo, rloo, reinforce_pp, opd,
+    opsd): the per-token log-probs (and entropies) of the policy, the old policy and the reference come from
+    swiftcore-train's chunked lm_head (``chunk_size`` tokens' logits at a time, the SFT loss's chunking, at the
+    trainer's temperature) in place of TRL's fused head; the same loss and gradients (``tests/test_chunked_logps.py``).
+    CHORD's expert batch and an ``opd`` teacher's scores use the same chunk size (``trainer.loss_chunk_size``). None:
+    the default chunk size; 0, ``--fp32-lm-head``, ``--fsdp`` or ``--deepspeed``: TRL's head (and full logits)."""
     from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, use_chunked_lm_head
 
     size = DEFAULT_LOSS_CHUNK_SIZE if chunk_size is None else chunk_size
@@ -874,10 +889,12 @@ def chunk_lm_heads(trainer: Any, chunk_size: int | None) -> None:
         reason = "with --fp32-lm-head"
     temperature = trainer.temperature
     policy = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
-    # grpo_trainer.py adds the policy's head with the entropy (its metric, high-entropy mask and bonus)
+    # grpo_trainer.py and rloo_trainer.py add the policy's head with the entropy (a metric; GRPO's high-entropy mask)
     use_chunked_lm_head(policy, size, temperature=temperature, outputs=("log_probs", "entropy"), reason=reason)
     if getattr(trainer, "ref_model", None) is not None:
         use_chunked_lm_head(trainer.ref_model, size, temperature=temperature, reason=reason)
+    # CHORD's expert batch and a distillation teacher's scores (forwards without a TRL head) chunk as the policy does
+    trainer.loss_chunk_size = 0 if reason else size
 
 
 def trainer_class(recipe: str) -> type:

@@ -36,6 +36,7 @@ __all__ = [
     "ChunkedCausalLMLoss",
     "causal_lm_loss",
     "chunked_token_logps",
+    "label_logps",
     "sft_loss",
     "token_weighted_loss",
     "use_chunked_lm_head",
@@ -517,19 +518,59 @@ def use_chunked_lm_head(
         if not fused_lm_head or shift_labels is not None or type(head) is not torch.nn.Linear:
             return fused(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
                          num_items_in_batch=num_items_in_batch, **kwargs)  # fmt: skip
-        kwargs["use_cache"] = False
-        hidden = model.base_model(*args, **kwargs).last_hidden_state[:, :-1]
-        shifted = labels[:, 1:].to(head.weight.device)
-        mask = shifted != -100
-        per_token = chunked_token_logps(
-            hidden.to(head.weight.device)[mask], head.weight, shifted[mask], chunk_size,
-            softcap=softcap, temperature=temperature, outputs=outputs,
-        )  # fmt: skip
-        # masked_scatter keeps an all-masked batch connected to the model (a differentiable zero), as TRL does
-        fields: list[Any] = [None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token]
+        fields, mask = _scored_labels(model, labels, chunk_size, softcap, temperature, outputs, args, kwargs)
         count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
         loss = -fields[0].sum() / count
         return output_class(loss, *fields, label_mask=mask)
 
     model.forward = forward
     return True
+
+
+def _scored_labels(
+    model: Any, labels: Any, chunk_size: int, softcap: Any, temperature: float, outputs: tuple[str, ...],
+    args: Any, kwargs: dict[str, Any],
+) -> tuple[list[Any], Any]:  # fmt: skip
+    """:func:`chunked_token_logps` of ``labels`` (shifted: the hidden state at ``t - 1`` scores label ``t``) under
+    ``model`` (an unwrapped causal LM) run on ``args`` / ``kwargs``: each field ``[B, T - 1]``, zero where the label is
+    -100, and that mask."""
+    head = model.get_output_embeddings()
+    kwargs["use_cache"] = False
+    hidden = model.base_model(*args, **kwargs).last_hidden_state[:, :-1]
+    shifted = labels[:, 1:].to(head.weight.device)
+    mask = shifted != -100
+    per_token = chunked_token_logps(
+        hidden.to(head.weight.device)[mask], head.weight, shifted[mask], chunk_size,
+        softcap=softcap, temperature=temperature, outputs=outputs,
+    )  # fmt: skip
+    # masked_scatter keeps an all-masked batch connected to the model (a differentiable zero), as TRL does
+    return [None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token], mask
+
+
+def label_logps(
+    model: Any, labels: Any, chunk_size: int = DEFAULT_LOSS_CHUNK_SIZE, *, temperature: float = 1.0, **inputs: Any
+) -> tuple[Any, Any] | None:
+    """Each label's log-probability under ``model`` (causal: the logits at ``t - 1`` score label ``t``; ``-100``: no
+    label), ``chunk_size`` tokens' logits at a time, so the full ``tokens x vocab`` logits never exist (a forward
+    without a TRL head: CHORD's expert batch, a distillation teacher's scores).
+
+    Args:
+        model: a causal LM, or a peft model around one (its adapters apply).
+        labels: ``[B, T]`` token ids, ``-100`` where nothing is scored.
+        chunk_size: tokens per chunk; 0 (``--loss-chunk-size 0``) gives None.
+        temperature: the logits are divided by it.
+        inputs: the model's inputs (``input_ids``, ``attention_mask``, ...).
+
+    Returns:
+        ``(log_probs, mask)``, both ``[B, T - 1]`` (float32 log-probs, zero where ``mask`` is False), or None where
+        the head cannot be chunked (see :func:`use_chunked_lm_head`): the caller computes the logits.
+    """
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if _head_reason(base, chunk_size) is not None or type(base.get_output_embeddings()) is not torch.nn.Linear:
+        return None
+    text = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    softcap = getattr(text, "final_logit_softcapping", None)
+    fields, mask = _scored_labels(base, labels, chunk_size, softcap, temperature, ("log_probs",), (), dict(inputs))
+    return fields[0], mask
