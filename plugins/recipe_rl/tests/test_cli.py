@@ -234,6 +234,8 @@ def test_train_rloo_and_reinforce_pp_from_the_cli(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "trained 2 steps on 2 samples" in proc.stdout
+    # the policy's log-probs come from the chunked lm_head (no full-vocabulary logits), as GRPO's do
+    assert "log-probs: chunked lm_head, 1024 tokens per chunk" in proc.stderr, proc.stderr[-4000:]
     logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
     steps = [row for row in logs if "rewards/shout/mean" in row]
     assert len(steps) == 2 and all("kl" in row and math.isfinite(row["loss"]) for row in steps), steps
