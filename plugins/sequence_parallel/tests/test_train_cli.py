@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from swiftcore_sequence_parallel.testing import free_port
-from swiftcore_testing import user_env
+from swiftcore_testing import run_cli, user_env
 
 BIN = Path(sys.executable).parent
 REL = 1e-5
@@ -44,39 +44,26 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _train(model: Path, dataset: Path, out: Path, *extra: str, nproc: int = 1) -> subprocess.CompletedProcess:
-    args = [
-        "train",
-        "--model",
-        str(model),
-        "--dataset",
-        str(dataset),
-        "--output-dir",
-        str(out),
-        "--tuner",
-        "full",
-        "--max-steps",
-        "5",
-        "--logging-steps",
-        "1",
-        "--save-steps",
-        "100",
-        "--batch-size",
-        "2",
-        "--learning-rate",
-        "1e-3",
-        "--lr-scheduler",
-        "constant",
-        "--seed",
-        "3",
-        *extra,
-    ]
+def _args(model: Path, dataset: Path, out: Path, *extra: str) -> list[str]:
+    """The ``swiftcore train`` arguments of a 5-step run (``extra`` last: it may override the defaults). No loss
+    plot: the runs' logs.jsonl is what is compared (a plot would import and draw matplotlib in every run)."""
+    return ["--model", str(model), "--dataset", str(dataset), "--output-dir", str(out), "--tuner", "full",
+            "--max-steps", "5", "--logging-steps", "1", "--save-steps", "100", "--batch-size", "2",
+            "--learning-rate", "1e-3", "--lr-scheduler", "constant", "--seed", "3", "--no-plot", *extra]  # fmt: skip
+
+
+def _train(model: Path, dataset: Path, out: Path, *extra: str, nproc: int) -> subprocess.CompletedProcess:
+    """``swiftcore train`` on ``nproc`` ranks under torchrun."""
     swiftcore = str(BIN / "swiftcore")
-    if nproc > 1:
-        cmd = [str(BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-port", str(free_port()), swiftcore]
-    else:
-        cmd = [swiftcore]
-    return subprocess.run([*cmd, *args], env=_env(), capture_output=True, text=True, timeout=400)
+    cmd = [str(BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-port", str(free_port()), swiftcore]
+    cmd += ["train", *_args(model, dataset, out, *extra)]
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=400)
+
+
+def _one_process(model: Path, dataset: Path, out: Path, *extra: str) -> None:
+    """The one-process reference run, in this process: the reference, not the CLI, is the point (no process to
+    start, no second import of the training stack)."""
+    run_cli("train", *_args(model, dataset, out, *extra))
 
 
 def _steps(out: Path) -> dict[int, dict]:
@@ -118,7 +105,7 @@ EXTRA4 = ("--batch-size", "4", "--split-ratio", "0.25", "--eval-steps", "5")
 def reference4(olmoe: Path, dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The one-process run the ulysses and data-parallel runs are compared with."""
     out = tmp_path_factory.mktemp("sp_reference") / "one"
-    _run_ok(_train(olmoe, dataset, out, *EXTRA4))
+    _one_process(olmoe, dataset, out, *EXTRA4)
     return out
 
 
@@ -142,7 +129,7 @@ def test_ring_sp2_lora_padding_free_accumulation_matches_one_process(
 ) -> None:
     """Ring attention, LoRA, packed rows (padded with a dummy sample) and 2 accumulation steps."""
     extra = ("--tuner", "lora", "--padding-free", "--gradient-accumulation-steps", "2")
-    _run_ok(_train(olmoe, dataset, tmp_path / "one", *extra))
+    _one_process(olmoe, dataset, tmp_path / "one", *extra)
     sp = ("--sequence-parallel-size", "2", "--sp-mode", "ring")
     _run_ok(_train(olmoe, dataset, tmp_path / "sp", *extra, *sp, nproc=2))
     _assert_same_steps(_steps(tmp_path / "one"), _steps(tmp_path / "sp"))
@@ -158,7 +145,7 @@ def test_qwen3_5_ring_padding_free_matches_one_process(tiny_model_dir, dataset: 
     """
     model = tiny_model_dir("qwen3_5")
     extra = ("--padding-free", "--gradient-accumulation-steps", "2")
-    _run_ok(_train(model, dataset, tmp_path / "one", *extra))
+    _one_process(model, dataset, tmp_path / "one", *extra)
     sp = ("--sequence-parallel-size", "2", "--sp-mode", "ring")
     _run_ok(_train(model, dataset, tmp_path / "sp", *extra, *sp, nproc=2))
     _assert_same_steps(_steps(tmp_path / "one"), _steps(tmp_path / "sp"))
@@ -252,7 +239,7 @@ def test_embedding_ulysses_sp2_matches_one_process(olmoe: Path, tmp_path: Path) 
 
     data = make_retrieval_task(seed=0).write_train(tmp_path / "retrieval.jsonl")
     head = ("--task", "embedding", "--pooling", "mean", *HEAD_ARGS)
-    _run_ok(_train(olmoe, data, tmp_path / "one", *head))
+    _one_process(olmoe, data, tmp_path / "one", *head)
     sp = ("--sequence-parallel-size", "2", "--sp-mode", "ulysses")
     _run_ok(_train(olmoe, data, tmp_path / "sp", *head, *sp, nproc=2))
     _assert_same_steps(_steps(tmp_path / "one"), _steps(tmp_path / "sp"))
@@ -274,7 +261,7 @@ def test_qwen3_5_classification_ring_padding_free_matches_one_process(tiny_model
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = tiny_model_dir("qwen3_5")
     head = ("--task", "classification", "--num-labels", "3", "--padding-free", *HEAD_ARGS)
-    _run_ok(_train(model, data, tmp_path / "one", *head))
+    _one_process(model, data, tmp_path / "one", *head)
     sp = ("--sequence-parallel-size", "2", "--sp-mode", "ring")
     _run_ok(_train(model, data, tmp_path / "sp", *head, *sp, nproc=2))
     _assert_same_steps(_steps(tmp_path / "one"), _steps(tmp_path / "sp"))

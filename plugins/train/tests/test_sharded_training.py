@@ -3,12 +3,15 @@
 The slow tests train a tiny model on two CPU processes (gloo) and compare with one process at the same global batch:
 the losses of the first steps, the exported weights (a plain transformers checkpoint, or a peft adapter), and a run
 resumed from a sharded checkpoint against the uninterrupted one. The fast tests check the refusals and the configs.
+
+The worlds cost their start (each rank imports the training stack), not their 4 steps: one world trains every
+``--fsdp`` run and its resume, one every ``--deepspeed`` run (:func:`_world`), and the one-process references run in
+this process.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,23 +19,28 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from swiftcore_testing import user_env
+from swiftcore_testing import run_cli, user_env
 from swiftcore_train import command, distributed
 from swiftcore_train.command import train
 from swiftcore_train.config import TrainConfig
 from swiftcore_train.distributed import check_launch, deepspeed_config, fsdp_config, validate_deepspeed_file
 
 from swiftcore.api import SwiftcoreError
-from swiftcore.api.cli import CliState
+from swiftcore.api.cli import CliState, cli
 
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
+BIN = Path(sys.executable).parent
+#: Run by each rank of a world that trains several times (a sharded run, then its resume): see that file.
+RANK_RUNS = Path(__file__).with_name("rank_runs.py")
+#: Holds the rank lock (conftest.py): the worlds of this module run one at a time across the xdist workers.
+STARTS_RANKS = True
 # A softmax-attention family: each rank pads its half-batch to its own length, and Qwen3-ASR's Qwen3 decoder is
 # padding-exact to float noise (Qwen3.5's linear-attention fallback only to ~3e-4; see tests/test_train_resume_ddp.py).
 FAMILY = "qwen3_asr"
 STEPS = 4
-# One process: batch 4. Two processes: batch 2 each. Same global batch, same samples per step.
+# One process: batch 4. Two processes: batch 2 each. Same global batch, same samples per step. No loss plot: the
+# runs' logs.jsonl is what is compared (a plot would import and draw matplotlib in every run).
 COMMON = ["--max-steps", str(STEPS), "--save-steps", "2", "--logging-steps", "1", "--lr-scheduler", "constant",
-          "--max-length", "96", "--seed", "5"]  # fmt: skip
+          "--max-length", "96", "--seed", "5", "--no-plot"]  # fmt: skip
 LEARNING_RATE = {"full": "1e-3", "lora": "1e-2"}
 # Two ranks reduce gradients in another order than one process: float32 noise, grown by the steps (LoRA's larger
 # learning rate grows it more). A per-rank mean instead of the token-weighted global mean is off by ~1e-2.
@@ -55,16 +63,47 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _train(model: Path, dataset: Path, out: Path, tuner: str, *extra: str, nproc: int = 1, ok: bool = True) -> str:
-    """Run ``swiftcore train``; return its stderr (the run must succeed, or with ``ok=False`` fail)."""
-    args = [SWIFTCORE, "train", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out)]
-    args += ["--tuner", tuner, "--learning-rate", LEARNING_RATE[tuner], *COMMON, *extra]
-    args += ["--batch-size", "4"] if nproc == 1 else ["--batch-size", str(4 // nproc), "--nproc-per-node", str(nproc)]
-    proc = subprocess.run(
-        args, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600
-    )
-    assert (proc.returncode == 0) is ok, proc.stderr[-4000:]
-    return proc.stderr
+def _args(model: Path, dataset: Path, out: Path, tuner: str, *extra: str, nproc: int = 1) -> list[str]:
+    """The ``swiftcore train`` arguments of a run on ``nproc`` processes (global batch 4), without the launcher's."""
+    args = ["--model", str(model), "--dataset", str(dataset), "--output-dir", str(out)]
+    return [*args, "--tuner", tuner, "--learning-rate", LEARNING_RATE[tuner], *COMMON, *extra,
+            "--batch-size", str(4 // nproc)]  # fmt: skip
+
+
+def _check(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _launch(model: Path, dataset: Path, out: Path, tuner: str, *extra: str) -> None:
+    """``swiftcore train --nproc-per-node 2 ...``: the CLI starts the world itself (torch.distributed.run)."""
+    args = [str(BIN / "swiftcore"), "train", *_args(model, dataset, out, tuner, *extra, nproc=2)]
+    args += ["--nproc-per-node", "2"]
+    env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    _check(subprocess.run(args, env=env, capture_output=True, text=True, timeout=600))
+
+
+def _world(model: Path, dataset: Path, *runs: tuple[Path, str, tuple[str, ...], bool]) -> None:
+    """One two-rank world (torchrun, :data:`RANK_RUNS`) for ``runs`` (output directory, tuner, extra arguments,
+    resumed), in order: each is trained for :data:`STEPS` steps; a resumed one is then copied to :func:`_resumed`
+    without its last checkpoint, and that copy resumed from its step-2 checkpoint. The ranks import the training
+    stack once for all the runs; each run reads its checkpoints from disk."""
+    steps: list[dict[str, Any]] = []
+    for run, tuner, extra, resume in runs:
+        steps.append({"train": _args(model, dataset, run, tuner, *extra, nproc=2)})
+        if resume:
+            again = _args(model, dataset, _resumed(run), tuner, *extra, nproc=2)
+            steps.append({"copy": [str(run), str(_resumed(run))], "drop": f"checkpoint-{STEPS}"})
+            steps.append({"train": [*again, "--resume-from-checkpoint", "latest"]})
+    plan = runs[0][0].parent / "steps.json"
+    plan.write_text(json.dumps(steps))
+    args = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(RANK_RUNS), str(plan)]
+    env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    _check(subprocess.run(args, env=env, capture_output=True, text=True, timeout=600))
+
+
+def _resumed(run: Path) -> Path:
+    """Where :func:`_world` resumes a copy of ``run``."""
+    return run.with_name(f"{run.name}-resumed")
 
 
 def _losses(output_dir: Path) -> list[tuple[int, float]]:
@@ -84,7 +123,7 @@ def _max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_ranks() -> None:
     """Two training processes fit this machine: gloo on CPUs, or one GPU each (a rank per device under NCCL)."""
     import torch
@@ -94,26 +133,47 @@ def two_ranks() -> None:
 
 
 @pytest.fixture(scope="module")
+def fsdp_runs(tiny_model_dir, dataset, tmp_path_factory, two_ranks) -> dict[str, Path]:
+    """``{tuner: run}``: the ``--fsdp`` runs of both tuners, each resumed (see :func:`_resumed`), in one world."""
+    root = tmp_path_factory.mktemp("fsdp")
+    runs = {tuner: root / tuner for tuner in ("full", "lora")}
+    _world(tiny_model_dir(FAMILY), dataset, *((run, tuner, ("--fsdp",), True) for tuner, run in runs.items()))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def deepspeed_runs(tiny_model_dir, dataset, tmp_path_factory, two_ranks) -> dict[str, Path]:
+    """``{stage: run}``: the ``--deepspeed zero2`` run, then the ``zero3`` run and its resume, in one world (ZeRO-2
+    first, in fresh ranks: transformers keeps a process-wide reference to the ZeRO-3 config a run set up)."""
+    pytest.importorskip("deepspeed")
+    root = tmp_path_factory.mktemp("deepspeed")
+    runs = {stage: root / stage for stage in ("zero2", "zero3")}
+    _world(
+        tiny_model_dir(FAMILY), dataset, *((run, "full", ("--deepspeed", s), s == "zero3") for s, run in runs.items())
+    )
+    return runs
+
+
+@pytest.fixture(scope="module")
 def reference(tiny_model_dir, dataset, tmp_path_factory) -> Any:
-    """``reference(tuner)``: the one-process run (batch 4) of that tuner, trained once per module."""
+    """``reference(tuner)``: the one-process run (batch 4) of that tuner, trained once per module, in this process
+    (the reference, not the CLI, is the point: no process to start and no second import of the training stack)."""
     made: dict[str, Path] = {}
 
     def run(tuner: str) -> Path:
         if tuner not in made:
             made[tuner] = tmp_path_factory.mktemp(f"single-{tuner}")
-            _train(tiny_model_dir(FAMILY), dataset, made[tuner], tuner)
+            run_cli("train", *_args(tiny_model_dir(FAMILY), dataset, made[tuner], tuner))
         return made[tuner]
 
     return run
 
 
-def _assert_resumes_exactly(model: Path, dataset: Path, run: Path, tmp_path: Path, tuner: str, *extra: str) -> None:
-    """Resume a copy of ``run`` from its step-2 checkpoint: steps 3-4 and the final weights equal the uninterrupted
-    run's, and each step is logged once (a run that ignored the checkpoint would log steps 1-4 again)."""
-    resumed = tmp_path / "resumed"
-    shutil.copytree(run, resumed)
-    shutil.rmtree(resumed / f"checkpoint-{STEPS}")
-    _train(model, dataset, resumed, tuner, *extra, "--resume-from-checkpoint", "latest", nproc=2)
+def _assert_resumed_exactly(run: Path) -> None:
+    """The copy of ``run`` resumed from its step-2 checkpoint (:func:`_resumed`): steps 3-4 and the final weights
+    equal the uninterrupted run's, and each step is logged once (a run that ignored the checkpoint would log steps 1-4
+    again)."""
+    resumed = _resumed(run)
     uninterrupted, again = _losses(run), _losses(resumed)
     assert [s for s, _ in again] == list(range(1, STEPS + 1)), "each step logged once after the resume"
     for (step, expected), (_, loss) in zip(uninterrupted, again, strict=True):
@@ -125,12 +185,11 @@ def _assert_resumes_exactly(model: Path, dataset: Path, run: Path, tmp_path: Pat
 @pytest.mark.slow
 @pytest.mark.parametrize("tuner", ["full", "lora"])
 def test_fsdp_matches_one_process_resumes_exactly_and_saves_a_transformers_checkpoint(
-    tiny_model_dir, dataset, reference, tmp_path, tuner, two_ranks
+    tiny_model_dir, dataset, reference, fsdp_runs, tuner
 ) -> None:
     model = tiny_model_dir(FAMILY)
     single = reference(tuner)
-    fsdp = tmp_path / "fsdp"
-    _train(model, dataset, fsdp, tuner, "--fsdp", nproc=2)
+    fsdp = fsdp_runs[tuner]
 
     one, two = _losses(single), _losses(fsdp)
     assert [s for s, _ in one] == [s for s, _ in two] == list(range(1, STEPS + 1))
@@ -157,22 +216,21 @@ def test_fsdp_matches_one_process_resumes_exactly_and_saves_a_transformers_check
         lora = {k for k, _ in adapted.named_parameters() if "lora_" in k}
         assert len(lora) == len(_weights(checkpoint))
 
-    _assert_resumes_exactly(model, dataset, fsdp, tmp_path, tuner, "--fsdp")
+    _assert_resumed_exactly(fsdp)
     if tuner == "full":  # a sharded checkpoint resumed without --fsdp: named, not a bare transformers ValueError
-        stderr = _train(model, dataset, fsdp, tuner, "--resume-from-checkpoint", "latest", ok=False)
-        assert "was saved by a --fsdp run, and this run uses neither --fsdp nor --deepspeed" in stderr, stderr[-2000:]
+        args = [*_args(model, dataset, fsdp, tuner), "--resume-from-checkpoint", "latest"]
+        result = CliRunner().invoke(
+            cli, ["train", *args], env={"SWIFTCORE_PLUGINS": None, "SWIFTCORE_PLUGINS_STRICT": None}
+        )
+        assert isinstance(result.exception, SwiftcoreError), result.output[-2000:]
+        assert "was saved by a --fsdp run, and this run uses neither --fsdp nor --deepspeed" in str(result.exception)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["zero2", "zero3"])
-def test_deepspeed_matches_one_process_and_resumes_exactly(
-    tiny_model_dir, dataset, reference, tmp_path, stage, two_ranks
-) -> None:
-    pytest.importorskip("deepspeed")
-    model = tiny_model_dir(FAMILY)
+def test_deepspeed_matches_one_process_and_resumes_exactly(reference, deepspeed_runs, stage) -> None:
     single = reference("full")
-    run = tmp_path / stage
-    _train(model, dataset, run, "full", "--deepspeed", stage, nproc=2)
+    run = deepspeed_runs[stage]
 
     one, two = _losses(single), _losses(run)
     assert [s for s, _ in one] == [s for s, _ in two] == list(range(1, STEPS + 1))
@@ -183,7 +241,7 @@ def test_deepspeed_matches_one_process_and_resumes_exactly(
     assert sum("optim_states" in name for name in shards) == 2, shards  # one optimizer shard per rank
     assert _max_diff(_weights(checkpoint), _weights(single / f"checkpoint-{STEPS}")) <= TOLERANCE["full"]
     if stage == "zero3":
-        _assert_resumes_exactly(model, dataset, run, tmp_path, "full", "--deepspeed", stage)
+        _assert_resumed_exactly(run)
 
 
 @pytest.mark.slow
@@ -196,7 +254,7 @@ def test_fsdp_offload_matches_one_process_on_two_gpus(tiny_model_dir, dataset, r
     model = tiny_model_dir(FAMILY)
     single = reference("full")
     run = tmp_path / "offload"
-    _train(model, dataset, run, "full", "--fsdp", "--fsdp-offload", nproc=2)
+    _launch(model, dataset, run, "full", "--fsdp", "--fsdp-offload")
     for (step, a), (_, b) in zip(_losses(single), _losses(run), strict=True):
         assert b == pytest.approx(a, abs=TOLERANCE["full"]), f"step {step}: 1 process {a}, FSDP offload {b}"
     assert _max_diff(_weights(run / f"checkpoint-{STEPS}"), _weights(single / f"checkpoint-{STEPS}")) <= 1e-4
