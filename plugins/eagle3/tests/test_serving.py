@@ -212,6 +212,20 @@ def test_deploy_with_a_draft_answers_the_openai_client_as_without(
             model="tuned", messages=held_out[0]["messages"], max_tokens=48, temperature=0, stream=True
         )
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == plain_rows[0]["response"]
+        # log-probs with a draft: the target's, streamed as the whole reply has them (the draft's engine streams
+        # without them, so its reply is scored once complete and its pieces follow)
+        whole = client.chat.completions.create(
+            model="tuned", messages=messages, max_tokens=48, temperature=0, logprobs=True, top_logprobs=2
+        ).choices[0]
+        chunks = client.chat.completions.create(
+            model="tuned", messages=messages, max_tokens=48, temperature=0, logprobs=True, top_logprobs=2, stream=True
+        )
+        pieces = [c.choices[0] for c in chunks if c.choices]
+        entries = [e for p in pieces if p.logprobs for e in p.logprobs.content]
+        assert "".join(p.delta.content or "" for p in pieces) == whole.message.content == plain_rows[0]["response"]
+        assert [e.token for e in entries] == [e.token for e in whole.logprobs.content] and entries
+        assert [e.logprob for e in entries] == pytest.approx([e.logprob for e in whole.logprobs.content], abs=1e-5)
+        assert all(len(e.top_logprobs) == 2 for e in entries)
         sampled = [
             client.chat.completions.create(model="tuned", messages=messages, max_tokens=24, temperature=1.5, seed=seed)
             .choices[0]
