@@ -29,8 +29,6 @@ from swiftcore.api import SwiftcoreError
 from swiftcore.api.cli import CliState, cli
 
 BIN = Path(sys.executable).parent
-#: Run by each rank of a world that trains several times (a sharded run, then its resume): see that file.
-RANK_RUNS = Path(__file__).with_name("rank_runs.py")
 #: Holds the rank lock (conftest.py): the worlds of this module run one at a time across the xdist workers.
 STARTS_RANKS = True
 # A softmax-attention family: each rank pads its half-batch to its own length, and Qwen3-ASR's Qwen3 decoder is
@@ -83,20 +81,21 @@ def _launch(model: Path, dataset: Path, out: Path, tuner: str, *extra: str) -> N
 
 
 def _world(model: Path, dataset: Path, *runs: tuple[Path, str, tuple[str, ...], bool]) -> None:
-    """One two-rank world (torchrun, :data:`RANK_RUNS`) for ``runs`` (output directory, tuner, extra arguments,
-    resumed), in order: each is trained for :data:`STEPS` steps; a resumed one is then copied to :func:`_resumed`
-    without its last checkpoint, and that copy resumed from its step-2 checkpoint. The ranks import the training
-    stack once for all the runs; each run reads its checkpoints from disk."""
+    """One two-rank world (torchrun, ``swiftcore_testing.cli_runs``) for ``runs`` (output directory, tuner, extra
+    arguments, resumed), in order: each is trained for :data:`STEPS` steps; a resumed one is then copied to
+    :func:`_resumed` without its last checkpoint, and that copy resumed from its step-2 checkpoint. The ranks import
+    the training stack once for all the runs; each run reads its checkpoints from disk."""
     steps: list[dict[str, Any]] = []
     for run, tuner, extra, resume in runs:
-        steps.append({"train": _args(model, dataset, run, tuner, *extra, nproc=2)})
+        steps.append(["train", *_args(model, dataset, run, tuner, *extra, nproc=2)])
         if resume:
             again = _args(model, dataset, _resumed(run), tuner, *extra, nproc=2)
             steps.append({"copy": [str(run), str(_resumed(run))], "drop": f"checkpoint-{STEPS}"})
-            steps.append({"train": [*again, "--resume-from-checkpoint", "latest"]})
+            steps.append(["train", *again, "--resume-from-checkpoint", "latest"])
     plan = runs[0][0].parent / "steps.json"
     plan.write_text(json.dumps(steps))
-    args = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(RANK_RUNS), str(plan)]
+    args = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "swiftcore_testing.cli_runs"]
+    args.append(str(plan))
     env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     _check(subprocess.run(args, env=env, capture_output=True, text=True, timeout=600))
 

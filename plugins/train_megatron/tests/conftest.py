@@ -46,6 +46,15 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def _recipe_args(recipe: str, model: Path, dataset: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", "--recipe", recipe, "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out),
+            "--logging-steps", "1", "--seed", "7", "--no-plot", *extra]  # fmt: skip
+
+
+def _logged(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+
+
 def _train_recipe(recipe: str, model: Path, dataset: Path, out: Path, *extra: str, ranks: int = 1) -> list[dict]:
     import subprocess
     import sys
@@ -53,14 +62,87 @@ def _train_recipe(recipe: str, model: Path, dataset: Path, out: Path, *extra: st
     from swiftcore_testing import free_port, user_env
 
     bin_dir = Path(sys.executable).parent
-    train = ["train", "--recipe", recipe, "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out),
-             "--logging-steps", "1", "--seed", "7", "--no-plot", *extra]  # fmt: skip
+    train = _recipe_args(recipe, model, dataset, out, *extra)
     launcher = [str(bin_dir / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
     command = [*(launcher if ranks > 1 else []), str(bin_dir / "swiftcore"), *train]
     env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+    return _logged(out)
+
+
+class CliRuns:
+    """``swiftcore`` command lines whose results tests ask for, the ones planned together run in one process each.
+
+    A tiny run's time is its process's start (imports of torch, transformers and megatron-core: about 15 s on a busy
+    2-core machine, against 1 s for ten steps), so the runs a module plans (:meth:`plan`) are made in one process per
+    group when the first of them is asked for (:meth:`get`): ``swiftcore_testing.cli_runs`` runs their command lines
+    one after the other through the CLI's own ``main``; runs of several ranks in one torchrun world of that size (the
+    engine re-initialises megatron's model-parallel state for each run). A run that fails is reported, with its
+    output, to each test that asks for it; the runs of its group that it stopped run (as a group) when next asked for.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._planned: dict = {}  # key -> (group, ranks, args, out)
+        self._done: set = set()
+        self._failed: dict = {}  # key -> the output that shows its failure
+        self._batches = 0
+
+    def plan(self, key, args: list[str], out: Path, *, ranks: int = 1, group: str = "") -> None:
+        """Say that ``swiftcore ARGS`` (writing ``out``) may be asked for as ``key``, on ``ranks`` processes, run
+        together with the other runs of the same ``group`` and size."""
+        self._planned.setdefault(key, (group, ranks, [str(a) for a in args], out))
+
+    def get(self, key) -> Path:
+        """The output directory of the run ``key`` (run now, with the rest of its group, if not yet made)."""
+        if key not in self._done:
+            assert key in self._planned, f"{key} was never planned"
+            if key not in self._failed:  # it first, then the rest of its group that no failure stopped
+                group, ranks, *_ = self._planned[key]
+                rest = [k for k, v in self._planned.items() if v[:2] == (group, ranks) and k != key]
+                self._run([key, *[k for k in rest if k not in self._done and k not in self._failed]])
+            assert key in self._done, self._failed[key]
+        return self._planned[key][3]
+
+    def _run(self, keys: list) -> None:
+        import subprocess
+        import sys
+
+        from swiftcore_testing import free_port, user_env
+
+        self._batches += 1
+        ranks = self._planned[keys[0]][1]
+        runs = self._root / f"runs-{self._batches}.json"
+        runs.write_text(json.dumps([self._planned[k][2] for k in keys]))
+        bin_dir = Path(sys.executable).parent
+        launcher = [str(bin_dir / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
+        command = [*(launcher if ranks > 1 else [sys.executable]), "-m", "swiftcore_testing.cli_runs", str(runs)]
+        env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300 + 200 * len(keys))
+        finished = {int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("DONE ")}
+        for i, key in enumerate(keys, 1):
+            if i in finished:
+                self._done.add(key)
+            elif i == len(finished) + 1:
+                self._failed[key] = done.stdout[-3000:] + done.stderr[-6000:]
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory) -> CliRuns:
+    """This module's :class:`CliRuns` (its files under a temporary directory of the module)."""
+    return CliRuns(tmp_path_factory.mktemp("cli_runs"))
+
+
+@pytest.fixture(scope="module")
+def selected_params(request) -> list[tuple[str, dict]]:
+    """The tests of this module this session runs: ``(test function name, its parameters)`` for each, so a module
+    fixture can plan the runs they will ask for (and only those, under ``-k``)."""
+    return [
+        (item.originalname, dict(getattr(getattr(item, "callspec", None), "params", {})))
+        for item in request.session.items
+        if item.path == request.path
+    ]
 
 
 def _vowel_task(tokenizer, n_train: int = 64, n_held: int = 16, seed: int = 0) -> tuple[list, list]:
@@ -105,6 +187,19 @@ def train_recipe():
     """``train_recipe(recipe, model, dataset, out, *flags, ranks=1) -> records``: ``swiftcore train --recipe RECIPE``
     (under torchrun with ``ranks`` processes when above 1), asserted to succeed; its ``logs.jsonl`` records."""
     return _train_recipe
+
+
+@pytest.fixture(scope="session")
+def recipe_args():
+    """``recipe_args(recipe, model, dataset, out, *flags) -> args``: what follows ``swiftcore`` in the command
+    :func:`train_recipe` runs (for :class:`CliRuns`)."""
+    return _recipe_args
+
+
+@pytest.fixture(scope="session")
+def logged():
+    """``logged(output_dir) -> records``: a run's ``logs.jsonl`` records."""
+    return _logged
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+#: Its TP2 runs start torchrun worlds (``train_recipe(..., ranks=2)``): the module holds the rank lock (conftest.py).
+STARTS_RANKS = True
 STEPS = 3
 
 ROWS = [

@@ -7,9 +7,19 @@
   TP1. Gemma 4 trains a copy of the tiny checkpoint with its query and key norm weights at ``head_dim**-0.25``:
   with them at 1 the transformers engine does not repeat its own losses when only its attention kernel changes
   (test_gemma4_reference_repeats_itself_with_eager_attention), so no engine could match it to 1e-4.
-- kill -9 and resume from the megatron checkpoint (TP2, PP2): the remaining losses equal the uninterrupted run's.
+- kill -9 and resume from the megatron checkpoint (TP2, PP2): the remaining losses equal the uninterrupted run's
+  (made in a world with other runs before it: so those runs also equal a fresh process's to 1e-6).
 - The exported checkpoint is a plain transformers model whose logits equal the trained mcore model's to 1e-5,
   also when the mcore model was saved as pipeline stages.
+- Validation: eval_loss every 2 steps falls over the run, equals the one-process run's at PP2 (a last batch padded
+  with a row that carries no loss), and leaves the training losses as they are (the parity above holds with it);
+  --save-total-limit 1 keeps only the last checkpoint.
+
+The runs the selected tests need are planned up front and made in as few processes as they allow (conftest's
+``CliRuns``: one process for the transformers engine's runs, one for the megatron runs on one rank, one torchrun
+world each of 2 and 4 ranks), each through the CLI's own ``main`` as ``swiftcore train`` runs it; a process start
+costs 15 times ten steps of these tiny models. The runs killed with -9 are ``swiftcore train`` commands of their own
+(their resumptions share one world).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import pytest
 from swiftcore_testing import free_port, user_env
 
 pytestmark = pytest.mark.slow
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 
 BIN = Path(sys.executable).parent
 STEPS = 10
@@ -36,7 +47,16 @@ def _env() -> dict[str, str]:
 
 
 def _command(model: Path, dataset: Path, out: Path, *, batch_size: int, ranks: int = 1, extra: tuple = ()) -> list:
-    train = [
+    train = _train_args(model, dataset, out, batch_size=batch_size, extra=extra)
+    if ranks == 1:
+        return [str(BIN / "swiftcore"), *train]
+    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
+    return [*launcher, str(BIN / "swiftcore"), *train]
+
+
+def _train_args(model: Path, dataset: Path, out: Path, *, batch_size: int, extra: tuple = ()) -> list:
+    """The arguments of ``swiftcore`` for one run of the module (``train ...``)."""
+    return [
         "train",
         "--model", str(model),
         "--dataset", str(dataset),
@@ -51,15 +71,6 @@ def _command(model: Path, dataset: Path, out: Path, *, batch_size: int, ranks: i
         "--no-plot",
         *extra,
     ]  # fmt: skip
-    if ranks == 1:
-        return [str(BIN / "swiftcore"), *train]
-    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
-    return [*launcher, str(BIN / "swiftcore"), *train]
-
-
-def _run(command: list) -> None:
-    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
 def _losses(output_dir: Path) -> dict[int, float]:
@@ -118,43 +129,97 @@ def model_of(tiny_model_dir, tied_qwen3_5, gemma4_scaled_qk):
     return lambda family: made[family] if family in made else tiny_model_dir(family)
 
 
+def _model_of(family: str, model_of, eager_copy) -> Path:
+    return eager_copy(family.removeprefix("eager:")) if family.startswith("eager:") else model_of(family)
+
+
 @pytest.fixture(scope="module")
-def reference(model_of, dataset, tmp_path_factory):
-    """The transformers engine's run of a family (batch 2 on one process), made once per module."""
+def eager_copy(model_of, tmp_path_factory):
+    """``eager_copy(family)``: a copy of the family's checkpoint whose config asks for transformers' eager attention."""
+    import shutil
+
     made: dict[str, Path] = {}
 
-    def run(family: str) -> Path:
+    def make(family: str) -> Path:
         if family not in made:
-            out = tmp_path_factory.mktemp("reference") / family
-            _run(_command(model_of(family), dataset, out, batch_size=2))
-            made[family] = out
+            eager = tmp_path_factory.mktemp("eager") / family
+            shutil.copytree(model_of(family), eager)
+            config = json.loads((eager / "config.json").read_text())
+            (eager / "config.json").write_text(json.dumps({**config, "attn_implementation": "eager"}, indent=2))
+            made[family] = eager
         return made[family]
 
-    return run
+    return make
 
 
 @pytest.fixture(scope="module")
-def megatron_run(model_of, dataset, tmp_path_factory):
-    """A megatron run of a family at a layout, made once per module: ``megatron_run("qwen3_5", tp=2)``.
+def validation(dataset, tmp_path_factory) -> Path:
+    """The first 5 chats of the training set: in batches of 2, a last batch of one (padded at PP2)."""
+    val = tmp_path_factory.mktemp("val") / "val.jsonl"
+    val.write_text("".join(dataset.read_text().splitlines(keepends=True)[:5]))
+    return val
 
-    ``accum=2`` trains each step's 2 samples as two micro-batches of one (the reference's one batch of 2 gives the
-    same loss: transformers weights accumulated losses by their tokens).
+
+#: The megatron runs that also evaluate (--val-dataset, every 2 steps): one process, and two pipeline stages.
+EVALUATED = {("qwen3_5", 1, 1, 1, 1): ("--save-total-limit", "1"), ("qwen3_5", 1, 1, 2, 1): ()}
+
+
+def _needs(test: str, params: dict) -> list[tuple]:
+    """The runs a test of this module asks for: ``("reference", family)`` (the transformers engine's; family
+    ``eager:F`` is F with eager attention) or ``("megatron", family, tp, ep, pp, accum)``."""
+    if test == "test_the_first_ten_losses_equal_the_transformers_engine":
+        layout = tuple(params[k] for k in ("tp", "ep", "pp", "accum"))
+        return [("reference", params["family"]), ("megatron", params["family"], *layout)]
+    if test == "test_gemma4_reference_repeats_itself_with_eager_attention":
+        return [("reference", params["family"]), ("reference", "eager:" + params["family"])]
+    if test in ("test_kill_9_then_resume_gives_the_uninterrupted_losses",
+                "test_the_checkpoint_is_a_transformers_model_with_the_trained_logits"):  # fmt: skip
+        layout = params["layout"]
+        return [("megatron", params.get("family", "qwen3_5"), layout.get("tp", 1), 1, layout.get("pp", 1), 1)]
+    if test.startswith("test_validation_loss"):
+        return [("megatron", *key) for key in EVALUATED]
+    return []
+
+
+@pytest.fixture(scope="module")
+def runs(cli_runs, selected_params, model_of, eager_copy, dataset, validation, tmp_path_factory):
+    """``runs(key) -> output directory``: the module's runs (see :func:`_needs`), those the selected tests need
+    planned together (conftest's ``CliRuns``) and made when the first is asked for.
+
+    Megatron: ``accum=2`` trains each step's 2 samples as two micro-batches of one (the reference's one batch of 2
+    gives the same loss: transformers weights accumulated losses by their tokens).
     """
-    made: dict[tuple, Path] = {}
-
-    def run(family: str, tp: int = 1, ep: int = 1, pp: int = 1, accum: int = 1) -> Path:
-        key = (family, tp, ep, pp, accum)
-        if key not in made:
-            out = tmp_path_factory.mktemp("megatron") / f"{family}-tp{tp}-ep{ep}-pp{pp}-ga{accum}"
+    root = tmp_path_factory.mktemp("runs")
+    for test, params in selected_params:
+        for key in _needs(test, params):
+            if key[0] == "reference":
+                family = key[1]
+                args = _train_args(_model_of(family, model_of, eager_copy), dataset, root / family, batch_size=2)
+                cli_runs.plan(key, args, root / family, group="transformers")
+                continue
+            family, tp, ep, pp, accum = key[1:]
+            out = root / f"{family}-tp{tp}-ep{ep}-pp{pp}-ga{accum}"
             # Expert parallelism splits the data-parallel ranks: batch 1 on each of 2 ranks = the reference's 2.
-            ranks, batch = (tp * pp * ep, 2 // ep // accum)
+            ranks, batch = tp * pp * ep, 2 // ep // accum
             extra = ("--engine", "megatron", "--tp", str(tp), "--ep", str(ep), "--pp", str(pp))
             extra += ("--gradient-accumulation-steps", str(accum))
-            _run(_command(model_of(family), dataset, out, batch_size=batch, ranks=ranks, extra=extra))
-            made[key] = out
-        return made[key]
+            if key[1:] in EVALUATED:
+                extra += ("--val-dataset", str(validation), "--eval-steps", "2", *EVALUATED[key[1:]])
+            args = _train_args(model_of(family), dataset, out, batch_size=batch, extra=extra)
+            cli_runs.plan(key, args, out, ranks=ranks, group="megatron")
+    return cli_runs.get
 
-    return run
+
+@pytest.fixture(scope="module")
+def reference(runs):
+    """The transformers engine's run of a family (batch 2 on one process)."""
+    return lambda family: runs(("reference", family))
+
+
+@pytest.fixture(scope="module")
+def megatron_run(runs):
+    """A megatron run of a family at a layout: ``megatron_run("qwen3_5", tp=2)``."""
+    return lambda family, tp=1, ep=1, pp=1, accum=1: runs(("megatron", family, tp, ep, pp, accum))
 
 
 LAYOUTS = [  # family, tp, ep, pp, gradient accumulation
@@ -209,35 +274,20 @@ def _worst(expected: dict[int, float], got: dict[int, float]) -> float:
 @pytest.mark.parametrize(
     ("family", "repeats"), [("gemma4_scaled_qk", True), ("gemma4", False)], ids=["scaled", "as-made"]
 )
-def test_gemma4_reference_repeats_itself_with_eager_attention(family, repeats, model_of, reference, dataset, tmp_path):
+def test_gemma4_reference_repeats_itself_with_eager_attention(family, repeats, reference):
     """The premise of the Gemma 4 parity case: the transformers engine with transformers' eager attention instead of
     SDPA (gradients about 7e-6 apart, float32 rounding only) repeats its ten losses to 1e-5 on ``gemma4_scaled_qk``.
     On the checkpoint as made (q/k norm weights 1) the same change drifts past 1e-4 (measured 3.2e-3 at step 8): there
     a 1e-4 gap proves nothing about an engine, which is why the megatron engine's 8.5e-4 on it was no engine gap."""
-    import shutil
-
-    eager = tmp_path / family
-    shutil.copytree(model_of(family), eager)
-    config = json.loads((eager / "config.json").read_text())
-    (eager / "config.json").write_text(json.dumps({**config, "attn_implementation": "eager"}, indent=2))
-    _run(_command(eager, dataset, tmp_path / "run", batch_size=2))
-    expected, got = _losses(reference(family)), _losses(tmp_path / "run")
+    expected, got = _losses(reference(family)), _losses(reference("eager:" + family))
     assert sorted(got) == list(range(1, STEPS + 1)) == sorted(expected)
     worst = _worst(expected, got)
     assert (worst < 1e-5) if repeats else (worst > 1e-4), {s: (expected[s], got[s]) for s in expected}
 
 
-@pytest.mark.parametrize("layout", [{"tp": 2}, {"pp": 2}], ids=["tp2", "pp2"])
-def test_kill_9_then_resume_gives_the_uninterrupted_losses(
-    layout, tiny_model_dir, dataset, megatron_run, tmp_path
-) -> None:
-    uninterrupted = _losses(megatron_run("qwen3_5", **layout))
-    killed = tmp_path / "killed"
-    ((option, size),) = layout.items()
-    command = _command(
-        tiny_model_dir("qwen3_5"), dataset, killed, batch_size=2, ranks=2,
-        extra=("--engine", "megatron", f"--{option}", str(size)),
-    )  # fmt: skip
+def _kill_after_checkpoint_5(command: list, killed: Path) -> None:
+    """Start ``command`` (a torchrun of ``swiftcore train``) and SIGKILL every process of it once ``checkpoint-5``
+    exists, before the run's end."""
     proc = subprocess.Popen(
         command, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
@@ -252,7 +302,39 @@ def test_kill_9_then_resume_gives_the_uninterrupted_losses(
         proc.wait()
     assert (killed / "checkpoint-5" / "mcore" / "swiftcore_mcore.json").is_file()
     assert not (killed / f"checkpoint-{STEPS}").exists(), "the run must be killed before its end"
-    _run([*command, "--resume-from-checkpoint", "latest"])
+
+
+@pytest.fixture(scope="module")
+def killed_then_resumed(cli_runs, selected_params, tiny_model_dir, dataset, tmp_path_factory):
+    """``killed_then_resumed("tp") -> output directory``: Qwen3.5 trained at ``--tp 2`` (or ``--pp 2``) by
+    ``"torchrun" swiftcore train``, killed with SIGKILL once its checkpoint-5 exists, then the same command with
+    ``--resume-from-checkpoint latest``. Each selected layout is killed in a world of its own, first; the resumptions
+    then run together in one world of 2 ranks (conftest's ``CliRuns``)."""
+    root = tmp_path_factory.mktemp("killed")
+    model = tiny_model_dir("qwen3_5")
+    name = "test_kill_9_then_resume_gives_the_uninterrupted_losses"
+    options = sorted({next(iter(params["layout"])) for test, params in selected_params if test == name})
+    extra = {option: ("--engine", "megatron", f"--{option}", "2") for option in options}
+    for option in options:
+        train = _train_args(model, dataset, root / option, batch_size=2, extra=extra[option])
+        resume = [*train, "--resume-from-checkpoint", "latest"]
+        cli_runs.plan(("resumed", option), resume, root / option, ranks=2, group="resumed")
+
+    def get(option: str) -> Path:
+        for other in options:  # every kill before the first resumption: those run together
+            if not (root / other).exists():
+                command = _command(model, dataset, root / other, batch_size=2, ranks=2, extra=extra[other])
+                _kill_after_checkpoint_5(command, root / other)
+        return cli_runs.get(("resumed", option))
+
+    return get
+
+
+@pytest.mark.parametrize("layout", [{"tp": 2}, {"pp": 2}], ids=["tp2", "pp2"])
+def test_kill_9_then_resume_gives_the_uninterrupted_losses(layout, megatron_run, killed_then_resumed) -> None:
+    uninterrupted = _losses(megatron_run("qwen3_5", **layout))
+    ((option, _),) = layout.items()
+    killed = killed_then_resumed(option)
     resumed = _losses(killed)
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(6, STEPS + 1):
@@ -291,36 +373,24 @@ def test_the_checkpoint_is_a_transformers_model_with_the_trained_logits(family, 
     assert {k: args["engine"][k] for k in layout} == layout
 
 
-def test_validation_loss_falls_and_old_checkpoints_rotate(tiny_model_dir, dataset, tmp_path) -> None:
-    """--val-dataset with --eval-steps: eval_loss logged at steps 5 and 10, lower at 10 (the model learns the held-
-    out sums' shared wording); --save-total-limit 1 keeps only checkpoint-10."""
-    out = tmp_path / "run"
-    extra = ("--engine", "megatron", "--val-dataset", str(dataset), "--eval-steps", "5", "--save-total-limit", "1")
-    _run(_command(tiny_model_dir("qwen3_5"), dataset, out, batch_size=2, extra=extra))
-    rows = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
-    evals = {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
-    assert sorted(evals) == [5, 10] and evals[10] < evals[5], evals
+def _evals(output_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (output_dir / "logs.jsonl").read_text().splitlines()]
+    return {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
+
+
+def test_validation_loss_falls_and_old_checkpoints_rotate(megatron_run) -> None:
+    """--val-dataset with --eval-steps 2: eval_loss logged at steps 2 to 10, lower at 10 than at 2 and at 4 (the
+    model learns the held-out sums' shared wording); --save-total-limit 1 keeps only checkpoint-10."""
+    out = megatron_run("qwen3_5")
+    evals = _evals(out)
+    assert sorted(evals) == [2, 4, 6, 8, 10] and evals[10] < min(evals[2], evals[4]), evals
     assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{STEPS}"]
 
 
-def test_validation_loss_through_the_pipeline_equals_one_stages(tiny_model_dir, dataset, tmp_path) -> None:
+def test_validation_loss_through_the_pipeline_equals_one_stages(megatron_run) -> None:
     """At PP2 the validation batches run through the schedule forward only; 5 samples in batches of 2 leave a
     last batch of one, padded with a row that carries no loss: the eval losses equal the one-process run's."""
-    val = tmp_path / "val.jsonl"
-    val.write_text("".join(dataset.read_text().splitlines(keepends=True)[:5]))
-    evals = {}
-    for pp in (1, 2):
-        out = tmp_path / f"pp{pp}"
-        extra = ("--engine", "megatron", "--pp", str(pp), "--val-dataset", str(val), "--eval-steps", "2")
-        _run(
-            [
-                *_command(tiny_model_dir("qwen3_5"), dataset, out, batch_size=2, ranks=pp, extra=extra),
-                "--max-steps",
-                "4",
-            ]
-        )
-        rows = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
-        evals[pp] = {r["step"]: r["eval_loss"] for r in rows if "eval_loss" in r}
-    assert sorted(evals[2]) == [2, 4]
+    evals = {pp: _evals(megatron_run("qwen3_5", pp=pp)) for pp in (1, 2)}
+    assert sorted(evals[2]) == sorted(evals[1]) == [2, 4, 6, 8, 10]
     for step, loss in evals[1].items():
         assert evals[2][step] == pytest.approx(loss, rel=1e-6), (step, evals)

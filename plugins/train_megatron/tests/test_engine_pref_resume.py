@@ -7,6 +7,10 @@
   the checkpoint's. One process for the three recipes; DPO also over two pipeline stages (``--pp 2`` under
   ``"torchrun"``: a rank file per stage, the reference's log-probs through the stages).
 - A checkpoint of another recipe is refused before any process group, naming the recipe it was saved by.
+
+The uninterrupted runs the selected tests need are made together in one process (conftest's ``CliRuns``, each
+through the CLI's own ``main``), and the resumed ones together in another, fresh one (a process start costs more
+than four steps of the tiny model); the PP2 runs in two torchrun worlds of their own.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 4
 COMMON = ("--engine", "megatron", "--tuner", "full", "--max-steps", str(STEPS), "--learning-rate", "5e-4",
           "--save-steps", "2", "--split-ratio", "0")  # fmt: skip
@@ -58,21 +63,48 @@ def _largest_weight_gap(a: Path, b: Path) -> float:
     return max(float((mine[k].double() - theirs[k].double()).abs().max()) for k in mine if mine[k].numel())
 
 
-def _resume_case(recipe: str, pp: int, train_recipe, tiny_model_dir, data, tmp_path) -> None:
-    flags, metrics = CASES[recipe]
+#: The tests of this module that resume a run, and the (recipe, pipeline stages) each resumes.
+RESUMING = {
+    "test_a_resumed_run_repeats_the_uninterrupted_one": None,  # its recipe parameter, on one process
+    "test_a_resumed_pp2_dpo_run_repeats_the_uninterrupted_one": ("dpo", 2),
+}
+
+
+@pytest.fixture(scope="module")
+def resume_runs(cli_runs, selected_params, recipe_args, tiny_model_dir, data, tmp_path_factory):
+    """``resume_runs(recipe, pp) -> (uninterrupted, resumed)``: the output directories of a run of ``STEPS`` steps
+    and of the same run resumed with ``latest`` from its ``checkpoint-2`` alone (copied to a fresh directory, as
+    after a kill just past step 2), in a process that did not make the first."""
+    root = tmp_path_factory.mktemp("resume")
+    cases = sorted({RESUMING[t] or (p["recipe"], 1) for t, p in selected_params if t in RESUMING})
     model = tiny_model_dir("qwen3_5")
-    args = (*COMMON, *flags, "--pp", str(pp))
-    whole = tmp_path / "uninterrupted"
-    expected = _steps(train_recipe(recipe, model, data[recipe], whole, *args, ranks=pp))
+    for recipe, pp in cases:
+        flags = (*COMMON, *CASES[recipe][0], "--pp", str(pp))
+        whole, resumed = root / f"{recipe}-pp{pp}" / "uninterrupted", root / f"{recipe}-pp{pp}" / "resumed"
+        cli_runs.plan(("whole", recipe, pp), recipe_args(recipe, model, data[recipe], whole, *flags), whole, ranks=pp)
+        again = recipe_args(recipe, model, data[recipe], resumed, *flags, "--resume-from-checkpoint", "latest")
+        cli_runs.plan(("resumed", recipe, pp), again, resumed, ranks=pp, group="resumed")
+
+    def get(recipe: str, pp: int) -> tuple[Path, Path]:
+        whole = cli_runs.get(("whole", recipe, pp))
+        for other, stages in cases:  # every resumed run of the group starts from its checkpoint-2, copied first
+            if stages == pp and not (root / f"{other}-pp{pp}" / "resumed").exists():
+                (root / f"{other}-pp{pp}" / "resumed").mkdir()
+                source = cli_runs.get(("whole", other, pp)) / "checkpoint-2"
+                shutil.copytree(source, root / f"{other}-pp{pp}" / "resumed" / "checkpoint-2")
+        return whole, cli_runs.get(("resumed", recipe, pp))
+
+    return get
+
+
+def _resume_case(recipe: str, pp: int, resume_runs, logged) -> None:
+    metrics = CASES[recipe][1]
+    whole, resumed = resume_runs(recipe, pp)
+    expected = _steps(logged(whole))
     assert sorted(expected) == list(range(1, STEPS + 1))
     assert abs(expected[STEPS]["loss"] - expected[1]["loss"]) > 1e-3, "the losses must move, or equal ones prove little"
 
-    # As after a kill just past step 2: a directory holding checkpoint-2 only, resumed with "latest".
-    resumed = tmp_path / "resumed"
-    resumed.mkdir()
-    shutil.copytree(whole / "checkpoint-2", resumed / "checkpoint-2")
-    got = _steps(train_recipe(recipe, model, data[recipe], resumed, *args, "--resume-from-checkpoint", "latest",
-                              ranks=pp))  # fmt: skip
+    got = _steps(logged(resumed))
     assert sorted(got) == [3, 4], got
     worst = 0.0
     for step in (3, 4):
@@ -88,14 +120,14 @@ def _resume_case(recipe: str, pp: int, train_recipe, tiny_model_dir, data, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", sorted(CASES))
-def test_a_resumed_run_repeats_the_uninterrupted_one(recipe, train_recipe, tiny_model_dir, data, tmp_path) -> None:
-    _resume_case(recipe, 1, train_recipe, tiny_model_dir, data, tmp_path)
+def test_a_resumed_run_repeats_the_uninterrupted_one(recipe, resume_runs, logged) -> None:
+    _resume_case(recipe, 1, resume_runs, logged)
 
 
 @pytest.mark.slow
-def test_a_resumed_pp2_dpo_run_repeats_the_uninterrupted_one(train_recipe, tiny_model_dir, data, tmp_path) -> None:
+def test_a_resumed_pp2_dpo_run_repeats_the_uninterrupted_one(resume_runs, logged) -> None:
     """Two pipeline stages, each resuming its own rank file (``"torchrun" --nproc-per-node 2``)."""
-    _resume_case("dpo", 2, train_recipe, tiny_model_dir, data, tmp_path)
+    _resume_case("dpo", 2, resume_runs, logged)
 
 
 def test_a_checkpoint_of_another_recipe_is_refused(

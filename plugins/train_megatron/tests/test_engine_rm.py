@@ -13,6 +13,10 @@ transformers engine (TRL's RewardTrainer on ``*ForSequenceClassification``), on 
   run to 1e-5; the checkpoint is a merged sequence classifier, as that recipe saves, scoring as its checkpoint does.
 - Refusals, before any process group exists: --pp, --ep, cutting --truncation, MoE families, a family without
   a sequence classifier.
+
+The runs the selected tests need are made in as few processes as they allow (conftest's ``CliRuns``, each through
+the CLI's own ``main``: the transformers engine's runs in one, the megatron runs on one rank in another, the TP2
+runs in one torchrun world of 2 ranks): a process start costs more than the few steps of the tiny model.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 PARITY = ("--tuner", "full", "--max-steps", str(STEPS), "--batch-size", "4", "--learning-rate", "5e-4",
           "--save-steps", "100", "--split-ratio", "0", "--center-rewards-coefficient", "0.1")  # fmt: skip
@@ -33,22 +38,67 @@ def pairs(write_jsonl, preference_pairs, tmp_path_factory) -> Path:
     return write_jsonl(tmp_path_factory.mktemp("pairs") / "pairs.jsonl", preference_pairs)
 
 
+LORA = ("--tuner", "lora", "--lora-rank", "4", "--lora-alpha", "8", "--learning-rate", "2e-3")
+LEARN_STEPS = 12
+
+
 @pytest.fixture(scope="module")
-def transformers_rm(train_recipe, tiny_model_dir, pairs, tmp_path_factory) -> dict[int, dict]:
+def vowel_files(vowel_task, write_jsonl, tiny_model_dir, tmp_path_factory) -> tuple[Path, Path, list[dict]]:
+    """The vowel task's training and held-out pairs as files, and the held-out rows."""
+    from swiftcore.api.models import load_tokenizer
+
+    train_rows, held_rows = vowel_task(load_tokenizer(str(tiny_model_dir("qwen3_5"))))
+    root = tmp_path_factory.mktemp("vowels")
+    return write_jsonl(root / "train.jsonl", train_rows), write_jsonl(root / "held.jsonl", held_rows), held_rows
+
+
+def _needs(test: str, params: dict) -> list[tuple]:
+    """The runs a test of this module asks for: ``(engine, what, tp)``."""
+    if test == "test_the_first_losses_equal_the_transformers_engine":
+        return [("transformers", "full", 1), ("megatron", "full", params["tp"])]
+    if test == "test_lora_rm_equals_the_transformers_engine":
+        return [("transformers", "lora", 1), ("megatron", "lora", params["tp"])]
+    if test == "test_rm_learns_the_held_out_preference":
+        return [("megatron", "learn", 1)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def runs(request, cli_runs, selected_params, recipe_args, tiny_model_dir, pairs, tmp_path_factory):
+    """``runs(key) -> output directory``: the module's ``swiftcore train --recipe rm`` runs (see :func:`_needs`), those
+    the selected tests need planned together (conftest's ``CliRuns``) and made when the first is asked for."""
+    root = tmp_path_factory.mktemp("runs")
+    model = tiny_model_dir("qwen3_5")
+    for key in sorted({key for test, params in selected_params for key in _needs(test, params)}):
+        engine, what, tp = key
+        out = root / f"{engine}-{what}-tp{tp}"
+        if what == "learn":
+            train, held, _ = request.getfixturevalue("vowel_files")
+            flags = ("--engine", "megatron", "--tuner", "full", "--max-steps", str(LEARN_STEPS), "--batch-size", "8",
+                     "--learning-rate", "5e-4", "--lr-scheduler", "constant", "--save-steps", "10000",
+                     "--val-dataset", str(held))  # fmt: skip
+            cli_runs.plan(key, recipe_args("rm", model, train, out, *flags), out, group="megatron")
+            continue
+        flags = (*PARITY, *(LORA if what == "lora" else ()))
+        if engine == "megatron":
+            flags += ("--engine", "megatron", "--tp", str(tp))
+            if what == "lora":
+                flags += ("--lora-init-adapter", str(request.getfixturevalue("rm_lora_init")))
+        cli_runs.plan(key, recipe_args("rm", model, pairs, out, *flags), out, ranks=tp, group=engine)
+    return cli_runs.get
+
+
+@pytest.fixture(scope="module")
+def transformers_rm(runs, logged) -> dict[int, dict]:
     """The ``rm`` recipe on the transformers engine (TRL's RewardTrainer): step -> logged record."""
-    out = tmp_path_factory.mktemp("transformers") / "rm"
-    return {r["step"]: r for r in train_recipe("rm", tiny_model_dir("qwen3_5"), pairs, out, *PARITY) if "loss" in r}
+    return {r["step"]: r for r in logged(runs(("transformers", "full", 1))) if "loss" in r}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
-def test_the_first_losses_equal_the_transformers_engine(
-    train_recipe, tp, tiny_model_dir, pairs, transformers_rm, tmp_path
-):
-    extra = ("--engine", "megatron", "--tp", str(tp))
-    out = tmp_path / "megatron"
-    logged = train_recipe("rm", tiny_model_dir("qwen3_5"), pairs, out, *PARITY, *extra, ranks=tp)
-    got = {r["step"]: r for r in logged if "loss" in r}
+def test_the_first_losses_equal_the_transformers_engine(tp, transformers_rm, runs, logged):
+    out = runs(("megatron", "full", tp))
+    got = {r["step"]: r for r in logged(out) if "loss" in r}
     assert sorted(got) == sorted(transformers_rm) == list(range(1, STEPS + 1))
     worst = 0.0
     for step, expected in transformers_rm.items():
@@ -88,12 +138,9 @@ def rm_lora_init(tiny_model_dir, pairs, tmp_path_factory) -> Path:
     return out
 
 
-LORA = ("--tuner", "lora", "--lora-rank", "4", "--lora-alpha", "8", "--learning-rate", "2e-3")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
-def test_lora_rm_equals_the_transformers_engine(train_recipe, tp, tiny_model_dir, pairs, rm_lora_init, tmp_path):
+def test_lora_rm_equals_the_transformers_engine(tp, runs, logged):
     """``--recipe rm --tuner lora``: LoRA on the decoder and the score layer in full, from the rm recipe's own
     initial adapter and score layer: the first losses, TRL's metrics and gradient norms equal the transformers
     engine's (1e-5); the checkpoint is that recipe's (the adapter merged into a sequence classifier) and scores
@@ -101,11 +148,9 @@ def test_lora_rm_equals_the_transformers_engine(train_recipe, tp, tiny_model_dir
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    model = tiny_model_dir("qwen3_5")
-    reference_out, out = tmp_path / "transformers", tmp_path / "megatron"
-    expected = {r["step"]: r for r in train_recipe("rm", model, pairs, reference_out, *PARITY, *LORA) if "loss" in r}
-    extra = ("--engine", "megatron", "--tp", str(tp), "--lora-init-adapter", str(rm_lora_init))
-    got = {r["step"]: r for r in train_recipe("rm", model, pairs, out, *PARITY, *LORA, *extra, ranks=tp) if "loss" in r}
+    reference_out, out = runs(("transformers", "lora", 1)), runs(("megatron", "lora", tp))
+    expected = {r["step"]: r for r in logged(reference_out) if "loss" in r}
+    got = {r["step"]: r for r in logged(out) if "loss" in r}
     assert sorted(got) == sorted(expected) == list(range(1, STEPS + 1))
     for step, reference in expected.items():
         for key in METRICS:
@@ -140,7 +185,7 @@ def test_the_shared_loss_is_bradley_terry():
 
 
 @pytest.mark.slow
-def test_rm_learns_the_held_out_preference(train_recipe, write_jsonl, vowel_task, tiny_model_dir, tmp_path):
+def test_rm_learns_the_held_out_preference(vowel_files, runs, logged, tiny_model_dir):
     import torch
     from swiftcore_recipe_preference import encode_rm_pairs, parse_pair
     from swiftcore_train import TrainConfig
@@ -153,7 +198,7 @@ def test_rm_learns_the_held_out_preference(train_recipe, write_jsonl, vowel_task
     model_dir = tiny_model_dir("qwen3_5")
     plugins = load_plugins(env={})
     spec, tokenizer = resolve_model_spec(str(model_dir), plugins), load_tokenizer(str(model_dir))
-    train_rows, held_rows = vowel_task(tokenizer)
+    *_, held_rows = vowel_files
     held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
     cfg = TrainConfig(model=str(model_dir), dataset=("unused",), recipe="rm")
     samples = encode_rm_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
@@ -166,14 +211,11 @@ def test_rm_learns_the_held_out_preference(train_recipe, write_jsonl, vowel_task
 
     torch.manual_seed(7)  # the score layer as the recipe starts it (--seed 7)
     before = accuracy(AutoModelForSequenceClassification.from_pretrained(str(model_dir), num_labels=1).eval())
-    extra = ("--engine", "megatron", "--tuner", "full", "--max-steps", "12", "--batch-size", "8",
-             "--learning-rate", "5e-4", "--lr-scheduler", "constant", "--save-steps", "10000",
-             "--val-dataset", str(write_jsonl(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
-    out = tmp_path / "run"
-    logged = train_recipe("rm", model_dir, write_jsonl(tmp_path / "train.jsonl", train_rows), out, *extra)
-    after = accuracy(AutoModelForSequenceClassification.from_pretrained(str(out / "checkpoint-12")).eval())
-    losses = [r["loss"] for r in logged if "loss" in r]
-    (final,) = [r for r in logged if "eval_loss" in r]
+    out = runs(("megatron", "learn", 1))  # 12 steps of 8 pairs on the training rows, evaluated on the held-out ones
+    records = logged(out)
+    after = accuracy(AutoModelForSequenceClassification.from_pretrained(str(out / f"checkpoint-{LEARN_STEPS}")).eval())
+    losses = [r["loss"] for r in records if "loss" in r]
+    (final,) = [r for r in records if "eval_loss" in r]
     print(f"rm: held-out ranking accuracy {before:.1%} -> {after:.1%}, eval_accuracy {final['eval_accuracy']:.1%}, "
           f"train loss {losses[0]:.3f} -> {losses[-1]:.3f}")  # fmt: skip
     assert 0.25 <= before <= 0.75, f"the untrained reward model should be near chance, got {before:.1%}"
