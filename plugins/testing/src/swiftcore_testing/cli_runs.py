@@ -46,7 +46,7 @@ def _copy(step: dict[str, Any]) -> None:
 
 def run_steps(steps: list[Any]) -> int:
     """Run ``steps`` (see the module docstring) in this process; the first failing step's exit code, else 0."""
-    from swiftcore.cli.main import main as swiftcore
+    from swiftcore.api.cli import main as swiftcore
 
     rank = os.environ.get("RANK", "0")
     for i, step in enumerate(steps, 1):
