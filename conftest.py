@@ -33,10 +33,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 #: What marks a test module as one that starts several torch.distributed processes: a torchrun (or its module,
 #: torch.distributed.run, or ``swiftcore train --nproc-per-node``), or gloo ranks it spawns itself
-#: (torch.multiprocessing, the sequence-parallel and megatron parity helpers).
+#: (torch.multiprocessing, the sequence-parallel and megatron parity helpers), or a helper's ``ranks=`` (the megatron
+#: engine tests' ``train_recipe(..., ranks=tp)`` and ``CliRuns.plan(..., ranks=2)``: their TP2 worlds ran beside
+#: other rank modules until 2026-12-06, when no pattern here named them).
 _DISTRIBUTED = re.compile(
     r"[\"']torchrun[\"']|torch\.distributed\.run|[\"']--nproc-per-node[\"'],|nproc-per-node \d|mp\.spawn"
-    r"|multiprocessing\.spawn|start_processes|run_sp_cases|check_parity_tp"
+    r"|multiprocessing\.spawn|start_processes|run_sp_cases|check_parity_tp|\branks="
 )
 _LAUNCHES: dict[Path, bool] = {}
 
