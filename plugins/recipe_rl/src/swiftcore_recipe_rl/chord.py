@@ -46,29 +46,18 @@ def mu_schedule(step: int, *, warmup_steps: int, decay_steps: int, peak: float, 
     return valley + (peak - valley) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def sft_loss(logits: Any, labels: Any, *, phi: bool = False) -> Any:
-    """The token-mean cross-entropy of ``labels`` under ``logits`` (causal: position ``t`` predicts label
-    ``t + 1``; ``-100`` is no label), computed in float32.
+def sft_loss(logps: Any, mask: Any, *, phi: bool = False) -> Any:
+    """The token-mean cross-entropy of the expert labels from each label's log-probability ``logps`` (``mask``: where
+    there is a label), as :func:`swiftcore_train.label_logps` gives them (chunked: the full logits never exist).
 
     With ``phi`` (CHORD-phi), each token's ``-log p`` is weighted by ``p (1 - p)``, ``p`` detached (the
     paper authors' Trinity-RFT code); the mean still divides by the number of label tokens.
 
     Args:
-        logits: ``(B, T, V)``.
-        labels: ``(B, T)`` token ids, ``-100`` where there is no loss.
+        logps: ``(B, T - 1)`` float32 log-probabilities of the labels (causal: the logits at ``t`` score ``t + 1``).
+        mask: ``(B, T - 1)`` where there is a label.
         phi: weight each token by ``p (1 - p)``.
     """
-    import torch
-
-    logits, labels = logits[:, :-1, :].float(), labels[:, 1:]
-    mask = labels != -100
-    logps = torch.log_softmax(logits, dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return sft_loss_from_logps(logps, mask, phi=phi)
-
-
-def sft_loss_from_logps(logps: Any, mask: Any, *, phi: bool = False) -> Any:
-    """:func:`sft_loss` from each label's log-probability ``logps`` (``mask``: where there is a label), as the chunked
-    lm_head gives them (:func:`swiftcore_train.label_logps`: the full logits never exist)."""
     per_token = -logps
     if phi:
         p = logps.detach().exp()

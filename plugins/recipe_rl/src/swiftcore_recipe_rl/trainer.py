@@ -346,7 +346,7 @@ def _loss_variants() -> type:
     import torch
     from swiftcore_train import label_logps
 
-    from swiftcore_recipe_rl.chord import mu_schedule, sft_loss, sft_loss_from_logps
+    from swiftcore_recipe_rl.chord import mu_schedule, sft_loss
     from swiftcore_recipe_rl.dynamic_sampling import pick_groups, resample_indices, select_rollouts
     from swiftcore_recipe_rl.losses import fipo_weights, informative_groups
 
@@ -405,12 +405,9 @@ def _loss_variants() -> type:
                 return grpo_loss
             batch = self.chord.next_batch(grpo_loss.device)
             labels = batch.pop("labels")
-            # the chunked lm_head where it applies (the full expert logits never exist), else the logits
+            # the chunked lm_head where it applies (the full expert logits never exist)
             scored = label_logps(model, labels, getattr(self, "loss_chunk_size", 0), **batch)
-            if scored is None:
-                sft = sft_loss(model(**batch, use_cache=False).logits, labels, phi=self.chord_phi)
-            else:
-                sft = sft_loss_from_logps(*scored, phi=self.chord_phi)
+            sft = sft_loss(*scored, phi=self.chord_phi)
             self._metrics["train"]["chord/sft_loss"].append(self.accelerator.gather(sft.detach()).mean().item())
             accumulation = self.current_gradient_accumulation_steps
             return (1.0 - mu) * grpo_loss + mu * sft.to(grpo_loss.dtype) / accumulation
@@ -696,7 +693,6 @@ def opd_trainer_class() -> type:
     (:func:`~swiftcore_recipe_rl.losses.kl_advantages`)."""
     import torch
     from swiftcore_train import label_logps
-    from trl.trainer.utils import selective_log_softmax
 
     from swiftcore_recipe_rl.losses import kl_advantages
 
@@ -756,17 +752,12 @@ def opd_trainer_class() -> type:
                     ids, mask = input_ids[start : start + size], attention_mask[start : start + size]
                     labels = torch.full_like(ids, -100)
                     labels[:, -keep:] = ids[:, -keep:]
-                    # the chunked lm_head where it applies (the full logits never exist), else the logits
-                    scored = label_logps(
+                    # the chunked lm_head where it applies (the full logits never exist)
+                    logps, _ = label_logps(
                         model, labels, getattr(self, "loss_chunk_size", 0), temperature=self.temperature,
                         input_ids=ids, attention_mask=mask,
                     )  # fmt: skip
-                    if scored is not None:
-                        chunks.append(scored[0][:, -keep:])
-                        continue
-                    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-                    logits = logits[:, -keep - 1 : -1, :].float() / self.temperature
-                    chunks.append(selective_log_softmax(logits, ids[:, -keep:]))
+                    chunks.append(logps[:, -keep:])
             return torch.cat(chunks)
 
     return SwiftOPDTrainer

@@ -549,28 +549,32 @@ def _scored_labels(
 
 def label_logps(
     model: Any, labels: Any, chunk_size: int = DEFAULT_LOSS_CHUNK_SIZE, *, temperature: float = 1.0, **inputs: Any
-) -> tuple[Any, Any] | None:
+) -> tuple[Any, Any]:
     """Each label's log-probability under ``model`` (causal: the logits at ``t - 1`` score label ``t``; ``-100``: no
-    label), ``chunk_size`` tokens' logits at a time, so the full ``tokens x vocab`` logits never exist (a forward
-    without a TRL head: CHORD's expert batch, a distillation teacher's scores).
+    label) for a forward without a TRL head (CHORD's expert batch, a distillation teacher's scores): ``chunk_size``
+    tokens' logits at a time, so the full ``tokens x vocab`` logits never exist, where the head can be chunked (see
+    :func:`use_chunked_lm_head`); else (``chunk_size`` 0 among the reasons) from the model's full logits.
 
     Args:
         model: a causal LM, or a peft model around one (its adapters apply).
         labels: ``[B, T]`` token ids, ``-100`` where nothing is scored.
-        chunk_size: tokens per chunk; 0 (``--loss-chunk-size 0``) gives None.
+        chunk_size: tokens per chunk; 0 (``--loss-chunk-size 0``): the full logits.
         temperature: the logits are divided by it.
         inputs: the model's inputs (``input_ids``, ``attention_mask``, ...).
 
     Returns:
-        ``(log_probs, mask)``, both ``[B, T - 1]`` (float32 log-probs, zero where ``mask`` is False), or None where
-        the head cannot be chunked (see :func:`use_chunked_lm_head`): the caller computes the logits.
+        ``(log_probs, mask)``, both ``[B, T - 1]``: float32 log-probs, zero where ``mask`` (a label) is False.
     """
     import torch
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if _head_reason(base, chunk_size) is not None or type(base.get_output_embeddings()) is not torch.nn.Linear:
-        return None
-    text = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
-    softcap = getattr(text, "final_logit_softcapping", None)
-    fields, mask = _scored_labels(base, labels, chunk_size, softcap, temperature, ("log_probs",), (), dict(inputs))
-    return fields[0], mask
+    if _head_reason(base, chunk_size) is None and type(base.get_output_embeddings()) is torch.nn.Linear:
+        text = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+        softcap = getattr(text, "final_logit_softcapping", None)
+        fields, mask = _scored_labels(base, labels, chunk_size, softcap, temperature, ("log_probs",), (), dict(inputs))
+        return fields[0], mask
+    logits = model(**inputs, use_cache=False).logits[:, :-1].float() / temperature
+    shifted = labels[:, 1:].to(logits.device)
+    mask = shifted != -100
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, shifted.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return logps.masked_fill(~mask, 0.0), mask
