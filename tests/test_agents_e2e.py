@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,32 +213,36 @@ def _ask(client: Any, name: str, messages: list[dict[str, Any]], **extra: Any) -
     )
 
 
-# The first reply to each training prompt, per family: the calls test and the loop test both need it, and greedy
-# decoding of the same request on the same server gives the same reply, so it is asked once (each DeepSeek-V4 reply
-# is a ~130-token DSML call on an ~850-token prompt). Each family's server is started once per module.
-_FIRST_REPLIES: dict[tuple[str, int, int], Any] = {}
+@pytest.fixture(scope="module")
+def first_reply(served: tuple[str, Any]) -> Callable[[int, int], Any]:
+    """``first_reply(a, b)``: the family's (greedy) first reply to ``What is A plus B?``, asked once per family (in
+    the test that first needs it, so a failed request fails, or xfails, that test): the calls test and the loop test
+    both check it, and each DeepSeek-V4 reply is a ~130-token DSML call on an ~850-token prompt."""
+    name, client = served
+    asked: dict[tuple[int, int], Any] = {}
 
+    def get(a: int, b: int) -> Any:
+        if (a, b) not in asked:
+            asked[(a, b)] = _ask(client, name, _question(a, b)).choices[0]
+        return asked[(a, b)]
 
-def _first_reply(client: Any, name: str, a: int, b: int) -> Any:
-    """The (greedy) first reply to ``What is A plus B?`` from family ``name``'s server, asked once per module."""
-    key = (name, a, b)
-    if key not in _FIRST_REPLIES:
-        _FIRST_REPLIES[key] = _ask(client, name, _question(a, b)).choices[0]
-    return _FIRST_REPLIES[key]
+    return get
 
 
 _question = tool_question
 
 
 @pytest.mark.slow
-def test_served_model_calls_the_tool(served: tuple[str, Any], request: pytest.FixtureRequest) -> None:
+def test_served_model_calls_the_tool(
+    served: tuple[str, Any], first_reply: Callable[[int, int], Any], request: pytest.FixtureRequest
+) -> None:
     """First reply of every training prompt: a call to ``add`` with that prompt's numbers, and nothing else."""
-    name, client = served
+    name, _ = served
     if name in CALL_XFAIL:  # the family comes from a module fixture's parameter: mark the case here
         request.applymarker(pytest.mark.xfail(strict=True, reason=CALL_XFAIL[name]))
     got = []
     for a, b in PAIRS:
-        choice = _first_reply(client, name, a, b)
+        choice = first_reply(a, b)
         calls = choice.message.tool_calls or []
         got.append((choice.finish_reason, [(c.function.name, json.loads(c.function.arguments)) for c in calls]))
         assert all(c.id and c.type == "function" for c in calls)
@@ -266,7 +270,9 @@ def test_served_model_streams_the_tool_call(served: tuple[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_served_model_answers_with_the_tool_result(served: tuple[str, Any], request: pytest.FixtureRequest) -> None:
+def test_served_model_answers_with_the_tool_result(
+    served: tuple[str, Any], first_reply: Callable[[int, int], Any], request: pytest.FixtureRequest
+) -> None:
     """The full loop: the call comes back, the test runs ``add`` and returns its result as a ``tool`` message (the
     assistant message sent back as the client received it), and the second reply's content is that result."""
     name, client = served
@@ -276,7 +282,7 @@ def test_served_model_answers_with_the_tool_result(served: tuple[str, Any], requ
     answers = []
     for a, b in PAIRS:
         messages = _question(a, b)
-        first = _first_reply(client, name, a, b)
+        first = first_reply(a, b)
         assert first.finish_reason == "tool_calls", f"{name}: {first}"
         call = first.message.tool_calls[0]
         args = json.loads(call.function.arguments)
