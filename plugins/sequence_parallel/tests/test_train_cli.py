@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from swiftcore_sequence_parallel.testing import free_port
-from swiftcore_testing import run_cli, user_env
+from swiftcore_testing import failure_report, run_cli, user_env
 
 BIN = Path(sys.executable).parent
 REL = 1e-5
@@ -87,8 +87,8 @@ def _assert_same_steps(one: dict[int, dict], sp: dict[int, dict], steps: tuple[i
 
 
 def _run_ok(proc: subprocess.CompletedProcess) -> None:
-    if proc.returncode != 0:  # the whole tail: an assertion's repr would cut a rank's traceback
-        pytest.fail(f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-8000:]}")
+    if proc.returncode != 0:  # a rank's own cause, not only torchrun's summary that follows it
+        pytest.fail(failure_report(proc))
 
 
 @pytest.fixture(scope="module")

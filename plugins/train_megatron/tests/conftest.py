@@ -59,7 +59,7 @@ def _train_recipe(recipe: str, model: Path, dataset: Path, out: Path, *extra: st
     import subprocess
     import sys
 
-    from swiftcore_testing import free_port, user_env
+    from swiftcore_testing import failure_report, free_port, user_env
 
     bin_dir = Path(sys.executable).parent
     train = _recipe_args(recipe, model, dataset, out, *extra)
@@ -67,7 +67,8 @@ def _train_recipe(recipe: str, model: Path, dataset: Path, out: Path, *extra: st
     command = [*(launcher if ranks > 1 else []), str(bin_dir / "swiftcore"), *train]
     env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    if done.returncode != 0:
+        pytest.fail(failure_report(done))
     return _logged(out)
 
 
@@ -109,7 +110,7 @@ class CliRuns:
         import subprocess
         import sys
 
-        from swiftcore_testing import free_port, user_env
+        from swiftcore_testing import failure_report, free_port, user_env
 
         self._batches += 1
         ranks = self._planned[keys[0]][1]
@@ -125,7 +126,7 @@ class CliRuns:
             if i in finished:
                 self._done.add(key)
             elif i == len(finished) + 1:
-                self._failed[key] = done.stdout[-3000:] + done.stderr[-6000:]
+                self._failed[key] = failure_report(done)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-__all__ = ["deploy_process", "free_port", "user_env"]
+__all__ = ["deploy_process", "failure_report", "free_port", "user_env"]
 
 #: Variables swiftcore or torchrun read, left out of :func:`user_env` so no test's state leaks into a child (an
 #: in-process vLLM engine, for one, exports ``LOCAL_WORLD_SIZE=1`` to this process).
@@ -38,9 +38,10 @@ _DROPPED = (
 
 def user_env(**extra: str) -> dict[str, str]:
     """This process's environment as a user's shell has it: no plugin set, rank or world size an earlier test
-    exported; unbuffered output; ``extra`` on top."""
+    exported; unbuffered output; ``extra`` on top. A child that dies of a signal (a rank's abort) prints its Python
+    stacks first (``PYTHONFAULTHANDLER``), so a test's failure shows where it was."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED)}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+    return {**env, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **extra}
 
 
 def free_port() -> int:
@@ -48,6 +49,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+#: Lines that start what explains a failed process (a traceback, a C++ abort) rather than a launcher's summary of it.
+_FIRST_CAUSE = ("Traceback (most recent call last)", "terminate called", "Fatal Python error", "[E ", "RuntimeError")
+
+
+def failure_report(proc: subprocess.CompletedProcess, tail: int = 4000) -> str:
+    """What a failed process printed, for a test's failure message: its exit code, the first traceback or abort in
+    its stderr (torchrun prints its own summary last, after the rank's cause), then the tails of stderr and stdout."""
+    err, out = proc.stderr or "", proc.stdout or ""
+    starts = [i for i in (err.find(mark) for mark in _FIRST_CAUSE) if i >= 0]
+    first = err[min(starts) : min(starts) + tail] if starts and min(starts) < len(err) - tail else ""
+    parts = [f"exit code {proc.returncode}"]
+    parts += [f"--- first cause in stderr\n{first}"] if first else []
+    return "\n".join([*parts, f"--- stderr (end)\n{err[-tail:]}", f"--- stdout (end)\n{out[-tail // 2 :]}"])
 
 
 @contextmanager

@@ -37,6 +37,7 @@ from swiftcore_train.config import (
     load_config_file,
     recipe_for,
 )
+from swiftcore_train.distributed import finish_ranks
 from swiftcore_train.run import is_main_process
 
 __all__ = ["train"]
@@ -302,6 +303,7 @@ def train(
     from swiftcore_train.dispatch import run_training
 
     result = run_training(cfg, plugins)
+    finish_ranks()
     if not is_main_process():
         return  # every rank trained; rank 0 reports, once
     click.echo(f"trained {result.global_step} steps on {result.train_samples} samples; final loss {result.final_loss}")

@@ -16,6 +16,7 @@ No torch at import time.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "DEEPSPEED_STAGES",
     "check_launch",
     "deepspeed_config",
+    "finish_ranks",
     "fsdp_config",
     "sharding_arguments",
     "validate_deepspeed_file",
@@ -234,3 +236,28 @@ def sharding_arguments(cfg: TrainConfig) -> dict[str, Any]:
         return {"fsdp": True, "fsdp_config": fsdp_config(cfg)}
     stage = DEEPSPEED_STAGES.get(cfg.deepspeed or "")
     return {"deepspeed": deepspeed_config(stage) if stage else validate_deepspeed_file(str(cfg.deepspeed), cfg)}
+
+
+def finish_ranks() -> None:
+    """After a run under torchrun: wait until every rank is done, and destroy the process group when the process
+    exits (torch's advice for every process that made one; the transformers Trainer never does).
+
+    Rank 0 writes the last outputs (the export, the plot, the summary) after the other ranks' last collective; a
+    rank that exited then would close its connections under a group still in use. The group lives until exit, not
+    just until this run's end: a process may run another ``swiftcore train`` on the same ranks (one world for a
+    list of runs), and accelerate keeps the group it made for the next. Nothing happens outside torchrun.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    atexit.unregister(_destroy_default_group)  # once per process, however many runs it made
+    atexit.register(_destroy_default_group)
+
+
+def _destroy_default_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
