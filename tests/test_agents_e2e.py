@@ -24,7 +24,6 @@ prompt is asked once and checked by both the calls test and the loop test.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,10 +79,12 @@ NO_THINKING = {"enable_thinking": False}
 # number swapped between prompts); 100 of 1e-3 gave every call and answer for seeds 0-6 (final loss 0.001-0.014;
 # 0.0087 for seed 0) and for two seeds of another tiny init. MiMo-V2-Flash at 60 (loss 0.018) still called
 # add(3, 4) for 5 + 8, and 70 of 4e-3 (loss 0.0084, training seeds 0/1/2 alike) called add(5, 8) for 3 + 4.
-# The module's cost is these steps (all in float32): one step of the four rows measured, back to back on the busy
-# 2-core machine, 7.1 s for DeepSeek-V4 (~880-token rows, eager attention with sinks, over half of it in the
-# 4x4x880x887 score tensors), 4.5 s for MiMo-V2-Flash (~770, eager), 2.9 s for Qwen3.5 (~790, sdpa), 0.9 s for
-# GLM-5 (~400) and 0.2 s for Gemma 4 (~200).
+# Those steps were measured with the session's 512-piece tiny tokenizers, on which the rows took 200-880 tokens and
+# one step of the four rows 7.1 s for DeepSeek-V4 (~880 tokens, eager attention with sinks), 4.5 s for MiMo-V2-Flash
+# (~770), 2.9 s for Qwen3.5 (~790): the module took 984 s of a CI worker. The tokenizers here also learnt the rendered
+# rows (_tiny_with_tool_tokenizer), as a real tokenizer knows ordinary text: the rows take 310-370 tokens, and the same
+# steps and learning rates gave every call and answer for the tiny inits of seeds 0 and 1 (2026-12-06, AVX2 machine);
+# each family's training, deploy and replies took 23-124 s of a loaded machine (DeepSeek-V4 the most).
 FAMILIES: dict[str, Family] = {
     "qwen3_5": Family(60, 3e-3, "<tool_response>\n7\n</tool_response>", NO_THINKING),
     "gemma4": Family(100, 1e-3, 'response:add{value:<|"|>7<|"|>}'),
@@ -163,10 +164,23 @@ def test_family_without_tool_format_renders_no_tools(name: str) -> None:
 # ---------------------------------------------------------------------------------- trained and served
 
 
+def _tiny_with_tool_tokenizer(name: str, out: Path) -> Path:
+    """The family's tiny checkpoint (seed 0) whose tokenizer also learnt the rendered tool rows: the tool preamble
+    then takes about as few tokens as a real tokenizer gives it (DeepSeek-V4's rows ~370 tokens, not ~880 with
+    the 512-piece tiny tokenizer), and each training step and served reply costs several times less."""
+    from swiftcore_tiny import make_tiny
+
+    import swiftcore
+    from swiftcore.template import get_template
+
+    plugins = swiftcore.load_plugins(env={})
+    spec = plugins.registry.get("model", name)
+    template = get_template(spec.default_template, plugins)
+    return make_tiny(spec, out, seed=0, tokenizer_texts=[template.render(row) for row in _rows()])
+
+
 @pytest.fixture(scope="module", params=list(FAMILIES))
-def served(
-    request: pytest.FixtureRequest, tiny_model_dir: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, Any]]:
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     """``(family, openai client)``: the family's tiny model fully fine-tuned on the tool rows, then deployed."""
     import torch
 
@@ -175,9 +189,8 @@ def served(
     work = tmp_path_factory.mktemp(f"agents-{name}")
     data = work / "tools.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _rows()), encoding="utf-8")
-    model = tiny_model_dir(name)
-    if family.config:  # a copy of the session's tiny checkpoint with those config entries replaced
-        model = Path(shutil.copytree(model, work / "base"))
+    model = _tiny_with_tool_tokenizer(name, work / "base")
+    if family.config:  # the tiny checkpoint's config with those entries replaced
         config = json.loads((model / "config.json").read_text())
         (model / "config.json").write_text(json.dumps({**config, **family.config}, indent=2))
     run = work / "run"
@@ -204,8 +217,8 @@ def served(
 
 
 def _ask(client: Any, name: str, messages: list[dict[str, Any]], **extra: Any) -> Any:
-    """One greedy chat completion with the add tool offered (256 new tokens: with the tiny checkpoints' small
-    vocabularies DeepSeek-V4's DSML call alone is ~130 tokens, and at 128 it stopped with ``length``)."""
+    """One greedy chat completion with the add tool offered (256 new tokens: with the 512-piece tiny tokenizers
+    DeepSeek-V4's DSML call alone was ~130 tokens, and at 128 it stopped with ``length``)."""
     kwargs = FAMILIES[name].chat_kwargs
     body = {"chat_template_kwargs": kwargs} if kwargs else None
     return client.chat.completions.create(
@@ -217,7 +230,7 @@ def _ask(client: Any, name: str, messages: list[dict[str, Any]], **extra: Any) -
 def first_reply(served: tuple[str, Any]) -> Callable[[int, int], Any]:
     """``first_reply(a, b)``: the family's (greedy) first reply to ``What is A plus B?``, asked once per family (in
     the test that first needs it, so a failed request fails, or xfails, that test): the calls test and the loop test
-    both check it, and each DeepSeek-V4 reply is a ~130-token DSML call on an ~850-token prompt."""
+    both check it, and each DeepSeek-V4 reply is a DSML call on a ~370-token prompt."""
     name, client = served
     asked: dict[tuple[int, int], Any] = {}
 

@@ -129,6 +129,26 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_tokenizer_retrained_on_texts_keeps_its_layout_and_shortens_them(tiny_dir: Path, tmp_path: Path) -> None:
+    """``tokenizer_texts``: the tokenizer learns the texts (a repeated long prompt takes far fewer tokens), keeps
+    the special tokens and chat template, and the model's vocabulary follows it."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    prompt = (
+        "<|im_start|>system\nYou may call tools: add(a, b) adds two integers; mul(a, b) multiplies them.<|im_end|>\n"
+    )
+    texts = [prompt + f"<|im_start|>user\nWhat is {a} plus {b}?<|im_end|>\n" for a, b in ((3, 4), (5, 8))]
+    retrained = make_tiny(_spec(), tmp_path / "retrained", seed=0, tokenizer_texts=texts, vocab_size=600)
+    old, new = AutoTokenizer.from_pretrained(tiny_dir), AutoTokenizer.from_pretrained(retrained)
+    assert len(new(texts[0]).input_ids) < len(old(texts[0]).input_ids) / 2
+    assert new.decode(new(texts[0]).input_ids) == texts[0]
+    assert [new.convert_tokens_to_ids(t) for t in SPECIALS] == [old.convert_tokens_to_ids(t) for t in SPECIALS]
+    assert new.chat_template == TEMPLATE and new.eos_token == "<|im_end|>"
+    assert json.loads((retrained / "config.json").read_text())["vocab_size"] == len(new) > len(old)
+
+
 def test_a_spec_without_tiny_config_is_refused(tmp_path: Path) -> None:
     spec = ModelSpec(name="big", model_types=("big",), model_class="transformers:AutoModelForCausalLM")
     with pytest.raises(TinyModelError, match="declares no tiny_config"):
