@@ -19,6 +19,14 @@ evaluation go through the stages forward only.
 
 The step's loss is the mean over its pairs (every micro-batch of every data-parallel rank), as the transformers
 engine's with equal micro-batches.
+
+On a MoE family the loss also has what TRL's ``DPOTrainer`` adds for one: ``router_aux_loss_coef * aux_loss``, the
+checkpoint's coefficient (:func:`~swiftcore_train_megatron.engine.router_aux_loss_coef`, TRL's rule) times
+transformers' load-balancing loss of each micro-batch's forward pass over its real tokens
+(:class:`~swiftcore_train_megatron.engine.RouterAuxLoss`, from the megatron routers' logits), each data-parallel rank
+over its own micro-batch as each DDP rank of TRL's trainer; it is logged as ``aux_loss``. ``--ep N`` splits the
+experts over N ranks, which run each micro-batch at one shape (expert parallelism gathers their tokens). MoE under
+``--tp`` / ``--pp`` / ``--cp`` and multi-token-prediction families are refused.
 """
 
 from __future__ import annotations
@@ -61,8 +69,6 @@ def _refuse_dpo(cfg: TrainConfig, options: Any, layout: ParallelLayout) -> None:
     problems = []
     if layout.vpp > 1:
         problems.append(f"--vpp {layout.vpp}: DPO runs megatron's plain 1F1B pipeline schedule so far; drop --vpp")
-    if layout.ep > 1:
-        problems.append(f"--ep {layout.ep}: DPO trains dense families only so far; use --ep 1")
     if cfg.truncation in ("truncate_right", "truncate_left"):
         problems.append(f"--truncation {cfg.truncation}: DPO on this engine does not cut pairs; use drop or error")
     if cfg.tuner == "lora" and options.ref_model:
@@ -72,13 +78,10 @@ def _refuse_dpo(cfg: TrainConfig, options: Any, layout: ParallelLayout) -> None:
         raise SwiftcoreError("--engine megatron --recipe dpo:\n  " + "\n  ".join(problems))
 
 
-def _refuse_model(bridge: Any, bridge_spec: Any) -> None:
-    if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
-        raise SwiftcoreError(
-            f"--engine megatron --recipe dpo: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
-            "layers, whose extra losses DPO on this engine does not add yet; train a dense family, or run "
-            "--recipe dpo on the default engine (drop --engine)"
-        )
+def _refuse_model(bridge: Any, bridge_spec: Any, layout: ParallelLayout) -> None:
+    from swiftcore_train_megatron.kto import refuse_model
+
+    refuse_model(bridge, bridge_spec, "dpo", layout)
 
 
 def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayout) -> TrainResult:
@@ -90,6 +93,7 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     """
     from swiftcore_train import generation_defaults, start_run
 
+    from swiftcore_train_megatron.engine import router_aux_loss_coef
     from swiftcore_train_megatron.recipe import (
         _add_lora,
         _bridge,
@@ -113,13 +117,13 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
             "run them on the default engine (drop --engine)"
         )
     bridge_spec, bridge = _bridge(cfg, prepared.spec, plugins)
-    _refuse_model(bridge, bridge_spec)
+    _refuse_model(bridge, bridge_spec, layout)
     world = world_size()
     layout.check(bridge, bridge_spec, world)
     if options.ref_model:
         check_ref_tokenizer(options.ref_model, prepared.tokenizer)
         ref_bridge_spec, ref_bridge = _bridge(cfg, prepared.spec, plugins, model_dir=options.ref_model)
-        _refuse_model(ref_bridge, ref_bridge_spec)
+        _refuse_model(ref_bridge, ref_bridge_spec, layout)
         layout.check(ref_bridge, ref_bridge_spec, world)
     train = encode_dpo_pairs(prepared.train, prepared.template, prepared.tokenizer, cfg)
     val = encode_dpo_pairs(prepared.val, prepared.template, prepared.tokenizer, cfg) if prepared.val else []
@@ -131,16 +135,18 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         plan_output_dir(
             output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
         )
-    log.info("dpo: model %s, bridge %s, tp %d pp %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp,
-             layout.pp, world)  # fmt: skip
+    log.info("dpo: model %s, bridge %s, tp %d pp %d ep %d over %d rank(s)", prepared.spec.name, bridge_spec.name,
+             layout.tp, layout.pp, layout.ep, world)  # fmt: skip
+    aux_coef = router_aux_loss_coef(cfg.model) if bridge.num_experts() > 0 else 0.0
 
     # Every check passed: only now the process group and the model.
     from swiftcore_megatron import init_model_parallel
 
-    from swiftcore_train_megatron.engine import load_sharded_model
+    from swiftcore_train_megatron.engine import RouterAuxLoss, load_sharded_model
 
     init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    aux = RouterAuxLoss(model, aux_coef) if aux_coef else None
     lora = _add_lora(cfg, prepared.spec, bridge, model) if cfg.tuner == "lora" else None
     pad_id = prepared.tokenizer.pad_token_id
     pad_id = pad_id if pad_id is not None else (prepared.tokenizer.eos_token_id or 0)
@@ -188,6 +194,7 @@ def run_megatron_dpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         options=options,
         ref_train=ref_train,
         ref_val=ref_val,
+        aux=aux,
     )
     if resume is not None:  # after the reference log-probs: they are the initial weights', not the checkpoint's
         loop.resume(resume)
@@ -204,21 +211,33 @@ def _rows(samples: list[dict]) -> list[dict]:
     ]
 
 
-def per_token_logps(model: Any, samples: list[dict], pad_token_id: int, length: int | None = None) -> tuple[Any, Any]:
-    """``(logps, completion_mask)`` of ``samples`` (DPO pairs) under the megatron model, as TRL lays them out.
+def per_token_logps(
+    model: Any, samples: list[dict], pad_token_id: int, length: int | None = None, *, pairs: int = 0, aux: Any = None
+) -> tuple[Any, Any, Any]:
+    """``(logps, completion_mask, aux_loss)`` of ``samples`` (DPO pairs) under the megatron model, as TRL lays them out.
 
     ``logps`` is ``[2B, T-1]``: at position ``t`` the log-prob of token ``t+1`` where it is a reply token, else 0
     (megatron's per-token loss is minus that log-prob, computed over the tensor-parallel vocabulary shards);
-    ``completion_mask`` is ``[2B, T]``, 1 on reply tokens.
+    ``completion_mask`` is ``[2B, T]``, 1 on reply tokens. ``pairs``: pad the batch to that many pairs' rows (rows
+    of padding carry nothing: expert-parallel ranks run micro-batches of one shape). ``aux_loss``: the router
+    load-balancing loss of the forward pass over the real tokens (``aux``, a
+    :class:`~swiftcore_train_megatron.engine.RouterAuxLoss`), None without ``aux``.
     """
+    import contextlib
+
     from swiftcore_megatron import eager_on_cpu
 
-    from swiftcore_train_megatron.engine import model_inputs
+    from swiftcore_train_megatron.engine import model_inputs, real_tokens
 
-    inputs = model_inputs(_rows(samples), pad_token_id, length)
-    with eager_on_cpu():
+    rows = _rows(samples)
+    inputs = model_inputs(rows, pad_token_id, length, 2 * pairs)
+    with eager_on_cpu(), aux.recording() if aux is not None else contextlib.nullcontext() as recorded:
         per_token = model(**inputs.forward_kwargs())
-    return _logps(per_token, inputs, len(samples))
+    aux_loss = None
+    if aux is not None:
+        real = real_tokens([len(r["input_ids"]) for r in rows], *inputs.input_ids.shape, inputs.input_ids.device)
+        aux_loss = aux.loss(recorded, real)
+    return (*_logps(per_token, inputs, len(samples)), aux_loss)
 
 
 def _logps(per_token: Any, inputs: Any, pairs: int) -> tuple[Any, Any]:
@@ -259,7 +278,7 @@ def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_si
                 sums = record["logps"]
                 out += list(zip(sums[: len(batch)], sums[len(batch) :], strict=True))
                 continue
-            logps, _ = per_token_logps(model, batch, pad_token_id)
+            logps, _, _ = per_token_logps(model, batch, pad_token_id)
             chosen, rejected = logps.sum(dim=1).double().chunk(2)
             out += list(zip(chosen.tolist(), rejected.tolist(), strict=True))
     model.train(was_training)
@@ -278,19 +297,32 @@ class DPOLoop(TrainLoop):
         options: the ``dpo`` recipe's ``DPOOptions``.
         ref_train: the reference's ``(chosen, rejected)`` log-probs of each training pair.
         ref_val: the same for the validation pairs.
+        aux: a MoE model's router load-balancing loss (:class:`~swiftcore_train_megatron.engine.RouterAuxLoss`),
+            None where TRL adds none.
     """
 
-    def __init__(self, *, options: Any, ref_train: list, ref_val: list, **loop: Any) -> None:
+    def __init__(self, *, options: Any, ref_train: list, ref_val: list, aux: Any = None, **loop: Any) -> None:
         super().__init__(**loop)
         self.options = options
         self.ref_train = ref_train
         self.ref_val = ref_val
+        self.aux = aux
         self._metric_names: list[str] = []  # under --pp: the names of the metrics the last stage sent
 
-    def _pairs_loss(self, samples: list[dict], refs: list[tuple[float, float]], *, training: bool) -> tuple:
-        """``(loss, metrics)`` of one batch of pairs: TRL's DPO loss (mean over the pairs) on the megatron log-probs."""
-        logps, completion = per_token_logps(self.model, samples, self.pad_token_id, self._padded(_longest(samples)))
-        return self._dpo_loss(logps, completion, refs, training=training)
+    def _pairs_loss(
+        self, samples: list[dict], refs: list[tuple[float, float]], *, training: bool, length: int = 0, pairs: int = 0
+    ) -> tuple:
+        """``(loss, metrics)`` of one batch of pairs: TRL's DPO loss (mean over the pairs) on the megatron log-probs,
+        plus, on a MoE model, TRL's ``router_aux_loss_coef * aux_loss`` over the batch's real tokens (the batch one
+        data-parallel rank of TRL's trainer runs); padded to at least ``length`` positions and ``pairs`` pairs."""
+        length = self._padded(max(length, _longest(samples)))
+        logps, completion, aux_loss = per_token_logps(self.model, samples, self.pad_token_id, length, pairs=pairs,
+                                                      aux=self.aux)  # fmt: skip
+        loss, metrics = self._dpo_loss(logps, completion, refs, training=training)
+        if aux_loss is not None:
+            loss = loss + self.aux.coef * aux_loss
+            metrics = {**metrics, "aux_loss": float(aux_loss.detach())}
+        return loss, metrics
 
     def _dpo_loss(self, logps: Any, completion: Any, refs: list[tuple[float, float]], *, training: bool) -> tuple:
         import torch
@@ -345,9 +377,15 @@ class DPOLoop(TrainLoop):
             names = self._metric_names
         else:
             every = []  # each micro-batch's loss, then each metric
-            for batch in mine:
+            for k, batch in enumerate(mine):
+                # Micro-batch k of every data-parallel rank at one shape (expert parallelism gathers their tokens).
+                shared = [batches[k] for batches in per_rank] if self.layout.ep > 1 else [batch]
                 loss, metrics = self._pairs_loss(
-                    [self.train_samples[i] for i in batch], [self.ref_train[i] for i in batch], training=True
+                    [self.train_samples[i] for i in batch],
+                    [self.ref_train[i] for i in batch],
+                    training=True,
+                    length=max(_longest([self.train_samples[i] for i in b]) for b in shared),
+                    pairs=max(len(b) for b in shared),
                 )
                 (loss * (len(batch) / step_pairs)).backward()
                 every.append([float(loss.detach()), *metrics.values()])

@@ -24,11 +24,18 @@ step's loss and gradients are those of one process training the same samples: th
 A model with multi-token-prediction layers (a bridge's model with megatron's MTP block, ``model.mtp_process``) also
 trains them as megatron does: the MTP loss is added to the gradients only (the reported loss is the main one), times
 ``mtp_loss_scaling_factor``, over the same label tokens shifted once more, and weighted by the same token count.
+
+The preference recipes on a MoE family add the router load-balancing loss TRL's ``DPOTrainer`` / ``KTOTrainer`` add
+on the transformers engine (:class:`RouterAuxLoss`: transformers' ``load_balancing_loss_func`` on the megatron
+routers' logits, times the checkpoint's ``router_aux_loss_coef``); megatron's own aux losses stay off (the bridges
+build the routers with ``moe_router_load_balancing_type="none"``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +55,10 @@ __all__ = [
     "model_chunks",
     "needs_sequence_parallel",
     "pipeline_stage",
+    "real_tokens",
     "reduce_gradients",
+    "router_aux_loss_coef",
+    "RouterAuxLoss",
     "scale_mtp_loss",
 ]
 
@@ -476,3 +486,112 @@ def clip_gradients(model: Any, max_norm: float, norm: float) -> None:
     for param in model.parameters():
         if param.grad is not None:
             param.grad.mul_(coefficient)
+
+
+def router_aux_loss_coef(model_dir: str | Path) -> float:
+    """The weight TRL 1.16's ``DPOTrainer`` / ``KTOTrainer`` give a model's router load-balancing loss, as the
+    transformers engine's ``dpo`` and ``kto`` recipes configure them (0.0: none).
+
+    TRL adds ``router_aux_loss_coef * outputs.aux_loss`` whenever the (text) config has an ``output_router_logits``
+    attribute, whatever its value (it asks the forward for the router logits), with the config's own
+    ``router_aux_loss_coef`` (0.0 when it declares none); swiftcore-recipe-preference sets it to 0.0 for a MoE config
+    that names its expert count otherwise than ``num_experts``, which TRL's term cannot read.
+    """
+    from transformers import AutoConfig
+
+    text = AutoConfig.from_pretrained(str(model_dir)).get_text_config()
+    if not hasattr(text, "output_router_logits") or not hasattr(text, "num_experts"):
+        return 0.0
+    return float(getattr(text, "router_aux_loss_coef", 0.0) or 0.0)
+
+
+class RouterAuxLoss:
+    """The router load-balancing loss of the transformers models (``load_balancing_loss_func`` of OLMoE, Qwen3-MoE,
+    Qwen3.5-MoE, Mixtral, ...) computed from the megatron model's routers.
+
+    transformers concatenates every MoE layer's router logits over the real tokens (``attention_mask``, padding
+    left out) and returns ``num_experts * sum_e f_e * P_e``: ``f_e`` the share of (token, layer) rows whose top-k
+    picks expert ``e`` (counted once per pick), ``P_e`` the mean softmax probability of ``e``; one value over all
+    layers together, not a sum of per-layer losses as megatron's own ``aux_loss``. Here each megatron
+    ``TopKRouter``'s gating output (the logits it routes with) is recorded during a forward pass
+    (:meth:`recording`) and :meth:`loss` computes the same value, with its gradient through the logits.
+
+    Args:
+        model: the megatron model (one pipeline stage, no virtual chunks: the recipes using this refuse ``--pp``).
+        coef: the weight of the loss (:func:`router_aux_loss_coef`).
+
+    Raises:
+        SwiftcoreError: the model routes with other routers than megatron's softmax ``TopKRouter`` (whose logits
+            transformers' formula reads).
+    """
+
+    def __init__(self, model: Any, coef: float) -> None:
+        from megatron.core.transformer.moe.router import TopKRouter
+
+        from swiftcore.api import SwiftcoreError
+
+        self.coef = coef
+        # MTP layers' routers are left out: transformers' router_logits are the decoder layers' only.
+        self.routers = [m for name, m in model.named_modules() if isinstance(m, TopKRouter) and "mtp." not in name]
+        others = sorted({type(m).__name__ for m in model.modules() if "router" in type(m).__name__.lower()} -
+                        {type(r).__name__ for r in self.routers})  # fmt: skip
+        softmax = all(r.config.moe_router_score_function == "softmax" for r in self.routers)
+        if not self.routers or others or not softmax:
+            raise SwiftcoreError(
+                "--engine megatron: this MoE model's routers "
+                f"({', '.join(others) or 'sigmoid-scored TopKRouter' if self.routers else 'none found'}) are not "
+                "megatron's softmax TopKRouter, so the router load-balancing loss the transformers engine adds "
+                f"(router_aux_loss_coef {coef}) cannot be computed the same way; set router_aux_loss_coef to 0 in the "
+                "checkpoint's config.json to train without it, or run this recipe on the default engine (drop --engine)"
+            )
+        self.top_k = self.routers[0].config.moe_router_topk
+        self.num_experts = self.routers[0].config.num_moe_experts
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[Any]]:
+        """A context in which every forward pass appends each router's logits (``[sequence, batch, experts]``, as
+        megatron routes them) to the list it yields."""
+        recorded: list[Any] = []
+
+        def record(gating: Any) -> Any:
+            def gate(input: Any) -> Any:
+                logits = gating(input)
+                recorded.append(logits)
+                return logits
+
+            return gate
+
+        for router in self.routers:
+            router.gating = record(router.gating)  # an instance attribute in front of the class's method
+        try:
+            yield recorded
+        finally:
+            for router in self.routers:
+                del router.gating
+
+    def loss(self, recorded: list[Any], real: Any) -> Any:
+        """transformers' ``load_balancing_loss_func`` over ``recorded`` logits (one forward pass's, :meth:`recording`)
+        and ``real`` (``[batch, sequence]``, true on the batch's real tokens: its ``attention_mask``); a scalar with
+        the logits' gradient."""
+        from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+        if len(recorded) != len(self.routers):
+            from swiftcore.api import SwiftcoreError
+
+            raise SwiftcoreError(f"--engine megatron: {len(recorded)} router calls in one forward pass, expected "
+                                 f"{len(self.routers)} (one per MoE layer)")  # fmt: skip
+        # transformers' own function (OLMoE's, Qwen3-MoE's and Qwen3.5-MoE's are copies of Mixtral's): it pairs each
+        # layer's logit rows with the flattened mask, so both stay in megatron's [sequence, batch] order.
+        layers = tuple(logits.reshape(-1, self.num_experts).float() for logits in recorded)
+        return load_balancing_loss_func(layers, self.num_experts, self.top_k, real.t())
+
+
+def real_tokens(lengths: list[int], rows: int, positions: int, device: Any = None) -> Any:
+    """``[rows, positions]`` bool: true on the first ``lengths[i]`` positions of row ``i`` (right padding, and rows
+    past ``len(lengths)``, false): the ``attention_mask`` of a right-padded batch."""
+    import torch
+
+    index = torch.arange(positions, device=device).unsqueeze(0)
+    sizes = torch.zeros(rows, dtype=torch.long, device=device)
+    sizes[: len(lengths)] = torch.tensor(lengths, dtype=torch.long, device=device)
+    return index < sizes.unsqueeze(1)

@@ -18,6 +18,12 @@ micro-batch (its rows, then their KL rows, whose log-probs are detached) runs th
 Each micro-batch's loss is the mean over its rows and the step's loss the mean of its micro-batches (TRL's trainer:
 the batch's loss divided by the accumulation steps, averaged over data-parallel ranks); the KL estimate ``z_ref`` is
 the mean over every data-parallel rank's micro-batch, as accelerate gathers it.
+
+On a MoE family each micro-batch's loss also has what TRL's ``KTOTrainer`` adds for one: ``router_aux_loss_coef *
+aux_loss`` of the rows' forward pass (not the KL rows'), as ``dpo.megatron`` adds it
+(:class:`~swiftcore_train_megatron.engine.RouterAuxLoss`), logged as ``aux_loss`` (the data-parallel ranks' mean);
+``--ep N`` splits the experts. MoE under ``--tp`` / ``--pp`` / ``--cp`` and multi-token-prediction families are
+refused (:func:`refuse_model`, shared with ``rm.megatron``, which refuses MoE families and ``--ep`` still).
 """
 
 from __future__ import annotations
@@ -54,15 +60,18 @@ def recipe_options(cfg: TrainConfig, cls: Any, recipe: str) -> Any:
         raise SwiftcoreError(f"recipe {recipe!r}: invalid options: {exc}") from exc
 
 
-def refuse_preference(cfg: TrainConfig, layout: ParallelLayout, recipe: str, *, pipeline: bool = False) -> list[str]:
+def refuse_preference(
+    cfg: TrainConfig, layout: ParallelLayout, recipe: str, *, pipeline: bool = False, experts: bool = False
+) -> list[str]:
     """What a preference recipe on this engine does not do yet (``recipe``: ``kto`` or ``rm``), as problem lines
-    (``pipeline``: the recipe runs through pipeline stages, on megatron's plain 1F1B schedule)."""
+    (``pipeline``: the recipe runs through pipeline stages, on megatron's plain 1F1B schedule; ``experts``: it trains
+    MoE families, so ``--ep`` splits their experts)."""
     problems = []
     if layout.pp > 1 and not pipeline:
         problems.append(f"--pp {layout.pp}: {recipe} does not run through pipeline stages yet; use --tp (and --pp 1)")
     if layout.vpp > 1 and pipeline:
         problems.append(f"--vpp {layout.vpp}: {recipe} runs megatron's plain 1F1B pipeline schedule so far; drop --vpp")
-    if layout.ep > 1:
+    if layout.ep > 1 and not experts:
         problems.append(f"--ep {layout.ep}: {recipe} on this engine trains dense families only so far; use --ep 1")
     if cfg.truncation in ("truncate_right", "truncate_left"):
         problems.append(f"--truncation {cfg.truncation}: {recipe} on this engine does not cut rows; use drop or error")
@@ -71,18 +80,37 @@ def refuse_preference(cfg: TrainConfig, layout: ParallelLayout, recipe: str, *, 
     return problems
 
 
-def refuse_model(bridge: Any, bridge_spec: Any, recipe: str) -> None:
-    """Refuse MoE and multi-token-prediction families, whose extra losses the preference recipes do not add."""
-    if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
+def refuse_model(bridge: Any, bridge_spec: Any, recipe: str, layout: ParallelLayout | None = None) -> None:
+    """Refuse what a preference recipe cannot train of a family: multi-token-prediction layers (megatron adds their
+    loss to the gradients from the labels; TRL's trainers have no such term); MoE layers without ``layout`` (``rm``),
+    or with MoE under ``--tp`` / ``--pp`` / ``--cp`` (``dpo``, ``kto``: the router load-balancing loss is computed
+    from every MoE layer's logits over whole sequences on one rank: ``--tp 1 --pp 1 --cp 1``, ``--ep`` any)."""
+    if any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
         raise SwiftcoreError(
-            f"--engine megatron --recipe {recipe}: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
-            f"layers, whose extra losses {recipe} on this engine does not add yet; train a dense family, or run "
-            f"--recipe {recipe} on the default engine (drop --engine)"
+            f"--engine megatron --recipe {recipe}: bridge {bridge_spec.name!r} builds multi-token-prediction (MTP) "
+            "layers, whose loss megatron adds to the gradients and which the transformers engine's trainer does not "
+            f"train, so the {recipe} loss would differ; train a family without MTP layers, or run --recipe {recipe} "
+            "on the default engine (drop --engine)"
+        )
+    if bridge.num_experts() == 0:
+        return
+    if layout is None:
+        raise SwiftcoreError(
+            f"--engine megatron --recipe {recipe}: bridge {bridge_spec.name!r} builds MoE layers, which {recipe} on "
+            f"this engine does not train yet; train a dense family, or run --recipe {recipe} on the default engine "
+            "(drop --engine)"
+        )
+    split = [f"--{k} {v}" for k, v in (("tp", layout.tp), ("pp", layout.pp), ("cp", getattr(layout, "cp", 1))) if v > 1]
+    if split:
+        raise SwiftcoreError(
+            f"--engine megatron --recipe {recipe}: {' '.join(split)}: bridge {bridge_spec.name!r} builds MoE layers, "
+            f"whose router load-balancing loss {recipe} on this engine computes over whole sequences on one rank so "
+            "far; train it at --tp 1 --pp 1 --cp 1 (split the experts with --ep)"
         )
 
 
 def _refuse_kto(cfg: TrainConfig, options: Any, layout: ParallelLayout) -> None:
-    problems = refuse_preference(cfg, layout, "KTO", pipeline=True)
+    problems = refuse_preference(cfg, layout, "KTO", pipeline=True, experts=True)
     if cfg.tuner == "lora" and options.ref_model:
         problems.append("--ref-model: with --tuner lora the reference is --model before the adapter learns; drop "
                         "--ref-model, or train with --tuner full")  # fmt: skip
@@ -141,6 +169,7 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     )
     from swiftcore_train import generation_defaults, start_run
 
+    from swiftcore_train_megatron.engine import router_aux_loss_coef
     from swiftcore_train_megatron.recipe import (
         _add_lora,
         _bridge,
@@ -164,13 +193,13 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         train_examples, val_examples = split_pairs(examples, cfg.split_ratio, cfg.seed)
     random.Random(cfg.seed).shuffle(train_examples)  # the kto recipe's order: shuffled once, then read in order
     bridge_spec, bridge = _bridge(cfg, prepared.spec, plugins)
-    refuse_model(bridge, bridge_spec, "kto")
+    refuse_model(bridge, bridge_spec, "kto", layout)
     world = world_size()
     layout.check(bridge, bridge_spec, world)
     if options.ref_model:
         check_ref_tokenizer(options.ref_model, prepared.tokenizer)
         ref_bridge_spec, ref_bridge = _bridge(cfg, prepared.spec, plugins, model_dir=options.ref_model)
-        refuse_model(ref_bridge, ref_bridge_spec, "kto")
+        refuse_model(ref_bridge, ref_bridge_spec, "kto", layout)
         layout.check(ref_bridge, ref_bridge_spec, world)
     train = encode_kto_examples(train_examples, prepared.template, prepared.tokenizer, cfg)
     val = encode_kto_examples(val_examples, prepared.template, prepared.tokenizer, cfg) if val_examples else []
@@ -184,15 +213,18 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         plan_output_dir(
             output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
         )
-    log.info("kto: model %s, bridge %s, tp %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp, world)
+    log.info("kto: model %s, bridge %s, tp %d ep %d over %d rank(s)", prepared.spec.name, bridge_spec.name, layout.tp,
+             layout.ep, world)  # fmt: skip
+    aux_coef = router_aux_loss_coef(cfg.model) if bridge.num_experts() > 0 else 0.0
 
     # Every check passed: only now the process group and the model.
     from swiftcore_megatron import init_model_parallel
 
-    from swiftcore_train_megatron.engine import load_sharded_model
+    from swiftcore_train_megatron.engine import RouterAuxLoss, load_sharded_model
 
     init_model_parallel(layout.tp, layout.ep, pp=layout.pp, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    aux = RouterAuxLoss(model, aux_coef) if aux_coef else None
     lora = _add_lora(cfg, prepared.spec, bridge, model) if cfg.tuner == "lora" else None
     pad_id = prepared.tokenizer.pad_token_id
     pad_id = pad_id if pad_id is not None else (prepared.tokenizer.eos_token_id or 0)
@@ -236,6 +268,7 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         options=options,
         ref_train=ref_train,
         ref_val=ref_val,
+        aux=aux,
     )
     if resume is not None:  # after the reference log-probs: they are the initial weights', not the checkpoint's
         loop.resume(resume)
@@ -243,18 +276,19 @@ def run_megatron_kto(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
 
 
 def row_logps(
-    model: Any, rows: list[tuple[list[int], list[int]]], pad_token_id: int, length: int | None = None
+    model: Any, rows: list[tuple[list[int], list[int]]], pad_token_id: int, length: int | None = None, n: int = 0
 ) -> tuple:
     """``(logps, completion_mask)`` of ``(prompt_ids, reply_ids)`` rows under the megatron model, as TRL lays them
     out: ``logps`` ``[B, T-1]``, at position ``t`` the log-prob of token ``t+1`` where it is a reply token, else 0
     (minus megatron's per-token loss, computed over the tensor-parallel vocabulary shards); ``completion_mask``
-    ``[B, T]``, 1 on reply tokens."""
+    ``[B, T]``, 1 on reply tokens. ``n``: run at least that many rows (padding after them, left out of the result:
+    expert-parallel ranks run batches of one shape)."""
     from swiftcore_megatron import eager_on_cpu
 
-    inputs = _inputs(rows, pad_token_id, length)
+    inputs = _inputs(rows, pad_token_id, length, n)
     with eager_on_cpu():
         per_token = model(**inputs.forward_kwargs())
-    return _logps(per_token, inputs, slice(None))
+    return _logps(per_token, inputs, slice(0, len(rows)))
 
 
 def _inputs(rows: list[tuple[list[int], list[int]]], pad_token_id: int, length: int | None = None, n: int = 0) -> Any:
@@ -325,26 +359,58 @@ class KTOLoop(TrainLoop):
         options: the ``kto`` recipe's ``KTOOptions``.
         ref_train: the reference's ``(reply, kl reply)`` log-probs of each training row.
         ref_val: the same for the validation rows.
+        aux: a MoE model's router load-balancing loss (:class:`~swiftcore_train_megatron.engine.RouterAuxLoss`),
+            None where TRL adds none.
     """
 
-    def __init__(self, *, options: Any, ref_train: list, ref_val: list, **loop: Any) -> None:
+    def __init__(self, *, options: Any, ref_train: list, ref_val: list, aux: Any = None, **loop: Any) -> None:
         super().__init__(**loop)
         self.options = options
         self.ref_train = ref_train
         self.ref_val = ref_val
+        self.aux = aux
         self._window: dict[str, list[float]] = {}  # each micro-batch's metrics since the last logged step
 
-    def _rows_loss(self, samples: list[dict], refs: list[tuple], *, training: bool, group: Any = None) -> tuple:
-        """``(loss, metrics)`` of one batch of rows: TRL's KTO loss on the megatron log-probs."""
+    def _rows_loss(
+        self, samples: list[dict], refs: list[tuple], *, training: bool, group: Any = None, shared: list | None = None
+    ) -> tuple:
+        """``(loss, metrics)`` of one batch of rows: TRL's KTO loss on the megatron log-probs, plus, on a MoE model,
+        TRL's ``router_aux_loss_coef * aux_loss`` of the rows' forward pass (not the KL rows', as TRL's). ``shared``:
+        the batches of every data-parallel rank that run together (expert parallelism gathers their tokens), whose
+        longest rows set the shape of this one's forward passes."""
+        import contextlib
+
         import torch
 
-        longest = max(len(s["prompt_ids"]) + len(s["completion_ids"]) for s in samples)
-        logps, completion = row_logps(self.model, _rows(samples), self.pad_token_id, self._padded(longest))
+        from swiftcore_train_megatron.engine import real_tokens
+
+        shared = shared or [samples]
+        n = max(len(b) for b in shared)
+        longest = max(len(s["prompt_ids"]) + len(s["completion_ids"]) for b in shared for s in b)
+        rows = _rows(samples)
+        recording = self.aux.recording() if self.aux is not None else contextlib.nullcontext()
+        with recording as recorded:
+            logps, completion = row_logps(self.model, rows, self.pad_token_id, self._padded(longest), n)
+        metrics_extra, aux_loss = {}, None
+        if self.aux is not None:
+            length = max(self._padded(longest), max(len(p) + len(r) for p, r in rows))
+            real = real_tokens([len(p) + len(r) for p, r in rows], n, length, logps.device)
+            aux_loss = self.aux.loss(recorded, real)
+            value = aux_loss.detach().clone()
+            if group is not None and torch.distributed.get_world_size(group) > 1:  # TRL logs the ranks' mean
+                torch.distributed.all_reduce(value, group=group)  # a sum: gloo has no AVG
+                value /= torch.distributed.get_world_size(group)
+            metrics_extra = {"aux_loss": float(value)}
         kl = None
         if "kl_ids" in samples[0]:
+            kl_longest = max(len(s["prompt_ids"]) + len(s["kl_ids"]) for b in shared for s in b)
             with torch.no_grad():  # TRL: the policy's KL-row log-probs carry no gradient
-                kl = row_logps(self.model, _kl_rows(samples), self.pad_token_id)[0].sum(dim=1)
-        return self._kto_loss(samples, logps, completion, kl, refs, training=training, group=group)
+                kl = row_logps(self.model, _kl_rows(samples), self.pad_token_id, self._padded(kl_longest), n)[0]
+                kl = kl.sum(dim=1)
+        loss, metrics = self._kto_loss(samples, logps, completion, kl, refs, training=training, group=group)
+        if aux_loss is not None:
+            loss = loss + self.aux.coef * aux_loss
+        return loss, {**metrics, **metrics_extra}
 
     def _kto_loss(
         self, samples: list[dict], logps: Any, completion: Any, kl: Any, refs: list, *, training: bool, group: Any
@@ -404,12 +470,14 @@ class KTOLoop(TrainLoop):
                                           group=dp_group)  # fmt: skip
         else:
             every = []  # each micro-batch's (loss, metrics)
-            for batch in mine:
+            for k, batch in enumerate(mine):
+                shared = [[self.train_samples[i] for i in b[k]] for b in per_rank] if self.layout.ep > 1 else None
                 loss, metrics = self._rows_loss(
                     [self.train_samples[i] for i in batch],
                     [self.ref_train[i] for i in batch],
                     training=True,
                     group=dp_group,
+                    shared=shared,
                 )
                 (loss / n_micro).backward()
                 every.append((float(loss.detach()), metrics))
