@@ -141,3 +141,27 @@ def test_chunked_rloo_equals_the_plain_head(tiny_dir, plugins, tmp_path, trainer
     largest = max(g.abs().max().item() for g in plain["grads"].values())
     print(f"rloo: largest gradient {largest:.3f}, worst diff {worst:.2e}")
     assert largest > 1e-3 and worst < 2e-6 * max(1.0, largest), (worst, largest)
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "rloo"])
+def test_a_moe_model_whose_load_balancing_loss_trl_adds_keeps_trls_head(
+    recipe, tiny_model_dir, plugins, tmp_path, trainer_factory, caplog
+) -> None:
+    """OLMoE's config has ``output_router_logits`` false and a coefficient: TRL still adds the load-balancing loss
+    (its rule: the attribute, whatever its value) from the forward's ``aux_loss``, which the chunked head does not
+    compute; it took over, and every run's first step failed (``torch.stack`` of None). The recipe keeps TRL's head,
+    and the aux loss comes back with the log-probs."""
+    import torch
+    from swiftcore_recipe_rl.trainer import chunk_lm_heads
+
+    trainer = trainer_factory(recipe, tiny_model_dir("olmoe"), plugins, tmp_path / recipe)
+    assert trainer.aux_loss_enabled
+    with caplog.at_level(logging.INFO, logger="swiftcore.train"):
+        chunk_lm_heads(trainer, None)
+    assert "TRL adds this MoE model's load-balancing loss" in caplog.text
+    assert trainer.loss_chunk_size == 0  # CHORD's and a teacher's scores take full logits too
+    ids = torch.randint(0, 100, (2, 6), generator=torch.Generator().manual_seed(0))
+    *_, aux = trainer._get_per_token_logps_and_entropies(
+        trainer.model, ids, torch.ones_like(ids), 3, compute_aux_loss=True
+    )
+    assert aux is not None and float(aux) > 0

@@ -228,14 +228,10 @@ def chunk_trainer_heads(trainer: Any, chunk_size: int | None, policy_outputs: tu
     whatever forward it finds). None: the default chunk size; 0, ``--fsdp``, ``--deepspeed`` or a MoE model whose
     load-balancing loss TRL adds: TRL's head.
     """
-    from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, use_chunked_lm_head
+    from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, trainer_head_reason, use_chunked_lm_head
 
     size = DEFAULT_LOSS_CHUNK_SIZE if chunk_size is None else chunk_size
-    reason = "with --fsdp / --deepspeed" if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled else None
-    if reason is None and getattr(trainer, "aux_loss_enabled", False):
-        # TRL adds the MoE load-balancing loss from the forward's aux_loss (its rule: a config with
-        # output_router_logits, whatever its value, and a coefficient), which the chunked head does not compute.
-        reason = "TRL adds this MoE model's load-balancing loss (aux_loss)"
+    reason = trainer_head_reason(trainer)
     policy = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
     use_chunked_lm_head(policy, size, outputs=policy_outputs, reason=reason)
     if getattr(trainer, "ref_model", None) is not None:

@@ -8,7 +8,13 @@ A row is a prompt and whatever columns its rewards read::
 
 ``prompt`` (a string: one user turn; or a list of messages) or ``messages`` (a trailing assistant turn, the
 reference reply of an SFT row, is dropped: the policy writes its own). ``tools``, ``chat_template_kwargs`` and
-``system`` travel with the prompt as in SFT rows. Every other column is passed to the reward functions.
+``system`` travel with the prompt as in SFT rows, and so do the media columns ``images`` / ``audios`` / ``videos``
+(the items of ``<image>`` tags and value-less ``{"type": "image"}`` parts). Every other column is passed to the
+reward functions.
+
+A prompt may carry images (``{"type": "image", "image": PATH}`` parts, as swiftcore datasets write them): the
+``grpo`` recipe encodes them as ``swiftcore infer`` does and the policy sees their pixels in generation and in the
+loss (:func:`refuse_media_prompts` names the combinations that cannot, before any model loads).
 """
 
 from __future__ import annotations
@@ -16,10 +22,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RESERVED_COLUMNS", "PromptRow", "load_prompt_rows", "refuse_tool_prompts"]
+__all__ = [
+    "RESERVED_COLUMNS",
+    "PromptRow",
+    "load_prompt_rows",
+    "media_parts",
+    "refuse_media_prompts",
+    "refuse_tool_prompts",
+]
 
+#: The columns whose items a record's media tags and value-less media parts take, in order (SFT rows' names).
+_MEDIA_COLUMNS = ("images", "audios", "videos")
 #: Columns that shape the prompt itself; the rest are the rewards'.
-_PROMPT_KEYS = ("prompt", "messages", "tools", "chat_template_kwargs", "system")
+_PROMPT_KEYS = ("prompt", "messages", "tools", "chat_template_kwargs", "system", *_MEDIA_COLUMNS)
 #: Keywords every reward function gets from the recipe: a dataset column may not take one of these names.
 RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "options", "completion", "records")
 
@@ -82,7 +97,7 @@ def load_prompt_rows(sources: tuple[str, ...] | list[str], *, skip_bad_rows: boo
                     raise row
                 if not isinstance(row, dict):
                     raise DataError(where, None, f"expected a JSON object, got {type(row).__name__}")
-                extras = {k: row[k] for k in ("tools", "chat_template_kwargs") if k in row}
+                extras = {k: row[k] for k in ("tools", "chat_template_kwargs", *_MEDIA_COLUMNS) if k in row}
                 record = normalize_record({"messages": _messages(row, where), **extras}, where, require_assistant=False)
             except DataError:
                 if not skip_bad_rows:
@@ -134,3 +149,82 @@ def refuse_tool_prompts(rows: list[PromptRow], template: str, plugins: Any = Non
     spec = (plugins or load_plugins()).registry.get("template", template)
     if spec.official and "tools" not in spec.supports:  # OLMoE, Qwen3-ASR: no tool format
         refuse_tool_rows([{**r.record, "_source": r.where} for r in rows], spec.name)
+
+
+def media_parts(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(where, media type)`` of each media item a prompt record carries: its media content parts (``image``,
+    ``audio``, ``video``, an ``image_url`` ...), its ``<image>`` / ``<audio>`` / ``<video>`` tags (with a media
+    column) and the items of its media columns; empty for a text prompt."""
+    from swiftcore.api.template import media_tags_to_parts, media_type
+
+    found = []
+    # tags are media only with a media column to take their items from (else a prompt may quote "<image>" as text)
+    tagged = media_tags_to_parts(record) if any(record.get(c) for c in _MEDIA_COLUMNS) else record
+    for i, message in enumerate(tagged.get("messages") or []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            kind = media_type(part) if isinstance(part, dict) and part.get("type") != "text" else None
+            if kind is not None:
+                found.append((f"messages[{i}].content[{j}]", kind))
+    for column in _MEDIA_COLUMNS:
+        items = record.get(column)
+        if isinstance(items, list) and items:
+            found.append((f"{column} ({len(items)} item(s))", column[:-1]))
+    return found
+
+
+def refuse_media_prompts(rows: list[PromptRow], recipe: str, options: Any, spec: Any) -> bool:
+    """Whether the run's prompts carry media; refuse those it cannot train on, before any model loads.
+
+    Prompts with images train with the ``grpo`` recipe and TRL's own generation (``--rollout-engine trainer``, the
+    default) on a model whose spec takes images: the rollout engines, a rollout server, Ray, multi-turn environments
+    and the refill of ``--dapo-max-resample`` would drop or cannot regroup the pixels, so they are refused, naming
+    the option and the first such row; so are audio and video, which no recipe here feeds yet.
+
+    Raises:
+        SwiftcoreError: the first unsupported combination (the row's ``file:line``, the option, what to do).
+    """
+    from swiftcore.api import SwiftcoreError
+
+    media = [(row, found) for row in rows if (found := media_parts(row.record))]
+    if not media:
+        return False
+    row, found = media[0]
+    first = f"{row.where}: {found[0][0]} is {'an' if found[0][1] == 'image' else 'a'} {found[0][1]}"
+    count = f"{len(media)} prompt(s) carry media"
+    kinds = sorted({kind for _, parts in media for _, kind in parts})
+    if kinds != ["image"]:
+        other = next((r, f) for r, parts in media for f in parts if f[1] != "image")
+        raise SwiftcoreError(
+            f"{other[0].where}: {other[1][0]} is {other[1][1]}: the {recipe} recipe trains on image prompts only so "
+            "far (audio and video are not fed to the policy); drop those rows or their media"
+        )
+    takes = tuple(getattr(spec, "modalities", ()) or ())
+    if "image" not in takes:
+        raise SwiftcoreError(
+            f"{first}, but model {spec.name!r} ({spec.provider}) takes no images (its modalities: "
+            f"{', '.join(takes) or 'text'}); use a vision model (e.g. qwen3_5) or drop the images from --dataset"
+        )
+    what = f"{first} ({count})"
+    refusals = [
+        (recipe != "grpo", f"--recipe {recipe}", "train image prompts with --recipe grpo"),
+        (
+            getattr(options, "rollout_engine", "trainer") != "trainer",
+            f"--rollout-engine {getattr(options, 'rollout_engine', '')}",
+            "use --rollout-engine trainer (the default: TRL's generation on the policy, which sees the pixels)",
+        ),
+        (bool(getattr(options, "rollout_server", "")), "--rollout-server", "drop --rollout-server"),
+        (bool(getattr(options, "ray", False)), "--ray", "drop --ray (train in one process)"),
+        (bool(getattr(options, "environment", "")), "--environment", "drop --environment (single-turn rollouts)"),
+        (
+            bool(getattr(options, "dapo_max_resample", 0)),
+            f"--dapo-max-resample {getattr(options, 'dapo_max_resample', 0)}",
+            "use --dapo-max-resample 0 (the filter form of --dynamic-sampling takes images)",
+        ),
+    ]
+    for refused, option, fix in refusals:
+        if refused:
+            raise SwiftcoreError(
+                f"{what}: {option} does not take image prompts yet (the pixels would not reach the policy); {fix}"
+            )
+    return True

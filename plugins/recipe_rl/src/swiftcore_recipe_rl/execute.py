@@ -27,7 +27,7 @@ from swiftcore_recipe_rl.options import (
     RolloutOptions,
     SamplingOptions,
 )
-from swiftcore_recipe_rl.plan import RunPlan, connect_server
+from swiftcore_recipe_rl.plan import RunPlan, connect_server, media_preparer
 
 if TYPE_CHECKING:
     from swiftcore.api import PluginSet
@@ -47,7 +47,18 @@ def load_codec(plan: RunPlan, plugins: PluginSet) -> Any:
     from swiftcore_recipe_rl.rollout import PromptCodec
 
     name = plan.cfg.template or plan.spec.default_template
-    return PromptCodec(get_template(name, plugins), load_tokenizer(plan.cfg.model))
+    tokenizer = load_tokenizer(plan.cfg.model)
+    media = media_preparer(plan.spec, plan.cfg.model, tokenizer) if plan.prompts.media else None
+    return PromptCodec(get_template(name, plugins), tokenizer, media=media)
+
+
+def _generation_defaults(cfg: Any, template: Any) -> dict[str, Any]:
+    """What inference on the run's checkpoints defaults to (``swiftcore_args.json``, as SFT records it): the thinking
+    mode ``--enable-thinking`` / ``--disable-thinking`` gave the rollouts, for a template with a thinking switch;
+    nothing otherwise (the rollouts were prompted in the template's own default, which inference keeps)."""
+    if cfg.enable_thinking is None or not template.thinking_switch:
+        return {}
+    return {"chat_template_kwargs": {"enable_thinking": bool(cfg.enable_thinking)}}
 
 
 def execute(
@@ -98,10 +109,15 @@ def execute(
         resumed_step=plan.resumed_step,
         template=plan.template,
         rewards=[{"name": r.name, "provider": str(r.spec.provider), "options": r.options} for r in rewards],
+        generation_defaults=_generation_defaults(cfg, codec.template),
         **dict(record or {}),
         **{recipe: asdict(options)},
     )
     trainer.checkpoint_extras = {"swiftcore_args.json": json.dumps(args_record, indent=2)}
+    if plan.prompts.media:  # as SFT's: a checkpoint trained on images needs its processor files to be served with them
+        from swiftcore_media import processor_files
+
+        trainer.checkpoint_extras.update(processor_files(cfg.model))
     return train_and_report(
         trainer, cfg, plan.output_dir, train_samples=len(plan.prompts.dataset), evaluate=False, resume=plan.resume
     )
@@ -160,6 +176,8 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
         callbacks=[JsonlLogCallback(plan.output_dir / "logs.jsonl")],
     )
     trainer.prompt_ids = plan.prompts.ids
+    if plan.prompts.media:  # image prompts: their ids, pixels and reward records by row (trainer.py's ImagePrompts)
+        trainer.attach_media(plan.prompts.media, codec.media)
     if plan.environment is not None:  # TRL's hook for custom rollouts: one episode per prompt
         trainer.rollout_func = plan.environment.episodes(codec, plan.prompts.environment_rows)
     if isinstance(options, ReinforcePPOptions):

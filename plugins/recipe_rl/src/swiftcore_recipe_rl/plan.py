@@ -5,8 +5,8 @@ whose trainer actor receives the plan and runs the same executor), so nothing is
 
 What the plan step checks, in order: the common options and those the recipe refuses, the model (its spec and
 requirements), the rewards and their options (and the ``gkd`` / ``opd`` teacher), every prompt row and the columns the
-rewards read, that the recipe trains the model's task, the template against the tokenizer, the teacher's tokenizer
-vocabulary against the student's, a ``--rollout-server`` (it
+rewards read, prompts with images (the options that cannot take them), that the recipe trains the model's task, the
+template against the tokenizer, the teacher's tokenizer vocabulary against the student's, a ``--rollout-server`` (it
 answers and serves this checkpoint and template), the ``--environment`` and its options, every prompt's length, and
 the checkpoint ``--resume-from-checkpoint`` names; then ``--chord-dataset``'s expert rows are encoded.
 
@@ -34,6 +34,7 @@ __all__ = [
     "RunPlan",
     "check_teacher_vocabulary",
     "connect_server",
+    "media_preparer",
     "plan_environment",
     "plan_run",
 ]
@@ -144,7 +145,7 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
     from swiftcore_train import check_recipe_fits_model, load_rewards, load_template, parse_reward_options
 
     from swiftcore.api.models import check_requirements, resolve_model_spec
-    from swiftcore_recipe_rl.data import load_prompt_rows
+    from swiftcore_recipe_rl.data import load_prompt_rows, refuse_media_prompts
     from swiftcore_recipe_rl.rollout import PromptCodec
 
     if cfg.recipe == "sft":  # called from Python with the default: the manifest must still name the recipe
@@ -175,9 +176,10 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
         check_context_column(rows, options, f"--dataset {', '.join(cfg.dataset)}")
     for reward in rewards:
         reward.check_columns(rows[0].columns, where=f"--dataset {', '.join(cfg.dataset)}")
+    images = refuse_media_prompts(rows, recipe, options, spec)  # before any model loads
     check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
-    codec = PromptCodec(template, tokenizer)
+    codec = PromptCodec(template, tokenizer, media=media_preparer(spec, cfg.model, tokenizer) if images else None)
     if teacher is not None:
         check_teacher_vocabulary(options.teacher_model, tokenizer, recipe)
     server = connect_server(options, cfg, template_spec.name)
@@ -196,6 +198,15 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
         rewards=rewards, prompts=prompts, environment=environment, resume=resume, resumed_step=_step_of(resume),
         chord_samples=chord_samples, local=LocalParts(codec=codec, rollout_server=server),
     )  # fmt: skip
+
+
+def media_preparer(spec: Any, model_dir: str, tokenizer: Any) -> Any:
+    """The policy's media preparer, built as ``swiftcore infer`` and the SFT data path build it
+    (``swiftcore_media.prepare_media``); None for a checkpoint without processor files (the codec then refuses an
+    image prompt, naming its row)."""
+    from swiftcore_media import prepare_media
+
+    return prepare_media(spec, model_dir, tokenizer)
 
 
 def check_teacher_vocabulary(teacher_dir: str, tokenizer: Any, recipe: str) -> None:

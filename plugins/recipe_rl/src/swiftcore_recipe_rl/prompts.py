@@ -10,7 +10,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EncodedPrompts", "encode_prompts", "reward_record"]
+__all__ = ["MEDIA_COLUMN", "EncodedPrompts", "encode_prompts", "reward_record"]
+
+#: The dataset column that, in a run whose prompts carry images, gives each row its entry of
+#: :attr:`EncodedPrompts.media`: two rows that differ only in their image have the same prompt text, so the text
+#: cannot key their pixels. The trainer takes it out of the batch before the rewards see it.
+MEDIA_COLUMN = "_swiftcore_prompt"
 
 log = logging.getLogger("swiftcore.rl")
 
@@ -27,6 +32,10 @@ class EncodedPrompts:
         reward_records: prompt text -> the record the rewards get (:func:`reward_record`).
         environment_rows: with ``--environment``, prompt text -> the row its environment's ``reset`` got (the
             episode loop resets each episode's environment on it); empty without.
+        media: with image prompts, one entry per dataset row (its :data:`MEDIA_COLUMN`): ``ids`` (the template
+            ids, each image's placeholder expanded), ``media`` (the lazily expanded media:
+            :meth:`~swiftcore_recipe_rl.rollout.PromptCodec.encode_prompt`; None for a text row) and ``record``
+            (the record its rewards get); empty for a text-only run.
     """
 
     dataset: list[dict[str, Any]] = field(default_factory=list)
@@ -34,6 +43,7 @@ class EncodedPrompts:
     records: dict[str, dict] = field(default_factory=dict)
     reward_records: dict[str, dict] = field(default_factory=dict)
     environment_rows: dict[str, dict] = field(default_factory=dict)
+    media: list[dict[str, Any]] = field(default_factory=list)
 
 
 def reward_record(record: dict, own: Any, cfg: Any) -> dict:
@@ -72,6 +82,7 @@ def encode_prompts(rows: list, codec: Any, cfg: Any, options: Any, episodes: Any
     room = cfg.max_length - options.max_completion_length
     out = EncodedPrompts()
     dropped = 0
+    entries: list[dict[str, Any]] = []
     for row in rows:
         record = source = row.record
         if cfg.enable_thinking is not None:  # --enable-thinking/--disable-thinking: the default, a row's own wins
@@ -80,7 +91,7 @@ def encode_prompts(rows: list, codec: Any, cfg: Any, options: Any, episodes: Any
             record = source = {**record, "chat_template_kwargs": kwargs}
         if episodes is not None:  # the prompt is the environment's (its tools shown), checked here like any other
             _, record = episodes.reset({**source, **row.columns})
-        text, ids = codec.encode(record)
+        text, ids, media = codec.encode_prompt(record)  # images: their placeholders expanded, as infer has them
         if len(ids) > room:
             if cfg.truncation == "drop":
                 dropped += 1
@@ -90,12 +101,19 @@ def encode_prompts(rows: list, codec: Any, cfg: Any, options: Any, episodes: Any
                 f"{options.max_completion_length} that exceeds --max-length {cfg.max_length}: raise --max-length, "
                 "shorten the prompt, or pass --truncation drop"
             )
+        rewarded = reward_record(record, row.record.get("chat_template_kwargs"), cfg)
         out.ids[text] = ids
         out.records[text] = record
-        out.reward_records[text] = reward_record(record, row.record.get("chat_template_kwargs"), cfg)
+        out.reward_records[text] = rewarded
         if episodes is not None:
             out.environment_rows[text] = source
         out.dataset.append({"prompt": text, **row.columns})
+        entries.append({"ids": ids, "media": media, "record": rewarded})
+    if any(entry["media"] is not None for entry in entries):  # rows whose text may repeat: each keyed by its row
+        out.media = entries
+        for index, row_out in enumerate(out.dataset):
+            row_out[MEDIA_COLUMN] = index
+        log.info("%d of %d prompts carry images", sum(e["media"] is not None for e in entries), len(entries))
     if dropped:
         log.warning("dropped %d prompt(s) longer than --max-length minus --max-completion-length", dropped)
     if not out.dataset:

@@ -44,10 +44,13 @@ class PromptCodec:
     Attributes:
         template: the family's swiftcore template.
         tokenizer: the model's tokenizer.
+        media: the model's media preparer (swiftcore-media's ``MediaPreparer``, as ``swiftcore infer`` and the SFT
+            data path build it); None for a text-only model or a run without media prompts.
     """
 
     template: Any
     tokenizer: Any
+    media: Any = None
 
     def __post_init__(self) -> None:
         markers = (*self.template.reasoning_markers, *getattr(self.template, "response_markers", ()))
@@ -59,13 +62,54 @@ class PromptCodec:
         self._hidden = frozenset(special - keep)
 
     def encode(self, record: dict[str, Any]) -> tuple[str, list[int]]:
-        """``(text, ids)`` of a prompt record with the generation prompt appended, as inference encodes it (the
-        same :class:`~swiftcore.api.template.SampleEncoder`)."""
+        """``(text, ids)`` of a text prompt record with the generation prompt appended, as inference encodes it (the
+        same :class:`~swiftcore.api.template.SampleEncoder`).
+
+        Raises:
+            SwiftcoreError: the record carries media (ids alone would drop them: :meth:`encode_prompt` keeps them).
+        """
+        text, ids, media = self.encode_prompt(record)
+        if media is not None:
+            from swiftcore.api import SwiftcoreError
+
+            raise SwiftcoreError(
+                f"{record.get('_source', 'a prompt')}: it carries images, which this step cannot pass to the model "
+                "as token ids alone; drop the images from the row"
+            )
+        return text, ids
+
+    def encode_prompt(self, record: dict[str, Any]) -> tuple[str, list[int], dict[str, Any] | None]:
+        """``(text, ids, media)`` of a prompt record with the generation prompt appended, exactly as ``swiftcore
+        infer`` encodes it (:meth:`SampleEncoder.prompt <swiftcore.api.template.SampleEncoder.prompt>` with the
+        model's media preparer): for a prompt with images the ids have each image's placeholder expanded to its
+        tokens, and ``media`` holds what the preparer needs for the pixel tensors (``media_items``, kept lazily
+        as the SFT data path keeps them, and ``mm_token_type_ids`` where the processor makes them); None for a text
+        prompt.
+
+        Raises:
+            SwiftcoreError: the record carries media and this codec has no media preparer (a text-only model:
+                the template would render a placeholder with no pixels behind it); TemplateError / MediaError
+                from the encoder, naming the record.
+        """
         from swiftcore.api.template import SampleEncoder
 
-        prompt, _ = SampleEncoder(self.template, self.tokenizer).prompt(record)
+        if self.media is None:
+            from swiftcore_recipe_rl.data import media_parts
+
+            found = media_parts(record) if isinstance(record, dict) else []
+            if found:
+                from swiftcore.api import SwiftcoreError
+
+                raise SwiftcoreError(
+                    f"{record.get('_source', 'a prompt')}: {found[0][0]} is {found[0][1]} media, but the model is "
+                    "encoded without a media processor (a text-only model or checkpoint), so the policy would see a "
+                    "placeholder without the pixels; use a vision model with its processor files, or drop the media"
+                )
+        prompt, media = SampleEncoder(self.template, self.tokenizer, media=self.media).prompt(record, lazy=True)
         ids = [int(t) for t in prompt]
-        return self.tokenizer.decode(ids, skip_special_tokens=False), ids
+        if media is not None:
+            media.pop("placeholder_ids", None)  # the lazy (vLLM) path's extra: not needed here
+        return self.tokenizer.decode(ids, skip_special_tokens=False), ids, media
 
     def decode(self, ids: Sequence[int]) -> str:
         """A completion's text: special tokens a reply never shows dropped, cut at the first stop word."""

@@ -59,6 +59,140 @@ def _template_prompts() -> type:
 
 
 @cache
+def _image_prompts() -> type:
+    """The mixin that gives TRL's generation and loss the pixels of prompts with images (see :class:`ImagePrompts`)."""
+    import torch
+
+    from swiftcore_recipe_rl.prompts import MEDIA_COLUMN
+
+    class ImagePrompts:
+        """A TRL GRPO trainer whose prompts may carry images, encoded once by the plan as ``swiftcore infer`` encodes
+        them (:meth:`~swiftcore_recipe_rl.rollout.PromptCodec.encode_prompt`: the template, each image's
+        placeholder expanded by the model's media preparer).
+
+        Why these hooks: TRL 1.16's GRPOTrainer has its VLM path, but it renders the prompts with the tokenizer's
+        chat template and runs the processor on that text again (an encoding that is not the one served). Here
+        ``_tokenize_prompts`` returns the plan's ids and, as TRL's own ``multimodal_fields``, the pixel tensors the
+        preparer makes (its ``collate``, the SFT collator's concatenation), so TRL's ``generate`` call sees them;
+        the round's tensors are then added to the rollout batch under TRL's names (``pixel_values``,
+        ``image_grid_thw``, ``num_images``, ``mm_token_type_ids`` over prompt and completion), which TRL's loss,
+        its per-sample slicing in ``_get_per_token_logps_and_entropies`` and its batch splitting
+        (``split_pixel_values_by_grid``) read. The old-policy and reference log-probs TRL computes while scoring a
+        round get the same tensors (:meth:`_get_per_token_logps_and_entropies`).
+
+        Two rows that differ only in their image have the same prompt text, so each row is found by its
+        :data:`~swiftcore_recipe_rl.prompts.MEDIA_COLUMN` (taken out of the batch before the rewards see it; they
+        get the row's own record as ``records``). Set by the recipe with :meth:`attach_media`.
+        """
+
+        prompt_media: list[dict[str, Any]] = []
+        media: Any = None
+        _round_rows: list[int] | None = None
+        _round_media: dict[str, Any] | None = None
+
+        def attach_media(self, prompt_media: list[dict[str, Any]], media: Any) -> None:
+            """Train on image prompts: ``prompt_media`` (the plan's
+            :attr:`~swiftcore_recipe_rl.prompts.EncodedPrompts.media`) and ``media`` (the media preparer).
+
+            Generation never samples the model's image or video placeholder tokens: a sampled one would have no
+            pixels behind it, and the forward of the loss would fail on the count (TRL suppresses the image token
+            the same way when its processing class is a processor; here it is the tokenizer)."""
+            self.prompt_media, self.media = prompt_media, media
+            config = self.accelerator.unwrap_model(self.model).config
+            placeholders = [getattr(config, name, None) for name in ("image_token_id", "video_token_id")]
+            placeholders = [int(t) for t in placeholders if t is not None]
+            if not placeholders or not hasattr(self, "generation_kwargs"):  # TRL's vLLM path has no such kwargs
+                return
+            suppressed = sorted({*(self.generation_kwargs.get("suppress_tokens") or ()), *placeholders})
+            self.generation_kwargs["suppress_tokens"] = suppressed
+            self.generation_config.suppress_tokens = suppressed
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            if not inputs or MEDIA_COLUMN not in inputs[0]:
+                return super()._generate_and_score_completions(inputs)
+            rows = [int(x[MEDIA_COLUMN]) for x in inputs]
+            inputs = [
+                {**{k: v for k, v in x.items() if k != MEDIA_COLUMN}, "records": self.prompt_media[r]["record"]}
+                for x, r in zip(inputs, rows, strict=True)
+            ]
+            saved = self._round_rows, self._round_media  # a round generated inside another (a refill) restores it
+            self._round_rows, self._round_media = rows, None
+            try:
+                out = super()._generate_and_score_completions(inputs)
+                media = self._round_media
+            finally:
+                self._round_rows, self._round_media = saved
+            if media is not None:  # under TRL's names: its loss and its batch splitting read them
+                out.update(self._forward_media(media, out["prompt_ids"].size(1), out["completion_ids"].size(1)))
+            return out
+
+        def _tokenize_prompts(self, prompts: list) -> tuple[list[list[int]], None, dict]:
+            rows = self._round_rows
+            if rows is None or len(rows) != len(prompts):
+                return super()._tokenize_prompts(prompts)
+            entries = [self.prompt_media[r] for r in rows]
+            ids = [list(e["ids"]) for e in entries]
+            if all(e["media"] is None for e in entries):
+                return ids, None, {}
+            self._round_media = media = self._media_batch(rows)
+            fields = dict(media["tensors"])
+            if media["types"] is not None:  # per prompt token: TRL left-pads it as it pads the ids
+                fields["mm_token_type_ids"] = media["types"]
+            return ids, None, fields  # images None: TRL would otherwise run its own processor path again
+
+        def _media_batch(self, rows: list[int]) -> dict[str, Any]:
+            """The round's media: ``tensors`` (the preparer's, concatenated in row order as the SFT collator
+            concatenates them), ``num_images`` per row and ``types`` (each row's ``mm_token_type_ids``, or None when
+            the processor makes none)."""
+            cache: dict[int, dict[str, Any]] = {}
+            samples, num_images = [], []
+            for r in rows:
+                media = self.prompt_media[r]["media"]
+                items = media.get("media_items") if media else None
+                num_images.append(sum(1 for item in items or () if item[0] == "image"))
+                if not items:
+                    continue
+                if r not in cache:  # once per prompt: a group repeats it num_generations times
+                    cache[r] = self.media.media_tensors(items)
+                samples.append({"input_ids": self.prompt_media[r]["ids"], **cache[r]})
+            batch = self.media.collate(samples)
+            tensors = {k: v for k, v in batch.items() if k not in ("input_ids", "labels", "attention_mask",
+                                                                   "mm_token_type_ids")}  # fmt: skip
+            typed = any(self.prompt_media[r]["media"] and "mm_token_type_ids" in self.prompt_media[r]["media"]
+                        for r in rows)  # fmt: skip
+            types = None
+            if typed:
+                types = []
+                for r in rows:
+                    media = self.prompt_media[r]["media"] or {}
+                    types.append(list(media.get("mm_token_type_ids") or [0] * len(self.prompt_media[r]["ids"])))
+            return {"tensors": tensors, "num_images": num_images, "types": types}
+
+        def _forward_media(self, media: dict[str, Any], prompt_width: int, completion_width: int) -> dict[str, Any]:
+            """The model inputs of a round's media for sequences of ``prompt_width`` left-padded prompt tokens and
+            ``completion_width`` completion tokens (``mm_token_type_ids`` 0 on padding and completions)."""
+            device = self.accelerator.device
+            out: dict[str, Any] = {k: v.to(device) for k, v in media["tensors"].items()}
+            out["num_images"] = list(media["num_images"])
+            if media["types"] is not None:
+                rows = [[0] * (prompt_width - len(t)) + t + [0] * completion_width for t in media["types"]]
+                out["mm_token_type_ids"] = torch.tensor(rows, dtype=torch.long, device=device)
+            return out
+
+        def _get_per_token_logps_and_entropies(
+            self, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *args: Any, **kwargs: Any
+        ) -> Any:
+            media = self._round_media
+            if media is not None and kwargs.get("pixel_values") is None:  # TRL's old / reference log-probs of a round
+                kwargs.update(self._forward_media(media, input_ids.size(1) - logits_to_keep, logits_to_keep))
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+
+    return ImagePrompts
+
+
+@cache
 def _engine_rollouts() -> type:
     """The mixin that generates rollouts with a swiftcore engine (``--rollout-engine``, ``--rollout-server``)."""
     from swiftcore.api import SwiftcoreError
@@ -509,11 +643,11 @@ def grpo_trainer_class() -> type:
     from trl import GRPOTrainer
 
     class SwiftGRPOTrainer(
-        SwiftTrainer, _template_prompts(), _step_timing(), _engine_rollouts(), _environment_episodes(),
-        _loss_variants(), GRPOTrainer,
+        SwiftTrainer, _image_prompts(), _template_prompts(), _step_timing(), _engine_rollouts(),
+        _environment_episodes(), _loss_variants(), GRPOTrainer,
     ):  # fmt: skip
-        """GRPOTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally a rollout engine,
-        multi-turn episodes and the loss variants TRL lacks)."""
+        """GRPOTrainer on template-encoded prompts (with their images' pixels), with swiftcore's checkpoints (and
+        optionally a rollout engine, multi-turn episodes and the loss variants TRL lacks)."""
 
     return SwiftGRPOTrainer
 
@@ -869,15 +1003,12 @@ def chunk_lm_heads(trainer: Any, chunk_size: int | None) -> None:
     swiftcore-train's chunked lm_head (``chunk_size`` tokens' logits at a time, the SFT loss's chunking, at the
     trainer's temperature) in place of TRL's fused head; the same loss and gradients (``tests/test_chunked_logps.py``).
     CHORD's expert batch and an ``opd`` teacher's scores use the same chunk size (``trainer.loss_chunk_size``). None:
-    the default chunk size; 0, ``--fp32-lm-head``, ``--fsdp`` or ``--deepspeed``: TRL's head (and full logits)."""
-    from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, use_chunked_lm_head
+    the default chunk size; 0, ``--fp32-lm-head``, ``--fsdp``, ``--deepspeed``, or a MoE model whose load-balancing loss
+    TRL adds (:func:`~swiftcore_train.trainer_head_reason`): TRL's head (and full logits)."""
+    from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, trainer_head_reason, use_chunked_lm_head
 
     size = DEFAULT_LOSS_CHUNK_SIZE if chunk_size is None else chunk_size
-    reason = None
-    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
-        reason = "with --fsdp / --deepspeed"
-    elif getattr(trainer.args, "cast_lm_head_to_fp32", False):
-        reason = "with --fp32-lm-head"
+    reason = trainer_head_reason(trainer)
     temperature = trainer.temperature
     policy = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
     # grpo_trainer.py and rloo_trainer.py add the policy's head with the entropy (a metric; GRPO's high-entropy mask)

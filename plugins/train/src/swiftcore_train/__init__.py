@@ -57,6 +57,7 @@ __all__ = [
     "trainable_summary",
     "training_arguments",
     "trim_log",
+    "trainer_head_reason",
     "use_chunked_lm_head",
 ]
 
@@ -72,6 +73,7 @@ _WHERE = {
     "DEFAULT_LOSS_CHUNK_SIZE": "loss",
     "chunked_token_logps": "loss",
     "label_logps": "loss",
+    "trainer_head_reason": "loss",
     "use_chunked_lm_head": "loss",
     "MANIFEST": "output_dir",
     "OUTPUT_PATTERNS": "output_dir",

@@ -39,6 +39,7 @@ __all__ = [
     "label_logps",
     "sft_loss",
     "token_weighted_loss",
+    "trainer_head_reason",
     "use_chunked_lm_head",
 ]
 
@@ -467,6 +468,21 @@ def _head_reason(model: Any, chunk_size: int) -> str | None:
         return f"{type(text).__name__} scales its logits"
     if not hasattr(model, "base_model"):
         return f"{type(model).__name__} has no base_model"
+    return None
+
+
+def trainer_head_reason(trainer: Any) -> str | None:
+    """Why a TRL trainer keeps its models' fused LM head whatever the model (None: :func:`use_chunked_lm_head` may
+    take over, the model permitting): ``--fsdp`` / ``--deepspeed`` wrap the model the head would reach into;
+    ``--fp32-lm-head`` is TRL's own head; and a MoE load-balancing loss TRL adds from the forward's ``aux_loss``,
+    which the chunked head does not compute (TRL's rule, ``aux_loss_enabled``: a config with
+    ``output_router_logits``, whatever its value, and a coefficient)."""
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        return "with --fsdp / --deepspeed"
+    if getattr(trainer.args, "cast_lm_head_to_fp32", False):
+        return "with --fp32-lm-head"
+    if getattr(trainer, "aux_loss_enabled", False):
+        return "TRL adds this MoE model's load-balancing loss (aux_loss)"
     return None
 
 
