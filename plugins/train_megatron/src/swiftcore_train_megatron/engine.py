@@ -25,10 +25,16 @@ A model with multi-token-prediction layers (a bridge's model with megatron's MTP
 trains them as megatron does: the MTP loss is added to the gradients only (the reported loss is the main one), times
 ``mtp_loss_scaling_factor``, over the same label tokens shifted once more, and weighted by the same token count.
 
-The preference recipes on a MoE family add the router load-balancing loss TRL's ``DPOTrainer`` / ``KTOTrainer`` add
-on the transformers engine (:class:`RouterAuxLoss`: transformers' ``load_balancing_loss_func`` on the megatron
-routers' logits, times the checkpoint's ``router_aux_loss_coef``); megatron's own aux losses stay off (the bridges
-build the routers with ``moe_router_load_balancing_type="none"``).
+A MoE family's router load-balancing loss is added as the transformers engine adds it (:class:`RouterAuxLoss`:
+transformers' ``load_balancing_loss_func`` on the megatron routers' logits, times the checkpoint's
+``router_aux_loss_coef``, :func:`router_aux_loss_coef`): by DPO and KTO as TRL's ``DPOTrainer`` / ``KTOTrainer`` add
+it; by SFT when the config's ``output_router_logits`` is true, as the transformers models add it to their own loss:
+each micro-batch's ``coef * aux_loss`` (over its real tokens) added unscaled to the step's token-weighted loss, so the
+step's term is the sum over its micro-batches on every data-parallel rank, as transformers' Trainer sums it (the model
+loss of each micro-batch is not divided when the Trainer weights by ``num_items_in_batch``, and is multiplied by the
+number of ranks that DDP then averages over). ``reward`` models add none (TRL's ``RewardTrainer`` and transformers'
+sequence classifiers do not). megatron's own aux losses stay off (the bridges build the routers with
+``moe_router_load_balancing_type="none"``).
 """
 
 from __future__ import annotations
@@ -488,18 +494,25 @@ def clip_gradients(model: Any, max_norm: float, norm: float) -> None:
             param.grad.mul_(coefficient)
 
 
-def router_aux_loss_coef(model_dir: str | Path) -> float:
-    """The weight TRL 1.16's ``DPOTrainer`` / ``KTOTrainer`` give a model's router load-balancing loss, as the
-    transformers engine's ``dpo`` and ``kto`` recipes configure them (0.0: none).
+def router_aux_loss_coef(model_dir: str | Path, *, sft: bool = False) -> float:
+    """The weight the transformers engine gives a model's router load-balancing loss (0.0: none).
 
-    TRL adds ``router_aux_loss_coef * outputs.aux_loss`` whenever the (text) config has an ``output_router_logits``
-    attribute, whatever its value (it asks the forward for the router logits), with the config's own
-    ``router_aux_loss_coef`` (0.0 when it declares none); swiftcore-recipe-preference sets it to 0.0 for a MoE config
-    that names its expert count otherwise than ``num_experts``, which TRL's term cannot read.
+    By default TRL 1.16's ``DPOTrainer`` / ``KTOTrainer``'s, as the transformers engine's ``dpo`` and ``kto`` recipes
+    configure them: TRL adds ``router_aux_loss_coef * outputs.aux_loss`` whenever the (text) config has an
+    ``output_router_logits`` attribute, whatever its value (it asks the forward for the router logits), with the
+    config's own ``router_aux_loss_coef`` (0.0 when it declares none); swiftcore-recipe-preference sets it to 0.0 for
+    a MoE config that names its expert count otherwise than ``num_experts``, which TRL's term cannot read.
+
+    With ``sft``: SFT's, the rule of the transformers MoE models' own loss (``OlmoeForCausalLM`` and the others add
+    ``router_aux_loss_coef * aux_loss`` to their loss only when ``output_router_logits`` is true), which the
+    transformers engine's SFT loss keeps on its plain and chunked paths alike (``swiftcore_train.loss``).
     """
     from transformers import AutoConfig
 
     text = AutoConfig.from_pretrained(str(model_dir)).get_text_config()
+    if sft:
+        routed = bool(getattr(text, "output_router_logits", False))
+        return float(getattr(text, "router_aux_loss_coef", 0.0) or 0.0) if routed else 0.0
     if not hasattr(text, "output_router_logits") or not hasattr(text, "num_experts"):
         return 0.0
     return float(getattr(text, "router_aux_loss_coef", 0.0) or 0.0)
@@ -541,8 +554,9 @@ class RouterAuxLoss:
                 "--engine megatron: this MoE model's routers "
                 f"({', '.join(others) or 'sigmoid-scored TopKRouter' if self.routers else 'none found'}) are not "
                 "megatron's softmax TopKRouter, so the router load-balancing loss the transformers engine adds "
-                f"(router_aux_loss_coef {coef}) cannot be computed the same way; set router_aux_loss_coef to 0 in the "
-                "checkpoint's config.json to train without it, or run this recipe on the default engine (drop --engine)"
+                f"(router_aux_loss_coef {coef}) cannot be computed the same way; set router_aux_loss_coef to 0 (for "
+                "SFT: or output_router_logits to false) in the checkpoint's config.json to train without it, or run "
+                "this recipe on the default engine (drop --engine)"
             )
         self.top_k = self.routers[0].config.moe_router_topk
         self.num_experts = self.routers[0].config.num_moe_experts

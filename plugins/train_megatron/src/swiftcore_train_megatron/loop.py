@@ -41,6 +41,8 @@ class TrainLoop:
     layout: ParallelLayout
     extras: dict[str, str]
     lora: tuple[Any, dict[str, bool]] | None = None  # (LoraSettings, adapted layers) with --tuner lora
+    #: SFT on a MoE model whose config asks for the router load-balancing loss (``engine.RouterAuxLoss``), else None.
+    aux: Any = None
     step: int = 0
     log_history: list[dict[str, Any]] = field(default_factory=list)
     _checked: bool = False
@@ -130,7 +132,12 @@ class TrainLoop:
         )
 
     def _train_step(self) -> tuple[float, float, int]:
-        """One optimiser step over every micro-batch of every data-parallel rank; ``(loss, grad norm, tokens)``."""
+        """One optimiser step over every micro-batch of every data-parallel rank; ``(loss, grad norm, tokens)``.
+
+        The loss is the step's token-weighted next-token loss, plus with :attr:`aux` (SFT on a MoE checkpoint with
+        ``output_router_logits`` true) each micro-batch's ``coef * aux_loss`` summed over the micro-batches of every
+        data-parallel rank, as transformers' Trainer adds the model's unscaled term; :meth:`_evaluate` leaves it out.
+        """
         import torch
         from megatron.core import parallel_state
 
@@ -156,19 +163,44 @@ class TrainLoop:
             loss_sum = pipeline_loss(self.model, self._whole_groups(inputs), step_tokens)
         else:
             loss_sum = torch.zeros((), device=next(self.model.parameters()).device)
+            aux_sum = torch.zeros((), dtype=torch.float64, device=loss_sum.device)
             for k, batch in enumerate(mine):
                 # Micro-batch k of every data-parallel rank padded to one length (expert parallelism gathers them).
                 length = self._padded(
                     max(len(self.train_samples[i]["input_ids"]) for batches in per_rank for i in batches[k])
                 )
-                loss = micro_batch_loss(self.model, self._samples(batch), self.pad_token_id, length)
-                (loss / max(step_tokens, 1)).backward()
+                if self.aux is None:
+                    loss = micro_batch_loss(self.model, self._samples(batch), self.pad_token_id, length)
+                    (loss / max(step_tokens, 1)).backward()
+                else:
+                    loss, aux_term = self._with_router_loss(batch, length)
+                    (loss / max(step_tokens, 1) + aux_term).backward()
+                    aux_sum += float(aux_term.detach())
                 loss_sum += loss.detach()
         # Every data-parallel replica's loss, and under --cp every context-parallel rank's share of the sequences.
         reduce_loss_sum(loss_sum, parallel_state.get_data_parallel_group(with_context_parallel=True))
+        if self.aux is not None:  # each rank's micro-batches' terms, summed as transformers' Trainer sums them
+            reduce_loss_sum(aux_sum, parallel_state.get_data_parallel_group())
         norm = self._apply_gradients()
         tokens = sum(len(self.train_samples[i]["input_ids"]) for batches in per_rank for mb in batches for i in mb)
-        return float(loss_sum) / max(step_tokens, 1), norm, tokens
+        aux_total = float(aux_sum) if self.aux is not None else 0.0
+        return float(loss_sum) / max(step_tokens, 1) + aux_total, norm, tokens
+
+    def _with_router_loss(self, batch: list[int], length: int) -> tuple[Any, Any]:
+        """``(summed token loss, coef * router load-balancing loss)`` of one micro-batch: the load-balancing loss
+        (``engine.RouterAuxLoss``) over its real tokens, as the transformers model computes it from its
+        ``attention_mask``; the term is added unscaled, as that model adds it to its own loss."""
+        from swiftcore_megatron import eager_on_cpu
+
+        from swiftcore_train_megatron.engine import _summed_loss, model_inputs, real_tokens
+
+        samples = self._samples(batch)
+        inputs = model_inputs(samples, self.pad_token_id, length)
+        with eager_on_cpu(), self.aux.recording() as recorded:
+            loss = _summed_loss(inputs, self.model(**inputs.forward_kwargs()))
+        rows, positions = inputs.input_ids.shape
+        real = real_tokens([len(s["input_ids"]) for s in samples], rows, positions, inputs.input_ids.device)
+        return loss, self.aux.coef * self.aux.loss(recorded, real)
 
     def _apply_gradients(self) -> float:
         """The end of every step, whatever its loss: gradients reduced over the ranks, checked (first step),

@@ -102,6 +102,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     check_requirements(spec)
     check_recipe_fits_model(cfg, spec, plugins)
     bridge_spec, bridge = _bridge(cfg, spec, plugins)
+    aux_coef = _sft_router_loss(cfg, bridge, bridge_spec, layout)
     world = world_size()
     layout.check(bridge, bridge_spec, world, micro_batches=cfg.gradient_accumulation_steps)
 
@@ -135,10 +136,11 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
     # Every check passed: only now the process group and the model.
     from swiftcore_megatron import init_model_parallel
 
-    from swiftcore_train_megatron.engine import load_sharded_model
+    from swiftcore_train_megatron.engine import RouterAuxLoss, load_sharded_model
 
     init_model_parallel(layout.tp, layout.ep, pp=layout.pp, vpp=layout.vpp, cp=layout.cp, seed=cfg.seed)
     model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    aux = RouterAuxLoss(model, aux_coef) if aux_coef else None
     lora = _add_lora(cfg, spec, bridge, model) if cfg.tuner == "lora" else None
     schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, output_dir, model, len(train_samples), layout, world)
     args_record = start_run(
@@ -169,10 +171,34 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
         layout=layout,
         extras={"swiftcore_args.json": json.dumps(args_record, indent=2)},
         lora=lora,
+        aux=aux,
     )
     if resume is not None:
         loop.resume(resume)
     return loop.run()
+
+
+def _sft_router_loss(cfg: TrainConfig, bridge: Any, bridge_spec: Any, layout: ParallelLayout) -> float:
+    """The weight of the router load-balancing loss SFT adds on this model (0.0: none), as the transformers engine
+    adds it (``engine.router_aux_loss_coef(sft=True)``: a MoE config with ``output_router_logits`` true).
+
+    Raises:
+        SwiftcoreError: the loss is on and the layout splits what it is computed over (every MoE layer's router
+            logits of whole sequences on one rank: ``--tp 1 --pp 1 --cp 1``; ``--ep`` any).
+    """
+    from swiftcore_train_megatron.engine import router_aux_loss_coef
+
+    coef = router_aux_loss_coef(cfg.model, sft=True) if bridge.num_experts() > 0 else 0.0
+    split = [f"--{k} {v}" for k, v in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp)) if v > 1]
+    if coef and split:
+        raise SwiftcoreError(
+            f"--engine megatron: {' '.join(split)}: bridge {bridge_spec.name!r} builds MoE layers and the model's "
+            f"config.json sets output_router_logits true, so SFT adds the router load-balancing loss (coefficient "
+            f"{coef}), which this engine computes over whole sequences on one rank so far; train at --tp 1 --pp 1 "
+            "--cp 1 (split the experts with --ep), or set output_router_logits to false in config.json to train "
+            "without it"
+        )
+    return coef
 
 
 def _add_lora(cfg: TrainConfig, spec: Any, bridge: Any, model: Any) -> tuple[Any, dict[str, bool]]:
