@@ -127,7 +127,8 @@ def test_a_ray_run_is_planned_once_in_the_command_and_the_trainer_actor_executes
     counter = importlib.import_module("rl_call_counter")
     monkeypatch.setattr(data, "load_prompt_rows", counter.counted("load_prompt_rows", data.load_prompt_rows))
     monkeypatch.setattr(swiftcore_train, "load_rewards", counter.counted("load_rewards", swiftcore_train.load_rewards))
-    monkeypatch.setattr(PromptCodec, "encode", counter.counted("encode", PromptCodec.encode))
+    # encode_prompt: what the plan encodes every prompt with (encode, for text alone, goes through it too)
+    monkeypatch.setattr(PromptCodec, "encode_prompt", counter.counted("encode", PromptCodec.encode_prompt))
     call_log.write_text("")  # the module's earlier tests' calls left out
 
     prompts = 4
