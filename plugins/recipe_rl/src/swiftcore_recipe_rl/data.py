@@ -13,8 +13,9 @@ reference reply of an SFT row, is dropped: the policy writes its own). ``tools``
 reward functions.
 
 A prompt may carry images (``{"type": "image", "image": PATH}`` parts, as swiftcore datasets write them): the
-``grpo`` recipe encodes them as ``swiftcore infer`` does and the policy sees their pixels in generation and in the
-loss (:func:`refuse_media_prompts` names the combinations that cannot, before any model loads).
+``grpo``, ``rloo`` and ``reinforce_pp`` recipes encode them as ``swiftcore infer`` does and the policy sees their
+pixels in generation and in the loss (:func:`refuse_media_prompts` names the combinations that cannot, before any
+model loads).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ __all__ = [
 
 #: The columns whose items a record's media tags and value-less media parts take, in order (SFT rows' names).
 _MEDIA_COLUMNS = ("images", "audios", "videos")
+#: The recipes whose trainer feeds a prompt's images to the policy (trainer.py's ``ImagePrompts``: TRL's GRPO and
+#: RLOO trainers, and REINFORCE++ on GRPO's).
+IMAGE_RECIPES = ("grpo", "rloo", "reinforce_pp")
 #: Columns that shape the prompt itself; the rest are the rewards'.
 _PROMPT_KEYS = ("prompt", "messages", "tools", "chat_template_kwargs", "system", *_MEDIA_COLUMNS)
 #: Keywords every reward function gets from the recipe: a dataset column may not take one of these names.
@@ -176,10 +180,10 @@ def media_parts(record: dict[str, Any]) -> list[tuple[str, str]]:
 def refuse_media_prompts(rows: list[PromptRow], recipe: str, options: Any, spec: Any) -> bool:
     """Whether the run's prompts carry media; refuse those it cannot train on, before any model loads.
 
-    Prompts with images train with the ``grpo`` recipe and TRL's own generation (``--rollout-engine trainer``, the
-    default) on a model whose spec takes images: the rollout engines, a rollout server, Ray, multi-turn environments
-    and the refill of ``--dapo-max-resample`` would drop or cannot regroup the pixels, so they are refused, naming
-    the option and the first such row; so are audio and video, which no recipe here feeds yet.
+    Prompts with images train with the :data:`IMAGE_RECIPES` and TRL's own generation (``--rollout-engine trainer``,
+    the default) on a model whose spec takes images: the other recipes, the rollout engines, a rollout server, Ray,
+    multi-turn environments and the refill of ``--dapo-max-resample`` would drop or cannot regroup the pixels, so they
+    are refused, naming the option and the first such row; so are audio and video, which no recipe here feeds yet.
 
     Raises:
         SwiftcoreError: the first unsupported combination (the row's ``file:line``, the option, what to do).
@@ -207,7 +211,11 @@ def refuse_media_prompts(rows: list[PromptRow], recipe: str, options: Any, spec:
         )
     what = f"{first} ({count})"
     refusals = [
-        (recipe != "grpo", f"--recipe {recipe}", "train image prompts with --recipe grpo"),
+        (
+            recipe not in IMAGE_RECIPES,
+            f"--recipe {recipe}",
+            f"train image prompts with --recipe {' / '.join(IMAGE_RECIPES)}",
+        ),
         (
             getattr(options, "rollout_engine", "trainer") != "trainer",
             f"--rollout-engine {getattr(options, 'rollout_engine', '')}",

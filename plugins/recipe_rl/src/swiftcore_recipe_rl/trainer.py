@@ -655,12 +655,16 @@ def grpo_trainer_class() -> type:
 @cache
 def rloo_trainer_class() -> type:
     """The ``rloo`` trainer: ``SwiftTrainer`` over :class:`trl.RLOOTrainer` (leave-one-out baseline, sequence-level
-    clipped ratio, the KL penalty in the reward), on template-encoded prompts."""
+    clipped ratio, the KL penalty in the reward), on template-encoded prompts. TRL 1.16's RLOOTrainer tokenizes,
+    generates and scores as its GRPOTrainer does (the same ``_tokenize_prompts`` / ``multimodal_fields`` / batch keys),
+    so :func:`_image_prompts` serves both."""
     from swiftcore_train import SwiftTrainer
     from trl import RLOOTrainer
 
-    class SwiftRLOOTrainer(SwiftTrainer, _template_prompts(), _step_timing(), _engine_rollouts(), RLOOTrainer):
-        """RLOOTrainer on template-encoded prompts, with swiftcore's checkpoints."""
+    class SwiftRLOOTrainer(
+        SwiftTrainer, _image_prompts(), _template_prompts(), _step_timing(), _engine_rollouts(), RLOOTrainer
+    ):
+        """RLOOTrainer on template-encoded prompts (with their images' pixels), with swiftcore's checkpoints."""
 
         _returns_logprobs = False
 
@@ -724,16 +728,26 @@ def reinforce_pp_advantages(
     return (returns - mean) * var.clamp(min=1e-8).rsqrt() * mask
 
 
+#: The keys of a rollout batch that may carry its prompts' images (:func:`_image_prompts`, under TRL's names): the
+#: ones TRL 1.16's ``_compute_loss`` passes from the batch to ``_get_per_token_logps_and_entropies``.
+MEDIA_BATCH_KEYS = (
+    "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+    "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
+)  # fmt: skip
+
+
 def policy_logps(trainer: Any, out: dict[str, Any]) -> Any:
-    """The current policy's per-token log-probs of a GRPO-style trainer's rollouts ``out`` (no gradient)."""
+    """The current policy's per-token log-probs of a GRPO-style trainer's rollouts ``out`` (no gradient), with the
+    pixels of its image prompts when it has any (:data:`MEDIA_BATCH_KEYS`)."""
     import torch
 
     input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
     attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    media = {key: out[key] for key in MEDIA_BATCH_KEYS if out.get(key) is not None}
     with torch.no_grad():
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
             trainer.model, input_ids, attention_mask, out["completion_ids"].size(1),
-            batch_size=trainer.args.per_device_train_batch_size,
+            batch_size=trainer.args.per_device_train_batch_size, **media,
         )  # fmt: skip
     return logps
 
