@@ -1,5 +1,5 @@
-"""GRPO, RLOO and REINFORCE++ on prompts with images (#51): the image reaches the policy in generation and in the
-loss.
+"""GRPO, RLOO, REINFORCE++ and OPD on prompts with images (#51): the image reaches the policy in generation and in
+the loss (and an ``opd`` teacher's scores).
 
 A prompt row's user turn may carry an image part (``{"type": "image", "image": PATH}``, as swiftcore datasets write
 it). Before #51 the plan encoded it with the template alone: the policy saw one ``<|image_pad|>`` token and no pixels
@@ -12,7 +12,9 @@ it). Before #51 the plan encoded it with the template alone: the policy saw one 
   processor's ``pixel_values``, and the clipped loss on fixed advantages and old log-probs equals the loss written
   from those log-probs (1e-5), and differs from the one without the image; so does ``rloo``'s sequence-level loss,
   and ``reinforce_pp``'s KL in the returns compares the policy and the reference both seeing the image (0 at the
-  start, not the gap between a blind policy and a seeing reference);
+  start, not the gap between a blind policy and a seeing reference); ``opd``'s KL advantages are a plain teacher
+  forward's minus a plain student forward's, both seeing the image, and a local teacher with other processor
+  settings is refused;
 - the options that would drop the pixels (other recipes, rollout engines, a rollout server, Ray, environments, the
   ``--dapo-max-resample`` refill) and a text-only model are refused before any model loads, naming the row;
 - learning signal: on a task only the image decides (a red or a blue square, the same question; reward 1 when the
@@ -73,7 +75,8 @@ def _plan(tiny_dir: Path, plugins: Any, work: Path, data: Path, **options: Any) 
         max_steps=1, seed=0, plot=False,
     )  # fmt: skip
     recipe = options.pop("recipe", "grpo")
-    method = RL_RECIPES[recipe](reward=("accuracy",), num_generations=2, max_completion_length=4, **options)
+    rollouts = {} if recipe == "gkd" else {"reward": ("accuracy",), "num_generations": 2}  # gkd: neither
+    method = RL_RECIPES[recipe](**rollouts, max_completion_length=4, **options)
     return plan_run(recipe, cfg, plugins, method)
 
 
@@ -116,7 +119,7 @@ def test_image_prompts_are_encoded_as_infer_encodes_them(
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"recipe": "opd", "teacher_server": "http://127.0.0.1:9", "rollout_temperature": 1.0}, "--recipe opd"),
+        ({"recipe": "gkd", "teacher_model": "TEACHER"}, "--recipe gkd"),
         ({"rollout_engine": "transformers"}, "--rollout-engine transformers"),
         ({"rollout_engine": "vllm"}, "--rollout-engine vllm"),
         ({"rollout_server": "http://127.0.0.1:9"}, "--rollout-server"),
@@ -126,10 +129,11 @@ def test_image_prompts_are_encoded_as_infer_encodes_them(
     ],
 )
 def test_options_that_would_drop_the_pixels_are_refused(
-    tiny_dir: Path, plugins: Any, image_data: Path, tmp_path: Path, options: dict, named: str
+    tiny_dir: Path, teacher_dir: Path, plugins: Any, image_data: Path, tmp_path: Path, options: dict, named: str
 ) -> None:
     from swiftcore.api import SwiftcoreError
 
+    options = {k: str(teacher_dir) if v == "TEACHER" else v for k, v in options.items()}
     with pytest.raises(SwiftcoreError) as info:
         _plan(tiny_dir, plugins, tmp_path, image_data, **options)
     message = str(info.value)
@@ -331,6 +335,54 @@ def test_reinforce_pp_s_kl_sees_each_rows_pixels(
     policy = policy_logps(trainer, out).double()
     assert ((policy - with_image).abs() * mask).max().item() < 1e-4
     assert ((with_image - without).abs() * mask).max().item() > 1e-2
+
+
+def test_opd_s_teacher_scores_with_each_rows_pixels(
+    tiny_dir: Path, teacher_dir: Path, plugins: Any, image_data: Path, tmp_path: Path
+) -> None:
+    """``opd`` with a local teacher: a round's KL advantages are the teacher's minus the student's log-probs, both of a
+    forward that sees the row's image (the teacher given the pixels the student's processor made)."""
+    import transformers
+    from swiftcore_recipe_rl.execute import _build_trainer
+
+    plan = _plan(tiny_dir, plugins, tmp_path, image_data, recipe="opd", teacher_model=str(teacher_dir))
+    trainer = _build_trainer(plan, plugins, plan.local.codec, plan.rewards)
+    trainer.model.train()
+    out = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in (0, 0, 1, 1)])
+    pixels = _round_pixels(plan, tiny_dir, image_data, out)
+
+    def plain(folder: Path) -> Any:
+        return transformers.Qwen3_5ForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32).eval()
+
+    temperature = float(trainer.temperature)
+    mask = out["completion_mask"].double()
+    student, teacher = plain(tiny_dir), plain(teacher_dir)
+    want = (_plain_logps(teacher, out, pixels, temperature) - _plain_logps(student, out, pixels, temperature)) * mask
+    blind = (_plain_logps(teacher, out, None, temperature) - _plain_logps(student, out, pixels, temperature)) * mask
+    got = out["advantages"].double() * mask
+    gap, image_gap = (got - want).abs().max().item(), (want - blind).abs().max().item()
+    print(f"opd advantages vs teacher - student with the image: {gap:.2e}; a blind teacher's differ by {image_gap:.3f}")
+    assert gap < 1e-4
+    assert image_gap > 1e-2
+
+
+def test_an_opd_teacher_that_would_read_the_pixels_otherwise_is_refused(
+    tiny_dir: Path, teacher_dir: Path, plugins: Any, image_data: Path, tmp_path: Path
+) -> None:
+    """The round's pixels are made by the student's processor: a teacher whose processor settings differ (here its
+    patch size) would read them otherwise, so it is refused before any model loads, naming the file."""
+    import shutil
+
+    from swiftcore.api import SwiftcoreError
+
+    other = shutil.copytree(teacher_dir, tmp_path / "teacher")
+    config = json.loads((other / "processor_config.json").read_text())
+    config["image_processor"]["patch_size"] = 14
+    (other / "processor_config.json").write_text(json.dumps(config))
+    with pytest.raises(SwiftcoreError, match=r"--teacher-model .*teacher: processor_config.json differs") as info:
+        _plan(tiny_dir, plugins, tmp_path, image_data, recipe="opd", teacher_model=str(other))
+    assert "same family and processor" in str(info.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_batch_mixing_image_and_text_prompts_scores_each_row_as_alone(

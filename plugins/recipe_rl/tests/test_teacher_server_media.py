@@ -7,7 +7,9 @@ a ``data:`` URL, with the student's ids in ``completion_token_ids``, ``max_token
 server returns equal those of the same checkpoint run offline on the row's training sample (training's sample path:
 ``encode_records`` with the family's media preparer, then one forward with the pixel values) to 1e-4, for the reply's
 own tokens and for seeded random ones; with another image, or none, they differ: the image reached the teacher.
-Refusals: a server without the extension, one that generates instead of scoring, media the served model does not
+In a run with image prompts each row is sent its own record (rows with the same text and other images too), and
+``swiftcore train --recipe opd --teacher-server`` on image prompts, with the student's own checkpoint served, starts
+at a reverse KL of 0. Refusals: a server without the extension, one that generates instead of scoring, media the served model does not
 take (audio for Qwen3.5), a video, a decoded waveform, and a student prompt the server encodes otherwise, are each one
 error naming ``--teacher-server``.
 
@@ -19,6 +21,7 @@ FastAPI apps answering as such a server does.
 from __future__ import annotations
 
 import base64
+import json
 import wave
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -206,6 +209,69 @@ def test_attach_keeps_each_generation_batch_s_records(teacher_url: str, offline:
         server.close()
     want = torch.tensor(offline_logps(offline, batch, first, completion))
     assert torch.allclose(got, want.expand(2, -1), atol=1e-4)
+
+
+def test_an_image_run_sends_each_row_its_own_record(teacher_url: str, offline: Any, tmp_path: Path) -> None:
+    """With image prompts (``media``: the plan's entries, one per dataset row) a row is found by its media column, not
+    its prompt text: two rows with the same text and different images are each scored with their own image (by text
+    alone, both were sent the first)."""
+    from swiftcore_recipe_rl.prompts import MEDIA_COLUMN
+    from swiftcore_recipe_rl.teacher_server import attach_teacher_server
+
+    images = [_png(tmp_path / f"row-{seed}.png", seed=seed) for seed in (0, 1)]
+    samples = [training_sample(offline, _record(image, reply="red")) for image in images]
+    (batch, first), (other, other_first) = samples
+    prompt = batch["input_ids"][0, :first].tolist()
+    assert other["input_ids"][0, :other_first].tolist() == prompt  # the same ids: only the pixels tell them apart
+    completion = [11, 40, 7]
+
+    class Trainer:
+        """The ``opd`` trainer's generation step, as in :func:`test_attach_keeps_each_generation_batch_s_records`."""
+
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
+            out = {
+                "prompt_ids": torch.tensor([prompt] * len(inputs)),
+                "prompt_mask": torch.ones(len(inputs), len(prompt), dtype=torch.long),
+                "completion_ids": torch.tensor([completion] * len(inputs)),
+                "completion_mask": torch.ones(len(inputs), len(completion), dtype=torch.long),
+            }
+            return self.teacher_logps(out)
+
+    trainer = Trainer()
+    media = [{"prompt_record": _record(image)} for image in images]
+    server = attach_teacher_server(trainer, teacher_url, records={"same text": _record(images[0])}, media=media)
+    try:
+        got = trainer._generate_and_score_completions([{"prompt": "same text", MEDIA_COLUMN: i} for i in (0, 1)])
+    finally:
+        server.close()
+    want = [torch.tensor(offline_logps(offline, b, f, completion)) for b, f in samples]
+    assert not torch.allclose(want[0], want[1], atol=1e-3)  # the images score the reply differently
+    assert torch.allclose(got[0], want[0], atol=1e-4) and torch.allclose(got[1], want[1], atol=1e-4)
+
+
+def test_opd_on_image_prompts_scores_with_the_served_teacher(teacher_url: str, tiny_dir: Path, tmp_path: Path) -> None:
+    """``swiftcore train --recipe opd --teacher-server URL`` on image prompts (two rows with the same question and
+    different images), the served teacher being the student's own checkpoint: with each row's image seen by both, the
+    first step's reverse KL is 0 (measured -1.2e-7; with each row looked up by its prompt text, as before, both rows
+    were sent the second row's image and it was 0.060)."""
+    from swiftcore_testing import run_cli
+
+    rows = [
+        {"prompt": [{"role": "user", "content": [{"type": "image", "image": str(_png(tmp_path / f"{i}.png", i))},
+                                                 {"type": "text", "text": QUESTION}]}]}
+        for i in (0, 1)
+    ]  # fmt: skip
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "opd"
+    run_cli("train", "--recipe", "opd", "--model", str(tiny_dir), "--teacher-server", teacher_url, "--dataset",
+            str(data), "--disable-thinking", "--tuner", "lora", "--num-generations", "2", "--max-completion-length",
+            "3", "--batch-size", "2", "--max-steps", "1", "--logging-steps", "1", "--seed", "0", "--no-plot",
+            "--output-dir", str(out))  # fmt: skip
+    logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+    [kl] = [row["opd/reverse_kl"] for row in logs if "opd/reverse_kl" in row]
+    print(f"opd on image prompts, served teacher = the student: reverse KL of step 1 {kl:.2e}")
+    assert abs(kl) < 1e-4
 
 
 # ------------------------------------------------------------------------------------------ refusals

@@ -13,9 +13,9 @@ reference reply of an SFT row, is dropped: the policy writes its own). ``tools``
 reward functions.
 
 A prompt may carry images (``{"type": "image", "image": PATH}`` parts, as swiftcore datasets write them): the
-``grpo``, ``rloo`` and ``reinforce_pp`` recipes encode them as ``swiftcore infer`` does and the policy sees their
-pixels in generation and in the loss (:func:`refuse_media_prompts` names the combinations that cannot, before any
-model loads).
+``grpo``, ``rloo``, ``reinforce_pp`` and ``opd`` recipes encode them as ``swiftcore infer`` does and the policy sees
+their pixels in generation and in the loss (:func:`refuse_media_prompts` names the combinations that cannot, before
+any model loads).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ __all__ = [
 #: The columns whose items a record's media tags and value-less media parts take, in order (SFT rows' names).
 _MEDIA_COLUMNS = ("images", "audios", "videos")
 #: The recipes whose trainer feeds a prompt's images to the policy (trainer.py's ``ImagePrompts``: TRL's GRPO and
-#: RLOO trainers, and REINFORCE++ on GRPO's).
-IMAGE_RECIPES = ("grpo", "rloo", "reinforce_pp")
+#: RLOO trainers; REINFORCE++ and on-policy distillation on GRPO's, an ``opd`` teacher scoring with the same pixels).
+IMAGE_RECIPES = ("grpo", "rloo", "reinforce_pp", "opd")
 #: Columns that shape the prompt itself; the rest are the rewards'.
 _PROMPT_KEYS = ("prompt", "messages", "tools", "chat_template_kwargs", "system", *_MEDIA_COLUMNS)
 #: Keywords every reward function gets from the recipe: a dataset column may not take one of these names.

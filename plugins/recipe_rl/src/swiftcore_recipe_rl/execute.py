@@ -198,7 +198,7 @@ def _build_trainer(plan: RunPlan, plugins: PluginSet, codec: Any, rewards: list[
     elif isinstance(options, OPDOptions) and options.teacher_server:  # the teacher's log-probs over HTTP
         from swiftcore_recipe_rl.teacher_server import attach_teacher_server
 
-        attach_teacher_server(trainer, options.teacher_server, records=plan.prompts.records)
+        attach_teacher_server(trainer, options.teacher_server, records=plan.prompts.records, media=plan.prompts.media)
         trainer.reward_weight = options.opd_reward_weight
     elif isinstance(options, OPDOptions):  # the teacher scores the student's tokens; frozen, on the trainer's device
         teacher = load_model(plan.teacher, options.teacher_model, plugins, torch_dtype=dtype)

@@ -182,6 +182,8 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
     codec = PromptCodec(template, tokenizer, media=media_preparer(spec, cfg.model, tokenizer) if images else None)
     if teacher is not None:
         check_teacher_vocabulary(options.teacher_model, tokenizer, recipe)
+        if images:
+            check_teacher_pixels(options.teacher_model, cfg.model)
     server = connect_server(options, cfg, template_spec.name)
     environment = plan_environment(options, plugins)
     episodes = environment.episodes(codec) if environment is not None else None
@@ -236,6 +238,43 @@ def check_teacher_vocabulary(teacher_dir: str, tokenizer: Any, recipe: str) -> N
         f"student id {ours.get(differing[0])}); the {recipe} recipe scores the student's token ids with the teacher, "
         "so they must mean the same tokens: use a teacher with the student's tokenizer (the same model family)"
     )
+
+
+#: The files whose contents decide what pixel tensors a checkpoint's processor makes of an image.
+_PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
+def check_teacher_pixels(teacher_dir: str, student_dir: str) -> None:
+    """Refuse a ``--teacher-model`` that cannot score image prompts with the student's pixels: the round's pixel
+    tensors are made once, by the student's processor, and the teacher's forward takes them as they are, so the
+    teacher must be of the student's model type, with the same image placeholder token and processor settings.
+
+    Raises:
+        SwiftcoreError: the first difference (naming the option, the field or file, and what to do).
+    """
+    from swiftcore.api import SwiftcoreError
+
+    def read(folder: str, name: str) -> Any:
+        path = Path(folder) / name
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    teacher, student = read(teacher_dir, "config.json") or {}, read(student_dir, "config.json") or {}
+    differences = [
+        f"config.json {key} {teacher.get(key)!r} (the student's: {student.get(key)!r})"
+        for key in ("model_type", "image_token_id")
+        if teacher.get(key) != student.get(key)
+    ]
+    differences += [
+        f"{name} differs from the student's"
+        for name in _PROCESSOR_FILES
+        if read(teacher_dir, name) != read(student_dir, name)
+    ]
+    if differences:
+        raise SwiftcoreError(
+            f"--teacher-model {teacher_dir}: {differences[0]}; prompts with images are scored by the teacher with the "
+            "pixels the student's processor makes, so the teacher must be of the student's model type with its "
+            "processor files: use a teacher of the same family and processor, or drop the images from --dataset"
+        )
 
 
 def check_rollout_draft(options: SamplingOptions, cfg: Any) -> None:

@@ -34,8 +34,9 @@ class EncodedPrompts:
             episode loop resets each episode's environment on it); empty without.
         media: with image prompts, one entry per dataset row (its :data:`MEDIA_COLUMN`): ``ids`` (the template
             ids, each image's placeholder expanded), ``media`` (the lazily expanded media:
-            :meth:`~swiftcore_recipe_rl.rollout.PromptCodec.encode_prompt`; None for a text row) and ``record``
-            (the record its rewards get); empty for a text-only run.
+            :meth:`~swiftcore_recipe_rl.rollout.PromptCodec.encode_prompt`; None for a text row), ``record``
+            (the record its rewards get) and ``prompt_record`` (the record as the policy is prompted with it: what
+            a teacher server is sent); empty for a text-only run.
     """
 
     dataset: list[dict[str, Any]] = field(default_factory=list)
@@ -108,7 +109,7 @@ def encode_prompts(rows: list, codec: Any, cfg: Any, options: Any, episodes: Any
         if episodes is not None:
             out.environment_rows[text] = source
         out.dataset.append({"prompt": text, **row.columns})
-        entries.append({"ids": ids, "media": media, "record": rewarded})
+        entries.append({"ids": ids, "media": media, "record": rewarded, "prompt_record": record})
     if any(entry["media"] is not None for entry in entries):  # rows whose text may repeat: each keyed by its row
         out.media = entries
         for index, row_out in enumerate(out.dataset):

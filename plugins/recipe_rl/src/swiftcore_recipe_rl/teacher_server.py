@@ -451,7 +451,10 @@ class TeacherServer:
 
 
 def attach_teacher_server(
-    trainer: Any, url: str, records: Mapping[str, Mapping[str, Any]] | None = None
+    trainer: Any,
+    url: str,
+    records: Mapping[str, Mapping[str, Any]] | None = None,
+    media: Sequence[Mapping[str, Any]] | None = None,
 ) -> TeacherServer:
     """Make the ``opd`` ``trainer`` score its completions on the teacher server at ``url`` (checked first): its
     ``teacher_logps`` becomes :meth:`TeacherServer.completion_logps`; the rest of the trainer is unchanged.
@@ -462,6 +465,9 @@ def attach_teacher_server(
         records: prompt text (a TRL row's ``prompt``) -> its prompt record (``EncodedPrompts.records``). With it,
             each generation batch's records are kept (its rows are TRL's ``inputs``, in order), and rows whose
             record has images or audio are sent with them (:meth:`TeacherServer.record_logps`).
+        media: a run with image prompts: ``EncodedPrompts.media`` (one entry per dataset row): a row with a
+            :data:`~swiftcore_recipe_rl.prompts.MEDIA_COLUMN` is sent its own entry's ``prompt_record`` (two rows
+            that differ only in their image have the same prompt text).
 
     Raises:
         SwiftcoreError: the server is unreachable or returns no log-probs, or (when a record has images or audio)
@@ -469,15 +475,24 @@ def attach_teacher_server(
     """
     server = TeacherServer(url)
     server.check()
-    if records is not None and any(_has_media(record) for record in records.values()):
+    if (records is not None and any(_has_media(record) for record in records.values())) or media:
         server.check_chat()  # before training: the rows with images or audio go by chat
     log.info("teacher: %s at %s (log-probs over HTTP)", server.model, server.url)
     batch: dict[str, Any] = {}
-    if records is not None:
+    if records is not None or media:
+        from swiftcore_recipe_rl.prompts import MEDIA_COLUMN
+
         generate = trainer._generate_and_score_completions
 
+        def record_of(row: Any) -> Mapping[str, Any] | None:
+            if not isinstance(row, Mapping):
+                return None
+            if media and MEDIA_COLUMN in row:  # an image prompt run: the row's own record, found by its index
+                return media[int(row[MEDIA_COLUMN])]["prompt_record"]
+            return (records or {}).get(row.get("prompt"))
+
         def generate_and_score(inputs: Any) -> Any:
-            batch["records"] = [records.get(row.get("prompt")) if isinstance(row, Mapping) else None for row in inputs]
+            batch["records"] = [record_of(row) for row in inputs]
             try:
                 return generate(inputs)
             finally:

@@ -894,6 +894,12 @@ def opd_trainer_class() -> type:
             attention_mask = torch.cat([prompt_mask, out["completion_mask"]], dim=1)
             keep = out["completion_ids"].size(1)
             size = self.args.per_device_train_batch_size
+            # A round of image prompts: the model's inputs of its pixels too (num_images is TRL's slicing count, not
+            # an input), the whole round in one forward: its pixel rows belong to images of varying row counts, and
+            # splitting them by sample is TRL's per-family code (_get_per_token_logps_and_entropies), not needed here.
+            media = {k: out[k] for k in MEDIA_BATCH_KEYS if k != "num_images" and out.get(k) is not None}
+            if media:
+                size = input_ids.size(0)
             chunks = []
             with torch.no_grad():
                 for start in range(0, input_ids.size(0), size):
@@ -903,7 +909,7 @@ def opd_trainer_class() -> type:
                     # the chunked lm_head where it applies (the full logits never exist)
                     logps, _ = label_logps(
                         model, labels, getattr(self, "loss_chunk_size", 0), temperature=self.temperature,
-                        input_ids=ids, attention_mask=mask,
+                        input_ids=ids, attention_mask=mask, **media,
                     )  # fmt: skip
                     chunks.append(logps[:, -keep:])
             return torch.cat(chunks)
