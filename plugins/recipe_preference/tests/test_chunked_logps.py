@@ -3,7 +3,9 @@ chunked lm_head (a few tokens' logits at a time, recomputed in the backward) in 
 trainer's loss and every gradient are TRL's own on a fixed batch (fp32, to 1e-6).
 
 Chunks of 3 tokens, so every sequence spans several chunks. Gemma 4 (full fine-tuning, a frozen reference, its
-logits softcapped at 30) and Qwen3.5 (LoRA, the reference is the adapter disabled).
+logits softcapped at 30), Qwen3.5 (LoRA, the reference is the adapter disabled) and OLMoE (LoRA; TRL adds its
+load-balancing loss, which the chunked head computes from the router logits as the model does: it used to keep TRL's
+head, its full logits, on every MoE model).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _dpo_step(tmp_path: Path, model_dir: str, plugins: Any, write_jsonl: Any, tu
     return float(loss), grads
 
 
-@pytest.mark.parametrize(("family", "tuner"), [("gemma4", "full"), ("qwen3_5", "lora")])
+@pytest.mark.parametrize(("family", "tuner"), [("gemma4", "full"), ("qwen3_5", "lora"), ("olmoe", "lora")])
 def test_chunked_dpo_equals_trl(family, tuner, tmp_path, tiny_model_dir, plugins, write_jsonl, caplog) -> None:
     model_dir = str(tiny_model_dir(family))
     plain_loss, plain = _dpo_step(tmp_path, model_dir, plugins, write_jsonl, tuner, 0)

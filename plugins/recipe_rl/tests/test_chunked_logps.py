@@ -60,16 +60,30 @@ def _grpo_step(tiny_dir: Path, plugins: Any, tmp_path: Path, make: Any, chunk: i
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
     mask = batch["completion_mask"].bool()
-    return {"old": old[mask], "entropy": entropy[mask], "ref": ref[mask], "loss": loss.detach(), "grads": grads}
+    aux = list(trainer._metrics["train"].get("aux_loss", []))  # TRL logs the load-balancing loss it adds
+    return {"old": old[mask], "entropy": entropy[mask], "ref": ref[mask], "loss": loss.detach(), "grads": grads,
+            "aux": aux}  # fmt: skip
 
 
-def test_chunked_grpo_equals_the_plain_head(tiny_dir, plugins, tmp_path, trainer_factory, caplog) -> None:
+@pytest.mark.parametrize("family", ["qwen3_5", "olmoe"])
+def test_chunked_grpo_equals_the_plain_head(family, tiny_model_dir, plugins, tmp_path, trainer_factory, caplog) -> None:
+    """On the fixed batch, the chunked head's log-probs, loss and gradients are TRL's head's. OLMoE: TRL adds
+    ``router_aux_loss_coef * aux_loss`` to the loss (its ``aux_loss_enabled``); the chunked head computes that
+    load-balancing loss from the router logits as the model's own forward does (it used to return none, and the
+    first step failed; then the recipes kept TRL's head and its full logits on every MoE model)."""
     import torch
 
-    plain = _grpo_step(tiny_dir, plugins, tmp_path, trainer_factory, 0)
+    model = tiny_model_dir(family)
+    plain = _grpo_step(model, plugins, tmp_path, trainer_factory, 0)
     with caplog.at_level(logging.INFO, logger="swiftcore.train"):
-        chunked = _grpo_step(tiny_dir, plugins, tmp_path, trainer_factory, 3)
+        chunked = _grpo_step(model, plugins, tmp_path, trainer_factory, 3)
     assert "chunked lm_head, 3 tokens per chunk" in caplog.text  # the chunked head did score the batch
+    if family == "olmoe":
+        print(f"olmoe: aux loss plain {plain['aux']} chunked {chunked['aux']}")
+        assert len(plain["aux"]) == 1 and plain["aux"][0] > 0
+        assert chunked["aux"] == pytest.approx(plain["aux"], abs=1e-6)
+    else:
+        assert plain["aux"] == chunked["aux"] == []
     for name in ("old", "ref"):
         # Log-probs down to about -15, where one float32 ulp is about 1e-6: to 1e-6 of their size (an AVX2-only CPU
         # sums the head's matmul in another order than an AVX-512 one: 1.9e-6 apart at -14.85 measured, rtol=0 failed)
@@ -144,13 +158,12 @@ def test_chunked_rloo_equals_the_plain_head(tiny_dir, plugins, tmp_path, trainer
 
 
 @pytest.mark.parametrize("recipe", ["grpo", "rloo"])
-def test_a_moe_model_whose_load_balancing_loss_trl_adds_keeps_trls_head(
+def test_a_moe_model_s_load_balancing_loss_comes_from_the_chunked_head(
     recipe, tiny_model_dir, plugins, tmp_path, trainer_factory, caplog
 ) -> None:
     """OLMoE's config has ``output_router_logits`` false and a coefficient: TRL still adds the load-balancing loss
-    (its rule: the attribute, whatever its value) from the forward's ``aux_loss``, which the chunked head does not
-    compute; it took over, and every run's first step failed (``torch.stack`` of None). The recipe keeps TRL's head,
-    and the aux loss comes back with the log-probs."""
+    (its rule: the attribute, whatever its value) from the forward's ``aux_loss``. The chunked head takes over and
+    returns it: the value of the model's own forward (full logits) with ``output_router_logits=True``."""
     import torch
     from swiftcore_recipe_rl.trainer import chunk_lm_heads
 
@@ -158,10 +171,13 @@ def test_a_moe_model_whose_load_balancing_loss_trl_adds_keeps_trls_head(
     assert trainer.aux_loss_enabled
     with caplog.at_level(logging.INFO, logger="swiftcore.train"):
         chunk_lm_heads(trainer, None)
-    assert "TRL adds this MoE model's load-balancing loss" in caplog.text
-    assert trainer.loss_chunk_size == 0  # CHORD's and a teacher's scores take full logits too
+    assert "chunked lm_head" in caplog.text
+    assert trainer.loss_chunk_size > 0  # CHORD's and a teacher's scores chunk too
     ids = torch.randint(0, 100, (2, 6), generator=torch.Generator().manual_seed(0))
-    *_, aux = trainer._get_per_token_logps_and_entropies(
-        trainer.model, ids, torch.ones_like(ids), 3, compute_aux_loss=True
-    )
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        *_, aux = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 3, compute_aux_loss=True)
+        want = trainer.model(input_ids=ids, attention_mask=mask, output_router_logits=True).aux_loss
+    print(f"{recipe}: aux loss chunked head {float(aux):.8f}, the model's forward {float(want):.8f}")
     assert aux is not None and float(aux) > 0
+    assert abs(float(aux) - float(want)) < 1e-6

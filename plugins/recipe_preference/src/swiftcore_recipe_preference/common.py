@@ -225,8 +225,8 @@ def chunk_trainer_heads(trainer: Any, chunk_size: int | None, policy_outputs: tu
     per-token fields the trainer added the policy's head with (TRL's ``add_fused_lm_head(outputs=...)``).
 
     Call it after the trainer is built (TRL adds its head then) and before :func:`pack_trainer_models` (which packs
-    whatever forward it finds). None: the default chunk size; 0, ``--fsdp``, ``--deepspeed`` or a MoE model whose
-    load-balancing loss TRL adds: TRL's head.
+    whatever forward it finds). None: the default chunk size; 0, ``--fsdp`` or ``--deepspeed``: TRL's head (a MoE
+    model's load-balancing loss, which TRL adds, comes from the chunked head too).
     """
     from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, trainer_head_reason, use_chunked_lm_head
 

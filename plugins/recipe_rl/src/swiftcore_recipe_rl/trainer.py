@@ -1023,8 +1023,9 @@ def chunk_lm_heads(trainer: Any, chunk_size: int | None) -> None:
     swiftcore-train's chunked lm_head (``chunk_size`` tokens' logits at a time, the SFT loss's chunking, at the
     trainer's temperature) in place of TRL's fused head; the same loss and gradients (``tests/test_chunked_logps.py``).
     CHORD's expert batch and an ``opd`` teacher's scores use the same chunk size (``trainer.loss_chunk_size``). None:
-    the default chunk size; 0, ``--fp32-lm-head``, ``--fsdp``, ``--deepspeed``, or a MoE model whose load-balancing loss
-    TRL adds (:func:`~swiftcore_train.trainer_head_reason`): TRL's head (and full logits)."""
+    the default chunk size; 0, ``--fp32-lm-head``, ``--fsdp`` or ``--deepspeed``
+    (:func:`~swiftcore_train.trainer_head_reason`): TRL's head (and full logits). A MoE model's load-balancing loss,
+    which TRL adds, comes from the chunked head too."""
     from swiftcore_train import DEFAULT_LOSS_CHUNK_SIZE, trainer_head_reason, use_chunked_lm_head
 
     size = DEFAULT_LOSS_CHUNK_SIZE if chunk_size is None else chunk_size

@@ -462,8 +462,8 @@ def _head_reason(model: Any, chunk_size: int) -> str | None:
         return f"{type(model).__name__} has no lm_head"
     if getattr(head, "bias", None) is not None:
         return "its lm_head has a bias"
-    if getattr(text, "output_router_logits", False):
-        return "a MoE model whose load-balancing loss TRL's head adds"
+    if hasattr(text, "output_router_logits") and _router_aux_loss(model) is None:
+        return "a MoE model whose load-balancing loss has no transformers function to compute it from the router logits"
     if any(getattr(text, k, None) is not None for k in scales):
         return f"{type(text).__name__} scales its logits"
     if not hasattr(model, "base_model"):
@@ -471,18 +471,32 @@ def _head_reason(model: Any, chunk_size: int) -> str | None:
     return None
 
 
+def _router_aux_loss(model: Any) -> Any:
+    """``loss(router_logits, attention_mask)``: the load-balancing loss ``model``'s own forward returns as
+    ``aux_loss`` (the ``load_balancing_loss_func`` of its modeling module, with the expert count and top-k it passes),
+    for a forward that went to the base model only (:func:`use_chunked_lm_head`); None where the module has none."""
+    import sys
+
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    function = getattr(sys.modules.get(type(model).__module__), "load_balancing_loss_func", None)
+    # the causal LMs pass their own num_experts / num_experts_per_tok; a multimodal wrapper its text config's
+    experts = getattr(model, "num_experts", None) or getattr(text, "num_experts", None)
+    top_k = getattr(model, "num_experts_per_tok", None) or getattr(text, "num_experts_per_tok", None)
+    if function is None or not experts or not top_k:
+        return None
+    return lambda router_logits, attention_mask: function(router_logits, experts, top_k, attention_mask)
+
+
 def trainer_head_reason(trainer: Any) -> str | None:
     """Why a TRL trainer keeps its models' fused LM head whatever the model (None: :func:`use_chunked_lm_head` may
     take over, the model permitting): ``--fsdp`` / ``--deepspeed`` wrap the model the head would reach into;
-    ``--fp32-lm-head`` is TRL's own head; and a MoE load-balancing loss TRL adds from the forward's ``aux_loss``,
-    which the chunked head does not compute (TRL's rule, ``aux_loss_enabled``: a config with
-    ``output_router_logits``, whatever its value, and a coefficient)."""
+    ``--fp32-lm-head`` is TRL's own head. (A MoE load-balancing loss TRL adds from the forward's ``aux_loss``, its
+    ``aux_loss_enabled``, the chunked head computes as the model does.)"""
     if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
         return "with --fsdp / --deepspeed"
     if getattr(trainer.args, "cast_lm_head_to_fp32", False):
         return "with --fp32-lm-head"
-    if getattr(trainer, "aux_loss_enabled", False):
-        return "TRL adds this MoE model's load-balancing loss (aux_loss)"
     return None
 
 
@@ -498,11 +512,12 @@ def use_chunked_lm_head(
     ``add_fused_lm_head`` added) score the labels with :func:`chunked_token_logps`, ``chunk_size`` tokens at a time.
 
     What TRL's forward returns stays the same (``log_probs``, ``entropy``, ... zero where the label is -100,
-    ``label_mask``, ``loss``): TRL's loss code runs unchanged. Calls without ``fused_lm_head=True`` (generation), with
-    pre-shifted ``shift_labels`` (context parallelism) or while the lm_head is wrapped (LoRA on the head) go to TRL's
-    forward. Returns False, logging why, where the model keeps TRL's head: ``chunk_size`` 0, a caller's ``reason``
-    (``--fsdp``, an fp32 head), an lm_head with a bias, a MoE model (TRL adds its load-balancing loss) or one that
-    scales its logits.
+    ``label_mask``, ``loss``, and with ``output_router_logits=True`` a MoE model's ``aux_loss``, computed from the
+    router logits as the model's own forward computes it): TRL's loss code runs unchanged. Calls without
+    ``fused_lm_head=True`` (generation), with pre-shifted ``shift_labels`` (context parallelism) or while the lm_head
+    is wrapped (LoRA on the head) go to TRL's forward. Returns False, logging why, where the model keeps TRL's head:
+    ``chunk_size`` 0, a caller's ``reason`` (``--fsdp``, an fp32 head), an lm_head with a bias, a MoE model whose
+    modeling module has no load-balancing function, or one that scales its logits.
 
     Args:
         model: the model TRL patched (under any peft wrapper: ``get_base_model()``).
@@ -525,7 +540,7 @@ def use_chunked_lm_head(
     log.info("log-probs: chunked lm_head, %d tokens per chunk (--loss-chunk-size)", chunk_size)
     text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     softcap = getattr(text, "final_logit_softcapping", None)
-    fused, output_class = model.forward, _chunked_output_class()
+    fused, output_class, router_aux_loss = model.forward, _chunked_output_class(), _router_aux_loss(model)
 
     @functools.wraps(fused)
     def forward(*args: Any, fused_lm_head: bool = False, labels: Any = None, shift_labels: Any = None,
@@ -534,10 +549,13 @@ def use_chunked_lm_head(
         if not fused_lm_head or shift_labels is not None or type(head) is not torch.nn.Linear:
             return fused(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
                          num_items_in_batch=num_items_in_batch, **kwargs)  # fmt: skip
-        fields, mask = _scored_labels(model, labels, chunk_size, softcap, temperature, outputs, args, kwargs)
+        fields, mask, base = _scored_labels(model, labels, chunk_size, softcap, temperature, outputs, args, kwargs)
         count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
         loss = -fields[0].sum() / count
-        return output_class(loss, *fields, label_mask=mask)
+        aux = None
+        if kwargs.get("output_router_logits") and router_aux_loss is not None:  # TRL asks for it: aux_loss_enabled
+            aux = router_aux_loss(base.router_logits, kwargs.get("attention_mask"))
+        return output_class(loss, *fields, label_mask=mask, aux_loss=aux)
 
     model.forward = forward
     return True
@@ -549,10 +567,11 @@ def _scored_labels(
 ) -> tuple[list[Any], Any]:  # fmt: skip
     """:func:`chunked_token_logps` of ``labels`` (shifted: the hidden state at ``t - 1`` scores label ``t``) under
     ``model`` (an unwrapped causal LM) run on ``args`` / ``kwargs``: each field ``[B, T - 1]``, zero where the label is
-    -100, and that mask."""
+    -100, that mask, and the base model's output (its ``router_logits`` when asked for)."""
     head = model.get_output_embeddings()
     kwargs["use_cache"] = False
-    hidden = model.base_model(*args, **kwargs).last_hidden_state[:, :-1]
+    base = model.base_model(*args, **kwargs)
+    hidden = base.last_hidden_state[:, :-1]
     shifted = labels[:, 1:].to(head.weight.device)
     mask = shifted != -100
     per_token = chunked_token_logps(
@@ -560,7 +579,7 @@ def _scored_labels(
         softcap=softcap, temperature=temperature, outputs=outputs,
     )  # fmt: skip
     # masked_scatter keeps an all-masked batch connected to the model (a differentiable zero), as TRL does
-    return [None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token], mask
+    return [None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token], mask, base
 
 
 def label_logps(
@@ -587,7 +606,9 @@ def label_logps(
     if _head_reason(base, chunk_size) is None and type(base.get_output_embeddings()) is torch.nn.Linear:
         text = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
         softcap = getattr(text, "final_logit_softcapping", None)
-        fields, mask = _scored_labels(base, labels, chunk_size, softcap, temperature, ("log_probs",), (), dict(inputs))
+        fields, mask, _ = _scored_labels(
+            base, labels, chunk_size, softcap, temperature, ("log_probs",), (), dict(inputs)
+        )
         return fields[0], mask
     logits = model(**inputs, use_cache=False).logits[:, :-1].float() / temperature
     shifted = labels[:, 1:].to(logits.device)
