@@ -120,7 +120,7 @@ def test_image_prompts_are_encoded_as_infer_encodes_them(
     ("options", "named"),
     [
         ({"recipe": "gkd", "teacher_model": "TEACHER"}, "--recipe gkd"),
-        ({"rollout_engine": "transformers"}, "--rollout-engine transformers"),
+        ({"rollout_engine": "transformers", "async_rollouts": True}, "--async-rollouts"),
         ({"rollout_engine": "vllm"}, "--rollout-engine vllm"),
         ({"rollout_server": "http://127.0.0.1:9"}, "--rollout-server"),
         ({"ray": True}, "--ray"),
@@ -383,6 +383,35 @@ def test_an_opd_teacher_that_would_read_the_pixels_otherwise_is_refused(
         _plan(tiny_dir, plugins, tmp_path, image_data, recipe="opd", teacher_model=str(other))
     assert "same family and processor" in str(info.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_transformers_rollout_engine_generates_with_each_rows_pixels(
+    tiny_dir: Path, plugins: Any, image_data: Path, tmp_path: Path
+) -> None:
+    """``--rollout-engine transformers`` on image prompts (refused before): the engine is asked with each row's
+    record, so its vision tower sees the round's pixels (row by row, as the policy's processor makes them), the
+    completions are the engine's, and the round keeps the pixels for the loss."""
+    from swiftcore_recipe_rl.execute import _attach_rollout_engine, _build_trainer
+
+    plan = _plan(tiny_dir, plugins, tmp_path, image_data, rollout_engine="transformers")
+    trainer = _build_trainer(plan, plugins, plan.local.codec, plan.rewards)
+    _attach_rollout_engine(trainer, plan, plugins)
+    seen: list[Any] = []  # the pixels the engine's vision tower gets
+    visual = next(m for name, m in trainer.rollout_engine.model.named_modules() if name.endswith("visual"))
+    visual.register_forward_pre_hook(
+        lambda _m, args, kwargs: seen.append((args or [kwargs["hidden_states"]])[0]), with_kwargs=True
+    )
+    asked: list[Any] = []
+    engine_rollouts = trainer.engine_rollouts
+    trainer.engine_rollouts = lambda ids, records=None: asked.append(records) or engine_rollouts(ids, records)
+    trainer.model.train()
+    out = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in (0, 0, 1, 1)])
+    pixels = _round_pixels(plan, tiny_dir, image_data, out)  # the loss's pixels: the round's rows'
+    assert len(asked) == 1 and [r["messages"][0]["content"][0]["image"] for r in asked[0]] == [
+        json.loads(line)["prompt"][0]["content"][0]["image"] for line in image_data.read_text().splitlines()[:2]
+        for _ in range(2)
+    ]  # fmt: skip
+    assert seen and torch.equal(torch.cat(seen).cpu(), pixels["pixel_values"].to(seen[0].dtype))
 
 
 def test_a_batch_mixing_image_and_text_prompts_scores_each_row_as_alone(

@@ -37,6 +37,9 @@ _MEDIA_COLUMNS = ("images", "audios", "videos")
 #: The recipes whose trainer feeds a prompt's images to the policy (trainer.py's ``ImagePrompts``: TRL's GRPO and
 #: RLOO trainers; REINFORCE++ and on-policy distillation on GRPO's, an ``opd`` teacher scoring with the same pixels).
 IMAGE_RECIPES = ("grpo", "rloo", "reinforce_pp", "opd")
+#: The rollout engines image prompts generate with: TRL's own generation, and swiftcore's transformers engine (each
+#: row's record sent with its images, trainer.py's ``EngineRollouts``).
+IMAGE_ROLLOUT_ENGINES = ("trainer", "transformers")
 #: Columns that shape the prompt itself; the rest are the rewards'.
 _PROMPT_KEYS = ("prompt", "messages", "tools", "chat_template_kwargs", "system", *_MEDIA_COLUMNS)
 #: Keywords every reward function gets from the recipe: a dataset column may not take one of these names.
@@ -180,10 +183,11 @@ def media_parts(record: dict[str, Any]) -> list[tuple[str, str]]:
 def refuse_media_prompts(rows: list[PromptRow], recipe: str, options: Any, spec: Any) -> bool:
     """Whether the run's prompts carry media; refuse those it cannot train on, before any model loads.
 
-    Prompts with images train with the :data:`IMAGE_RECIPES` and TRL's own generation (``--rollout-engine trainer``,
-    the default) on a model whose spec takes images: the other recipes, the rollout engines, a rollout server, Ray,
-    multi-turn environments and the refill of ``--dapo-max-resample`` would drop or cannot regroup the pixels, so they
-    are refused, naming the option and the first such row; so are audio and video, which no recipe here feeds yet.
+    Prompts with images train with the :data:`IMAGE_RECIPES` and the :data:`IMAGE_ROLLOUT_ENGINES` on a model whose
+    spec takes images: the other recipes, the vLLM engine, a rollout server, Ray, asynchronous or speculative
+    rollouts, multi-turn environments and the refill of ``--dapo-max-resample`` would drop or cannot regroup the
+    pixels (or are not tested with them), so they are refused, naming the option and the first such row; so are audio
+    and video, which no recipe here feeds yet.
 
     Raises:
         SwiftcoreError: the first unsupported combination (the row's ``file:line``, the option, what to do).
@@ -217,10 +221,13 @@ def refuse_media_prompts(rows: list[PromptRow], recipe: str, options: Any, spec:
             f"train image prompts with --recipe {' / '.join(IMAGE_RECIPES)}",
         ),
         (
-            getattr(options, "rollout_engine", "trainer") != "trainer",
+            getattr(options, "rollout_engine", "trainer") not in IMAGE_ROLLOUT_ENGINES,
             f"--rollout-engine {getattr(options, 'rollout_engine', '')}",
-            "use --rollout-engine trainer (the default: TRL's generation on the policy, which sees the pixels)",
+            f"use --rollout-engine {' or '.join(IMAGE_ROLLOUT_ENGINES)} (TRL's generation on the policy, the "
+            "default, or the transformers engine, which encode the images as served)",
         ),
+        (bool(getattr(options, "async_rollouts", False)), "--async-rollouts", "drop --async-rollouts"),
+        (bool(getattr(options, "rollout_draft", "")), "--rollout-draft", "drop --rollout-draft"),
         (bool(getattr(options, "rollout_server", "")), "--rollout-server", "drop --rollout-server"),
         (bool(getattr(options, "ray", False)), "--ray", "drop --ray (train in one process)"),
         (bool(getattr(options, "environment", "")), "--environment", "drop --environment (single-turn rollouts)"),

@@ -89,6 +89,9 @@ def _image_prompts() -> type:
         media: Any = None
         _round_rows: list[int] | None = None
         _round_media: dict[str, Any] | None = None
+        #: The prompt records of the round being generated, in order (None outside an image round): what a rollout
+        #: engine is asked with (:func:`_engine_rollouts`), since template ids cannot carry the pixels.
+        round_records: list[dict[str, Any]] | None = None
 
         def attach_media(self, prompt_media: list[dict[str, Any]], media: Any) -> None:
             """Train on image prompts: ``prompt_media`` (the plan's
@@ -115,13 +118,13 @@ def _image_prompts() -> type:
                 {**{k: v for k, v in x.items() if k != MEDIA_COLUMN}, "records": self.prompt_media[r]["record"]}
                 for x, r in zip(inputs, rows, strict=True)
             ]
-            saved = self._round_rows, self._round_media  # a round generated inside another (a refill) restores it
-            self._round_rows, self._round_media = rows, None
+            saved = self._round_rows, self._round_media, self.round_records  # a round inside another (a refill)
+            self._round_rows, self._round_media, self.round_records = rows, None, None
             try:
                 out = super()._generate_and_score_completions(inputs)
                 media = self._round_media
             finally:
-                self._round_rows, self._round_media = saved
+                self._round_rows, self._round_media, self.round_records = saved
             if media is not None:  # under TRL's names: its loss and its batch splitting read them
                 out.update(self._forward_media(media, out["prompt_ids"].size(1), out["completion_ids"].size(1)))
             return out
@@ -135,6 +138,7 @@ def _image_prompts() -> type:
             if all(e["media"] is None for e in entries):
                 return ids, None, {}
             self._round_media = media = self._media_batch(rows)
+            self.round_records = [self.prompt_media[r]["prompt_record"] for r in rows]
             fields = dict(media["tensors"])
             if media["types"] is not None:  # per prompt token: TRL left-pads it as it pads the ids
                 fields["mm_token_type_ids"] = media["types"]
@@ -260,8 +264,12 @@ def _engine_rollouts() -> type:
         def _generate_single_turn(self, prompt_ids: Any, images: Any, multimodal_fields: Any, *args: Any, **kw: Any):
             if self.rollout_engine is None:
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kw)
-            if images or multimodal_fields:
-                raise SwiftcoreError("--rollout-engine: prompts with images or audio are not supported yet")
+            records = None
+            if images or multimodal_fields:  # an image round: the engine gets each row's record (ids lack pixels)
+                records = getattr(self, "round_records", None)
+                if records is None or len(records) != len(prompt_ids) or self._prefetch is not None:
+                    raise SwiftcoreError("--rollout-engine: these prompts' images cannot reach the engine here "
+                                         "(asynchronous rollouts, or a trainer without image prompts)")  # fmt: skip
             mode = "train" if self.model.training else "eval"
             taken = None
             if self._prefetch is not None:
@@ -273,7 +281,7 @@ def _engine_rollouts() -> type:
                 rollouts, weights_step = taken
             else:
                 self.sync_rollout_engine()
-                rollouts, weights_step = self.engine_rollouts(prompt_ids), self.state.global_step
+                rollouts, weights_step = self.engine_rollouts(prompt_ids, records), self.state.global_step
             if self.async_rollouts:
                 self._metrics[mode]["rollout_staleness"].append(float(self.state.global_step - weights_step))
                 if mode == "train":
@@ -309,10 +317,14 @@ def _engine_rollouts() -> type:
             self._metrics[mode]["sync_bytes"].append(float(stats.bytes))
             return stats
 
-        def engine_rollouts(self, prompt_ids: list[list[int]]) -> list[tuple[Any, list[int]]]:
+        def engine_rollouts(
+            self, prompt_ids: list[list[int]], records: list[dict[str, Any]] | None = None
+        ) -> list[tuple[Any, list[int]]]:
             """``(Generation, completion ids)`` per prompt from the engine, sampled as TRL's config says; each
             completion keeps the stop token that ended it, as TRL's own generation does (and, with the
-            importance-sampling correction on, each generation carries its tokens' sampling log-probs)."""
+            importance-sampling correction on, each generation carries its tokens' sampling log-probs).
+            ``records``: each prompt's record, in order (a round of image prompts: the engine encodes each with its
+            images, as served); else each is found by its ids."""
             from swiftcore_infer import Request, SamplingParams
 
             args = self.args
@@ -325,8 +337,8 @@ def _engine_rollouts() -> type:
             )
             adapter = self.weight_sync.adapter if self.rollout_engine.adapters else None
             requests = []
-            for ids in prompt_ids:
-                record = self.prompt_records.get(tuple(int(t) for t in ids))
+            for i, ids in enumerate(prompt_ids):
+                record = records[i] if records is not None else self.prompt_records.get(tuple(int(t) for t in ids))
                 if record is not None:
                     requests.append(Request(record=record, sampling=sampling, adapter=adapter))
                 else:  # a prompt the recipe did not encode (tests): its ids as they are
