@@ -9,9 +9,9 @@ server returns equal those of the same checkpoint run offline on the row's train
 own tokens and for seeded random ones; with another image, or none, they differ: the image reached the teacher.
 In a run with image prompts each row is sent its own record (rows with the same text and other images too), and
 ``swiftcore train --recipe opd --teacher-server`` on image prompts, with the student's own checkpoint served, starts
-at a reverse KL of 0. Refusals: a server without the extension, one that generates instead of scoring, media the served model does not
-take (audio for Qwen3.5), a video, a decoded waveform, and a student prompt the server encodes otherwise, are each one
-error naming ``--teacher-server``.
+at a reverse KL of 0. Refusals: a server without the extension, one that generates instead of scoring, media the
+served model does not take (audio for Qwen3.5), a video, a decoded waveform, and a student prompt the server encodes
+otherwise, are each one error naming ``--teacher-server``.
 
 The server: ``swiftcore deploy --dtype float32`` of the checkpoint (a subprocess, one per module), whose chat route
 has the ``completion_token_ids`` extension. A server without it, and one that generates instead of scoring, are small
@@ -178,6 +178,24 @@ def test_a_batch_mixing_image_and_text_rows_is_scored_row_by_row(
     assert not got[1, 2:].any()
 
 
+class _Generating:
+    """What ``attach_teacher_server`` needs of the ``opd`` trainer: the generation step that calls ``teacher_logps``
+    on its batch (as ``SwiftOPDTrainer.distillation_advantages`` does), here each row ``prompt`` then ``completion``."""
+
+    def __init__(self, prompt: list[int], completion: list[int]) -> None:
+        self.prompt, self.completion = prompt, completion
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
+        rows, prompt, completion = len(inputs), self.prompt, self.completion
+        out = {
+            "prompt_ids": torch.tensor([prompt] * rows),
+            "prompt_mask": torch.ones(rows, len(prompt), dtype=torch.long),
+            "completion_ids": torch.tensor([completion] * rows),
+            "completion_mask": torch.ones(rows, len(completion), dtype=torch.long),
+        }
+        return self.teacher_logps(out)  # type: ignore[attr-defined]  # attach_teacher_server sets it
+
+
 def test_attach_keeps_each_generation_batch_s_records(teacher_url: str, offline: Any, tmp_path: Path) -> None:
     """``attach_teacher_server(trainer, url, records)``: the rows of the batch being generated (TRL's ``inputs``, by
     their ``prompt`` text) are the records the teacher is sent, so an image row is scored with its image."""
@@ -188,20 +206,7 @@ def test_attach_keeps_each_generation_batch_s_records(teacher_url: str, offline:
     prompt = batch["input_ids"][0, :first].tolist()
     completion = [11, 40, 7]
 
-    class Trainer:
-        """What ``attach_teacher_server`` needs of the ``opd`` trainer: the generation step that calls
-        ``teacher_logps`` on its batch (as ``SwiftOPDTrainer.distillation_advantages`` does)."""
-
-        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
-            out = {
-                "prompt_ids": torch.tensor([prompt] * len(inputs)),
-                "prompt_mask": torch.ones(len(inputs), len(prompt), dtype=torch.long),
-                "completion_ids": torch.tensor([completion] * len(inputs)),
-                "completion_mask": torch.ones(len(inputs), len(completion), dtype=torch.long),
-            }
-            return self.teacher_logps(out)
-
-    trainer = Trainer()
+    trainer = _Generating(prompt, completion)
     server = attach_teacher_server(trainer, teacher_url, records={"with image": _record(image)})
     try:
         got = trainer._generate_and_score_completions([{"prompt": "with image"}] * 2)
@@ -225,19 +230,7 @@ def test_an_image_run_sends_each_row_its_own_record(teacher_url: str, offline: A
     assert other["input_ids"][0, :other_first].tolist() == prompt  # the same ids: only the pixels tell them apart
     completion = [11, 40, 7]
 
-    class Trainer:
-        """The ``opd`` trainer's generation step, as in :func:`test_attach_keeps_each_generation_batch_s_records`."""
-
-        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
-            out = {
-                "prompt_ids": torch.tensor([prompt] * len(inputs)),
-                "prompt_mask": torch.ones(len(inputs), len(prompt), dtype=torch.long),
-                "completion_ids": torch.tensor([completion] * len(inputs)),
-                "completion_mask": torch.ones(len(inputs), len(completion), dtype=torch.long),
-            }
-            return self.teacher_logps(out)
-
-    trainer = Trainer()
+    trainer = _Generating(prompt, completion)
     media = [{"prompt_record": _record(image)} for image in images]
     server = attach_teacher_server(trainer, teacher_url, records={"same text": _record(images[0])}, media=media)
     try:
