@@ -564,7 +564,7 @@ def use_chunked_lm_head(
 def _scored_labels(
     model: Any, labels: Any, chunk_size: int, softcap: Any, temperature: float, outputs: tuple[str, ...],
     args: Any, kwargs: dict[str, Any],
-) -> tuple[list[Any], Any]:  # fmt: skip
+) -> tuple[list[Any], Any, Any]:  # fmt: skip
     """:func:`chunked_token_logps` of ``labels`` (shifted: the hidden state at ``t - 1`` scores label ``t``) under
     ``model`` (an unwrapped causal LM) run on ``args`` / ``kwargs``: each field ``[B, T - 1]``, zero where the label is
     -100, that mask, and the base model's output (its ``router_logits`` when asked for)."""
