@@ -197,6 +197,31 @@ def _round_pixels(plan: Any, tiny_dir: Path, image_data: Path, out: dict[str, An
     return pixels
 
 
+def _grpo_loss_and_references(
+    trainer: Any, out: dict[str, Any], with_image: Any, without: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[float, float, float]:
+    """The trainer's clipped ``dapo`` loss of the round ``out`` on fixed advantages and old log-probs (``with_image``
+    moved by fixed offsets: ratios on both sides of the clipping range), and the formula's from the plain forwards'
+    log-probs ``with_image`` and ``without`` it (float64)."""
+    advantages = torch.tensor([1.0, -0.5, 0.7, -1.2])
+    old = (with_image + torch.tensor([0.3, -0.3, 0.05, -0.4])[:, None]).float()
+    out.update(advantages=advantages, old_per_token_logps=old, num_items_in_batch=out["completion_mask"].sum())
+    monkeypatch.setattr(trainer, "current_gradient_accumulation_steps", 1, raising=False)
+    monkeypatch.setattr(trainer, "beta", 0.0)
+    loss = trainer._compute_loss(trainer.model, out).item()
+    mask = out["completion_mask"].double()
+
+    def reference_loss(logps: Any) -> float:
+        eps_low, eps_high = trainer.epsilon_low, trainer.epsilon_high
+        ratio = torch.exp(logps - old.double())
+        adv = advantages.double()[:, None]
+        per_token = -torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
+        steps = trainer.args.steps_per_generation
+        return ((per_token * mask).sum() / (mask.sum() / steps)).item()  # dapo: over the batch's tokens
+
+    return loss, reference_loss(with_image), reference_loss(without)
+
+
 def test_generation_and_the_loss_see_each_rows_pixels(
     tiny_dir: Path, plugins: Any, image_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,24 +270,54 @@ def test_generation_and_the_loss_see_each_rows_pixels(
     assert ref_gap < 1e-4
     assert image_gap > 1e-2  # the image moves the log-probs: seeing it is not a no-op
 
-    # the clipped loss on fixed advantages and old log-probs (ratios on both sides of the clipping range)
-    advantages = torch.tensor([1.0, -0.5, 0.7, -1.2])
-    old = (with_image + torch.tensor([0.3, -0.3, 0.05, -0.4])[:, None]).float()
-    out.update(advantages=advantages, old_per_token_logps=old, num_items_in_batch=out["completion_mask"].sum())
-    monkeypatch.setattr(trainer, "current_gradient_accumulation_steps", 1, raising=False)
-    monkeypatch.setattr(trainer, "beta", 0.0)
-    loss = trainer._compute_loss(trainer.model, out).item()
-
-    def reference_loss(logps: Any) -> float:
-        eps_low, eps_high = trainer.epsilon_low, trainer.epsilon_high
-        ratio = torch.exp(logps - old.double())
-        adv = advantages.double()[:, None]
-        per_token = -torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
-        steps = trainer.args.steps_per_generation
-        return ((per_token * mask).sum() / (mask.sum() / steps)).item()  # dapo: over the batch's tokens
-
-    want, blind = reference_loss(with_image), reference_loss(without)
+    loss, want, blind = _grpo_loss_and_references(trainer, out, with_image, without, monkeypatch)
     print(f"loss: trainer {loss:.6f}, reference with the image {want:.6f}, without it {blind:.6f}")
+    assert abs(loss - want) < 1e-5
+    assert abs(loss - blind) > 1e-3
+
+
+def test_gemma4_s_image_positions_reach_the_loss(
+    tiny_model_dir: Any, plugins: Any, image_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemma 4 (its images as patches with ``image_position_ids``, not Qwen's grid): the round carries each row's own
+    tensors (the media preparer's, rows 0, 0, 1, 1), TRL slices them row by row through its ``image_position_ids``
+    branch (the row's log-probs are the whole round's plain forward's), and the GRPO loss equals the formula's from a
+    plain forward of the whole round with the same tensors (1e-5), not the one without them."""
+    import transformers
+    from swiftcore_recipe_rl.execute import _build_trainer
+
+    model_dir = tiny_model_dir("gemma4")
+    plan = _plan(model_dir, plugins, tmp_path, image_data)
+    trainer = _build_trainer(plan, plugins, plan.local.codec, plan.rewards)
+    trainer.model.train()
+    out = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in (0, 0, 1, 1)])
+    media = plan.local.codec.media
+    rows = [media.media_tensors(plan.prompts.media[r]["media"]["media_items"]) for r in (0, 0, 1, 1)]
+    for key in ("pixel_values", "image_position_ids"):
+        assert torch.equal(out[key].cpu(), torch.cat([row[key] for row in rows]))
+    assert out["num_images"] == [1, 1, 1, 1]
+
+    plain = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    keep, temperature = out["completion_ids"].size(1), float(trainer.temperature)
+
+    def plain_logps(**media_inputs: Any) -> Any:
+        with torch.no_grad():
+            logits = plain(input_ids=ids, attention_mask=attention, **media_inputs).logits.double() / temperature
+        logps = torch.log_softmax(logits[:, -keep - 1 : -1], dim=-1)
+        return logps.gather(-1, out["completion_ids"][..., None]).squeeze(-1)
+
+    pixels = {k: out[k] for k in ("pixel_values", "image_position_ids", "mm_token_type_ids")}
+    with_image, without = plain_logps(**pixels), plain_logps()
+    with torch.no_grad():  # TRL's forward one row at a time: each row's slice of the round's image tensors
+        sliced, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, attention, keep, batch_size=1, num_images=out["num_images"], **pixels
+        )
+    mask = out["completion_mask"].double()
+    assert ((sliced.double() - with_image).abs() * mask).max().item() < 1e-5
+    loss, want, blind = _grpo_loss_and_references(trainer, out, with_image, without, monkeypatch)
+    print(f"gemma4 loss: trainer {loss:.6f}, reference with the image {want:.6f}, without it {blind:.6f}")
     assert abs(loss - want) < 1e-5
     assert abs(loss - blind) > 1e-3
 
