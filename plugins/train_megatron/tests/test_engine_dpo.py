@@ -13,6 +13,10 @@ transformers engine (TRL's DPOTrainer), on gloo with real torchrun processes.
   held-out reward accuracy (``eval_rewards/accuracies``) is >= 90% too.
 - Refusals, before any process group exists: --ep on a dense family, cutting --truncation, --padding-free, MoE
   families under --tp (MoE at --ep 1 and 2: test_engine_pref_moe.py), image pairs, --ref-model with LoRA.
+
+The runs the selected tests need are made in as few processes as they allow (conftest's ``CliRuns``, each through
+the CLI's own ``main``): both engines' runs on one rank in one process, the TP2 run in one torchrun world of 2 ranks;
+a process start costs more than the few steps of the tiny model.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-#: Its TP2 runs start torchrun worlds (``train_recipe(..., ranks=2)``): the module holds the rank lock (conftest.py).
-STARTS_RANKS = True
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
+LEARN_STEPS = 30
 
 PARITY = ("--tuner", "full", "--max-steps", str(STEPS), "--batch-size", "4", "--learning-rate", "5e-4",
           "--save-steps", "100", "--split-ratio", "0")  # fmt: skip
@@ -36,22 +40,66 @@ def pairs(write_jsonl, preference_pairs, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def transformers_dpo(train_recipe, tiny_model_dir, pairs, tmp_path_factory) -> dict[int, dict]:
+def vowel_files(vowel_task, write_jsonl, tiny_model_dir, tmp_path_factory) -> tuple[Path, Path, list[dict]]:
+    """The vowel task's training and held-out pairs as files, and the held-out rows."""
+    from swiftcore.api.models import load_tokenizer
+
+    train_rows, held_rows = vowel_task(load_tokenizer(str(tiny_model_dir("qwen3_5"))))
+    root = tmp_path_factory.mktemp("vowels")
+    return write_jsonl(root / "train.jsonl", train_rows), write_jsonl(root / "held.jsonl", held_rows), held_rows
+
+
+def _needs(test: str, params: dict) -> list[tuple]:
+    """The runs a test of this module asks for: ``(engine, what, tp, accum)``."""
+    if test == "test_the_first_losses_equal_the_transformers_engine":
+        return [("transformers", "parity", 1, 1), ("megatron", "parity", params["tp"], params["accum"])]
+    if test == "test_ref_model_and_beta_reach_the_loss":
+        return [("transformers", "ref", 1, 1), ("megatron", "ref", 1, 1)]
+    if test == "test_lora_dpo_learns_the_held_out_preference":
+        return [("megatron", "learn", 1, 1)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def runs(request, cli_runs, selected_params, recipe_args, tiny_model_dir, pairs, tmp_path_factory):
+    """``runs(key) -> output directory``: the module's ``swiftcore train --recipe dpo`` runs (see :func:`_needs`),
+    those the selected tests need planned together (conftest's ``CliRuns``: by number of ranks, both engines in one
+    process or world) and made when the first is asked for."""
+    root = tmp_path_factory.mktemp("runs")
+    model = tiny_model_dir("qwen3_5")
+    for key in sorted({key for test, params in selected_params for key in _needs(test, params)}):
+        engine, what, tp, accum = key
+        out = root / f"{engine}-{what}-tp{tp}-ga{accum}"
+        data = pairs
+        if what == "learn":
+            data, held, _ = request.getfixturevalue("vowel_files")
+            flags = ("--engine", "megatron", "--tuner", "lora", "--max-steps", str(LEARN_STEPS), "--batch-size", "8",
+                     "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--save-steps", "10000",
+                     "--val-dataset", str(held))  # fmt: skip
+        else:
+            flags = PARITY
+            if what == "ref":  # --ref-model: another model than the policy
+                flags += ("--beta", "0.3", "--ref-model", str(request.getfixturevalue("other_reference")))
+            if engine == "megatron":
+                flags += ("--engine", "megatron")
+            if engine == "megatron" and what == "parity":
+                flags += ("--tp", str(tp), "--gradient-accumulation-steps", str(accum))
+                flags += ("--batch-size", str(4 // accum))  # after PARITY's --batch-size 4: the last one given wins
+        cli_runs.plan(key, recipe_args("dpo", model, data, out, *flags), out, ranks=tp, group="all")
+    return cli_runs.get
+
+
+@pytest.fixture(scope="module")
+def transformers_dpo(runs, logged) -> dict[int, dict]:
     """The ``dpo`` recipe on the transformers engine (TRL's DPOTrainer): step -> logged record."""
-    out = tmp_path_factory.mktemp("transformers") / "dpo"
-    return {r["step"]: r for r in train_recipe("dpo", tiny_model_dir("qwen3_5"), pairs, out, *PARITY) if "loss" in r}
+    return {r["step"]: r for r in logged(runs(("transformers", "parity", 1, 1))) if "loss" in r}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("tp", "accum"), [(1, 1), (2, 1), (1, 2)], ids=["tp1", "tp2", "tp1-ga2"])
-def test_the_first_losses_equal_the_transformers_engine(
-    train_recipe, tp, accum, tiny_model_dir, pairs, transformers_dpo, tmp_path
-):
+def test_the_first_losses_equal_the_transformers_engine(tp, accum, transformers_dpo, runs, logged):
     """``accum=2``: each step's 4 pairs as two micro-batches of 2 (the step's loss is the mean over its pairs)."""
-    extra = ("--engine", "megatron", "--tp", str(tp), "--gradient-accumulation-steps", str(accum))
-    extra += ("--batch-size", str(4 // accum))  # after PARITY's --batch-size 4: the last one given wins
-    logged = train_recipe("dpo", tiny_model_dir("qwen3_5"), pairs, tmp_path / "megatron", *PARITY, *extra, ranks=tp)
-    got = {r["step"]: r for r in logged if "loss" in r}
+    got = {r["step"]: r for r in logged(runs(("megatron", "parity", tp, accum))) if "loss" in r}
     assert sorted(got) == sorted(transformers_dpo) == list(range(1, STEPS + 1))
     for step, expected in transformers_dpo.items():
         for key in ("loss", "rewards/margins", "logps/chosen", "grad_norm"):
@@ -60,16 +108,12 @@ def test_the_first_losses_equal_the_transformers_engine(
 
 
 @pytest.mark.slow
-def test_ref_model_and_beta_reach_the_loss(train_recipe, tiny_model_dir, pairs, other_reference, tmp_path):
+def test_ref_model_and_beta_reach_the_loss(runs, logged):
     """``--ref-model`` (another model than the policy) and ``--beta`` 0.3, given on the command line (the ``dpo``
     recipe's options reach ``dpo.megatron``): step 1 is no longer log 2, and the first 3 losses still equal the
     transformers engine's."""
-    model = tiny_model_dir("qwen3_5")
-    options = ("--beta", "0.3", "--ref-model", str(other_reference))
-    reference = train_recipe("dpo", model, pairs, tmp_path / "transformers", *PARITY, *options)
-    logged = train_recipe("dpo", model, pairs, tmp_path / "megatron", *PARITY, *options, "--engine", "megatron")
-    expected = {r["step"]: r["loss"] for r in reference if "loss" in r}
-    got = {r["step"]: r["loss"] for r in logged if "loss" in r}
+    expected = {r["step"]: r["loss"] for r in logged(runs(("transformers", "ref", 1, 1))) if "loss" in r}
+    got = {r["step"]: r["loss"] for r in logged(runs(("megatron", "ref", 1, 1))) if "loss" in r}
     assert sorted(got) == sorted(expected) == list(range(1, STEPS + 1))
     assert abs(expected[1] - 0.6931472) > 1e-3, "the reference must differ from the policy"
     for step, loss in expected.items():
@@ -107,9 +151,7 @@ def test_the_shared_loss_is_the_papers(loss_type):
 
 
 @pytest.mark.slow
-def test_lora_dpo_learns_the_held_out_preference(
-    train_recipe, write_jsonl, vowel_task, pairwise_accuracy, tiny_model_dir, tmp_path
-):
+def test_lora_dpo_learns_the_held_out_preference(vowel_files, runs, logged, pairwise_accuracy, tiny_model_dir):
     from peft import PeftModel
     from swiftcore_recipe_preference import encode_dpo_pairs, parse_pair
     from swiftcore_train import TrainConfig
@@ -121,21 +163,18 @@ def test_lora_dpo_learns_the_held_out_preference(
     model_dir = tiny_model_dir("qwen3_5")
     plugins = load_plugins(env={})
     spec, tokenizer = resolve_model_spec(str(model_dir), plugins), load_tokenizer(str(model_dir))
-    train_rows, held_rows = vowel_task(tokenizer)
+    *_, held_rows = vowel_files
     held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
     cfg = TrainConfig(model=str(model_dir), dataset=("unused",), recipe="dpo")
     samples = encode_dpo_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
     before = pairwise_accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), samples)
 
-    extra = ("--engine", "megatron", "--tuner", "lora", "--max-steps", "30", "--batch-size", "8",
-             "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--save-steps", "10000",
-             "--val-dataset", str(write_jsonl(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
-    out = tmp_path / "run"
-    logged = train_recipe("dpo", model_dir, write_jsonl(tmp_path / "train.jsonl", train_rows), out, *extra)
+    out = runs(("megatron", "learn", 1, 1))  # LoRA, 30 steps of 8 pairs on the training rows, held-out evaluation
+    records = logged(out)
     base = load_model(spec, str(model_dir), plugins, torch_dtype="float32")
-    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-30")).eval(), samples)
-    losses = [r["loss"] for r in logged if "loss" in r]
-    (final,) = [r for r in logged if "eval_loss" in r]
+    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(out / f"checkpoint-{LEARN_STEPS}")).eval(), samples)
+    losses = [r["loss"] for r in records if "loss" in r]
+    (final,) = [r for r in records if "eval_loss" in r]
     print(f"held-out accuracy {before:.1%} -> {after:.1%}, reward accuracy {final['eval_rewards/accuracies']:.1%}, "
           f"train loss {losses[0]:.3f} -> {losses[-1]:.3f}")  # fmt: skip
     assert 0.25 <= before <= 0.75, f"the untrained model should be near chance, got {before:.1%}"

@@ -29,6 +29,7 @@ import pytest
 from swiftcore_testing import free_port, user_env
 
 BIN = Path(sys.executable).parent
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 LR = 1e-4
 BETA = 0.5
@@ -223,25 +224,48 @@ def _divergence(student_logits, teacher_logits, beta: float) -> float:
     return float((beta * teacher_side + (1 - beta) * student_side).mean())
 
 
-def _gkd_run(model: Path, teacher: Path, work: Path, *, steps: int, lr: float, tp: int = 1) -> list[dict]:
-    """``swiftcore train --engine megatron --recipe gkd`` (16 prompts, 4 a step, completions of up to 8 tokens from
-    the transformers backend, ``--gkd-beta 0.5``, full weights, constant ``lr``, seed 0) at ``--tp tp``; the logged
-    step records."""
+def _gkd_args(model: Path, teacher: Path, work: Path, *, steps: int, lr: float, tp: int = 1) -> list[str]:
+    """What follows ``swiftcore`` for ``swiftcore train --engine megatron --recipe gkd`` (16 prompts, 4 a step,
+    completions of up to 8 tokens from the transformers backend, ``--gkd-beta 0.5``, full weights, constant ``lr``,
+    seed 0) at ``--tp tp`` (on a world of ``tp`` ranks), writing ``work/out``."""
     work.mkdir(parents=True, exist_ok=True)
     data = work / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Tell me about item {i}."}) + "\n" for i in range(16)))
-    out = work / "out"
-    _run([str(BIN / "swiftcore"), "train", "--nproc-per-node", str(tp), "--tp", str(tp), "--engine", "megatron",
-          "--recipe", "gkd", "--model", str(model), "--teacher-model", str(teacher), "--gkd-beta", "0.5",
-          "--dataset", str(data), "--output-dir", str(out), "--tuner", "full", "--learning-rate", str(lr),
-          "--lr-scheduler", "constant", "--max-steps", str(steps), "--batch-size", "4", "--logging-steps", "1",
-          "--save-steps", "1000", "--seed", "0", "--no-plot", "--max-completion-length", "8",
-          "--rollout-engine", "transformers"])  # fmt: skip
-    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+    return ["train", "--tp", str(tp), "--engine", "megatron", "--recipe", "gkd", "--model", str(model),
+            "--teacher-model", str(teacher), "--gkd-beta", "0.5", "--dataset", str(data),
+            "--output-dir", str(work / "out"), "--tuner", "full", "--learning-rate", str(lr),
+            "--lr-scheduler", "constant", "--max-steps", str(steps), "--batch-size", "4", "--logging-steps", "1",
+            "--save-steps", "1000", "--seed", "0", "--no-plot", "--max-completion-length", "8",
+            "--rollout-engine", "transformers"]  # fmt: skip
+
+
+#: The ``swiftcore train`` runs each test asks for: key -> (steps, learning rate, tp).
+CLI_RUNS = {
+    "test_gkd_lowers_the_held_out_divergence_to_the_teacher": {"learn": (16, 5e-3, 1)},
+    "test_a_tp2_run_logs_the_steps_of_a_tp1_run": {"tp1": (3, 1e-4, 1), "tp2": (3, 1e-4, 2)},
+}
+
+
+@pytest.fixture(scope="module")
+def gkd_runs(cli_runs, selected_params, tiny, teacher, tmp_path_factory):
+    """``gkd_runs(key) -> (output directory, logged step records)``: this module's ``swiftcore train`` runs
+    (:data:`CLI_RUNS`), those the selected tests need planned together (conftest's ``CliRuns``: the TP1 runs in one
+    process, the TP2 run in a torchrun world of 2) and made when the first is asked for."""
+    root = tmp_path_factory.mktemp("runs")
+    for test, _ in selected_params:
+        for key, (steps, lr, tp) in CLI_RUNS.get(test, {}).items():
+            args = _gkd_args(tiny, teacher, root / key, steps=steps, lr=lr, tp=tp)
+            cli_runs.plan(key, args, root / key / "out", ranks=tp, group="gkd")
+
+    def get(key: str) -> tuple[Path, list[dict]]:
+        out = cli_runs.get(key)
+        return out, [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+
+    return get
 
 
 @pytest.mark.slow
-def test_gkd_lowers_the_held_out_divergence_to_the_teacher(tiny, teacher, tmp_path):
+def test_gkd_lowers_the_held_out_divergence_to_the_teacher(tiny, teacher, gkd_runs):
     """16 steps at lr 5e-3, 4 prompts a step, completions of up to 8 tokens from the transformers backend (synced to
     the student's weights before each step after the first)."""
     import torch
@@ -268,8 +292,7 @@ def test_gkd_lowers_the_held_out_divergence_to_the_teacher(tiny, teacher, tmp_pa
         before = _divergence(logits(student, ids), teacher_logits, 0.5)
 
     steps = 16
-    logs = _gkd_run(tiny, teacher, tmp_path, steps=steps, lr=5e-3)
-    out = tmp_path / "out"
+    out, logs = gkd_runs("learn")
     trained = load(out / f"checkpoint-{steps}")
     with torch.no_grad():
         after = _divergence(logits(trained, ids), teacher_logits, 0.5)
@@ -282,11 +305,11 @@ def test_gkd_lowers_the_held_out_divergence_to_the_teacher(tiny, teacher, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_tp2_run_logs_the_steps_of_a_tp1_run(tiny, teacher, tmp_path):
+def test_a_tp2_run_logs_the_steps_of_a_tp1_run(gkd_runs):
     """End to end at TP2 (2 torchrun ranks): the same completions (sampled under --seed and the step, from the
     weights the sync gathered over both ranks), losses and gradient norms as at TP1, 3 steps at lr 1e-4."""
-    one = _gkd_run(tiny, teacher, tmp_path / "tp1", steps=3, lr=1e-4)
-    two = _gkd_run(tiny, teacher, tmp_path / "tp2", steps=3, lr=1e-4, tp=2)
+    _, one = gkd_runs("tp1")
+    _, two = gkd_runs("tp2")
     print(f"tp1 {[(r['loss'], r['grad_norm']) for r in one]}\ntp2 {[(r['loss'], r['grad_norm']) for r in two]}")
     assert len(one) == len(two) == 3
     for a, b in zip(one, two, strict=True):

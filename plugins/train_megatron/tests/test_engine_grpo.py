@@ -34,6 +34,7 @@ import pytest
 from swiftcore_testing import free_port, user_env
 
 BIN = Path(sys.executable).parent
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 #: The parity check's learning rate (small enough that step 2's ratios stay partly inside the clip range, so its
 #: gradients are not all zero) and the learning test's.
@@ -45,7 +46,8 @@ LENGTHS = (3, 6, 1, 4, 5, 2, 6, 3)
 REWARDS = (1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.5)
 PROMPT = 5
 
-#: One rank's side of the parity check: the GRPO loop of this engine, three optimiser steps on the fixed batch.
+#: One rank's side of the parity check: the GRPO loop of this engine, three optimiser steps on the fixed batch, for
+#: each ``[loss type, result file]`` of the cases file in turn (one torchrun world per TP size runs all its cases).
 MEGATRON_STEPS = """
 import json, sys, torch
 from pathlib import Path
@@ -58,32 +60,33 @@ from swiftcore_train_megatron.grpo import GRPOLoop
 from swiftcore_train_megatron.layout import ParallelLayout, world_size
 from swiftcore_train_megatron.recipe import _schedule_and_optimizer
 
-model_dir, batch_file, out_file, loss_type, temperature, lr, steps = sys.argv[1:8]
+model_dir, batch_file, cases_file, temperature, lr, steps = sys.argv[1:7]
 tp = world_size()
 plugins = swiftcore.api.load_plugins(env={})
 _, bridge = resolve_bridge(read_hf_config(Path(model_dir)), plugins)
-cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="full",
-                  learning_rate=float(lr), lr_scheduler="constant", batch_size=2, max_steps=int(steps), seed=0)
-options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, grpo_loss_type=loss_type,
-                      rollout_temperature=float(temperature))
-init_model_parallel(tp, 1, seed=0)
-model = load_sharded_model(bridge, model_dir, tp=tp, ep=1)
-layout = ParallelLayout(tp=tp)
-schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 2, layout, tp)
-loop = GRPOLoop(cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
-                schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge,
-                bridge_name="qwen3_5", layout=layout, extras={}, options=options)
-batch = torch.load(batch_file)
-model.train()
-with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy (ratio and clipping)
-    from swiftcore_train_megatron.grpo import completion_logps
-    batch["old_per_token_logps"] = completion_logps(model, batch, float(temperature))
-got = [loop.learn(batch)[:2] for _ in range(int(steps))]
-from swiftcore_train_megatron.grpo import hf_tensors
-weights = hf_tensors(model, bridge)  # what the weight sync pushes to the rollout engine
-if torch.distributed.get_rank() == 0:
-    Path(out_file).write_text(json.dumps(got))
-    torch.save(weights, Path(out_file).with_suffix(".pt"))
+for loss_type, out_file in json.loads(Path(cases_file).read_text()):  # each case of this world's TP in turn
+    cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="full",
+                      learning_rate=float(lr), lr_scheduler="constant", batch_size=2, max_steps=int(steps), seed=0)
+    options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, grpo_loss_type=loss_type,
+                          rollout_temperature=float(temperature))
+    init_model_parallel(tp, 1, seed=0)  # again for each case: megatron's state rebuilt and re-seeded, as in a new world
+    model = load_sharded_model(bridge, model_dir, tp=tp, ep=1)
+    layout = ParallelLayout(tp=tp)
+    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 2, layout, tp)
+    loop = GRPOLoop(cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
+                    schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge,
+                    bridge_name="qwen3_5", layout=layout, extras={}, options=options)
+    batch = torch.load(batch_file)
+    model.train()
+    with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy (ratio and clipping)
+        from swiftcore_train_megatron.grpo import completion_logps
+        batch["old_per_token_logps"] = completion_logps(model, batch, float(temperature))
+    got = [loop.learn(batch)[:2] for _ in range(int(steps))]
+    from swiftcore_train_megatron.grpo import hf_tensors
+    weights = hf_tensors(model, bridge)  # what the weight sync pushes to the rollout engine
+    if torch.distributed.get_rank() == 0:
+        Path(out_file).write_text(json.dumps(got))
+        torch.save(weights, Path(out_file).with_suffix(".pt"))
 """
 
 
@@ -175,34 +178,72 @@ def _transformers_steps(model_dir: Path, batch_file: Path, out: Path, loss_type:
     return got, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+PARITY_TEST = "test_the_first_losses_equal_the_transformers_engine"
+
+
+def _parity_cases(selected_params: list[tuple[str, dict]]) -> set[tuple[int, str]]:
+    """The ``(tp, loss type)`` cases of the parity test this session runs (only those, under ``-k``)."""
+    return {(params["tp"], params["loss_type"]) for test, params in selected_params if test == PARITY_TEST}
+
+
 @pytest.fixture(scope="module")
-def transformers_steps(tiny, fixed_batch, tmp_path_factory) -> dict[str, tuple[list, dict]]:
+def transformers_steps(tiny, fixed_batch, selected_params, tmp_path_factory) -> dict[str, tuple[list, dict]]:
     out = tmp_path_factory.mktemp("transformers")
-    return {t: _transformers_steps(tiny, fixed_batch, out / t, t) for t in ("dapo", "grpo")}
+    loss_types = sorted({loss_type for _, loss_type in _parity_cases(selected_params)})
+    return {t: _transformers_steps(tiny, fixed_batch, out / t, t) for t in loss_types}
 
 
-def _megatron_steps(model_dir: Path, batch_file: Path, out: Path, loss_type: str, tp: int) -> tuple[list, dict]:
-    """This engine's GRPO loop on ``tp`` ranks, 3 steps on the batch; ``(loss and gradient norm of each step, the
-    Hugging Face tensors the weight sync pushes after them)``."""
+def _megatron_steps(model_dir: Path, batch_file: Path, out: Path, tp: int, loss_types: list[str]) -> dict:
+    """This engine's GRPO loop on ``tp`` ranks, 3 steps on the batch for each of ``loss_types``, all in one torchrun
+    world; ``{loss type: (loss and gradient norm of each step, the Hugging Face tensors the weight sync pushes after
+    them)}``."""
     import torch
 
     out.mkdir(parents=True, exist_ok=True)
     script = out / "steps.py"
     script.write_text(MEGATRON_STEPS)
-    result = out / "steps.json"
+    results = {t: out / t / "steps.json" for t in loss_types}
+    for result in results.values():
+        result.parent.mkdir(exist_ok=True)
+    cases = out / "cases.json"
+    cases.write_text(json.dumps([[t, str(result)] for t, result in results.items()]))
     launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(tp), "--master-port", str(free_port())]
-    _run([*launcher, str(script), str(model_dir), str(batch_file), str(result), loss_type, str(TEMPERATURE),
-          str(PARITY_LR), str(STEPS)])  # fmt: skip
-    return json.loads(result.read_text()), torch.load(result.with_suffix(".pt"))
+    _run([*launcher, str(script), str(model_dir), str(batch_file), str(cases), str(TEMPERATURE), str(PARITY_LR),
+          str(STEPS)])  # fmt: skip
+    return {t: (json.loads(r.read_text()), torch.load(r.with_suffix(".pt"))) for t, r in results.items()}
+
+
+@pytest.fixture(scope="module")
+def megatron_steps(tiny, fixed_batch, selected_params, tmp_path_factory):
+    """``megatron_steps(tp, loss_type) -> (steps, synced tensors)``: the selected parity cases of a TP size all run in
+    one torchrun world of that size (:func:`_megatron_steps`) when the first of them is asked for."""
+    cases = _parity_cases(selected_params)
+    root = tmp_path_factory.mktemp("megatron")
+    done: dict[tuple[int, str], tuple[list, dict]] = {}
+    failed: dict[int, str] = {}
+
+    def get(tp: int, loss_type: str) -> tuple[list, dict]:
+        if (tp, loss_type) not in done and tp not in failed:
+            try:
+                ran = _megatron_steps(tiny, fixed_batch, root / f"tp{tp}", tp, sorted(t for n, t in cases if n == tp))
+            except AssertionError as error:  # reported to each case of this world, which runs once
+                failed[tp] = str(error)
+            else:
+                done.update({(tp, t): result for t, result in ran.items()})
+        if tp in failed:
+            pytest.fail(f"the TP{tp} parity world failed:\n{failed[tp]}")
+        return done[(tp, loss_type)]
+
+    return get
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("tp", "loss_type"), [(1, "dapo"), (2, "dapo"), (1, "grpo")], ids=["tp1", "tp2", "tp1-grpo"])
-def test_the_first_losses_equal_the_transformers_engine(tp, loss_type, tiny, fixed_batch, transformers_steps, tmp_path):
+def test_the_first_losses_equal_the_transformers_engine(tp, loss_type, transformers_steps, megatron_steps):
     """Also the weight sync's tensors after the 3 steps: the names of the transformers model's own parameters (what
     the rollout engine's ``update_weights`` takes) and its values after the same steps, gathered over the TP ranks."""
     expected, reference = transformers_steps[loss_type]
-    got, synced = _megatron_steps(tiny, fixed_batch, tmp_path, loss_type, tp)
+    got, synced = megatron_steps(tp, loss_type)
     print(f"{loss_type} tp{tp}: transformers {expected}\n megatron {got}")
     assert len(got) == STEPS
     for step, ((loss, norm), (want_loss, want_norm)) in enumerate(zip(got, expected, strict=True), start=1):
@@ -258,35 +299,57 @@ def _mean_reward(model_dir: Path, prompts: list[str], plugins, samples: int = 8)
     return sum(bool(re.match(r"^\s*[aeiouAEIOU]", t)) for t in texts) / len(texts)
 
 
-def _grpo_run(model: Path, work: Path, *, steps: int, lr: float, tp: int = 1) -> list[dict]:
-    """``swiftcore train --engine megatron --recipe grpo`` on the vowel task (16 prompts, 2 a step, 8 completions of up
-    to 4 tokens, full weights, constant ``lr``, seed 0) at ``--tp tp``; the logged step records."""
+def _grpo_args(model: Path, work: Path, *, steps: int, lr: float, tp: int = 1) -> list[str]:
+    """What follows ``swiftcore`` for ``swiftcore train --engine megatron --recipe grpo`` on the vowel task (16
+    prompts, 2 a step, 8 completions of up to 4 tokens, full weights, constant ``lr``, seed 0) at ``--tp tp`` (on a
+    world of ``tp`` ranks), writing ``work/out``."""
     work.mkdir(parents=True, exist_ok=True)
     data = work / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
-    out = work / "out"
-    _run([str(BIN / "swiftcore"), "train", "--nproc-per-node", str(tp), "--tp", str(tp), "--engine", "megatron",
-          "--recipe", "grpo", "--model", str(model), "--dataset", str(data), "--output-dir", str(out),
-          "--tuner", "full", "--learning-rate", str(lr), "--lr-scheduler", "constant", "--max-steps", str(steps),
-          "--batch-size", "2", "--logging-steps", "1", "--save-steps", "1000", "--seed", "0", "--no-plot",
-          "--reward", "format", "--reward-option", VOWEL, "--num-generations", "8", "--max-completion-length", "4",
-          "--rollout-engine", "transformers"])  # fmt: skip
-    return [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+    return ["train", "--tp", str(tp), "--engine", "megatron", "--recipe", "grpo", "--model", str(model),
+            "--dataset", str(data), "--output-dir", str(work / "out"), "--tuner", "full", "--learning-rate", str(lr),
+            "--lr-scheduler", "constant", "--max-steps", str(steps), "--batch-size", "2", "--logging-steps", "1",
+            "--save-steps", "1000", "--seed", "0", "--no-plot", "--reward", "format", "--reward-option", VOWEL,
+            "--num-generations", "8", "--max-completion-length", "4", "--rollout-engine", "transformers"]  # fmt: skip
+
+
+#: The ``swiftcore train`` runs each test asks for: key -> (steps, learning rate, tp).
+CLI_RUNS = {
+    "test_grpo_raises_the_held_out_reward_on_the_toy_task": {"learn": (6, LR, 1)},
+    "test_a_tp2_run_logs_the_steps_of_a_tp1_run": {"tp1": (3, 1e-4, 1), "tp2": (3, 1e-4, 2)},
+}
+
+
+@pytest.fixture(scope="module")
+def grpo_runs(cli_runs, selected_params, tiny, tmp_path_factory):
+    """``grpo_runs(key) -> (output directory, logged step records)``: this module's ``swiftcore train`` runs
+    (:data:`CLI_RUNS`), those the selected tests need planned together (conftest's ``CliRuns``: the TP1 runs in one
+    process, the TP2 run in a torchrun world of 2) and made when the first is asked for."""
+    root = tmp_path_factory.mktemp("runs")
+    for test, _ in selected_params:
+        for key, (steps, lr, tp) in CLI_RUNS.get(test, {}).items():
+            args = _grpo_args(tiny, root / key, steps=steps, lr=lr, tp=tp)
+            cli_runs.plan(key, args, root / key / "out", ranks=tp, group="grpo")
+
+    def get(key: str) -> tuple[Path, list[dict]]:
+        out = cli_runs.get(key)
+        return out, [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+
+    return get
 
 
 @pytest.mark.slow
-def test_grpo_raises_the_held_out_reward_on_the_toy_task(tiny, tmp_path):
+def test_grpo_raises_the_held_out_reward_on_the_toy_task(tiny, grpo_runs):
     """The rollouts' own rewards rise too (the engine generates them: it gets the trained weights each step)."""
     import swiftcore.api
 
     held_out = [f"Write a word, item {i}." for i in range(8)]
     steps = 6
-    logs = _grpo_run(tiny, tmp_path, steps=steps, lr=LR)
+    out, logs = grpo_runs("learn")
     rewards = [r["rewards/format/mean"] for r in logs]
     synced = [r["sync_bytes"] for r in logs]
     assert len(rewards) == steps and synced[0] == 0 and all(b > 0 for b in synced[1:]), logs
     assert sum(rewards[-3:]) / 3 - rewards[0] >= 0.4, rewards
-    out = tmp_path / "out"
     plugins = swiftcore.api.load_plugins(env={})
     before = _mean_reward(tiny, held_out, plugins)
     after = _mean_reward(out / f"checkpoint-{steps}", held_out, plugins)
@@ -295,11 +358,11 @@ def test_grpo_raises_the_held_out_reward_on_the_toy_task(tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_tp2_run_logs_the_steps_of_a_tp1_run(tiny, tmp_path):
+def test_a_tp2_run_logs_the_steps_of_a_tp1_run(grpo_runs):
     """End to end at TP2 (2 torchrun ranks): the same rollouts (sampled under --seed and the step, from the weights
     the sync gathered over both ranks), rewards, losses and gradient norms as at TP1, 3 steps at lr 1e-4."""
-    one = _grpo_run(tiny, tmp_path / "tp1", steps=3, lr=1e-4)
-    two = _grpo_run(tiny, tmp_path / "tp2", steps=3, lr=1e-4, tp=2)
+    _, one = grpo_runs("tp1")
+    _, two = grpo_runs("tp2")
     print(f"tp1 {[(r['reward'], r['grad_norm']) for r in one]}\ntp2 {[(r['reward'], r['grad_norm']) for r in two]}")
     assert len(one) == len(two) == 3
     for a, b in zip(one, two, strict=True):

@@ -10,6 +10,10 @@ transformers engine (TRL's KTOTrainer), on gloo with real torchrun processes.
   adapter, plain peft), and the run's held-out reward margin is positive.
 - Refusals, before any process group exists: --ep, cutting --truncation, a batch of 1, MoE families, --ref-model
   with LoRA.
+
+The runs the selected tests need are made in as few processes as they allow (conftest's ``CliRuns``, each through
+the CLI's own ``main``): both engines' runs on one rank in one process, the TP2 run in one torchrun world of 2 ranks;
+a process start costs more than the few steps of the tiny model.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-#: Its TP2 runs start torchrun worlds (``train_recipe(..., ranks=2)``): the module holds the rank lock (conftest.py).
-STARTS_RANKS = True
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
+LEARN_STEPS = 24
 
 ROWS = [
     {"prompt": "say apple", "completion": "apple apple", "label": True},
@@ -46,24 +50,63 @@ def rows(write_jsonl, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def transformers_kto(train_recipe, tiny_model_dir, rows, other_reference, tmp_path_factory) -> dict[int, dict]:
+def vowel_files(vowel_task, write_jsonl, tiny_model_dir, tmp_path_factory) -> tuple[Path, Path, list[dict]]:
+    """The vowel task's training and held-out pairs as files (each pair is one desirable and one undesirable row),
+    and the held-out rows."""
+    from swiftcore.api.models import load_tokenizer
+
+    train_rows, held_rows = vowel_task(load_tokenizer(str(tiny_model_dir("qwen3_5"))))
+    root = tmp_path_factory.mktemp("vowels")
+    return write_jsonl(root / "train.jsonl", train_rows), write_jsonl(root / "held.jsonl", held_rows), held_rows
+
+
+def _needs(test: str, params: dict) -> list[tuple]:
+    """The runs a test of this module asks for: ``(engine, what, tp)``."""
+    if test == "test_the_first_losses_equal_the_transformers_engine":
+        return [("transformers", "parity", 1), ("megatron", "parity", params["tp"])]
+    if test == "test_lora_kto_learns_the_held_out_preference":
+        return [("megatron", "learn", 1)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def runs(request, cli_runs, selected_params, recipe_args, tiny_model_dir, rows, tmp_path_factory):
+    """``runs(key) -> output directory``: the module's ``swiftcore train --recipe kto`` runs (see :func:`_needs`),
+    those the selected tests need planned together (conftest's ``CliRuns``: by number of ranks, both engines in one
+    process or world) and made when the first is asked for."""
+    root = tmp_path_factory.mktemp("runs")
+    model = tiny_model_dir("qwen3_5")
+    for key in sorted({key for test, params in selected_params for key in _needs(test, params)}):
+        engine, what, tp = key
+        out = root / f"{engine}-{what}-tp{tp}"
+        if what == "learn":
+            train, held, _ = request.getfixturevalue("vowel_files")
+            flags = ("--engine", "megatron", "--tuner", "lora", "--max-steps", str(LEARN_STEPS), "--batch-size", "8",
+                     "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--save-steps", "10000",
+                     "--val-dataset", str(held))  # fmt: skip
+            cli_runs.plan(key, recipe_args("kto", model, train, out, *flags), out, group="all")
+            continue
+        flags = PARITY
+        if engine == "megatron":
+            flags += ("--engine", "megatron", "--tp", str(tp))
+        flags += ("--ref-model", str(request.getfixturevalue("other_reference")))
+        cli_runs.plan(key, recipe_args("kto", model, rows, out, *flags), out, ranks=tp, group="all")
+    return cli_runs.get
+
+
+@pytest.fixture(scope="module")
+def transformers_kto(runs, logged) -> dict[int, dict]:
     """The ``kto`` recipe on the transformers engine (TRL's KTOTrainer): step -> logged record."""
-    out = tmp_path_factory.mktemp("transformers") / "kto"
-    logged = train_recipe("kto", tiny_model_dir("qwen3_5"), rows, out, *PARITY, "--ref-model", str(other_reference))
-    return {r["step"]: r for r in logged if "loss" in r}
+    return {r["step"]: r for r in logged(runs(("transformers", "parity", 1))) if "loss" in r}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
-def test_the_first_losses_equal_the_transformers_engine(
-    train_recipe, tp, tiny_model_dir, rows, other_reference, transformers_kto, tmp_path
-):
+def test_the_first_losses_equal_the_transformers_engine(tp, transformers_kto, runs, logged):
     """9 rows (a pair gives one of each) in batches of 3: the recipe's row order and KL pairing over one epoch;
     ``--ref-model`` (another model than the policy) makes z_ref positive (the policy's own initial weights as the
     reference leave it clamped at 0 on this data), and step 2's batch has no undesirable row."""
-    extra = ("--engine", "megatron", "--tp", str(tp), "--ref-model", str(other_reference))
-    logged = train_recipe("kto", tiny_model_dir("qwen3_5"), rows, tmp_path / "megatron", *PARITY, *extra, ranks=tp)
-    got = {r["step"]: r for r in logged if "loss" in r}
+    got = {r["step"]: r for r in logged(runs(("megatron", "parity", tp))) if "loss" in r}
     assert sorted(got) == sorted(transformers_kto) == list(range(1, STEPS + 1))
     worst = 0.0
     for step, expected in transformers_kto.items():
@@ -109,9 +152,7 @@ def test_the_shared_loss_is_the_papers():
 
 
 @pytest.mark.slow
-def test_lora_kto_learns_the_held_out_preference(
-    train_recipe, write_jsonl, vowel_task, pairwise_accuracy, tiny_model_dir, tmp_path
-):
+def test_lora_kto_learns_the_held_out_preference(vowel_files, runs, logged, pairwise_accuracy, tiny_model_dir):
     from peft import PeftModel
     from swiftcore_recipe_preference import encode_dpo_pairs, parse_pair
     from swiftcore_train import TrainConfig
@@ -123,21 +164,18 @@ def test_lora_kto_learns_the_held_out_preference(
     model_dir = tiny_model_dir("qwen3_5")
     plugins = load_plugins(env={})
     spec, tokenizer = resolve_model_spec(str(model_dir), plugins), load_tokenizer(str(model_dir))
-    train_rows, held_rows = vowel_task(tokenizer)  # pairs: each is one desirable and one undesirable row
+    *_, held_rows = vowel_files
     held = [parse_pair(row, f"held-out:{i}") for i, row in enumerate(held_rows)]
     cfg = TrainConfig(model=str(model_dir), dataset=("unused",), recipe="dpo")
     samples = encode_dpo_pairs(held, get_template(spec.default_template, plugins), tokenizer, cfg)
     before = pairwise_accuracy(load_model(spec, str(model_dir), plugins, torch_dtype="float32").eval(), samples)
 
-    extra = ("--engine", "megatron", "--tuner", "lora", "--max-steps", "24", "--batch-size", "8",
-             "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--save-steps", "10000",
-             "--val-dataset", str(write_jsonl(tmp_path / "held.jsonl", held_rows)))  # fmt: skip
-    out = tmp_path / "run"
-    logged = train_recipe("kto", model_dir, write_jsonl(tmp_path / "train.jsonl", train_rows), out, *extra)
+    out = runs(("megatron", "learn", 1))  # LoRA, 24 steps of 8 rows on the training pairs, held-out evaluation
+    records = logged(out)
     base = load_model(spec, str(model_dir), plugins, torch_dtype="float32")
-    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(out / "checkpoint-24")).eval(), samples)
-    losses = [r["loss"] for r in logged if "loss" in r]
-    (final,) = [r for r in logged if "eval_loss" in r]
+    after = pairwise_accuracy(PeftModel.from_pretrained(base, str(out / f"checkpoint-{LEARN_STEPS}")).eval(), samples)
+    losses = [r["loss"] for r in records if "loss" in r]
+    (final,) = [r for r in records if "eval_loss" in r]
     print(f"held-out accuracy {before:.1%} -> {after:.1%}, eval reward margin {final['eval_rewards/margins']:.3f}, "
           f"train loss {losses[0]:.3f} -> {losses[-1]:.3f}")  # fmt: skip
     assert 0.25 <= before <= 0.75, f"the untrained model should be near chance, got {before:.1%}"

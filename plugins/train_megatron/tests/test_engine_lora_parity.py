@@ -12,6 +12,11 @@ The step-1 gradient norm depends on ``lora_A`` (the gradient of ``lora_B`` is ``
 later losses on the scaling ``alpha / r``: a different init or scaling fails the comparison (with the scaling
 changed to ``alpha / (2 r)`` in ``_add_low_rank_update``, step 1's gradient norm is half the reference's and step 2's
 loss differs by 1.6e-2 relative).
+
+The runs the selected families need are made in as few processes as they allow (conftest's ``CliRuns``, each through
+the CLI's own ``main``): both engines' runs on one rank in one process, the runs of two ranks in one torchrun world
+of 2 ranks; a process start costs more than the few steps of the tiny models. The refused run is a process of its
+own (its command must fail).
 """
 
 from __future__ import annotations
@@ -23,18 +28,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import free_port, user_env
+from swiftcore_testing import user_env
 
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 BIN = Path(sys.executable).parent
 STEPS = 5
 SEED = 7
 LORA = ("--tuner", "lora", "--lora-rank", "4", "--lora-alpha", "8")
 
 
-def _train(model: Path, dataset: Path, out: Path, *, ranks: int = 1, extra: tuple = ()) -> dict[int, dict]:
-    """Train ``STEPS`` LoRA steps; return each step's log record."""
-    train = [
-        str(BIN / "swiftcore"), "train",
+def _train_args(model: Path, dataset: Path, out: Path, extra: tuple = ()) -> list[str]:
+    """What follows ``swiftcore`` to train ``STEPS`` LoRA steps (each step logged)."""
+    return [
+        "train",
         "--model", str(model),
         "--dataset", str(dataset),
         "--output-dir", str(out),
@@ -43,14 +49,6 @@ def _train(model: Path, dataset: Path, out: Path, *, ranks: int = 1, extra: tupl
         "--logging-steps", "1", "--save-steps", str(STEPS), "--seed", str(SEED), "--no-plot",
         *extra,
     ]  # fmt: skip
-    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
-    command = [*launcher, *train] if ranks > 1 else train
-    done = subprocess.run(
-        command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    rows = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in rows if "loss" in r}
 
 
 def _peft_init(model_dir: Path, out: Path, targets: tuple[str, ...]) -> Path:
@@ -82,24 +80,49 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def runs(cli_runs, selected_params, tiny_model_dir, dataset, tmp_path_factory):
+    """``runs((family, layout)) -> output directory``: each selected family's transformers-engine run (``layout``
+    ``"transformers"``) and megatron runs (its layouts in :data:`CASES`, from the same initial adapter), planned
+    together (conftest's ``CliRuns``: by number of ranks, both engines in one process or world) and made when the
+    first is asked for."""
+    root = tmp_path_factory.mktemp("runs")
+    tested = "test_megatron_lora_equals_peft_lora_from_the_same_init"
+    families = sorted({params["family"] for test, params in selected_params if test == tested})
+    for family in families:
+        targets, layouts = CASES[family]
+        model = tiny_model_dir(family)
+        target_flags = tuple(flag for target in targets for flag in ("--target-modules", target))
+        out = root / f"{family}-transformers"
+        cli_runs.plan((family, "transformers"), _train_args(model, dataset, out, target_flags), out, group="all")
+        init = _peft_init(model, root / f"{family}-init", targets)
+        for layout, (ranks, flags) in layouts.items():
+            extra = ("--engine", "megatron", "--lora-init-adapter", str(init), *flags, *target_flags)
+            out = root / f"{family}-{layout}"
+            cli_runs.plan((family, layout), _train_args(model, dataset, out, extra), out, ranks=ranks, group="all")
+    return cli_runs.get
+
+
+def _steps(out: Path, logged) -> dict[int, dict]:
+    """Each step's log record of the run that wrote ``out``."""
+    return {r["step"]: r for r in logged(out) if "loss" in r}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(CASES))
-def test_megatron_lora_equals_peft_lora_from_the_same_init(family, tiny_model_dir, dataset, tmp_path) -> None:
-    targets, layouts = CASES[family]
-    model = tiny_model_dir(family)
-    target_flags = tuple(flag for target in targets for flag in ("--target-modules", target))
-    expected = _train(model, dataset, tmp_path / "transformers", extra=target_flags)
-    init = _peft_init(model, tmp_path / "init", targets)
-    for layout, (ranks, flags) in layouts.items():
-        extra = ("--engine", "megatron", "--lora-init-adapter", str(init), *flags, *target_flags)
-        got = _train(model, dataset, tmp_path / layout, ranks=ranks, extra=extra)
+def test_megatron_lora_equals_peft_lora_from_the_same_init(family, runs, logged) -> None:
+    _, layouts = CASES[family]
+    reference = runs((family, "transformers"))
+    expected = _steps(reference, logged)
+    for layout in layouts:
+        got = _steps(runs((family, layout)), logged)
         assert sorted(got) == sorted(expected) == list(range(1, STEPS + 1)), layout
         for key in ("loss", "grad_norm"):
             worst = max(abs(got[s][key] - expected[s][key]) / abs(expected[s][key]) for s in expected)
             assert worst < 1e-5, (layout, key, {s: (expected[s][key], got[s][key]) for s in expected})
         assert expected[STEPS]["loss"] < expected[1]["loss"], "the adapter learns, or equal losses prove little"
-    adapter = json.loads((tmp_path / "tp1" / f"checkpoint-{STEPS}" / "adapter_config.json").read_text())
-    peft_adapter = json.loads((tmp_path / "transformers" / f"checkpoint-{STEPS}" / "adapter_config.json").read_text())
+    adapter = json.loads((runs((family, "tp1")) / f"checkpoint-{STEPS}" / "adapter_config.json").read_text())
+    peft_adapter = json.loads((reference / f"checkpoint-{STEPS}" / "adapter_config.json").read_text())
     assert sorted(adapter["target_modules"]) != [] and adapter["r"] == peft_adapter["r"] == 4
 
 

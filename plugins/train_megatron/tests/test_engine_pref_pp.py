@@ -9,6 +9,10 @@ real ranks (``"torchrun" --nproc-per-node 2``).
   second micro-batch holds one, its rows padded to the others' shape. The held-out evaluation (3 in batches of 2:
   the last batch holds one) gives the same ``eval_loss`` and metrics.
 - ``--vpp`` is refused for DPO and KTO before any process group, naming what to drop; ``rm`` still refuses ``--pp``.
+
+The runs the selected tests need are made in as few processes as they allow (conftest's ``CliRuns``, each through
+the CLI's own ``main``): the one-process runs of both recipes in one process, their two-stage runs in one torchrun
+world of 2 ranks; a process start costs more than the few steps of the tiny model.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 FLAGS = ("--engine", "megatron", "--tuner", "full", "--max-steps", str(STEPS), "--batch-size", "2",
          "--gradient-accumulation-steps", "2", "--learning-rate", "5e-4", "--save-steps", "100",
@@ -51,18 +56,34 @@ def data(write_jsonl, preference_pairs, tmp_path_factory) -> dict[str, tuple[Pat
     }
 
 
+def _needs(test: str, params: dict) -> list[tuple]:
+    """The runs a test of this module asks for: ``(recipe, pp)``."""
+    if test == "test_two_pipeline_stages_give_one_process_losses":
+        return [(params["recipe"], 1), (params["recipe"], 2)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def runs(cli_runs, selected_params, recipe_args, tiny_model_dir, data, other_reference, tmp_path_factory):
+    """``runs(key) -> output directory``: the module's runs (see :func:`_needs`), those the selected tests need
+    planned together (conftest's ``CliRuns``: by number of ranks, both recipes in one process or world) and made
+    when the first is asked for."""
+    root = tmp_path_factory.mktemp("runs")
+    model = tiny_model_dir("qwen3_5")
+    for key in sorted({key for test, params in selected_params for key in _needs(test, params)}):
+        recipe, pp = key
+        (train, val), out = data[recipe], root / f"{recipe}-pp{pp}"
+        flags = (*FLAGS, "--val-dataset", str(val), "--ref-model", str(other_reference), "--pp", str(pp))
+        cli_runs.plan(key, recipe_args(recipe, model, train, out, *flags), out, ranks=pp, group="all")
+    return cli_runs.get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", sorted(METRICS))
-def test_two_pipeline_stages_give_one_process_losses(
-    recipe, train_recipe, tiny_model_dir, data, other_reference, tmp_path
-) -> None:
-    model, (train, val) = tiny_model_dir("qwen3_5"), data[recipe]
-    flags = (*FLAGS, "--val-dataset", str(val), "--ref-model", str(other_reference))
-    runs = {
-        pp: train_recipe(recipe, model, train, tmp_path / f"pp{pp}", *flags, "--pp", str(pp), ranks=pp) for pp in (1, 2)
-    }
-    steps = {pp: {r["step"]: r for r in logged if "loss" in r} for pp, logged in runs.items()}
-    evals = {pp: [r for r in logged if "eval_loss" in r] for pp, logged in runs.items()}
+def test_two_pipeline_stages_give_one_process_losses(recipe, runs, logged) -> None:
+    records = {pp: logged(runs((recipe, pp))) for pp in (1, 2)}
+    steps = {pp: {r["step"]: r for r in rows if "loss" in r} for pp, rows in records.items()}
+    evals = {pp: [r for r in rows if "eval_loss" in r] for pp, rows in records.items()}
     assert sorted(steps[1]) == sorted(steps[2]) == list(range(1, STEPS + 1))
     if recipe == "dpo":
         assert abs(steps[1][1]["loss"] - 0.6931472) > 1e-3, "the reference must differ from the policy"

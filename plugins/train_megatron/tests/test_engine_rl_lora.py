@@ -37,6 +37,7 @@ import pytest
 from swiftcore_testing import free_port, user_env
 
 BIN = Path(sys.executable).parent
+STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 SEED = 0
 RANK, ALPHA = 4, 8
@@ -56,9 +57,10 @@ PROBE = list(range(11, 27))
 
 #: One rank's side: the recipe's loop of this engine with LoRA from the peft init, 3 optimiser steps on the fixed batch,
 #: a LoRA-only sync to a real transformers rollout engine (rank 0) before each step and after the last, what each sync
-#: sent, and the engine's adapter and logits at the end.
+#: sent, and the engine's adapter and logits at the end; for each ``[recipe, peft init, batch file, result file]`` of
+#: the cases file in turn (one torchrun world per TP size runs all its cases).
 MEGATRON_STEPS = """
-import json, sys, torch
+import json, os, sys, torch
 from pathlib import Path
 from safetensors import safe_open
 from swiftcore_infer import Engine
@@ -73,31 +75,13 @@ from swiftcore_train_megatron.grpo import GRPOLoop, completion_logps
 from swiftcore_train_megatron.layout import ParallelLayout, world_size
 from swiftcore_train_megatron.recipe import _add_lora, _schedule_and_optimizer
 
-recipe, model_dir, teacher_dir, init_dir, batch_file, out_file, lr, steps, rank, alpha, probe = sys.argv[1:12]
+model_dir, teacher_dir, cases_file, lr, steps, rank, alpha, probe = sys.argv[1:9]
 tp = world_size()
 plugins = swiftcore.api.load_plugins(env={})
 spec = resolve_model_spec(model_dir, plugins)
 _, bridge = resolve_bridge(read_hf_config(Path(model_dir)), plugins)
-cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="lora",
-                  lora_rank=int(rank), lora_alpha=int(alpha), learning_rate=float(lr), lr_scheduler="constant",
-                  batch_size=2, max_steps=int(steps), seed=0, recipe_options={"lora_init_adapter": init_dir})
-if recipe == "grpo":
-    options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, rollout_temperature=0.7)
-else:
-    options = GKDOptions(teacher_model=teacher_dir, gkd_beta=0.5, max_completion_length=6, rollout_temperature=0.7)
-init_model_parallel(tp, 1, seed=0)
-model = load_sharded_model(bridge, model_dir, tp=tp, ep=1)
-lora = _add_lora(cfg, spec, bridge, model)
-layout = ParallelLayout(tp=tp)
-schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 2, layout, tp)
-loop = (GRPOLoop if recipe == "grpo" else GKDLoop)(
-    cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
-    schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge, bridge_name="qwen3_5",
-    layout=layout, extras={}, lora=lora, options=options)
-if recipe == "gkd":
-    loop.attach_teacher(load_teacher(resolve_model_spec(teacher_dir, plugins), teacher_dir, plugins))
-rank0 = torch.distributed.get_rank() == 0
-sent = []
+rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's (the process group comes with the first case)
+sent = []  # the engine calls of the current case (a new list for each)
 if rank0:  # what attach_rollouts builds (the engine and the recipe's WeightSync), every engine call recorded
     for method in ("update_adapter", "update_weights", "load_adapter"):
         original = getattr(Engine, method)
@@ -113,28 +97,50 @@ if rank0:  # what attach_rollouts builds (the engine and the recipe's WeightSync
                 sent.append([_method, sorted(names), len(names)])
             return _original(self, *args)
         setattr(Engine, method, recording)
-    loop.engine = create_rollout_engine("transformers", cfg, plugins, template=None, device="cpu")
-    loop.weight_sync = WeightSync(loop.engine)
-batch = torch.load(batch_file)
-model.train()
-if recipe == "grpo":
-    with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy
-        batch["old_per_token_logps"] = completion_logps(model, batch, 0.7)
-got, synced = [], []
-for _ in range(int(steps)):
-    synced.append(loop._sync()["sync_bytes"])  # as _train_step: the engine gets the weights the step starts from
-    got.append(loop.learn(batch)[:2])
-    loop.step += 1
-synced.append(loop._sync()["sync_bytes"])
-if rank0:
-    from peft import get_peft_model_state_dict
-    engine_model = loop.engine.model
-    engine_model.set_adapter(loop.weight_sync.adapter)
-    adapter = get_peft_model_state_dict(engine_model, adapter_name=loop.weight_sync.adapter)
-    with torch.no_grad():
-        logits = engine_model(input_ids=torch.tensor([json.loads(probe)])).logits
-    Path(out_file).write_text(json.dumps({"steps": got, "sent": sent, "sync_bytes": synced}))
-    torch.save({"adapter": adapter, "logits": logits}, Path(out_file).with_suffix(".pt"))
+for recipe, init_dir, batch_file, out_file in json.loads(Path(cases_file).read_text()):
+    sent = []
+    cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="lora",
+                      lora_rank=int(rank), lora_alpha=int(alpha), learning_rate=float(lr), lr_scheduler="constant",
+                      batch_size=2, max_steps=int(steps), seed=0, recipe_options={"lora_init_adapter": init_dir})
+    if recipe == "grpo":
+        options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, rollout_temperature=0.7)
+    else:
+        options = GKDOptions(teacher_model=teacher_dir, gkd_beta=0.5, max_completion_length=6, rollout_temperature=0.7)
+    init_model_parallel(tp, 1, seed=0)  # again for each case: megatron's state rebuilt and re-seeded, as in a new world
+    model = load_sharded_model(bridge, model_dir, tp=tp, ep=1)
+    lora = _add_lora(cfg, spec, bridge, model)
+    layout = ParallelLayout(tp=tp)
+    schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 2, layout, tp)
+    loop = (GRPOLoop if recipe == "grpo" else GKDLoop)(
+        cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
+        schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge, bridge_name="qwen3_5",
+        layout=layout, extras={}, lora=lora, options=options)
+    if recipe == "gkd":
+        loop.attach_teacher(load_teacher(resolve_model_spec(teacher_dir, plugins), teacher_dir, plugins))
+    if rank0:  # a new engine for each case: the adapter is loaded once per engine
+        loop.engine = create_rollout_engine("transformers", cfg, plugins, template=None, device="cpu")
+        loop.weight_sync = WeightSync(loop.engine)
+    batch = torch.load(batch_file)
+    model.train()
+    if recipe == "grpo":
+        with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy
+            batch["old_per_token_logps"] = completion_logps(model, batch, 0.7)
+    got, synced = [], []
+    for _ in range(int(steps)):
+        synced.append(loop._sync()["sync_bytes"])  # as _train_step: the engine gets the weights the step starts from
+        got.append(loop.learn(batch)[:2])
+        loop.step += 1
+    synced.append(loop._sync()["sync_bytes"])
+    if rank0:
+        from peft import get_peft_model_state_dict
+        engine_model = loop.engine.model
+        engine_model.set_adapter(loop.weight_sync.adapter)
+        adapter = get_peft_model_state_dict(engine_model, adapter_name=loop.weight_sync.adapter)
+        with torch.no_grad():
+            logits = engine_model(input_ids=torch.tensor([json.loads(probe)])).logits
+        Path(out_file).write_text(json.dumps({"steps": got, "sent": sent, "sync_bytes": synced}))
+        torch.save({"adapter": adapter, "logits": logits}, Path(out_file).with_suffix(".pt"))
+        loop.engine.close()
 """
 
 
@@ -272,37 +278,75 @@ def _reference(recipe: str, tiny: Path, teacher: Path, batch_file: Path, out: Pa
     return {"init": out / "init", "steps": steps, "adapter": adapter, "logits": logits, "base": base}
 
 
+PARITY_TEST = "test_lora_steps_equal_the_transformers_engine_and_sync_only_the_adapter"
+
+
+def _parity_cases(selected_params: list[tuple[str, dict]]) -> set[tuple[str, int]]:
+    """The ``(recipe, tp)`` cases of the parity test this session runs (only those, under ``-k``)."""
+    return {(params["recipe"], params["tp"]) for test, params in selected_params if test == PARITY_TEST}
+
+
 @pytest.fixture(scope="module")
-def references(tiny, teacher, batches, tmp_path_factory) -> dict[str, dict]:
+def references(tiny, teacher, batches, selected_params, tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("transformers")
-    return {r: _reference(r, tiny, teacher, batches[r], root / r) for r in ("grpo", "gkd")}
+    recipes = sorted({recipe for recipe, _ in _parity_cases(selected_params)})
+    return {r: _reference(r, tiny, teacher, batches[r], root / r) for r in recipes}
 
 
-def _megatron_steps(recipe: str, tiny: Path, teacher: Path, init: Path, batch: Path, out: Path, tp: int) -> dict:
-    """This engine's loop of ``recipe`` with LoRA on ``tp`` ranks (:data:`MEGATRON_STEPS`): ``{"steps", "sent",
-    "sync_bytes"}`` and, from rank 0's rollout engine, ``"adapter"`` and ``"logits"``."""
+def _megatron_steps(tiny: Path, teacher: Path, cases: list[tuple[str, Path, Path]], out: Path, tp: int) -> dict:
+    """This engine's loop with LoRA on ``tp`` ranks (:data:`MEGATRON_STEPS`) for each ``(recipe, peft init, batch
+    file)`` of ``cases``, all in one torchrun world: ``{recipe: {"steps", "sent", "sync_bytes"} and, from rank 0's
+    rollout engine, "adapter" and "logits"}``."""
     import torch
 
     out.mkdir(parents=True, exist_ok=True)
     script = out / "steps.py"
     script.write_text(MEGATRON_STEPS)
-    result = out / "steps.json"
+    results = {recipe: out / recipe / "steps.json" for recipe, _, _ in cases}
+    for result in results.values():
+        result.parent.mkdir(exist_ok=True)
+    cases_file = out / "cases.json"
+    cases_file.write_text(json.dumps([[r, str(init), str(batch), str(results[r])] for r, init, batch in cases]))
     launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(tp), "--master-port", str(free_port())]
-    _run([*launcher, str(script), recipe, str(tiny), str(teacher), str(init), str(batch), str(result), str(LR),
-          str(STEPS), str(RANK), str(ALPHA), json.dumps(PROBE)])  # fmt: skip
-    return {**json.loads(result.read_text()), **torch.load(result.with_suffix(".pt"))}
+    _run([*launcher, str(script), str(tiny), str(teacher), str(cases_file), str(LR), str(STEPS), str(RANK),
+          str(ALPHA), json.dumps(PROBE)])  # fmt: skip
+    return {r: {**json.loads(f.read_text()), **torch.load(f.with_suffix(".pt"))} for r, f in results.items()}
+
+
+@pytest.fixture(scope="module")
+def megatron_steps(tiny, teacher, batches, references, selected_params, tmp_path_factory):
+    """``megatron_steps(recipe, tp) -> results``: the selected parity cases of a TP size all run in one torchrun world
+    of that size (:func:`_megatron_steps`) when the first of them is asked for."""
+    cases = _parity_cases(selected_params)
+    root = tmp_path_factory.mktemp("megatron")
+    done: dict[tuple[str, int], dict] = {}
+    failed: dict[int, str] = {}
+
+    def get(recipe: str, tp: int) -> dict:
+        if (recipe, tp) not in done and tp not in failed:
+            recipes = sorted(r for r, n in cases if n == tp)
+            try:
+                ran = _megatron_steps(tiny, teacher, [(r, references[r]["init"], batches[r]) for r in recipes],
+                                      root / f"tp{tp}", tp)  # fmt: skip
+            except AssertionError as error:  # reported to each case of this world, which runs once
+                failed[tp] = str(error)
+            else:
+                done.update({(r, tp): result for r, result in ran.items()})
+        if tp in failed:
+            pytest.fail(f"the TP{tp} parity world failed:\n{failed[tp]}")
+        return done[(recipe, tp)]
+
+    return get
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
 @pytest.mark.parametrize("recipe", ["grpo", "gkd"])
-def test_lora_steps_equal_the_transformers_engine_and_sync_only_the_adapter(
-    recipe, tp, tiny, teacher, batches, references, tmp_path
-):
+def test_lora_steps_equal_the_transformers_engine_and_sync_only_the_adapter(recipe, tp, references, megatron_steps):
     import torch
 
     want = references[recipe]
-    ran = _megatron_steps(recipe, tiny, teacher, want["init"], batches[recipe], tmp_path, tp)
+    ran = megatron_steps(recipe, tp)
     got, expected = ran["steps"], want["steps"]
     print(f"{recipe} lora tp{tp}: transformers {expected}\n megatron {got}\n sync bytes {ran['sync_bytes']}")
     assert len(got) == STEPS
@@ -339,20 +383,51 @@ def test_lora_steps_equal_the_transformers_engine_and_sync_only_the_adapter(
 VOWEL = r"format.pattern=^\s*[aeiouAEIOU]"
 
 
+def _grpo_lora_args(tiny: Path, work: Path, *, prompts: int, steps: int, lr: float, rank: int, alpha: int,
+                    generations: int) -> list[str]:  # fmt: skip
+    """What follows ``swiftcore`` for ``swiftcore train --engine megatron --recipe grpo --tuner lora`` on the vowel
+    task (``prompts`` prompts, 2 a step, ``generations`` completions of up to 4 tokens, constant ``lr``, seed 0),
+    writing ``work/out``."""
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(prompts)))
+    return ["train", "--engine", "megatron", "--recipe", "grpo", "--model", str(tiny), "--dataset", str(data),
+            "--output-dir", str(work / "out"), "--tuner", "lora", "--lora-rank", str(rank), "--lora-alpha", str(alpha),
+            "--learning-rate", str(lr), "--lr-scheduler", "constant", "--max-steps", str(steps), "--batch-size", "2",
+            "--logging-steps", "1", "--save-steps", "1000", "--seed", "0", "--no-plot", "--reward", "format",
+            "--reward-option", VOWEL, "--num-generations", str(generations), "--max-completion-length", "4",
+            "--rollout-engine", "transformers"]  # fmt: skip
+
+
+#: The ``swiftcore train`` runs each test asks for (all on one process): key -> :func:`_grpo_lora_args`' options.
+CLI_RUNS = {
+    "test_a_grpo_lora_run_syncs_the_adapter_every_step_and_saves_it": {
+        "sync": {"prompts": 8, "steps": 3, "lr": 1e-3, "rank": RANK, "alpha": ALPHA, "generations": 4},
+    },
+    "test_grpo_lora_raises_the_held_out_reward_on_the_toy_task": {
+        "learn": {"prompts": 16, "steps": LEARN_STEPS, "lr": LEARN_LR, "rank": 8, "alpha": 32, "generations": 8},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def lora_runs(cli_runs, selected_params, tiny, tmp_path_factory):
+    """``lora_runs(key) -> output directory``: this module's ``swiftcore train`` runs (:data:`CLI_RUNS`), those the
+    selected tests need planned together (conftest's ``CliRuns``: one process) and made when the first is asked
+    for."""
+    root = tmp_path_factory.mktemp("runs")
+    for test, _ in selected_params:
+        for key, options in CLI_RUNS.get(test, {}).items():
+            cli_runs.plan(key, _grpo_lora_args(tiny, root / key, **options), root / key / "out", group="lora")
+    return cli_runs.get
+
+
 @pytest.mark.slow
-def test_a_grpo_lora_run_syncs_the_adapter_every_step_and_saves_it(tiny, tmp_path):
+def test_a_grpo_lora_run_syncs_the_adapter_every_step_and_saves_it(tiny, lora_runs):
     """3 steps through ``swiftcore train`` (2 prompts a step, 4 completions of up to 4 tokens, rank 4)."""
     from safetensors.torch import load_file
 
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(8)))
-    out = tmp_path / "out"
-    _run([str(BIN / "swiftcore"), "train", "--engine", "megatron", "--recipe", "grpo", "--model", str(tiny),
-          "--dataset", str(data), "--output-dir", str(out), "--tuner", "lora", "--lora-rank", str(RANK),
-          "--lora-alpha", str(ALPHA), "--learning-rate", "1e-3", "--lr-scheduler", "constant", "--max-steps", "3",
-          "--batch-size", "2", "--logging-steps", "1", "--save-steps", "1000", "--seed", "0", "--no-plot",
-          "--reward", "format", "--reward-option", VOWEL, "--num-generations", "4", "--max-completion-length", "4",
-          "--rollout-engine", "transformers"])  # fmt: skip
+    out = lora_runs("sync")
     logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
     adapter_file = out / "checkpoint-3" / "adapter_model.safetensors"
     saved = load_file(adapter_file)
@@ -395,20 +470,12 @@ def _mean_reward(model_dir: Path, prompts: list[str], adapter: Path | None, samp
 
 
 @pytest.mark.slow
-def test_grpo_lora_raises_the_held_out_reward_on_the_toy_task(tiny, tmp_path):
+def test_grpo_lora_raises_the_held_out_reward_on_the_toy_task(tiny, lora_runs):
     """The vowel task (a reply that starts with a vowel earns 1; 2 prompts x 8 completions of up to 4 tokens a step,
     rank 8, alpha 32, lr LEARN_LR): the rollouts (sampled with the synced adapter) earn more, and the saved adapter
     raises the mean reward on 8 held-out prompts over the base model's."""
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
-    out = tmp_path / "out"
+    out = lora_runs("learn")
     steps = LEARN_STEPS
-    _run([str(BIN / "swiftcore"), "train", "--engine", "megatron", "--recipe", "grpo", "--model", str(tiny),
-          "--dataset", str(data), "--output-dir", str(out), "--tuner", "lora", "--lora-rank", "8",
-          "--lora-alpha", "32", "--learning-rate", str(LEARN_LR), "--lr-scheduler", "constant",
-          "--max-steps", str(steps), "--batch-size", "2", "--logging-steps", "1", "--save-steps", "1000",
-          "--seed", "0", "--no-plot", "--reward", "format", "--reward-option", VOWEL, "--num-generations", "8",
-          "--max-completion-length", "4", "--rollout-engine", "transformers"])  # fmt: skip
     logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
     rewards = [r["rewards/format/mean"] for r in logs]
     held_out = [f"Write a word, item {i}." for i in range(8)]
