@@ -12,7 +12,7 @@ transformers engine (TRL's DPOTrainer), on gloo with real torchrun processes.
   pairwise accuracy from about 50% to >= 90%, measured on the exported adapter with plain peft, and the run's own
   held-out reward accuracy (``eval_rewards/accuracies``) is >= 90% too.
 - Refusals, before any process group exists: --ep on a dense family, cutting --truncation, --padding-free, MoE
-  families under --tp (MoE at --ep 1 and 2: test_engine_pref_moe.py), image pairs, --ref-model with LoRA.
+  families under --pp (MoE at --ep 1 and 2 and --tp 2: test_engine_pref_moe.py), image pairs, --ref-model with LoRA.
 
 The runs the selected tests need are made in as few processes as they allow (conftest's ``CliRuns``, each through
 the CLI's own ``main``): both engines' runs on one rank in one process, the TP2 run in one torchrun world of 2 ranks;
@@ -189,11 +189,11 @@ def test_lora_dpo_learns_the_held_out_preference(vowel_files, runs, logged, pair
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: bridge 'qwen3_5' does not support expert parallelism"),
         ("qwen3_5", {"truncation": "truncate_left"}, "--truncation truncate_left: DPO on this engine does not"),
         ("qwen3_5", {"padding_free": True}, "--packing / --padding-free: not supported by the megatron engine"),
-        ("qwen3_5_moe", {"recipe_options": {"tp": 2}}, "--tp 2: bridge 'qwen3_5_moe' builds MoE layers, whose router"),
+        ("qwen3_5_moe", {"recipe_options": {"pp": 2}}, "--pp 2: bridge 'qwen3_5_moe' builds MoE layers, whose router"),
         ("qwen3_5", {"tuner": "lora", "recipe_options": {"ref_model": "elsewhere"}}, "--ref-model: with --tuner lora"),
         ("qwen3_5", {"images": True}, "image / audio / video pairs are not supported by this engine yet"),
     ],
-    ids=["ep-dense", "truncation", "padding-free", "moe-tp2", "lora-ref-model", "images"],
+    ids=["ep-dense", "truncation", "padding-free", "moe-pp2", "lora-ref-model", "images"],
 )
 def test_what_dpo_megatron_does_not_do_is_refused(
     write_jsonl, preference_pairs, family, options, expected, tiny_model_dir, tmp_path, no_process_group_after

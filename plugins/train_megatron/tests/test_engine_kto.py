@@ -190,10 +190,10 @@ def test_lora_kto_learns_the_held_out_preference(vowel_files, runs, logged, pair
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: bridge 'qwen3_5' does not support expert parallelism"),
         ("qwen3_5", {"truncation": "truncate_left"}, "--truncation truncate_left: KTO on this engine does not"),
         ("qwen3_5", {"batch_size": 1}, "--batch-size 1: the kto loss needs at least 2 rows a batch"),
-        ("qwen3_5_moe", {"recipe_options": {"tp": 2}}, "--tp 2: bridge 'qwen3_5_moe' builds MoE layers, whose router"),
+        ("qwen3_5_moe", {"recipe_options": {"pp": 2}}, "--pp 2: bridge 'qwen3_5_moe' builds MoE layers, whose router"),
         ("qwen3_5", {"tuner": "lora", "recipe_options": {"ref_model": "elsewhere"}}, "--ref-model: with --tuner lora"),
     ],
-    ids=["ep-dense", "truncation", "batch-of-1", "moe-tp2", "lora-ref-model"],
+    ids=["ep-dense", "truncation", "batch-of-1", "moe-pp2", "lora-ref-model"],
 )
 def test_what_kto_megatron_does_not_do_is_refused(write_jsonl, family, options, expected, tiny_model_dir, tmp_path):
     import torch.distributed as dist

@@ -7,7 +7,10 @@ top-2, on every layer) against the same recipes on the transformers engine (TRL'
   weights, fp32, to 1e-5. The transformers engine's run has as many ranks as the megatron one (EP2: two
   data-parallel ranks, each with its batch): TRL's aux loss is each rank's own batch's, not the whole step's.
 - The aux term reaches the loss: DPO's step 1 (policy = reference) is log 2 plus 0.01 times about 2.0, not log 2.
-- Refusals, before any process group exists: MoE under --tp, a multi-token-prediction bridge.
+- TP2 (one data-parallel rank; megatron trains MoE under TP with sequence parallelism, so each rank routes half of
+  each sequence and the aux loss gathers the routers' logits) equals the transformers engine's one-rank run the same.
+- Refusals, before any process group exists: MoE under --pp (--cp is refused for every family), a
+  multi-token-prediction bridge.
 
 The transformers engine's runs keep the default ``--loss-chunk-size``: the preference recipes leave TRL's fused head
 in place when TRL adds the load-balancing loss (its rule: a config with ``output_router_logits``, whatever its value,
@@ -73,9 +76,11 @@ def moved_olmoe(tiny_model_dir, tmp_path_factory) -> Path:
 
 
 def _needs(test: str, params: dict) -> list[tuple]:
-    """The runs a test of this module asks for: ``(engine, recipe, ep)``."""
+    """The runs a test of this module asks for: ``(engine, recipe, ep, tp)`` (the transformers engine's at tp 1, with
+    as many ranks as the megatron run has data-parallel ranks: ``ep``)."""
     if test == "test_the_first_losses_equal_the_transformers_engine":
-        return [("transformers", params["recipe"], params["ep"]), ("megatron", params["recipe"], params["ep"])]
+        ep, tp = params["ep"], params["tp"]
+        return [("transformers", params["recipe"], ep, 1), ("megatron", params["recipe"], ep, tp)]
     return []
 
 
@@ -87,7 +92,9 @@ def runs(request, cli_runs, selected_params, recipe_args, tiny_model_dir, write_
     the first is asked for.
 
     EP2 is two data-parallel ranks of the dense layers: DPO's batch of 4 pairs a step is 2 on each rank, KTO's batch
-    of 3 rows is each rank's (both engines deal the batches to the ranks as accelerate does)."""
+    of 3 rows is each rank's (both engines deal the batches to the ranks as accelerate does). TP2 is one
+    data-parallel rank (against the transformers engine's one-rank run); TP2 EP2 splits the experts over the two
+    tensor-parallel ranks, still one data-parallel rank."""
     root = tmp_path_factory.mktemp("runs")
     model = tiny_model_dir(FAMILY)
     data = {
@@ -95,23 +102,25 @@ def runs(request, cli_runs, selected_params, recipe_args, tiny_model_dir, write_
         "kto": write_jsonl(root / "kto.jsonl", KTO_ROWS),
     }
     for key in sorted({key for test, params in selected_params for key in _needs(test, params)}):
-        engine, recipe, ep = key
-        out = root / f"{engine}-{recipe}-ep{ep}"
+        engine, recipe, ep, tp = key
+        out = root / f"{engine}-{recipe}-ep{ep}-tp{tp}"
         flags = (*DPO, "--batch-size", str(4 // ep)) if recipe == "dpo" else (*KTO, "--batch-size", "3")
         if recipe == "kto":
             flags += ("--ref-model", str(request.getfixturevalue("moved_olmoe")))
-        flags += ("--engine", "megatron", "--ep", str(ep)) if engine == "megatron" else ()
-        cli_runs.plan(key, recipe_args(recipe, model, data[recipe], out, *flags), out, ranks=ep, group="all")
+        flags += ("--engine", "megatron", "--ep", str(ep), "--tp", str(tp)) if engine == "megatron" else ()
+        cli_runs.plan(key, recipe_args(recipe, model, data[recipe], out, *flags), out, ranks=ep * tp, group="all")
     return cli_runs.get
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("recipe", "ep"), [("dpo", 1), ("dpo", 2), ("kto", 1), ("kto", 2)], ids=["dpo-ep1", "dpo-ep2", "kto-ep1", "kto-ep2"]
+    ("recipe", "ep", "tp"),
+    [(recipe, ep, tp) for recipe in ("dpo", "kto") for ep, tp in ((1, 1), (2, 1), (1, 2))],
+    ids=[f"{recipe}-{layout}" for recipe in ("dpo", "kto") for layout in ("ep1", "ep2", "tp2")],
 )
-def test_the_first_losses_equal_the_transformers_engine(recipe, ep, runs, logged):
-    expected = {r["step"]: r for r in logged(runs(("transformers", recipe, ep))) if "loss" in r}
-    got = {r["step"]: r for r in logged(runs(("megatron", recipe, ep))) if "loss" in r}
+def test_the_first_losses_equal_the_transformers_engine(recipe, ep, tp, runs, logged):
+    expected = {r["step"]: r for r in logged(runs(("transformers", recipe, ep, 1))) if "loss" in r}
+    got = {r["step"]: r for r in logged(runs(("megatron", recipe, ep, tp))) if "loss" in r}
     assert sorted(got) == sorted(expected) == list(range(1, STEPS + 1))
     worst = 0.0
     for step, record in expected.items():
@@ -119,7 +128,7 @@ def test_the_first_losses_equal_the_transformers_engine(recipe, ep, runs, logged
             if key in record:
                 assert got[step][key] == pytest.approx(record[key], rel=1e-5, abs=1e-5), (step, key)
                 worst = max(worst, abs(got[step][key] - record[key]) / max(1.0, abs(record[key])))
-    print(f"{recipe} ep{ep}: largest difference (relative above 1) over {STEPS} steps: {worst:.1e}")
+    print(f"{recipe} ep{ep} tp{tp}: largest difference (relative above 1) over {STEPS} steps: {worst:.1e}")
     assert all("aux_loss" in expected[step] for step in expected), "TRL must add the load-balancing loss"
     assert all(1.9 < expected[step]["aux_loss"] < 2.2 for step in expected), expected
     assert abs(expected[STEPS]["loss"] - expected[1]["loss"]) > 0.1, "the losses must move"
@@ -146,11 +155,11 @@ def glm5_with_mtp(tiny_model_dir, tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     ("model", "options", "expected"),
     [
-        (FAMILY, {"recipe_options": {"tp": 2}}, "--tp 2: bridge 'olmoe' builds MoE layers, whose router "
+        (FAMILY, {"recipe_options": {"pp": 2}}, "--pp 2: bridge 'olmoe' builds MoE layers, whose router "
                                                 "load-balancing loss"),
         ("glm5_with_mtp", {}, "builds multi-token-prediction (MTP) layers"),
     ],
-    ids=["moe-tp2", "mtp"],
+    ids=["moe-pp2", "mtp"],
 )  # fmt: skip
 def test_what_preference_on_moe_does_not_do_is_refused(
     request, recipe, model, options, expected, write_jsonl, preference_pairs, tiny_model_dir, tmp_path,

@@ -25,8 +25,9 @@ checkpoint's coefficient (:func:`~swiftcore_train_megatron.engine.router_aux_los
 transformers' load-balancing loss of each micro-batch's forward pass over its real tokens
 (:class:`~swiftcore_train_megatron.engine.RouterAuxLoss`, from the megatron routers' logits), each data-parallel rank
 over its own micro-batch as each DDP rank of TRL's trainer; it is logged as ``aux_loss``. ``--ep N`` splits the
-experts over N ranks, which run each micro-batch at one shape (expert parallelism gathers their tokens). MoE under
-``--tp`` / ``--pp`` / ``--cp`` and multi-token-prediction families are refused.
+experts over N ranks, which run each micro-batch at one shape (expert parallelism gathers their tokens); ``--tp N``
+splits the layers (the routers' sequence-parallel logits gathered for the aux loss). MoE under ``--pp`` / ``--cp``
+and multi-token-prediction families are refused.
 """
 
 from __future__ import annotations
@@ -257,6 +258,8 @@ def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_si
     import torch
     from megatron.core import parallel_state
 
+    from swiftcore_train_megatron.engine import sequence_parallel_length
+
     out: list[tuple[float, float]] = []
     was_training = model.training
     model.eval()
@@ -278,7 +281,8 @@ def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_si
                 sums = record["logps"]
                 out += list(zip(sums[: len(batch)], sums[len(batch) :], strict=True))
                 continue
-            logps, _, _ = per_token_logps(model, batch, pad_token_id)
+            length = sequence_parallel_length(model, _longest(batch))
+            logps, _, _ = per_token_logps(model, batch, pad_token_id, length)
             chosen, rejected = logps.sum(dim=1).double().chunk(2)
             out += list(zip(chosen.tolist(), rejected.tolist(), strict=True))
     model.train(was_training)

@@ -66,6 +66,7 @@ __all__ = [
     "router_aux_loss_coef",
     "RouterAuxLoss",
     "scale_mtp_loss",
+    "sequence_parallel_length",
 ]
 
 IGNORE_INDEX = -100
@@ -518,6 +519,17 @@ def router_aux_loss_coef(model_dir: str | Path, *, sft: bool = False) -> float:
     return float(getattr(text, "router_aux_loss_coef", 0.0) or 0.0)
 
 
+def sequence_parallel_length(model: Any, length: int) -> int:
+    """``length`` rounded up to a multiple of the tensor-parallel size where ``model`` trains with sequence
+    parallelism (MoE under ``--tp``: each rank holds an equal slice of the sequence), else ``length``."""
+    from megatron.core import parallel_state
+
+    if not model_chunks(model)[0].config.sequence_parallel:
+        return length
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    return -(-length // tp) * tp
+
+
 class RouterAuxLoss:
     """The router load-balancing loss of the transformers models (``load_balancing_loss_func`` of OLMoE, Qwen3-MoE,
     Qwen3.5-MoE, Mixtral, ...) computed from the megatron model's routers.
@@ -530,7 +542,8 @@ class RouterAuxLoss:
     (:meth:`recording`) and :meth:`loss` computes the same value, with its gradient through the logits.
 
     Args:
-        model: the megatron model (one pipeline stage, no virtual chunks: the recipes using this refuse ``--pp``).
+        model: the megatron model (one pipeline stage, no virtual chunks: the recipes using this refuse ``--pp``;
+            under ``--tp`` the sequence-parallel routers' logits are gathered over the tensor-parallel ranks).
         coef: the weight of the loss (:func:`router_aux_loss_coef`).
 
     Raises:
@@ -594,10 +607,26 @@ class RouterAuxLoss:
 
             raise SwiftcoreError(f"--engine megatron: {len(recorded)} router calls in one forward pass, expected "
                                  f"{len(self.routers)} (one per MoE layer)")  # fmt: skip
+        if self.routers[0].config.sequence_parallel:
+            recorded = self._whole_sequences(recorded)
         # transformers' own function (OLMoE's, Qwen3-MoE's and Qwen3.5-MoE's are copies of Mixtral's): it pairs each
         # layer's logit rows with the flattened mask, so both stay in megatron's [sequence, batch] order.
         layers = tuple(logits.reshape(-1, self.num_experts).float() for logits in recorded)
         return load_balancing_loss_func(layers, self.num_experts, self.top_k, real.t())
+
+    @staticmethod
+    def _whole_sequences(recorded: list[Any]) -> list[Any]:
+        """Each router's logits over the whole sequences under ``--tp`` (megatron trains MoE under tensor
+        parallelism with sequence parallelism: each tensor-parallel rank routes its own slice of the sequence).
+
+        Every tensor-parallel rank then computes the same loss from the gathered logits; the backward of megatron's
+        gather with ``tensor_parallel_output_grad=False`` hands each rank the gradient of its own slice only (not
+        the sum over the ranks, which would count the loss once per rank). The router weights are replicated and
+        marked ``sequence_parallel``, so ``reduce_gradients`` sums their per-slice gradients over the
+        tensor-parallel group, as it does for the token loss."""
+        from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
+        return [gather_from_sequence_parallel_region(logits, tensor_parallel_output_grad=False) for logits in recorded]
 
 
 def real_tokens(lengths: list[int], rows: int, positions: int, device: Any = None) -> Any:

@@ -22,8 +22,9 @@ the mean over every data-parallel rank's micro-batch, as accelerate gathers it.
 On a MoE family each micro-batch's loss also has what TRL's ``KTOTrainer`` adds for one: ``router_aux_loss_coef *
 aux_loss`` of the rows' forward pass (not the KL rows'), as ``dpo.megatron`` adds it
 (:class:`~swiftcore_train_megatron.engine.RouterAuxLoss`), logged as ``aux_loss`` (the data-parallel ranks' mean);
-``--ep N`` splits the experts. MoE under ``--tp`` / ``--pp`` / ``--cp`` and multi-token-prediction families are
-refused (:func:`refuse_model`, shared with ``rm.megatron``, which refuses MoE families and ``--ep`` still).
+``--ep N`` splits the experts, ``--tp N`` the layers. MoE under ``--pp`` / ``--cp`` and multi-token-prediction
+families are refused (:func:`refuse_model`, shared with ``rm.megatron``, which refuses MoE families and ``--ep``
+still).
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def refuse_preference(
 def refuse_model(bridge: Any, bridge_spec: Any, recipe: str, layout: ParallelLayout | None = None) -> None:
     """Refuse what a preference recipe cannot train of a family: multi-token-prediction layers (megatron adds their
     loss to the gradients from the labels; TRL's trainers have no such term); MoE layers without ``layout`` (``rm``),
-    or with MoE under ``--tp`` / ``--pp`` / ``--cp`` (``dpo``, ``kto``: the router load-balancing loss is computed
-    from every MoE layer's logits over whole sequences on one rank: ``--tp 1 --pp 1 --cp 1``, ``--ep`` any)."""
+    or with MoE under ``--pp`` / ``--cp`` (``dpo``, ``kto``: the router load-balancing loss is computed from every
+    MoE layer's logits over whole sequences in one pipeline stage: ``--pp 1 --cp 1``, ``--tp`` and ``--ep`` any;
+    under ``--tp`` the sequence-parallel slices are gathered, ``engine.RouterAuxLoss``)."""
     if any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
         raise SwiftcoreError(
             f"--engine megatron --recipe {recipe}: bridge {bridge_spec.name!r} builds multi-token-prediction (MTP) "
@@ -100,12 +102,13 @@ def refuse_model(bridge: Any, bridge_spec: Any, recipe: str, layout: ParallelLay
             f"this engine does not train yet; train a dense family, or run --recipe {recipe} on the default engine "
             "(drop --engine)"
         )
-    split = [f"--{k} {v}" for k, v in (("tp", layout.tp), ("pp", layout.pp), ("cp", getattr(layout, "cp", 1))) if v > 1]
+    split = [f"--{k} {v}" for k, v in (("pp", layout.pp), ("cp", getattr(layout, "cp", 1))) if v > 1]
     if split:
         raise SwiftcoreError(
             f"--engine megatron --recipe {recipe}: {' '.join(split)}: bridge {bridge_spec.name!r} builds MoE layers, "
-            f"whose router load-balancing loss {recipe} on this engine computes over whole sequences on one rank so "
-            "far; train it at --tp 1 --pp 1 --cp 1 (split the experts with --ep)"
+            f"whose router load-balancing loss {recipe} on this engine computes over every MoE layer's logits of "
+            "whole sequences within one pipeline stage so far; train it at --pp 1 --cp 1 (split it with --tp or "
+            "--ep)"
         )
 
 
@@ -323,6 +326,8 @@ def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_si
     import torch
     from megatron.core import parallel_state
 
+    from swiftcore_train_megatron.engine import sequence_parallel_length
+
     out: list[tuple[float, Any]] = []
     was_training = model.training
     model.eval()
@@ -343,10 +348,14 @@ def reference_logps(model: Any, samples: list[dict], pad_token_id: int, batch_si
                 sums, n = record["logps"], len(batch)
                 out += list(zip(sums[:n], sums[n:] if len(sums) > n else [None] * n, strict=True))
                 continue
-            logps = row_logps(model, _rows(batch), pad_token_id)[0].sum(dim=1).double().tolist()
+            rows = _rows(batch)
+            length = sequence_parallel_length(model, max(len(p) + len(r) for p, r in rows))
+            logps = row_logps(model, rows, pad_token_id, length)[0].sum(dim=1).double().tolist()
             kl = [None] * len(batch)
             if "kl_ids" in batch[0]:
-                kl = row_logps(model, _kl_rows(batch), pad_token_id)[0].sum(dim=1).double().tolist()
+                kl_rows = _kl_rows(batch)
+                length = sequence_parallel_length(model, max(len(p) + len(r) for p, r in kl_rows))
+                kl = row_logps(model, kl_rows, pad_token_id, length)[0].sum(dim=1).double().tolist()
             out += list(zip(logps, kl, strict=True))
     model.train(was_training)
     return out

@@ -184,19 +184,20 @@ def _sft_router_loss(cfg: TrainConfig, bridge: Any, bridge_spec: Any, layout: Pa
 
     Raises:
         SwiftcoreError: the loss is on and the layout splits what it is computed over (every MoE layer's router
-            logits of whole sequences on one rank: ``--tp 1 --pp 1 --cp 1``; ``--ep`` any).
+            logits of whole sequences in one pipeline stage: ``--pp 1 --cp 1``; ``--tp`` and ``--ep`` any, the
+            sequence-parallel slices of ``--tp`` gathered by ``engine.RouterAuxLoss``).
     """
     from swiftcore_train_megatron.engine import router_aux_loss_coef
 
     coef = router_aux_loss_coef(cfg.model, sft=True) if bridge.num_experts() > 0 else 0.0
-    split = [f"--{k} {v}" for k, v in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp)) if v > 1]
+    split = [f"--{k} {v}" for k, v in (("pp", layout.pp), ("cp", layout.cp)) if v > 1]
     if coef and split:
         raise SwiftcoreError(
             f"--engine megatron: {' '.join(split)}: bridge {bridge_spec.name!r} builds MoE layers and the model's "
             f"config.json sets output_router_logits true, so SFT adds the router load-balancing loss (coefficient "
-            f"{coef}), which this engine computes over whole sequences on one rank so far; train at --tp 1 --pp 1 "
-            "--cp 1 (split the experts with --ep), or set output_router_logits to false in config.json to train "
-            "without it"
+            f"{coef}), which this engine computes over every MoE layer's logits of whole sequences within one "
+            "pipeline stage so far; train at --pp 1 --cp 1 (split it with --tp or --ep), or set output_router_logits "
+            "to false in config.json to train without it"
         )
     return coef
 
