@@ -79,24 +79,38 @@ class CliRuns:
     2-core machine, against 1 s for ten steps), so the runs a module plans (:meth:`plan`) are made in one process per
     group when the first of them is asked for (:meth:`get`): ``swiftcore_testing.cli_runs`` runs their command lines
     one after the other through the CLI's own ``main``; runs of several ranks in one torchrun world of that size (the
-    engine re-initialises megatron's model-parallel state for each run). A run that fails is reported, with its
+    engine re-initialises megatron's model-parallel state for each run). A run planned with ``fails=True`` must fail
+    (a refusal, on every rank): its failure does not stop its group, and :meth:`failure` gives its message. A test's
+    parity script joins the group too (:meth:`plan_script`). A run that fails unexpectedly is reported, with its
     output, to each test that asks for it; the runs of its group that it stopped run (as a group) when next asked for.
     """
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._planned: dict = {}  # key -> (group, ranks, args, out)
+        self._planned: dict = {}  # key -> (group, ranks, step, out): step as swiftcore_testing.cli_runs reads it
         self._done: set = set()
         self._failed: dict = {}  # key -> the output that shows its failure
         self._batches = 0
 
-    def plan(self, key, args: list[str], out: Path, *, ranks: int = 1, group: str = "") -> None:
+    def plan(self, key, args: list[str], out: Path, *, ranks: int = 1, group: str = "", fails: bool = False) -> None:
         """Say that ``swiftcore ARGS`` (writing ``out``) may be asked for as ``key``, on ``ranks`` processes, run
-        together with the other runs of the same ``group`` and size."""
-        self._planned.setdefault(key, (group, ranks, [str(a) for a in args], out))
+        together with the other runs of the same ``group`` and size; with ``fails``, a run that must fail (the same
+        way on every rank: see ``swiftcore_testing.cli_runs``), whose message :meth:`failure` returns."""
+        step: list | dict = [str(a) for a in args]
+        if fails:
+            output = self._root / f"failure-{len(self._planned)}.txt"
+            step = {"args": step, "may_fail": True, "output": str(output)}
+        self._planned.setdefault(key, (group, ranks, step, out))
+
+    def plan_script(self, key, script: Path, argv: list, out: Path, *, ranks: int = 1, group: str = "") -> None:
+        """Say that the Python script ``script`` run with ``argv`` (as ``__main__``, on each of ``ranks`` processes;
+        writing ``out``) may be asked for as ``key``, run with the other runs of the same ``group`` and size."""
+        step = {"script": str(script), "argv": [str(a) for a in argv]}
+        self._planned.setdefault(key, (group, ranks, step, out))
 
     def get(self, key) -> Path:
-        """The output directory of the run ``key`` (run now, with the rest of its group, if not yet made)."""
+        """The output directory of the run ``key`` (run now, with the rest of its group, if not yet made); for a run
+        planned with ``fails``, asserted to have failed."""
         if key not in self._done:
             assert key in self._planned, f"{key} was never planned"
             if key not in self._failed:  # it first, then the rest of its group that no failure stopped
@@ -104,7 +118,15 @@ class CliRuns:
                 rest = [k for k, v in self._planned.items() if v[:2] == (group, ranks) and k != key]
                 self._run([key, *[k for k in rest if k not in self._done and k not in self._failed]])
             assert key in self._done, self._failed[key]
+        step = self._planned[key][2]
+        if isinstance(step, dict) and step.get("may_fail"):
+            assert Path(step["output"]).is_file(), f"{key}: {step['args']} succeeded; it must fail"
         return self._planned[key][3]
+
+    def failure(self, key) -> str:
+        """The failure of the run ``key``, planned with ``fails``: its exit code (or exception), then its stderr."""
+        self.get(key)
+        return Path(self._planned[key][2]["output"]).read_text(encoding="utf-8")
 
     def _run(self, keys: list) -> None:
         import subprocess

@@ -4,9 +4,9 @@ transformers engine (TRL's DistillationTrainer).
 - Loss parity on a fixed batch (4 prompts of 5 tokens, completions of 1 to 6 tokens, ``--gkd-beta 0.5``,
   ``--rollout-temperature 0.7``, the seed-1 tiny model as the teacher): the first 3 step losses and gradient norms of
   full-weight training in fp32 equal those of the ``gkd`` recipe's trainer (``SwiftGKDTrainer.compute_loss``: TRL's
-  chunked divergence from hidden states, the same AdamW step) to 1e-5, at TP1 and TP2 (real torchrun processes on
-  gloo; at TP2 the student's logits are gathered over the two vocabulary shards). The batch is fixed, so no sampling
-  enters the comparison (TRL 1.16's DistillationTrainer is always on-policy: it has no ``lmbda``).
+  chunked divergence from hidden states, the same AdamW step) to 1e-5, at TP1 and TP2 (real processes on gloo, TP2
+  a torchrun world of 2; at TP2 the student's logits are gathered over the two vocabulary shards). The batch is
+  fixed, so no sampling enters the comparison (TRL 1.16's DistillationTrainer is always on-policy: it has no ``lmbda``).
 - Mutations fail it: the same batch's first loss with ``--gkd-beta`` 0.4, or with temperature 1.0 instead of 0.7,
   differs from the reference by far more than the tolerance.
 - Learning signal: 16 steps of GKD on this engine (rollouts from the transformers backend synced to the student before
@@ -16,19 +16,18 @@ transformers engine (TRL's DistillationTrainer).
   TP1, 3 steps.
 - Refusals, before any process group exists: --pp, --ep, --rollout-engine vllm, --rollout-server,
   --gradient-accumulation-steps, more processes than --tp, a MoE family.
+
+What the selected tests need of this engine runs in one process per TP size (conftest's ``CliRuns``): the TP1
+``swiftcore train`` runs and parity script in one process, the TP2 ones in one torchrun world of 2.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import free_port, user_env
 
-BIN = Path(sys.executable).parent
 STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 LR = 1e-4
@@ -81,15 +80,6 @@ got = [loop.learn(batch)[:2] for _ in range(int(steps))]
 if torch.distributed.get_rank() == 0:
     Path(out_file).write_text(json.dumps({"steps": got, "mutants": mutants}))
 """
-
-
-def _run(command: list, **env: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **env), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return done
 
 
 @pytest.fixture(scope="module")
@@ -177,25 +167,55 @@ def transformers_steps(tiny, teacher, fixed_batch, tmp_path_factory) -> list:
     return got
 
 
-def _megatron_steps(model_dir: Path, teacher: Path, batch_file: Path, out: Path, tp: int) -> dict:
-    """This engine's GKD loop on ``tp`` ranks, 3 steps on the batch: ``{"steps": [(loss, grad norm)...],
+def _plan_megatron_steps(cli_runs, model_dir: Path, teacher: Path, batch_file: Path, out: Path, tp: int) -> Path:
+    """Plan this engine's GKD loop on ``tp`` ranks, 3 steps on the batch (:data:`MEGATRON_STEPS`, key ``("parity",
+    tp)``, in the world of this module's runs of that size); its result file, ``{"steps": [(loss, grad norm)...],
     "mutants": {name: first loss}}``."""
     out.mkdir(parents=True, exist_ok=True)
     script = out / "steps.py"
     script.write_text(MEGATRON_STEPS)
     result = out / "steps.json"
-    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(tp), "--master-port", str(free_port())]
-    _run([*launcher, str(script), str(model_dir), str(teacher), str(batch_file), str(result), str(BETA),
-          str(TEMPERATURE), str(LR), str(STEPS)])  # fmt: skip
-    return json.loads(result.read_text())
+    argv = [model_dir, teacher, batch_file, result, BETA, TEMPERATURE, LR, STEPS]
+    cli_runs.plan_script(("parity", tp), script, argv, out, ranks=tp, group="gkd")
+    return result
+
+
+PARITY_TEST = "test_the_first_losses_equal_the_transformers_engine"
+
+
+@pytest.fixture(scope="module")
+def planned(cli_runs, selected_params, tiny, teacher, request, tmp_path_factory) -> dict[int, Path]:
+    """Plans, with conftest's ``CliRuns``, what the selected tests ask for: the ``swiftcore train`` runs of
+    :data:`CLI_RUNS` and the parity script of each selected TP size; those of one size run together (the TP1 ones in
+    one process, the TP2 ones in a torchrun world of 2) when the first is asked for. ``{tp: parity result file}``."""
+    root = tmp_path_factory.mktemp("runs")
+    for test, _ in selected_params:
+        for key, (steps, lr, tp) in CLI_RUNS.get(test, {}).items():
+            args = _gkd_args(tiny, teacher, root / key, steps=steps, lr=lr, tp=tp)
+            cli_runs.plan(key, args, root / key / "out", ranks=tp, group="gkd")
+    sizes = sorted({params["tp"] for test, params in selected_params if test == PARITY_TEST})
+    batch = request.getfixturevalue("fixed_batch") if sizes else None
+    return {tp: _plan_megatron_steps(cli_runs, tiny, teacher, batch, root / f"tp{tp}", tp) for tp in sizes}
+
+
+@pytest.fixture(scope="module")
+def megatron_steps(planned, cli_runs):
+    """``megatron_steps(tp) -> {"steps", "mutants"}``: the parity script's result at that TP size (run now, with the
+    rest of its world, if not yet made)."""
+
+    def get(tp: int) -> dict:
+        cli_runs.get(("parity", tp))
+        return json.loads(planned[tp].read_text())
+
+    return get
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
-def test_the_first_losses_equal_the_transformers_engine(tp, tiny, teacher, fixed_batch, transformers_steps, tmp_path):
+def test_the_first_losses_equal_the_transformers_engine(tp, transformers_steps, megatron_steps):
     """Also the mutations: a wrong ``--gkd-beta`` or temperature gives another first loss (the check can fail)."""
     expected = transformers_steps
-    ran = _megatron_steps(tiny, teacher, fixed_batch, tmp_path, tp)
+    ran = megatron_steps(tp)
     got = ran["steps"]
     print(f"gkd tp{tp}: transformers {expected}\n megatron {got}\n mutants {ran['mutants']}")
     assert len(got) == STEPS
@@ -247,15 +267,10 @@ CLI_RUNS = {
 
 
 @pytest.fixture(scope="module")
-def gkd_runs(cli_runs, selected_params, tiny, teacher, tmp_path_factory):
+def gkd_runs(planned, cli_runs):
     """``gkd_runs(key) -> (output directory, logged step records)``: this module's ``swiftcore train`` runs
-    (:data:`CLI_RUNS`), those the selected tests need planned together (conftest's ``CliRuns``: the TP1 runs in one
-    process, the TP2 run in a torchrun world of 2) and made when the first is asked for."""
-    root = tmp_path_factory.mktemp("runs")
-    for test, _ in selected_params:
-        for key, (steps, lr, tp) in CLI_RUNS.get(test, {}).items():
-            args = _gkd_args(tiny, teacher, root / key, steps=steps, lr=lr, tp=tp)
-            cli_runs.plan(key, args, root / key / "out", ranks=tp, group="gkd")
+    (:data:`CLI_RUNS`, planned by :func:`planned`: the TP1 runs in one process, the TP2 run in a torchrun world of 2,
+    each with the parity script of its size) made when the first is asked for."""
 
     def get(key: str) -> tuple[Path, list[dict]]:
         out = cli_runs.get(key)

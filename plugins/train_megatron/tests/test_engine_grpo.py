@@ -4,8 +4,8 @@ transformers engine (TRL's GRPOTrainer).
 - Loss parity on a fixed batch of rollouts (2 prompts x groups of 4, completions of 1 to 6 tokens, fixed rewards and
   so fixed advantages, rollout temperature 0.7): the first 3 step losses and gradient norms of full-weight training in
   fp32 equal those of the ``grpo`` recipe's trainer (``SwiftGRPOTrainer._compute_loss``, the policy's own log-probs,
-  the same AdamW step) to 1e-5, at TP1 and TP2 (real torchrun processes on gloo), for the ``dapo`` (default) and
-  ``grpo`` loss types. The batch's old log-probs are each engine's own of the initial weights (as with
+  the same AdamW step) to 1e-5, at TP1 and TP2 (real processes on gloo, TP2 a torchrun world of 2), for the ``dapo``
+  (default) and ``grpo`` loss types. The batch's old log-probs are each engine's own of the initial weights (as with
   ``--num-iterations 3``), so steps 2 and 3 are off-policy: their losses test the log-probs (temperature, the
   completion positions) through the ratio and its clipping, and the gradient norms the backward pass and its
   reduction over the TP ranks.
@@ -21,19 +21,18 @@ transformers engine (TRL's GRPOTrainer).
   rises from the base model's by >= 0.4 and reaches >= 0.7.
 - Refusals, before any process group exists: --pp, --ep, --ray, --environment, --grpo-beta,
   --rollout-engine vllm, more processes than --tp, a MoE family.
+
+What the selected tests need of this engine runs in one process per TP size (conftest's ``CliRuns``): the TP1
+``swiftcore train`` runs and parity script in one process, the TP2 ones in one torchrun world of 2.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import free_port, user_env
 
-BIN = Path(sys.executable).parent
 STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 #: The parity check's learning rate (small enough that step 2's ratios stay partly inside the clip range, so its
@@ -47,7 +46,8 @@ REWARDS = (1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.5)
 PROMPT = 5
 
 #: One rank's side of the parity check: the GRPO loop of this engine, three optimiser steps on the fixed batch, for
-#: each ``[loss type, result file]`` of the cases file in turn (one torchrun world per TP size runs all its cases).
+#: each ``[loss type, result file]`` of the cases file in turn (one run per TP size, in the process or torchrun world of
+#: this module's ``swiftcore train`` runs of that size, does all its cases).
 MEGATRON_STEPS = """
 import json, sys, torch
 from pathlib import Path
@@ -88,15 +88,6 @@ for loss_type, out_file in json.loads(Path(cases_file).read_text()):  # each cas
         Path(out_file).write_text(json.dumps(got))
         torch.save(weights, Path(out_file).with_suffix(".pt"))
 """
-
-
-def _run(command: list, **env: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **env), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return done
 
 
 @pytest.fixture(scope="module")
@@ -193,12 +184,10 @@ def transformers_steps(tiny, fixed_batch, selected_params, tmp_path_factory) -> 
     return {t: _transformers_steps(tiny, fixed_batch, out / t, t) for t in loss_types}
 
 
-def _megatron_steps(model_dir: Path, batch_file: Path, out: Path, tp: int, loss_types: list[str]) -> dict:
-    """This engine's GRPO loop on ``tp`` ranks, 3 steps on the batch for each of ``loss_types``, all in one torchrun
-    world; ``{loss type: (loss and gradient norm of each step, the Hugging Face tensors the weight sync pushes after
-    them)}``."""
-    import torch
-
+def _plan_megatron_steps(cli_runs, model_dir: Path, batch: Path, out: Path, tp: int, loss_types: list[str]) -> dict:
+    """Plan this engine's GRPO loop on ``tp`` ranks, 3 steps on the batch for each of ``loss_types``, all in one run of
+    :data:`MEGATRON_STEPS` (key ``("parity", tp)``, in the world of this module's runs of that size); ``{loss type:
+    its result file}``."""
     out.mkdir(parents=True, exist_ok=True)
     script = out / "steps.py"
     script.write_text(MEGATRON_STEPS)
@@ -207,32 +196,40 @@ def _megatron_steps(model_dir: Path, batch_file: Path, out: Path, tp: int, loss_
         result.parent.mkdir(exist_ok=True)
     cases = out / "cases.json"
     cases.write_text(json.dumps([[t, str(result)] for t, result in results.items()]))
-    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(tp), "--master-port", str(free_port())]
-    _run([*launcher, str(script), str(model_dir), str(batch_file), str(cases), str(TEMPERATURE), str(PARITY_LR),
-          str(STEPS)])  # fmt: skip
-    return {t: (json.loads(r.read_text()), torch.load(r.with_suffix(".pt"))) for t, r in results.items()}
+    argv = [model_dir, batch, cases, TEMPERATURE, PARITY_LR, STEPS]
+    cli_runs.plan_script(("parity", tp), script, argv, out, ranks=tp, group="grpo")
+    return results
 
 
 @pytest.fixture(scope="module")
-def megatron_steps(tiny, fixed_batch, selected_params, tmp_path_factory):
-    """``megatron_steps(tp, loss_type) -> (steps, synced tensors)``: the selected parity cases of a TP size all run in
-    one torchrun world of that size (:func:`_megatron_steps`) when the first of them is asked for."""
+def planned(cli_runs, selected_params, tiny, request, tmp_path_factory) -> dict[int, dict[str, Path]]:
+    """Plans, with conftest's ``CliRuns``, what the selected tests ask for: the ``swiftcore train`` runs of
+    :data:`CLI_RUNS` and, for each TP size of the selected parity cases, one run of :data:`MEGATRON_STEPS` for all of
+    them; those of one size run together (the TP1 ones in one process, the TP2 ones in a torchrun world of 2) when the
+    first is asked for. ``{tp: {loss type: the parity result file}}``."""
+    root = tmp_path_factory.mktemp("runs")
+    for test, _ in selected_params:
+        for key, (steps, lr, tp) in CLI_RUNS.get(test, {}).items():
+            args = _grpo_args(tiny, root / key, steps=steps, lr=lr, tp=tp)
+            cli_runs.plan(key, args, root / key / "out", ranks=tp, group="grpo")
     cases = _parity_cases(selected_params)
-    root = tmp_path_factory.mktemp("megatron")
-    done: dict[tuple[int, str], tuple[list, dict]] = {}
-    failed: dict[int, str] = {}
+    batch = request.getfixturevalue("fixed_batch") if cases else None
+    return {
+        tp: _plan_megatron_steps(cli_runs, tiny, batch, root / f"tp{tp}", tp, sorted(t for n, t in cases if n == tp))
+        for tp in sorted({n for n, _ in cases})
+    }
+
+
+@pytest.fixture(scope="module")
+def megatron_steps(planned, cli_runs):
+    """``megatron_steps(tp, loss_type) -> (steps, synced tensors)``: the selected parity cases of a TP size, all in
+    one run of :data:`MEGATRON_STEPS` (:func:`_plan_megatron_steps`), made when the first of them is asked for."""
+    import torch
 
     def get(tp: int, loss_type: str) -> tuple[list, dict]:
-        if (tp, loss_type) not in done and tp not in failed:
-            try:
-                ran = _megatron_steps(tiny, fixed_batch, root / f"tp{tp}", tp, sorted(t for n, t in cases if n == tp))
-            except AssertionError as error:  # reported to each case of this world, which runs once
-                failed[tp] = str(error)
-            else:
-                done.update({(tp, t): result for t, result in ran.items()})
-        if tp in failed:
-            pytest.fail(f"the TP{tp} parity world failed:\n{failed[tp]}")
-        return done[(tp, loss_type)]
+        cli_runs.get(("parity", tp))  # a failure is reported to each case of this world, which runs once
+        result = planned[tp][loss_type]
+        return json.loads(result.read_text()), torch.load(result.with_suffix(".pt"))
 
     return get
 
@@ -321,15 +318,10 @@ CLI_RUNS = {
 
 
 @pytest.fixture(scope="module")
-def grpo_runs(cli_runs, selected_params, tiny, tmp_path_factory):
+def grpo_runs(planned, cli_runs):
     """``grpo_runs(key) -> (output directory, logged step records)``: this module's ``swiftcore train`` runs
-    (:data:`CLI_RUNS`), those the selected tests need planned together (conftest's ``CliRuns``: the TP1 runs in one
-    process, the TP2 run in a torchrun world of 2) and made when the first is asked for."""
-    root = tmp_path_factory.mktemp("runs")
-    for test, _ in selected_params:
-        for key, (steps, lr, tp) in CLI_RUNS.get(test, {}).items():
-            args = _grpo_args(tiny, root / key, steps=steps, lr=lr, tp=tp)
-            cli_runs.plan(key, args, root / key / "out", ranks=tp, group="grpo")
+    (:data:`CLI_RUNS`, planned by :func:`planned`: the TP1 runs in one process, the TP2 run in a torchrun world of 2,
+    each with the parity script of its size) made when the first is asked for."""
 
     def get(key: str) -> tuple[Path, list[dict]]:
         out = cli_runs.get(key)

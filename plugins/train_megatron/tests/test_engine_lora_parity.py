@@ -15,23 +15,19 @@ loss differs by 1.6e-2 relative).
 
 The runs the selected families need are made in as few processes as they allow (conftest's ``CliRuns``, each through
 the CLI's own ``main``): both engines' runs on one rank in one process, the runs of two ranks in one torchrun world
-of 2 ranks; a process start costs more than the few steps of the tiny models. The refused run is a process of its
-own (its command must fail).
+of 2 ranks; a process start costs more than the few steps of the tiny models. The refused run joins the runs on one
+rank (planned to fail: its failure, which comes on every rank before any step, does not stop the others).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import user_env
 
 STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
-BIN = Path(sys.executable).parent
 STEPS = 5
 SEED = 7
 LORA = ("--tuner", "lora", "--lora-rank", "4", "--lora-alpha", "8")
@@ -85,8 +81,10 @@ def runs(cli_runs, selected_params, tiny_model_dir, dataset, tmp_path_factory):
     """``runs((family, layout)) -> output directory``: each selected family's transformers-engine run (``layout``
     ``"transformers"``) and megatron runs (its layouts in :data:`CASES`, from the same initial adapter), planned
     together (conftest's ``CliRuns``: by number of ranks, both engines in one process or world) and made when the
-    first is asked for."""
+    first is asked for; with them, the refused run (:data:`REFUSED`) when its test is selected."""
     root = tmp_path_factory.mktemp("runs")
+    if any(test == "test_an_adapter_of_another_rank_is_refused" for test, _ in selected_params):
+        _plan_refused(cli_runs, tiny_model_dir("qwen3_5"), dataset, root / "refused")
     tested = "test_megatron_lora_equals_peft_lora_from_the_same_init"
     families = sorted({params["family"] for test, params in selected_params if test == tested})
     for family in families:
@@ -126,22 +124,30 @@ def test_megatron_lora_equals_peft_lora_from_the_same_init(family, runs, logged)
     assert sorted(adapter["target_modules"]) != [] and adapter["r"] == peft_adapter["r"] == 4
 
 
-@pytest.mark.slow
-def test_an_adapter_of_another_rank_is_refused(tiny_model_dir, dataset, tmp_path) -> None:
-    """``--lora-init-adapter`` with another ``r`` than ``--lora-rank``: refused, naming both."""
-    model = tiny_model_dir("qwen3_5")
-    init = _peft_init(model, tmp_path / "init", ())
+#: The :class:`CliRuns` key of the refused run (an adapter of another rank).
+REFUSED = "refused"
+
+
+def _plan_refused(cli_runs, model: Path, dataset: Path, work: Path) -> None:
+    """Plan, to fail, ``swiftcore train --engine megatron`` with an initial adapter of ``r=8`` and ``--lora-rank 4``
+    (the check reads the adapter's config, the same on every rank)."""
+    init = _peft_init(model, work / "init", ())
     config = json.loads((init / "adapter_config.json").read_text())
     config["r"] = 8
     (init / "adapter_config.json").write_text(json.dumps(config))
-    command = [
-        str(BIN / "swiftcore"), "train", "--model", str(model), "--dataset", str(dataset),
-        "--output-dir", str(tmp_path / "out"), "--engine", "megatron", *LORA, "--max-steps", "1",
-        "--lora-init-adapter", str(init),
+    args = [
+        "train", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(work / "out"),
+        "--engine", "megatron", *LORA, "--max-steps", "1", "--lora-init-adapter", str(init),
     ]  # fmt: skip
-    done = subprocess.run(command, env=user_env(HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600)
-    assert done.returncode != 0
-    assert "r=8" in done.stderr and "--lora-rank 4" in done.stderr, done.stderr[-2000:]
+    cli_runs.plan(REFUSED, args, work / "out", group="all", fails=True)
+
+
+@pytest.mark.slow
+def test_an_adapter_of_another_rank_is_refused(runs, cli_runs) -> None:
+    """``--lora-init-adapter`` with another ``r`` than ``--lora-rank``: refused, naming both."""
+    failure = cli_runs.failure(REFUSED)  # asserts that the run failed (a nonzero exit code)
+    assert failure.startswith("exit code "), failure[-2000:]
+    assert "r=8" in failure and "--lora-rank 4" in failure, failure[-2000:]
 
 
 @pytest.mark.parametrize(

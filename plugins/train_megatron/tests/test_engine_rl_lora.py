@@ -6,8 +6,9 @@ engine's LoRA (``swiftcore_train_megatron.lora``) and a LoRA-only weight sync to
   model as the teacher), fp32, rank 4, alpha 8 on the family's default targets (every linear layer of Qwen3.5, the
   fused q/k/v, gate/up and gated-DeltaNet input projections included): the first 3 step losses and gradient norms
   equal those of the recipe's trainer on the transformers engine (TRL's GRPOTrainer / DistillationTrainer on the
-  peft policy ``apply_tuner`` makes, the same AdamW step) to 1e-5, at TP1 and TP2 (real torchrun processes on
-  gloo). Both start from the same adapter: the peft one, saved and given to this engine as ``--lora-init-adapter``.
+  peft policy ``apply_tuner`` makes, the same AdamW step) to 1e-5, at TP1 and TP2 (real processes on gloo, TP2 a
+  torchrun world of 2). Both start from the same adapter: the peft one, saved and given to this engine as
+  ``--lora-init-adapter``.
 - The LoRA-only sync, in the same runs: rank 0 holds a real transformers rollout engine with the recipe's
   ``WeightSync``; the loop syncs before each step (step 0 attaches the adapter) and once after the last. Every
   ``update_adapter`` call carries exactly the peft policy's adapter tensors by name (``get_peft_model_state_dict``),
@@ -24,19 +25,19 @@ engine's LoRA (``swiftcore_train_megatron.lora``) and a LoRA-only weight sync to
   stays near 0.1 and the test fails.
 - Refusals that remain with ``--tuner lora``, before any process group exists: --pp, --ep, --rollout-engine vllm,
   more processes than --tp, a MoE family (both recipes).
+
+What the selected tests need of this engine runs in one process per TP size (conftest's ``CliRuns``): the
+``swiftcore train`` runs (TP1) and the TP1 parity script in one process, the TP2 parity script in one torchrun world
+of 2.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import free_port, user_env
 
-BIN = Path(sys.executable).parent
 STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 SEED = 0
@@ -58,7 +59,8 @@ PROBE = list(range(11, 27))
 #: One rank's side: the recipe's loop of this engine with LoRA from the peft init, 3 optimiser steps on the fixed batch,
 #: a LoRA-only sync to a real transformers rollout engine (rank 0) before each step and after the last, what each sync
 #: sent, and the engine's adapter and logits at the end; for each ``[recipe, peft init, batch file, result file]`` of
-#: the cases file in turn (one torchrun world per TP size runs all its cases).
+#: the cases file in turn (one run per TP size, in the process or torchrun world of this module's other runs of that
+#: size, does all its cases; it puts back the engine methods it records).
 MEGATRON_STEPS = """
 import json, os, sys, torch
 from pathlib import Path
@@ -82,9 +84,10 @@ spec = resolve_model_spec(model_dir, plugins)
 _, bridge = resolve_bridge(read_hf_config(Path(model_dir)), plugins)
 rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's (the process group comes with the first case)
 sent = []  # the engine calls of the current case (a new list for each)
+originals = {}
 if rank0:  # what attach_rollouts builds (the engine and the recipe's WeightSync), every engine call recorded
     for method in ("update_adapter", "update_weights", "load_adapter"):
-        original = getattr(Engine, method)
+        original = originals[method] = getattr(Engine, method)
         def recording(self, *args, _method=method, _original=original):
             if _method == "load_adapter":
                 with safe_open(str(Path(args[1]) / "adapter_model.safetensors"), framework="pt") as f:
@@ -141,16 +144,9 @@ for recipe, init_dir, batch_file, out_file in json.loads(Path(cases_file).read_t
         Path(out_file).write_text(json.dumps({"steps": got, "sent": sent, "sync_bytes": synced}))
         torch.save({"adapter": adapter, "logits": logits}, Path(out_file).with_suffix(".pt"))
         loop.engine.close()
+for method, original in originals.items():  # later runs of this process use the engine as it is
+    setattr(Engine, method, original)
 """
-
-
-def _run(command: list, **env: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **env), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return done
 
 
 @pytest.fixture(scope="module")
@@ -293,12 +289,11 @@ def references(tiny, teacher, batches, selected_params, tmp_path_factory) -> dic
     return {r: _reference(r, tiny, teacher, batches[r], root / r) for r in recipes}
 
 
-def _megatron_steps(tiny: Path, teacher: Path, cases: list[tuple[str, Path, Path]], out: Path, tp: int) -> dict:
-    """This engine's loop with LoRA on ``tp`` ranks (:data:`MEGATRON_STEPS`) for each ``(recipe, peft init, batch
-    file)`` of ``cases``, all in one torchrun world: ``{recipe: {"steps", "sent", "sync_bytes"} and, from rank 0's
-    rollout engine, "adapter" and "logits"}``."""
-    import torch
-
+def _plan_megatron_steps(cli_runs, tiny: Path, teacher: Path, cases: list[tuple[str, Path, Path]], out: Path,
+                         tp: int) -> dict[str, Path]:  # fmt: skip
+    """Plan this engine's loop with LoRA on ``tp`` ranks (:data:`MEGATRON_STEPS`) for each ``(recipe, peft init,
+    batch file)`` of ``cases``, all in one run (key ``("parity", tp)``, in the world of this module's runs of that
+    size); ``{recipe: its result file}``."""
     out.mkdir(parents=True, exist_ok=True)
     script = out / "steps.py"
     script.write_text(MEGATRON_STEPS)
@@ -307,34 +302,44 @@ def _megatron_steps(tiny: Path, teacher: Path, cases: list[tuple[str, Path, Path
         result.parent.mkdir(exist_ok=True)
     cases_file = out / "cases.json"
     cases_file.write_text(json.dumps([[r, str(init), str(batch), str(results[r])] for r, init, batch in cases]))
-    launcher = [str(BIN / "torchrun"), "--nproc-per-node", str(tp), "--master-port", str(free_port())]
-    _run([*launcher, str(script), str(tiny), str(teacher), str(cases_file), str(LR), str(STEPS), str(RANK),
-          str(ALPHA), json.dumps(PROBE)])  # fmt: skip
-    return {r: {**json.loads(f.read_text()), **torch.load(f.with_suffix(".pt"))} for r, f in results.items()}
+    argv = [tiny, teacher, cases_file, LR, STEPS, RANK, ALPHA, json.dumps(PROBE)]
+    cli_runs.plan_script(("parity", tp), script, argv, out, ranks=tp, group="lora")
+    return results
 
 
 @pytest.fixture(scope="module")
-def megatron_steps(tiny, teacher, batches, references, selected_params, tmp_path_factory):
-    """``megatron_steps(recipe, tp) -> results``: the selected parity cases of a TP size all run in one torchrun world
-    of that size (:func:`_megatron_steps`) when the first of them is asked for."""
+def planned(cli_runs, selected_params, tiny, request, tmp_path_factory) -> dict[int, dict[str, Path]]:
+    """Plans, with conftest's ``CliRuns``, what the selected tests ask for: the ``swiftcore train`` runs of
+    :data:`CLI_RUNS` (TP1) and, for each TP size of the selected parity cases, one run of :data:`MEGATRON_STEPS` for
+    all of them (from the references' peft inits); those of one size run together (the TP1 ones in one process, the
+    TP2 one in a torchrun world of 2) when the first is asked for. ``{tp: {recipe: the parity result file}}``."""
+    root = tmp_path_factory.mktemp("runs")
+    for test, _ in selected_params:
+        for key, options in CLI_RUNS.get(test, {}).items():
+            cli_runs.plan(key, _grpo_lora_args(tiny, root / key, **options), root / key / "out", group="lora")
     cases = _parity_cases(selected_params)
-    root = tmp_path_factory.mktemp("megatron")
-    done: dict[tuple[str, int], dict] = {}
-    failed: dict[int, str] = {}
+    if not cases:
+        return {}
+    teacher, batches, references = (request.getfixturevalue(f) for f in ("teacher", "batches", "references"))
+    planned = {}
+    for tp in sorted({n for _, n in cases}):
+        recipes = sorted(r for r, n in cases if n == tp)
+        work = [(r, references[r]["init"], batches[r]) for r in recipes]
+        planned[tp] = _plan_megatron_steps(cli_runs, tiny, teacher, work, root / f"tp{tp}", tp)
+    return planned
+
+
+@pytest.fixture(scope="module")
+def megatron_steps(planned, cli_runs):
+    """``megatron_steps(recipe, tp) -> results``: the selected parity cases of a TP size, all in one run of
+    :data:`MEGATRON_STEPS` (:func:`_plan_megatron_steps`), made when the first of them is asked for: ``{"steps",
+    "sent", "sync_bytes"} and, from rank 0's rollout engine, "adapter" and "logits"``."""
+    import torch
 
     def get(recipe: str, tp: int) -> dict:
-        if (recipe, tp) not in done and tp not in failed:
-            recipes = sorted(r for r, n in cases if n == tp)
-            try:
-                ran = _megatron_steps(tiny, teacher, [(r, references[r]["init"], batches[r]) for r in recipes],
-                                      root / f"tp{tp}", tp)  # fmt: skip
-            except AssertionError as error:  # reported to each case of this world, which runs once
-                failed[tp] = str(error)
-            else:
-                done.update({(r, tp): result for r, result in ran.items()})
-        if tp in failed:
-            pytest.fail(f"the TP{tp} parity world failed:\n{failed[tp]}")
-        return done[(recipe, tp)]
+        cli_runs.get(("parity", tp))  # a failure is reported to each case of this world, which runs once
+        result = planned[tp][recipe]
+        return {**json.loads(result.read_text()), **torch.load(result.with_suffix(".pt"))}
 
     return get
 
@@ -411,14 +416,9 @@ CLI_RUNS = {
 
 
 @pytest.fixture(scope="module")
-def lora_runs(cli_runs, selected_params, tiny, tmp_path_factory):
-    """``lora_runs(key) -> output directory``: this module's ``swiftcore train`` runs (:data:`CLI_RUNS`), those the
-    selected tests need planned together (conftest's ``CliRuns``: one process) and made when the first is asked
-    for."""
-    root = tmp_path_factory.mktemp("runs")
-    for test, _ in selected_params:
-        for key, options in CLI_RUNS.get(test, {}).items():
-            cli_runs.plan(key, _grpo_lora_args(tiny, root / key, **options), root / key / "out", group="lora")
+def lora_runs(planned, cli_runs):
+    """``lora_runs(key) -> output directory``: this module's ``swiftcore train`` runs (:data:`CLI_RUNS`, planned by
+    :func:`planned`: one process, with the TP1 parity script) made when the first is asked for."""
     return cli_runs.get
 
 
