@@ -64,11 +64,15 @@ def _copy(step: dict[str, Any]) -> None:
         sys.modules["torch.distributed"].barrier()
 
 
-class _Tee(io.TextIOBase):
-    """``sys.stderr`` during a ``may_fail`` step: what is written goes on to the real stream and is kept."""
+class _Tee:
+    """``sys.stderr`` during a ``may_fail`` step: what is written goes on to the real stream and is kept; anything
+    else a writer asks of a stream (``encoding``, ``isatty`` ...: click asks before it writes) is the real one's."""
 
     def __init__(self, stream: Any) -> None:
         self._stream, self.kept = stream, io.StringIO()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
     def write(self, text: str) -> int:
         self.kept.write(text)
@@ -76,10 +80,6 @@ class _Tee(io.TextIOBase):
 
     def flush(self) -> None:
         self._stream.flush()
-
-    @property
-    def encoding(self) -> str:  # click asks before it writes
-        return getattr(self._stream, "encoding", "utf-8")
 
 
 def _run_script(path: str, argv: list[str]) -> int:
