@@ -205,8 +205,8 @@ def _grpo_run(
             checks(self)
         return stats
 
-    def rollouts(self: Any, prompt_ids: list[list[int]]) -> Any:
-        out = original_rollouts(self, prompt_ids)
+    def rollouts(self: Any, prompt_ids: list[list[int]], records: Any = None) -> Any:
+        out = original_rollouts(self, prompt_ids, records)
         seen["rollouts"].append([ids for _, ids in out])
         return out
 

@@ -193,6 +193,17 @@ def _vowel_task(tokenizer, n_train: int = 64, n_held: int = 16, seed: int = 0) -
     return train, held
 
 
+@pytest.fixture(scope="module")
+def vowel_files(vowel_task, write_jsonl, tiny_model_dir, tmp_path_factory) -> tuple[Path, Path, list[dict]]:
+    """The vowel task's training and held-out pairs (:func:`vowel_task` on the tiny Qwen3.5's tokenizer) as files, and
+    the held-out rows: the preference recipes' learning tests (dpo, kto, rm)."""
+    from swiftcore.api.models import load_tokenizer
+
+    train_rows, held_rows = vowel_task(load_tokenizer(str(tiny_model_dir("qwen3_5"))))
+    root = tmp_path_factory.mktemp("vowels")
+    return write_jsonl(root / "train.jsonl", train_rows), write_jsonl(root / "held.jsonl", held_rows), held_rows
+
+
 @pytest.fixture(scope="session")
 def preference_pairs() -> list[dict]:
     """:data:`PREFERENCE_PAIRS`, a fresh copy of each row."""

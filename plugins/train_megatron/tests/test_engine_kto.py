@@ -49,17 +49,6 @@ def rows(write_jsonl, tmp_path_factory) -> Path:
     return write_jsonl(tmp_path_factory.mktemp("rows") / "kto.jsonl", ROWS)
 
 
-@pytest.fixture(scope="module")
-def vowel_files(vowel_task, write_jsonl, tiny_model_dir, tmp_path_factory) -> tuple[Path, Path, list[dict]]:
-    """The vowel task's training and held-out pairs as files (each pair is one desirable and one undesirable row),
-    and the held-out rows."""
-    from swiftcore.api.models import load_tokenizer
-
-    train_rows, held_rows = vowel_task(load_tokenizer(str(tiny_model_dir("qwen3_5"))))
-    root = tmp_path_factory.mktemp("vowels")
-    return write_jsonl(root / "train.jsonl", train_rows), write_jsonl(root / "held.jsonl", held_rows), held_rows
-
-
 def _needs(test: str, params: dict) -> list[tuple]:
     """The runs a test of this module asks for: ``(engine, what, tp)``."""
     if test == "test_the_first_losses_equal_the_transformers_engine":
