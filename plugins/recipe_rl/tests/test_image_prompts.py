@@ -197,12 +197,12 @@ def _round_pixels(plan: Any, tiny_dir: Path, image_data: Path, out: dict[str, An
     return pixels
 
 
-def _grpo_loss_and_references(
-    trainer: Any, out: dict[str, Any], with_image: Any, without: Any, monkeypatch: pytest.MonkeyPatch
-) -> tuple[float, float, float]:
+def _assert_the_grpo_loss_sees_the_image(
+    trainer: Any, out: dict[str, Any], with_image: Any, without: Any, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
     """The trainer's clipped ``dapo`` loss of the round ``out`` on fixed advantages and old log-probs (``with_image``
-    moved by fixed offsets: ratios on both sides of the clipping range), and the formula's from the plain forwards'
-    log-probs ``with_image`` and ``without`` it (float64)."""
+    moved by fixed offsets: ratios on both sides of the clipping range) equals the formula's from the plain forward's
+    log-probs ``with_image`` (float64, 1e-5), and differs from the one ``without`` the image."""
     advantages = torch.tensor([1.0, -0.5, 0.7, -1.2])
     old = (with_image + torch.tensor([0.3, -0.3, 0.05, -0.4])[:, None]).float()
     out.update(advantages=advantages, old_per_token_logps=old, num_items_in_batch=out["completion_mask"].sum())
@@ -219,7 +219,10 @@ def _grpo_loss_and_references(
         steps = trainer.args.steps_per_generation
         return ((per_token * mask).sum() / (mask.sum() / steps)).item()  # dapo: over the batch's tokens
 
-    return loss, reference_loss(with_image), reference_loss(without)
+    want, blind = reference_loss(with_image), reference_loss(without)
+    print(f"{name} loss: trainer {loss:.6f}, reference with the image {want:.6f}, without it {blind:.6f}")
+    assert abs(loss - want) < 1e-5
+    assert abs(loss - blind) > 1e-3
 
 
 def test_generation_and_the_loss_see_each_rows_pixels(
@@ -270,10 +273,7 @@ def test_generation_and_the_loss_see_each_rows_pixels(
     assert ref_gap < 1e-4
     assert image_gap > 1e-2  # the image moves the log-probs: seeing it is not a no-op
 
-    loss, want, blind = _grpo_loss_and_references(trainer, out, with_image, without, monkeypatch)
-    print(f"loss: trainer {loss:.6f}, reference with the image {want:.6f}, without it {blind:.6f}")
-    assert abs(loss - want) < 1e-5
-    assert abs(loss - blind) > 1e-3
+    _assert_the_grpo_loss_sees_the_image(trainer, out, with_image, without, monkeypatch, "qwen3_5")
 
 
 def test_gemma4_s_image_positions_reach_the_loss(
@@ -316,10 +316,7 @@ def test_gemma4_s_image_positions_reach_the_loss(
         )
     mask = out["completion_mask"].double()
     assert ((sliced.double() - with_image).abs() * mask).max().item() < 1e-5
-    loss, want, blind = _grpo_loss_and_references(trainer, out, with_image, without, monkeypatch)
-    print(f"gemma4 loss: trainer {loss:.6f}, reference with the image {want:.6f}, without it {blind:.6f}")
-    assert abs(loss - want) < 1e-5
-    assert abs(loss - blind) > 1e-3
+    _assert_the_grpo_loss_sees_the_image(trainer, out, with_image, without, monkeypatch, "gemma4")
 
 
 def test_rloo_s_sequence_loss_sees_each_rows_pixels(

@@ -318,14 +318,14 @@ CLI_RUNS = {
 
 
 @pytest.fixture(scope="module")
-def grpo_runs(planned, cli_runs):
+def grpo_runs(planned, cli_runs, logged):
     """``grpo_runs(key) -> (output directory, logged step records)``: this module's ``swiftcore train`` runs
     (:data:`CLI_RUNS`, planned by :func:`planned`: the TP1 runs in one process, the TP2 run in a torchrun world of 2,
     each with the parity script of its size) made when the first is asked for."""
 
     def get(key: str) -> tuple[Path, list[dict]]:
         out = cli_runs.get(key)
-        return out, [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines() if '"loss"' in line]
+        return out, [record for record in logged(out) if "loss" in record]
 
     return get
 
