@@ -279,3 +279,16 @@ def no_process_group_after():
     yield
     if not before:
         assert not dist.is_initialized(), "a process group was created before the error"
+
+
+@pytest.fixture(scope="session")
+def glm5_with_mtp(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny GLM-5 (MoE) with ``num_nextn_predict_layers: 1``: its bridge builds a multi-token-prediction layer
+    (the refusal reads the config only, before any weight is loaded)."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("mtp") / "glm5_mtp"
+    shutil.copytree(tiny_model_dir("glm5"), out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 1}, indent=2))
+    return out

@@ -9,6 +9,9 @@ transformers engine (TRL's GRPOTrainer).
   ``--num-iterations 3``), so steps 2 and 3 are off-policy: their losses test the log-probs (temperature, the
   completion positions) through the ratio and its clipping, and the gradient norms the backward pass and its
   reduction over the TP ranks.
+- The same on OLMoE (MoE) at TP1 and TP2 (``dapo``): the loss carries TRL's ``router_aux_loss_coef * aux_loss``
+  (``aux_loss`` equal to TRL's at every step), and the synced tensors are the transformers model's fused experts.
+  End to end, a 2-step OLMoE run logs ``aux_loss`` and syncs the whole model under the engine's names.
 - The advantages are TRL's: ``group_advantages`` gives the group-normalised rewards of TRL's formula on fixed rewards
   (an unscorable completion gets 0).
 - The weight sync's tensors after those steps (``hf_tensors``: the bridge's rules run backwards, gathered over the TP
@@ -19,8 +22,11 @@ transformers engine (TRL's GRPOTrainer).
   GRPO on this engine with rollouts from the transformers backend synced after each step: the rollouts' reward rises,
   and the mean reward of the exported checkpoint on 8 held-out prompts (8 samples each, by the transformers backend)
   rises from the base model's by >= 0.4 and reaches >= 0.7.
-- Refusals, before any process group exists: --pp, --ep, --ray, --environment, --grpo-beta,
-  --rollout-engine vllm, more processes than --tp, a MoE family.
+- ``--grpo-beta``: the parity above with TRL's KL term to the reference (``dapo+kl``, beta 0.5, TP1 and TP2: the
+  losses, gradient norms and ``kl`` equal TRL's); end to end with LoRA, the logged KL is 0 at step 1 and above 0 after.
+- Refusals, before any process group exists: --pp, --ep, --ray, --environment, --grpo-beta with a trained
+  --lora-init-adapter,
+  --rollout-engine vllm, more processes than --tp, a family with multi-token-prediction layers.
 
 What the selected tests need of this engine runs in one process per TP size (conftest's ``CliRuns``): the TP1
 ``swiftcore train`` runs and parity script in one process, the TP2 ones in one torchrun world of 2.
@@ -40,6 +46,9 @@ STEPS = 3
 PARITY_LR = 3e-5
 LR = 1e-3
 TEMPERATURE = 0.7
+#: ``--grpo-beta`` of the parity cases with the KL term (``dapo+kl``): large enough to move the losses well past the
+#: tolerance.
+KL_BETA = 0.5
 #: The fixed batch's completion lengths (2 prompts x groups of 4), rewards and prompt length.
 LENGTHS = (3, 6, 1, 4, 5, 2, 6, 3)
 REWARDS = (1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.5)
@@ -60,30 +69,37 @@ from swiftcore_train_megatron.grpo import GRPOLoop
 from swiftcore_train_megatron.layout import ParallelLayout, world_size
 from swiftcore_train_megatron.recipe import _schedule_and_optimizer
 
-model_dir, batch_file, cases_file, temperature, lr, steps = sys.argv[1:7]
+batch_file, cases_file, temperature, lr, steps, beta = sys.argv[1:7]
 tp = world_size()
 plugins = swiftcore.api.load_plugins(env={})
-_, bridge = resolve_bridge(read_hf_config(Path(model_dir)), plugins)
-for loss_type, out_file in json.loads(Path(cases_file).read_text()):  # each case of this world's TP in turn
+for model_dir, case, out_file in json.loads(Path(cases_file).read_text()):  # each case of this world's TP
+    loss_type, _, kl = case.partition("+")  # "dapo+kl": with the KL term to the reference (--grpo-beta)
+    bridge_spec, bridge = resolve_bridge(read_hf_config(Path(model_dir)), plugins)
     cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="full",
                       learning_rate=float(lr), lr_scheduler="constant", batch_size=2, max_steps=int(steps), seed=0)
     options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, grpo_loss_type=loss_type,
-                          rollout_temperature=float(temperature))
+                          rollout_temperature=float(temperature), grpo_beta=float(beta) if kl else 0.0)
     init_model_parallel(tp, 1, seed=0)  # again for each case: megatron's state rebuilt and re-seeded, as in a new world
     model = load_sharded_model(bridge, model_dir, tp=tp, ep=1)
     layout = ParallelLayout(tp=tp)
     schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 2, layout, tp)
     loop = GRPOLoop(cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
                     schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge,
-                    bridge_name="qwen3_5", layout=layout, extras={}, options=options)
+                    bridge_name=bridge_spec.name, layout=layout, extras={}, options=options)
+    if kl:  # the reference: the checkpoint as it starts, as grpo.megatron loads it
+        loop.attach_reference(load_sharded_model(bridge, model_dir, tp=tp, ep=1))
     batch = torch.load(batch_file)
     model.train()
     with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy (ratio and clipping)
         from swiftcore_train_megatron.grpo import completion_logps
         batch["old_per_token_logps"] = completion_logps(model, batch, float(temperature))
-    got = [loop.learn(batch)[:2] for _ in range(int(steps))]
-    from swiftcore_train_megatron.grpo import hf_tensors
-    weights = hf_tensors(model, bridge)  # what the weight sync pushes to the rollout engine
+    tp_rank0 = torch.distributed.get_rank() == 0
+    got = [(loss, norm, metrics.get("aux_loss"), metrics.get("kl")) for loss, norm, metrics in
+           (loop.learn(batch) for _ in range(int(steps)))]
+    from swiftcore_train_megatron.grpo import hf_tensors, model_named_tensors
+    from swiftcore.api.models import resolve_model_spec
+    weights = hf_tensors(model, bridge)  # what the weight sync pushes to the rollout engine, under its model's names
+    weights = model_named_tensors(weights, resolve_model_spec(model_dir, plugins), model_dir) if tp_rank0 else {}
     if torch.distributed.get_rank() == 0:
         Path(out_file).write_text(json.dumps(got))
         torch.save(weights, Path(out_file).with_suffix(".pt"))
@@ -120,9 +136,10 @@ def fixed_batch(tmp_path_factory) -> Path:
     return path
 
 
-def _transformers_steps(model_dir: Path, batch_file: Path, out: Path, loss_type: str) -> tuple[list, dict]:
-    """The ``grpo`` recipe's trainer (TRL's GRPOTrainer, full weights, fp32): 3 steps of its own loss on the batch;
-    ``(loss and gradient norm of each step, the model's state dict after them)``."""
+def _transformers_steps(model_dir: Path, batch_file: Path, out: Path, case: str) -> tuple[list, dict]:
+    """The ``grpo`` recipe's trainer (TRL's GRPOTrainer, full weights, fp32): 3 steps of its own loss on the batch
+    (``case``: the loss type, ``+kl`` with ``--grpo-beta`` :data:`KL_BETA`); ``(loss, gradient norm, router aux loss
+    (None on a dense model) and KL (None without the term) of each step, the model's state dict after them)``."""
     import torch
     from datasets import Dataset
     from swiftcore_recipe_rl import GRPOOptions, grpo_config, trainer_class
@@ -138,8 +155,9 @@ def _transformers_steps(model_dir: Path, batch_file: Path, out: Path, loss_type:
         model=str(model_dir), dataset=("unused",), output_dir=str(out), tuner="full", learning_rate=PARITY_LR,
         lr_scheduler="constant", batch_size=2, max_steps=STEPS, seed=0,
     )  # fmt: skip
+    loss_type, _, kl = case.partition("+")
     options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, grpo_loss_type=loss_type,
-                          rollout_temperature=TEMPERATURE)  # fmt: skip
+                          rollout_temperature=TEMPERATURE, grpo_beta=KL_BETA if kl else 0.0)  # fmt: skip
     torch.manual_seed(0)
     trainer = trainer_class("grpo")(
         model=load_model(spec, str(model_dir), plugins, torch_dtype="float32"),
@@ -157,6 +175,11 @@ def _transformers_steps(model_dir: Path, batch_file: Path, out: Path, loss_type:
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, batch["completion_ids"].size(1))
+        if kl:  # TRL's reference model (built from the checkpoint by TRL) scores the rollouts as they are sampled
+            ref, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.ref_model, ids, mask, batch["completion_ids"].size(1)
+            )
+            batch["ref_per_token_logps"] = ref
     batch["old_per_token_logps"] = old
     got = []
     for _ in range(STEPS):
@@ -165,87 +188,120 @@ def _transformers_steps(model_dir: Path, batch_file: Path, out: Path, loss_type:
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        got.append((float(loss.detach()), float(norm)))
+        aux = trainer._metrics["train"]["aux_loss"][-1] if trainer.aux_loss_enabled else None
+        got.append((float(loss.detach()), float(norm), aux, trainer._metrics["train"]["kl"][-1] if kl else None))
     return got, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 PARITY_TEST = "test_the_first_losses_equal_the_transformers_engine"
 
 
-def _parity_cases(selected_params: list[tuple[str, dict]]) -> set[tuple[int, str]]:
-    """The ``(tp, loss type)`` cases of the parity test this session runs (only those, under ``-k``)."""
-    return {(params["tp"], params["loss_type"]) for test, params in selected_params if test == PARITY_TEST}
+def _parity_cases(selected_params: list[tuple[str, dict]]) -> set[tuple[str, int, str]]:
+    """The ``(family, tp, loss type)`` cases of the parity test this session runs (only those, under ``-k``)."""
+    return {(p["family"], p["tp"], p["loss_type"]) for test, p in selected_params if test == PARITY_TEST}
 
 
 @pytest.fixture(scope="module")
-def transformers_steps(tiny, fixed_batch, selected_params, tmp_path_factory) -> dict[str, tuple[list, dict]]:
+def transformers_steps(tiny_model_dir, fixed_batch, selected_params, tmp_path_factory) -> dict[tuple, tuple]:
+    """``{(family, loss type): (steps, state dict)}`` of the transformers engine, for the selected parity cases."""
     out = tmp_path_factory.mktemp("transformers")
-    loss_types = sorted({loss_type for _, loss_type in _parity_cases(selected_params)})
-    return {t: _transformers_steps(tiny, fixed_batch, out / t, t) for t in loss_types}
+    cases = sorted({(family, loss_type) for family, _, loss_type in _parity_cases(selected_params)})
+    return {(f, t): _transformers_steps(tiny_model_dir(f), fixed_batch, out / f / t, t) for f, t in cases}
 
 
-def _plan_megatron_steps(cli_runs, model_dir: Path, batch: Path, out: Path, tp: int, loss_types: list[str]) -> dict:
-    """Plan this engine's GRPO loop on ``tp`` ranks, 3 steps on the batch for each of ``loss_types``, all in one run of
-    :data:`MEGATRON_STEPS` (key ``("parity", tp)``, in the world of this module's runs of that size); ``{loss type:
-    its result file}``."""
+def _plan_megatron_steps(cli_runs, models: dict[str, Path], batch: Path, out: Path, tp: int, cases: list) -> dict:
+    """Plan this engine's GRPO loop on ``tp`` ranks, 3 steps on the batch for each ``(family, loss type)`` of
+    ``cases`` (``models``: each family's checkpoint), all in one run of :data:`MEGATRON_STEPS` (key
+    ``("parity", tp)``, in the world of this module's runs of that size); ``{(family, loss type): its result
+    file}``."""
     out.mkdir(parents=True, exist_ok=True)
     script = out / "steps.py"
     script.write_text(MEGATRON_STEPS)
-    results = {t: out / t / "steps.json" for t in loss_types}
+    results = {(f, t): out / f / t / "steps.json" for f, t in cases}
     for result in results.values():
-        result.parent.mkdir(exist_ok=True)
-    cases = out / "cases.json"
-    cases.write_text(json.dumps([[t, str(result)] for t, result in results.items()]))
-    argv = [model_dir, batch, cases, TEMPERATURE, PARITY_LR, STEPS]
+        result.parent.mkdir(parents=True, exist_ok=True)
+    listed = out / "cases.json"
+    listed.write_text(json.dumps([[str(models[f]), t, str(result)] for (f, t), result in results.items()]))
+    argv = [batch, listed, TEMPERATURE, PARITY_LR, STEPS, KL_BETA]
     cli_runs.plan_script(("parity", tp), script, argv, out, ranks=tp, group="grpo")
     return results
 
 
 @pytest.fixture(scope="module")
-def planned(cli_runs, selected_params, tiny, request, tmp_path_factory) -> dict[int, dict[str, Path]]:
+def planned(cli_runs, selected_params, tiny, tiny_model_dir, request, tmp_path_factory) -> dict[int, dict]:
     """Plans, with conftest's ``CliRuns``, what the selected tests ask for: the ``swiftcore train`` runs of
     :data:`CLI_RUNS` and, for each TP size of the selected parity cases, one run of :data:`MEGATRON_STEPS` for all of
     them; those of one size run together (the TP1 ones in one process, the TP2 ones in a torchrun world of 2) when the
-    first is asked for. ``{tp: {loss type: the parity result file}}``."""
+    first is asked for. ``{tp: {(family, loss type): the parity result file}}``."""
     root = tmp_path_factory.mktemp("runs")
     for test, _ in selected_params:
-        for key, (steps, lr, tp) in CLI_RUNS.get(test, {}).items():
-            args = _grpo_args(tiny, root / key, steps=steps, lr=lr, tp=tp)
+        for key, (steps, lr, tp, *rest) in CLI_RUNS.get(test, {}).items():
+            model = tiny_model_dir(rest[0]) if rest and rest[0] else tiny
+            args = _grpo_args(model, root / key, steps=steps, lr=lr, tp=tp) + list(rest[1] if len(rest) > 1 else ())
             cli_runs.plan(key, args, root / key / "out", ranks=tp, group="grpo")
     cases = _parity_cases(selected_params)
     batch = request.getfixturevalue("fixed_batch") if cases else None
+    models = {family: tiny_model_dir(family) for family, _, _ in cases}
     return {
-        tp: _plan_megatron_steps(cli_runs, tiny, batch, root / f"tp{tp}", tp, sorted(t for n, t in cases if n == tp))
-        for tp in sorted({n for n, _ in cases})
+        tp: _plan_megatron_steps(
+            cli_runs, models, batch, root / f"tp{tp}", tp, sorted((f, t) for f, n, t in cases if n == tp)
+        )
+        for tp in sorted({n for _, n, _ in cases})
     }
 
 
 @pytest.fixture(scope="module")
 def megatron_steps(planned, cli_runs):
-    """``megatron_steps(tp, loss_type) -> (steps, synced tensors)``: the selected parity cases of a TP size, all in
-    one run of :data:`MEGATRON_STEPS` (:func:`_plan_megatron_steps`), made when the first of them is asked for."""
+    """``megatron_steps(family, tp, loss_type) -> (steps, synced tensors)``: the selected parity cases of a TP size,
+    all in one run of :data:`MEGATRON_STEPS` (:func:`_plan_megatron_steps`), made when the first of them is asked
+    for."""
     import torch
 
-    def get(tp: int, loss_type: str) -> tuple[list, dict]:
+    def get(family: str, tp: int, loss_type: str) -> tuple[list, dict]:
         cli_runs.get(("parity", tp))  # a failure is reported to each case of this world, which runs once
-        result = planned[tp][loss_type]
+        result = planned[tp][family, loss_type]
         return json.loads(result.read_text()), torch.load(result.with_suffix(".pt"))
 
     return get
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("tp", "loss_type"), [(1, "dapo"), (2, "dapo"), (1, "grpo")], ids=["tp1", "tp2", "tp1-grpo"])
-def test_the_first_losses_equal_the_transformers_engine(tp, loss_type, transformers_steps, megatron_steps):
+@pytest.mark.parametrize(
+    ("family", "tp", "loss_type"),
+    [
+        ("qwen3_5", 1, "dapo"),
+        ("qwen3_5", 2, "dapo"),
+        ("qwen3_5", 1, "grpo"),
+        ("qwen3_5", 1, "dapo+kl"),
+        ("qwen3_5", 2, "dapo+kl"),
+        ("olmoe", 1, "dapo"),
+        ("olmoe", 2, "dapo"),
+    ],
+    ids=["tp1", "tp2", "tp1-grpo", "tp1-kl", "tp2-kl", "olmoe-tp1", "olmoe-tp2"],
+)
+def test_the_first_losses_equal_the_transformers_engine(family, tp, loss_type, transformers_steps, megatron_steps):
     """Also the weight sync's tensors after the 3 steps: the names of the transformers model's own parameters (what
-    the rollout engine's ``update_weights`` takes) and its values after the same steps, gathered over the TP ranks."""
-    expected, reference = transformers_steps[loss_type]
-    got, synced = megatron_steps(tp, loss_type)
-    print(f"{loss_type} tp{tp}: transformers {expected}\n megatron {got}")
+    the rollout engine's ``update_weights`` takes) and its values after the same steps, gathered over the TP ranks.
+
+    OLMoE (MoE): the loss has TRL's ``router_aux_loss_coef * aux_loss`` of the policy's forward, the megatron routers'
+    logits through transformers' formula (``RouterAuxLoss``; at TP2 under sequence parallelism, the routers' slices
+    gathered); its ``aux_loss`` equals TRL's at every step."""
+    expected, reference = transformers_steps[family, loss_type]
+    got, synced = megatron_steps(family, tp, loss_type)
+    print(f"{family} {loss_type} tp{tp}: transformers {expected}\n megatron {got}")
     assert len(got) == STEPS
-    for step, ((loss, norm), (want_loss, want_norm)) in enumerate(zip(got, expected, strict=True), start=1):
+    for step, (mine, want) in enumerate(zip(got, expected, strict=True), start=1):
+        (loss, norm, aux, kl), (want_loss, want_norm, want_aux, want_kl) = mine, want
         assert loss == pytest.approx(want_loss, rel=1e-5, abs=1e-5), (step, got, expected)
         assert norm == pytest.approx(want_norm, rel=1e-5, abs=1e-5), (step, got, expected)
+        assert (aux is None) == (want_aux is None) == (family != "olmoe"), (step, got, expected)
+        if aux is not None:
+            assert aux == pytest.approx(want_aux, rel=1e-5), (step, got, expected)
+        assert (kl is None) == (want_kl is None) == ("+kl" not in loss_type), (step, got, expected)
+        if kl is not None:
+            assert kl == pytest.approx(want_kl, rel=1e-5, abs=1e-9), (step, got, expected)
+    if "+kl" in loss_type:  # the reference is the initial weights: no KL at step 1, then the steps move away from it
+        assert expected[0][3] == 0 and expected[-1][3] > 1e-6, expected
     assert abs(expected[-1][0] - expected[1][0]) > 1e-4 and expected[-1][1] > 0, "the losses and gradients must move"
     assert synced and set(synced) <= set(reference), sorted(set(synced) - set(reference))[:5]
     for name, tensor in synced.items():
@@ -310,10 +366,15 @@ def _grpo_args(model: Path, work: Path, *, steps: int, lr: float, tp: int = 1) -
             "--num-generations", "8", "--max-completion-length", "4", "--rollout-engine", "transformers"]  # fmt: skip
 
 
-#: The ``swiftcore train`` runs each test asks for: key -> (steps, learning rate, tp).
+#: The ``swiftcore train`` runs each test asks for: key -> (steps, learning rate, tp[, family (None: qwen3_5)[, more
+#: arguments]]).
 CLI_RUNS = {
     "test_grpo_raises_the_held_out_reward_on_the_toy_task": {"learn": (6, LR, 1)},
     "test_a_tp2_run_logs_the_steps_of_a_tp1_run": {"tp1": (3, 1e-4, 1), "tp2": (3, 1e-4, 2)},
+    "test_a_moe_run_syncs_every_expert_and_adds_the_router_loss": {"olmoe": (2, 1e-4, 1, "olmoe")},
+    "test_a_run_with_grpo_beta_logs_its_kl_to_the_start": {
+        "kl": (2, LR, 1, None, ("--grpo-beta", "0.1", "--tuner", "lora", "--learning-rate", "5e-3"))
+    },
 }
 
 
@@ -374,15 +435,19 @@ def test_a_tp2_run_logs_the_steps_of_a_tp1_run(grpo_runs):
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: GRPO trains dense families only so far"),
         ("qwen3_5", {"recipe_options": {"ray": True}}, "--ray: GRPO on this engine runs its rollouts in rank 0"),
         ("qwen3_5", {"recipe_options": {"environment": "calculator"}}, "--environment: multi-turn episodes are not"),
-        ("qwen3_5", {"recipe_options": {"grpo_beta": 0.04}}, "--grpo-beta: the KL term needs a reference model"),
+        (
+            "qwen3_5",
+            {"tuner": "lora", "recipe_options": {"grpo_beta": 0.04, "lora_init_adapter": "TRAINED"}},
+            "--grpo-beta with --lora-init-adapter TRAINED: a trained adapter (lora_B not zero) would be the reference",
+        ),
         ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
         ("qwen3_5", {"world": 2}, "2 processes at --tp 1: GRPO has no data-parallel replicas yet"),
-        ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
+        ("glm5_with_mtp", {}, "builds multi-token-prediction (MTP) layers"),
     ],
-    ids=["pp", "ep", "ray", "environment", "beta", "vllm", "data-parallel", "moe"],
+    ids=["pp", "ep", "ray", "environment", "beta", "vllm", "data-parallel", "mtp"],
 )
 def test_what_grpo_megatron_does_not_do_is_refused(
-    family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after
+    family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after, request
 ):
     import re
 
@@ -396,10 +461,56 @@ def test_what_grpo_megatron_does_not_do_is_refused(
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "hi"}) + "\n")
     recipe_options = {"reward": ("format",), **options.pop("recipe_options", {})}
+    if recipe_options.get("lora_init_adapter") == "TRAINED":  # a peft adapter whose lora_B is not zero
+        import torch
+        from safetensors.torch import save_file
+
+        adapter = tmp_path / "trained"
+        adapter.mkdir()
+        (adapter / "adapter_config.json").write_text("{}")
+        save_file({"base_model.model.lm_head.lora_B.weight": torch.ones(2, 2)}, adapter / "adapter_model.safetensors")
+        recipe_options["lora_init_adapter"] = str(adapter)
+        expected = expected.replace("TRAINED", str(adapter))
+    model = request.getfixturevalue(family) if family == "glm5_with_mtp" else tiny_model_dir(family)
     cfg = TrainConfig(
-        model=str(tiny_model_dir(family)), dataset=(str(data),), output_dir=str(tmp_path / "out"), engine="megatron",
+        model=str(model), dataset=(str(data),), output_dir=str(tmp_path / "out"), engine="megatron",
         recipe="grpo", max_steps=1, recipe_options=recipe_options, **{"tuner": "full", **options},
     )  # fmt: skip
     with pytest.raises(SwiftcoreError, match=re.escape(expected)):
         run_training(cfg, load_plugins(env={}))
     assert not (tmp_path / "out").exists(), "nothing is written before the checks pass"
+
+
+@pytest.mark.slow
+def test_a_moe_run_syncs_every_expert_and_adds_the_router_loss(grpo_runs, tiny_model_dir):
+    """``swiftcore train --engine megatron --recipe grpo`` on OLMoE, 2 steps: every step logs TRL's router
+    load-balancing loss, and step 2's weight sync moves the whole model into the rollout engine, its experts under the
+    transformers model's fused names (the engine refuses a name its model does not have, so a sync under the
+    checkpoint's per-expert names fails the run; the values synced are the parity test's)."""
+    import math
+
+    from safetensors import safe_open
+
+    _, records = grpo_runs("olmoe")
+    steps = [r for r in records if "loss" in r]
+    print(f"grpo.megatron olmoe: {steps}")
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["aux_loss"] > 0 for r in steps), steps
+    model_bytes = 0
+    for file in tiny_model_dir("olmoe").glob("*.safetensors"):
+        with safe_open(str(file), "pt") as f:
+            model_bytes += sum(math.prod(f.get_slice(k).get_shape()) * 4 for k in f.keys())
+    assert steps[0]["sync_bytes"] == 0 and steps[1]["sync_bytes"] >= model_bytes, (steps, model_bytes)
+
+
+@pytest.mark.slow
+def test_a_run_with_grpo_beta_logs_its_kl_to_the_start(grpo_runs):
+    """``swiftcore train --engine megatron --recipe grpo --grpo-beta 0.1 --tuner lora``, 2 steps: the reference is the
+    base checkpoint (loaded by the recipe beside the policy; TRL's reference of a new adapter: the adapter off), so
+    TRL's KL estimate is 0 at step 1 (the adapter starts as the identity) and above 0 at step 2, after one optimiser
+    step moved the adapter. (The loss with the KL term is the parity test's ``dapo+kl`` cases, full weights.)"""
+    _, records = grpo_runs("kl")
+    steps = [r for r in records if "loss" in r]
+    print(f"grpo.megatron --grpo-beta 0.1: kl {[r.get('kl') for r in steps]}")
+    assert [r["step"] for r in steps] == [1, 2]
+    assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-9) and steps[1]["kl"] > 1e-6, steps

@@ -25,7 +25,6 @@ digit).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -136,19 +135,6 @@ def test_the_first_losses_equal_the_transformers_engine(recipe, ep, tp, runs, lo
         assert expected[1]["loss"] == pytest.approx(math.log(2) + 0.01 * expected[1]["aux_loss"], abs=1e-6)
     else:
         assert all(expected[step]["kl"] > 0.1 for step in expected), "the KL estimate must reach the loss"
-
-
-@pytest.fixture(scope="module")
-def glm5_with_mtp(tiny_model_dir, tmp_path_factory) -> Path:
-    """The tiny GLM-5 (MoE) with ``num_nextn_predict_layers: 1``: its bridge builds a multi-token-prediction layer
-    (the refusal reads the config only, before any weight is loaded)."""
-    import shutil
-
-    out = tmp_path_factory.mktemp("mtp") / "glm5_mtp"
-    shutil.copytree(tiny_model_dir("glm5"), out)
-    config = json.loads((out / "config.json").read_text())
-    (out / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 1}, indent=2))
-    return out
 
 
 @pytest.mark.parametrize("recipe", ["dpo", "kto"])

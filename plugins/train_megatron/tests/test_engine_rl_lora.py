@@ -24,7 +24,8 @@ engine's LoRA (``swiftcore_train_megatron.lora``) and a LoRA-only weight sync to
   0.97. With the rollouts sampled from the base model instead (no adapter on the requests) the rollouts' reward
   stays near 0.1 and the test fails.
 - Refusals that remain with ``--tuner lora``, before any process group exists: --pp, --ep, --rollout-engine vllm,
-  more processes than --tp, a MoE family (both recipes).
+  more processes than --tp, a family with multi-token-prediction layers, a MoE family (both recipes:
+  MoE trains with --tuner full).
 
 What the selected tests need of this engine runs in one process per TP size (conftest's ``CliRuns``): the
 ``swiftcore train`` runs (TP1) and the TP1 parity script in one process, the TP2 parity script in one torchrun world
@@ -497,12 +498,17 @@ def test_grpo_lora_raises_the_held_out_reward_on_the_toy_task(tiny, lora_runs):
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: {R} trains dense families only so far"),
         ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
         ("qwen3_5", {"world": 2}, "2 processes at --tp 1: {R} has no data-parallel replicas yet"),
-        ("qwen3_5_moe", {}, "builds MoE or multi-token-prediction layers"),
+        ("glm5_with_mtp", {}, "builds multi-token-prediction (MTP) layers"),
+        (
+            "olmoe",
+            {},
+            "--tuner lora: bridge 'olmoe' builds MoE layers, which {R} on this engine trains with --tuner full",
+        ),
     ],
-    ids=["pp", "ep", "vllm", "data-parallel", "moe"],
+    ids=["pp", "ep", "vllm", "data-parallel", "mtp", "moe"],
 )
 def test_what_lora_rl_megatron_does_not_do_is_refused_first(
-    recipe, family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after
+    recipe, family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after, request
 ):
     """With ``--tuner lora`` the layouts and models the online loop does not run are still refused, by name and
     before any process group or output exists."""
@@ -518,7 +524,7 @@ def test_what_lora_rl_megatron_does_not_do_is_refused_first(
         monkeypatch.setenv("WORLD_SIZE", "2")
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "hi"}) + "\n")
-    model = tiny_model_dir(family)
+    model = request.getfixturevalue(family) if family == "glm5_with_mtp" else tiny_model_dir(family)
     own = {"reward": ("format",)} if recipe == "grpo" else {"teacher_model": str(model)}
     cfg = TrainConfig(
         model=str(model), dataset=(str(data),), output_dir=str(tmp_path / "out"), engine="megatron", recipe=recipe,

@@ -495,28 +495,29 @@ def clip_gradients(model: Any, max_norm: float, norm: float) -> None:
             param.grad.mul_(coefficient)
 
 
-def router_aux_loss_coef(model_dir: str | Path, *, sft: bool = False) -> float:
-    """The weight the transformers engine gives a model's router load-balancing loss (0.0: none).
+def router_aux_loss_coef(model_dir: str | Path, *, rule: str = "preference") -> float:
+    """The weight the transformers engine gives a model's router load-balancing loss (0.0: none), by ``rule``:
 
-    By default TRL 1.16's ``DPOTrainer`` / ``KTOTrainer``'s, as the transformers engine's ``dpo`` and ``kto`` recipes
-    configure them: TRL adds ``router_aux_loss_coef * outputs.aux_loss`` whenever the (text) config has an
-    ``output_router_logits`` attribute, whatever its value (it asks the forward for the router logits), with the
-    config's own ``router_aux_loss_coef`` (0.0 when it declares none); swiftcore-recipe-preference sets it to 0.0 for
-    a MoE config that names its expert count otherwise than ``num_experts``, which TRL's term cannot read.
-
-    With ``sft``: SFT's, the rule of the transformers MoE models' own loss (``OlmoeForCausalLM`` and the others add
-    ``router_aux_loss_coef * aux_loss`` to their loss only when ``output_router_logits`` is true), which the
-    transformers engine's SFT loss keeps on its plain and chunked paths alike (``swiftcore_train.loss``).
+    - ``preference``: TRL 1.16's ``DPOTrainer`` / ``KTOTrainer``'s, as the transformers engine's ``dpo`` and ``kto``
+      recipes configure them: TRL adds ``router_aux_loss_coef * outputs.aux_loss`` whenever the (text) config has an
+      ``output_router_logits`` attribute, whatever its value (it asks the forward for the router logits), with the
+      config's own ``router_aux_loss_coef`` (0.0 when it declares none); swiftcore-recipe-preference sets it to 0.0
+      for a MoE config that names its expert count otherwise than ``num_experts``, which TRL's term cannot read.
+    - ``grpo``: TRL 1.16's ``GRPOTrainer``'s (the ``grpo`` recipe leaves its ``router_aux_loss_coef`` unset): the
+      config's coefficient whenever it has an ``output_router_logits`` attribute.
+    - ``sft``: the rule of the transformers MoE models' own loss (``OlmoeForCausalLM`` and the others add
+      ``router_aux_loss_coef * aux_loss`` to their loss only when ``output_router_logits`` is true), which the
+      transformers engine's SFT loss keeps on its plain and chunked paths alike (``swiftcore_train.loss``).
     """
     from transformers import AutoConfig
 
     text = AutoConfig.from_pretrained(str(model_dir)).get_text_config()
-    if sft:
-        routed = bool(getattr(text, "output_router_logits", False))
-        return float(getattr(text, "router_aux_loss_coef", 0.0) or 0.0) if routed else 0.0
-    if not hasattr(text, "output_router_logits") or not hasattr(text, "num_experts"):
+    coef = float(getattr(text, "router_aux_loss_coef", 0.0) or 0.0)
+    if rule == "sft":
+        return coef if getattr(text, "output_router_logits", False) else 0.0
+    if not hasattr(text, "output_router_logits") or (rule == "preference" and not hasattr(text, "num_experts")):
         return 0.0
-    return float(getattr(text, "router_aux_loss_coef", 0.0) or 0.0)
+    return coef
 
 
 def sequence_parallel_length(model: Any, length: int) -> int:

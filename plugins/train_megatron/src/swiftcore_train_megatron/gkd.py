@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from swiftcore_train import TrainConfig, TrainResult, is_main_process
 
 from swiftcore.api import SwiftcoreError
-from swiftcore_train_megatron.grpo import GRPOLoop, prepare_rl_run, rl_refusals
+from swiftcore_train_megatron.grpo import GRPOLoop, completion_rows, prepare_rl_run, rl_refusals
 from swiftcore_train_megatron.layout import ParallelLayout
 
 if TYPE_CHECKING:
@@ -96,25 +96,6 @@ def load_teacher(spec: Any, model_dir: str, plugins: PluginSet) -> Any:
 # ---------------------------------------------------------------------------------------------- the loss's parts
 
 
-def _rows(batch: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """``(input_ids (B, S), attention_mask (B, S), index (B, C))``: each row as its real prompt tokens then its
-    completion from position 0, right-padded, and the positions whose logits predict the completion's tokens."""
-    import torch
-
-    prompt_ids, prompt_mask = batch["prompt_ids"], batch["prompt_mask"].bool()
-    completion_ids, completion_mask = batch["completion_ids"], batch["completion_mask"]
-    rows, width = completion_ids.shape
-    prompts = [prompt_ids[i][prompt_mask[i]].cpu() for i in range(rows)]
-    length = max(len(p) for p in prompts) + width
-    input_ids = torch.zeros(rows, length, dtype=torch.long)
-    attention_mask = torch.zeros(rows, length, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        input_ids[i, : len(p) + width] = torch.cat([p, completion_ids[i].cpu()])
-        attention_mask[i, : len(p) + int(completion_mask[i].sum())] = 1
-    index = torch.stack([torch.arange(width) + len(p) - 1 for p in prompts])
-    return input_ids, attention_mask, index
-
-
 def completion_logits(model: Any, batch: dict[str, Any]) -> Any:
     """The megatron model's logits ``(B, C, V)`` at the positions that predict ``batch``'s completion tokens, over the
     whole vocabulary, with gradient.
@@ -130,7 +111,10 @@ def completion_logits(model: Any, batch: dict[str, Any]) -> Any:
     from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
     from swiftcore_megatron import eager_on_cpu
 
-    input_ids, _, index = _rows(batch)
+    from swiftcore_train_megatron.engine import sequence_parallel_length
+
+    # Rows padded to a multiple of the TP size where the model runs sequence parallel (the rounding of length 1).
+    input_ids, _, index = completion_rows(batch, sequence_parallel_length(model, 1))
     device = next(model.parameters()).device
     input_ids, index = input_ids.to(device), index.to(device)
     positions = torch.arange(input_ids.shape[1], device=device).unsqueeze(0).expand(input_ids.shape[0], -1)
@@ -145,7 +129,7 @@ def teacher_logits(teacher: Any, batch: dict[str, Any]) -> Any:
     transformers forward of the same rows as :func:`completion_logits`, without gradient)."""
     import torch
 
-    input_ids, attention_mask, index = _rows(batch)
+    input_ids, attention_mask, index = completion_rows(batch)
     device = next(teacher.parameters()).device
     with torch.no_grad():
         logits = teacher(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits.float()
@@ -206,6 +190,11 @@ class GKDLoop(GRPOLoop):
         super().__init__(options=options, **loop)
         self.teacher: Any = None
 
+    def _router_aux_loss(self) -> None:
+        """None: TRL's ``DistillationTrainer`` adds no router load-balancing loss to the divergence, on MoE students
+        too."""
+        return None
+
     def attach_teacher(self, teacher: Any) -> None:
         """Every rank: the teacher (:func:`load_teacher`)."""
         self.teacher = teacher
@@ -221,6 +210,7 @@ class GKDLoop(GRPOLoop):
                                             device=device)  # fmt: skip
         self.weight_sync = WeightSync(self.engine, bucket_mb=self.options.sync_bucket_mb)
         self._prompt_ids = plan.prompts.ids
+        self._spec = plan.spec
 
     def _generate(self, rows: list[dict]) -> dict[str, Any]:
         """Rank 0: one completion of each row's prompt, sampled from the student's current weights."""

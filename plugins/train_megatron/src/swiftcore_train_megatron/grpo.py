@@ -18,12 +18,16 @@ One optimiser step:
    parallelism never gathers the logits) and the GRPO loss; backward, gradients reduced and clipped, optimiser step
    (the SFT loop's, :mod:`~swiftcore_train_megatron.loop`);
 3. the updated weights go to the rollout engine: the bridge's rules turn the sharded megatron tensors back into the
-   Hugging Face tensors (:func:`hf_tensors`, gathered over the tensor-parallel ranks), pushed in buckets by the
-   recipe's :class:`WeightSync` (full weights). With ``--tuner lora`` (the engine's LoRA,
-   :mod:`~swiftcore_train_megatron.lora`) only the adapter moves: its tensors, gathered over the tensor-parallel
-   ranks and named as peft names them (:func:`adapter_tensors`), go to the engine's policy adapter through its
-   ``update_adapter`` (attached by :meth:`WeightSync.attach` at the first sync, step 0, so the rollouts are always
-   the adapter's, a trained ``--lora-init-adapter`` included); the base weights never move.
+   Hugging Face tensors (:func:`hf_tensors`, gathered over the tensor-parallel ranks), named as the engine's
+   transformers model names them (:func:`model_named_tensors`: a MoE layer's experts fused as transformers' loader
+   fuses them), pushed in buckets by the recipe's :class:`WeightSync` (full weights). With ``--tuner lora`` (the
+   engine's LoRA, :mod:`~swiftcore_train_megatron.lora`) only the adapter moves: its tensors, gathered over the
+   tensor-parallel ranks and named as peft names them (:func:`adapter_tensors`), go to the engine's policy adapter
+   through its ``update_adapter`` (attached by :meth:`WeightSync.attach` at the first sync, step 0, so the rollouts
+   are always the adapter's, a trained ``--lora-init-adapter`` included); the base weights never move.
+
+On a MoE family the loss also has TRL's ``router_aux_loss_coef * aux_loss`` of the policy's forward pass
+(:class:`~swiftcore_train_megatron.engine.RouterAuxLoss` over the rows' real tokens, logged as ``aux_loss``).
 
 The rollouts are on-policy (one generation round per step, ``--num-iterations 1``), so the old log-probs are the
 current ones, detached, as in TRL without ``num_iterations``. Checkpoints are the SFT loop's (megatron shards and the
@@ -53,9 +57,12 @@ __all__ = [
     "RLRun",
     "adapter_tensors",
     "completion_logps",
+    "completion_logps_and_aux",
+    "completion_rows",
     "group_advantages",
     "grpo_loss",
     "hf_tensors",
+    "model_named_tensors",
     "prepare_rl_run",
     "run_megatron_grpo",
 ]
@@ -124,8 +131,14 @@ def refuse_grpo(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: i
     if options.async_rollouts or options.importance_sampling_mode() is not None:
         problems.append("--async-rollouts / --rollout-importance-sampling: not supported on this engine yet; the "
                         "rollouts are on-policy, leave them off")  # fmt: skip
-    if options.grpo_beta:
-        problems.append("--grpo-beta: the KL term needs a reference model, not supported on this engine yet; use 0")
+    from swiftcore_train_megatron.recipe import _has_update  # the check dpo/kto's reference makes of it
+
+    init_adapter = cfg.recipe_options.get("lora_init_adapter")
+    if options.grpo_beta and init_adapter and _has_update(Path(init_adapter)):
+        problems.append(f"--grpo-beta with --lora-init-adapter {init_adapter}: a trained adapter (lora_B not zero) "
+                        "would be the reference (TRL keeps a 'ref' copy of it), which this engine does not keep yet "
+                        "(its reference is the base model); start from an untrained adapter, or merge this one into "
+                        "--model (swiftcore export --merge-lora)")  # fmt: skip
     if options.grpo_loss_type == "fipo" or options.dynamic_sampling or options.chord_dataset:
         problems.append("--grpo-loss-type fipo / --dynamic-sampling / --chord-dataset: not supported on this engine "
                         "yet; run them on the default engine (drop --engine)")  # fmt: skip
@@ -135,14 +148,24 @@ def refuse_grpo(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: i
         raise SwiftcoreError("--engine megatron --recipe grpo:\n  " + "\n  ".join(problems))
 
 
-def refuse_model(bridge: Any, bridge_spec: Any, recipe: str) -> None:
-    """Refuse a bridge whose model adds losses of its own (MoE routers, multi-token prediction), which ``recipe``
-    (grpo, gkd) on this engine does not add yet."""
-    if bridge.num_experts() > 0 or any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
+def refuse_model(bridge: Any, bridge_spec: Any, recipe: str, tuner: str = "full") -> None:
+    """Refuse a bridge with multi-token-prediction layers, whose loss megatron adds to the gradients and which
+    ``recipe`` (grpo, gkd) on the transformers engine does not train, and MoE families with ``--tuner lora`` (not
+    compared with the transformers engine yet). MoE families train in full (at ``--pp 1 --ep 1``, which
+    :func:`rl_refusals` asks of every model): GRPO adds TRL's router load-balancing loss (:class:`GRPOLoop`), GKD none,
+    as TRL's ``DistillationTrainer``."""
+    if any(rule.mcore.startswith("mtp.") for rule in bridge.rules()):
         raise SwiftcoreError(
-            f"--engine megatron --recipe {recipe}: bridge {bridge_spec.name!r} builds MoE or multi-token-prediction "
-            f"layers, whose extra losses {recipe.upper()} on this engine does not add yet; train a dense family, or "
-            f"run --recipe {recipe} on the default engine (drop --engine)"
+            f"--engine megatron --recipe {recipe}: bridge {bridge_spec.name!r} builds multi-token-prediction (MTP) "
+            f"layers, whose loss {recipe.upper()} on this engine does not add yet; train a family without MTP "
+            f"layers, or run --recipe {recipe} on the default engine (drop --engine)"
+        )
+    if tuner == "lora" and bridge.num_experts() > 0:
+        raise SwiftcoreError(
+            f"--engine megatron --recipe {recipe} --tuner lora: bridge {bridge_spec.name!r} builds MoE layers, which "
+            f"{recipe.upper()} on this engine trains with --tuner full so far (its LoRA on MoE families is not "
+            f"compared with the transformers engine yet); use --tuner full, or run --recipe {recipe} --tuner lora on "
+            "the default engine (drop --engine)"
         )
 
 
@@ -218,7 +241,7 @@ def prepare_rl_run(
     refuse(cfg, options, layout, world)
     plan = plan_run(recipe, cfg, plugins, options)
     bridge_spec, bridge = _bridge(cfg, plan.spec, plugins)
-    refuse_model(bridge, bridge_spec, recipe)
+    refuse_model(bridge, bridge_spec, recipe, cfg.tuner)
     layout.check(bridge, bridge_spec, world)
     output_dir = Path(cfg.output_dir)
     if is_main_process():
@@ -259,6 +282,11 @@ def run_megatron_grpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayo
     log.info("grpo: %d generations per prompt", run.options.num_generations)
     rewards = [{"name": r.name, "provider": str(r.spec.provider), "options": r.options} for r in run.plan.rewards]
     loop = run.loop(GRPOLoop, plugins, rewards=rewards)
+    if run.options.grpo_beta:
+        from swiftcore_train_megatron.engine import load_sharded_model
+
+        # TRL's reference: the checkpoint as it starts (a full run's copy; with LoRA the base, the adapter off).
+        loop.attach_reference(load_sharded_model(run.bridge, cfg.model, tp=layout.tp, ep=layout.ep))
     if is_main_process():
         loop.attach_rollouts(run.plan, plugins)
     try:
@@ -306,41 +334,69 @@ def group_advantages(rewards_per_func: Any, weights: Any, num_generations: int, 
     return torch.nan_to_num(advantages, nan=0.0)
 
 
+def completion_rows(batch: dict[str, Any], multiple: int = 1) -> tuple[Any, Any, Any]:
+    """``(input_ids (B, S), attention_mask (B, S), index (B, C))`` of TRL's rollout ``batch``: each row as its real
+    prompt tokens then its completion from position 0, right-padded to a length ``S`` that is a multiple of
+    ``multiple`` (the tensor-parallel size under sequence parallelism), and the positions whose logits predict the
+    completion's tokens. ``attention_mask`` is 1 on the prompt's tokens and the completion's under its mask: the
+    tokens TRL's forward attends to (and routes through a MoE model's load-balancing loss)."""
+    import torch
+
+    prompt_ids, prompt_mask = batch["prompt_ids"], batch["prompt_mask"].bool()
+    completion_ids, completion_mask = batch["completion_ids"], batch["completion_mask"]
+    rows, width = completion_ids.shape
+    prompts = [prompt_ids[i][prompt_mask[i]].cpu() for i in range(rows)]
+    length = -(-(max(len(p) for p in prompts) + width) // multiple) * multiple
+    input_ids = torch.zeros(rows, length, dtype=torch.long)
+    attention_mask = torch.zeros(rows, length, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, : len(p) + width] = torch.cat([p, completion_ids[i].cpu()])
+        attention_mask[i, : len(p) + int(completion_mask[i].sum())] = 1
+    index = torch.stack([torch.arange(width) + len(p) - 1 for p in prompts])
+    return input_ids, attention_mask, index
+
+
 def completion_logps(model: Any, batch: dict[str, Any], temperature: float = 1.0) -> Any:
     """The megatron model's per-token log-probs ``(B, C)`` of ``batch``'s completions, as TRL's GRPO computes them
-    (logits divided by ``temperature``, log-softmax over the whole vocabulary), with gradient.
+    (logits divided by ``temperature``, log-softmax over the whole vocabulary), with gradient
+    (:func:`completion_logps_and_aux` without the router loss)."""
+    return completion_logps_and_aux(model, batch, temperature)[0]
+
+
+def completion_logps_and_aux(model: Any, batch: dict[str, Any], temperature: float = 1.0, aux: Any = None) -> Any:
+    """``(logps, aux_loss)``: the megatron model's per-token log-probs ``(B, C)`` of ``batch``'s completions, as TRL's
+    GRPO computes them (logits divided by ``temperature``, log-softmax over the whole vocabulary), with gradient; and
+    with ``aux`` (a MoE model's :class:`~swiftcore_train_megatron.engine.RouterAuxLoss`) the router load-balancing loss
+    of the same forward pass over the rows' real tokens, as TRL's GRPO asks the model for it (else None).
 
     ``batch`` is TRL's layout: ``prompt_ids``/``prompt_mask`` ``(B, P)`` left-padded, ``completion_ids`` ``(B, C)``
-    right-padded. Each row runs as its real prompt tokens then its completion, from position 0 (megatron's rotary
-    reads no position ids, and a left pad would be attended to: it has no attention mask here); under tensor
-    parallelism every rank holds its slice of the vocabulary and megatron's vocabulary-parallel cross entropy forms
-    the log-softmax without gathering the logits. Positions past a completion's end score padding: 0 is returned
-    there under the mask the loss applies.
+    right-padded. Each row runs as :func:`completion_rows` lays it out (megatron's rotary reads no position ids, and
+    a left pad would be attended to: it has no attention mask here); under tensor parallelism every rank holds its
+    slice of the vocabulary and megatron's vocabulary-parallel cross entropy forms the log-softmax without gathering
+    the logits. Positions past a completion's end score padding: 0 is returned there under the mask the loss applies.
     """
+    import contextlib
+
     import torch
     from megatron.core import tensor_parallel
     from swiftcore_megatron import eager_on_cpu
 
-    prompt_ids, prompt_mask = batch["prompt_ids"], batch["prompt_mask"].bool()
-    completion_ids = batch["completion_ids"]
-    rows, width = completion_ids.shape
-    prompts = [prompt_ids[i][prompt_mask[i]] for i in range(rows)]
-    length = max(len(p) for p in prompts) + width
-    input_ids = torch.zeros(rows, length, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        input_ids[i, : len(p) + width] = torch.cat([p.cpu(), completion_ids[i].cpu()])
-    positions = torch.arange(length).unsqueeze(0).expand(rows, -1)
+    from swiftcore_train_megatron.engine import sequence_parallel_length
+
+    # Rows padded to a multiple of the TP size where the model runs sequence parallel (the rounding of length 1).
+    input_ids, attention_mask, index = completion_rows(batch, sequence_parallel_length(model, 1))
+    positions = torch.arange(input_ids.shape[1]).unsqueeze(0).expand(input_ids.shape[0], -1)
     device = next(model.parameters()).device
-    input_ids, positions = input_ids.to(device), positions.to(device)
-    with eager_on_cpu():
+    input_ids, positions, index = input_ids.to(device), positions.to(device), index.to(device)
+    with eager_on_cpu(), aux.recording() if aux is not None else contextlib.nullcontext() as recorded:
         logits = model(input_ids=input_ids, position_ids=positions, attention_mask=None)  # (B, S, V / tp)
     labels = torch.zeros_like(input_ids)
     labels[:, :-1] = input_ids[:, 1:]
     logits = logits.float() / temperature
     # (B, S): at position t the log-prob of token t+1
     per_token = -tensor_parallel.vocab_parallel_cross_entropy(logits.contiguous(), labels.contiguous())
-    index = torch.stack([torch.arange(width, device=device) + len(p) - 1 for p in prompts])
-    return per_token.gather(1, index)
+    aux_loss = aux.loss(recorded, attention_mask.bool().to(device)) if aux is not None else None
+    return per_token.gather(1, index), aux_loss
 
 
 class _Gather:
@@ -366,29 +422,40 @@ def grpo_loss(
     The method runs on a stand-in trainer that holds the ``grpo`` recipe's loss options (``--grpo-loss-type``,
     ``--grpo-epsilon``/``-high``, ``--grpo-delta``, the SAPO temperatures) and hands it ``per_token_logps`` where TRL
     would run the model, so both engines train with one definition of the loss. The stand-in fixes what this engine
-    fixes: on-policy rollouts unless the batch carries old log-probs, no KL term (``--grpo-beta 0``), no entropy mask or
-    bonus, no importance-sampling correction, one process and no gradient accumulation (the caller scales).
+    fixes: on-policy rollouts unless the batch carries old log-probs, TRL's KL term to the reference when
+    ``--grpo-beta`` is set (its ``k3`` estimate from the batch's reference log-probs, times the importance ratio as
+    TRL's default ``use_bias_correction_kl`` has it), no entropy mask or bonus, no
+    importance-sampling correction, one process and no gradient accumulation (the caller scales).
 
     Args:
         per_token_logps: ``(B, C)`` the policy's log-probs of the completion tokens (the gradient flows through it).
         batch: TRL's rollout batch: ``completion_mask`` ``(B, C)``, ``advantages`` ``(B,)``, for the
             ``dapo``/``cispo`` normaliser ``num_items_in_batch`` (the batch's completion tokens; default: counted), and
             ``old_per_token_logps`` ``(B, C)`` when the rollouts were sampled by other weights than these (default:
-            on-policy, the ratio is 1).
+            on-policy, the ratio is 1); with ``--grpo-beta``, ``ref_per_token_logps`` ``(B, C)``, the reference
+            model's log-probs of the same tokens.
         options: the ``grpo`` recipe's ``GRPOOptions``.
         max_completion_length: ``--max-completion-length`` (the ``dr_grpo`` normaliser).
         training: TRL's train / eval mode (only the metrics' bookkeeping differs).
 
     Returns:
-        ``(loss, metrics)``: the batch's loss and TRL's clip metrics of it (``clip_ratio/*``).
+        ``(loss, metrics)``: the batch's loss and TRL's clip metrics of it (``clip_ratio/*``; ``kl`` with
+        ``--grpo-beta``).
     """
+    import dataclasses
     from collections import defaultdict
     from types import SimpleNamespace
 
     import torch
-    from trl import GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer
 
+    # TRL's default, which the grpo recipe keeps: the KL term times the importance ratio (DeepSeek-V3.2's unbiased
+    # reverse-KL gradient), also in the logged kl.
+    bias_corrected_kl = {f.name: f for f in dataclasses.fields(GRPOConfig)}["use_bias_correction_kl"].default
     loss_type, level = _TRL_LOSS.get(options.grpo_loss_type, (options.grpo_loss_type, "token"))
+    beta = float(options.grpo_beta)
+    if beta and batch.get("ref_per_token_logps") is None:
+        raise SwiftcoreError("grpo_loss: --grpo-beta needs the batch's reference log-probs (ref_per_token_logps)")
     mask = batch["completion_mask"]
     inputs = {
         "prompt_ids": batch.get("prompt_ids", torch.zeros(mask.shape[0], 0, dtype=torch.long)),
@@ -398,6 +465,7 @@ def grpo_loss(
         "advantages": batch["advantages"],
         "num_items_in_batch": batch.get("num_items_in_batch", mask.sum()),
         "old_per_token_logps": batch.get("old_per_token_logps"),
+        "ref_per_token_logps": batch.get("ref_per_token_logps"),
     }
     stand_in = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (per_token_logps, torch.zeros_like(per_token_logps), None),
@@ -405,14 +473,14 @@ def grpo_loss(
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
         importance_sampling_level=level,
-        beta=0.0,
+        beta=beta,
         loss_type=loss_type,
         epsilon_low=options.grpo_epsilon,
         epsilon_high=options.grpo_epsilon_high if options.grpo_epsilon_high is not None else options.grpo_epsilon,
         max_completion_length=max_completion_length,
         args=SimpleNamespace(
             delta=options.grpo_delta,
-            use_bias_correction_kl=False,
+            use_bias_correction_kl=bias_corrected_kl,
             steps_per_generation=1,
             sapo_temperature_pos=options.sapo_temperature_pos,
             sapo_temperature_neg=options.sapo_temperature_neg,
@@ -427,7 +495,7 @@ def grpo_loss(
     )
     loss = GRPOTrainer._compute_loss(stand_in, None, inputs)
     logged = stand_in._metrics["train" if training else "eval"]
-    return loss, {k: v[-1] for k, v in logged.items() if k.startswith(("clip_ratio/", "cispo_"))}
+    return loss, {k: v[-1] for k, v in logged.items() if k.startswith(("clip_ratio/", "cispo_")) or k == "kl"}
 
 
 # ---------------------------------------------------------------------------------------------- the weight sync
@@ -444,11 +512,13 @@ def hf_tensors(model: Any, bridge: Any) -> dict[str, Any]:
 
     group = parallel_state.get_tensor_model_parallel_group()
     tp = dist.get_world_size(group)
+    # A MoE layer's experts are megatron's local experts 0..n-1 (the online recipes refuse --ep: every rank has all).
+    local_experts = max(1, bridge.num_experts() // parallel_state.get_expert_model_parallel_world_size())
     state = model.state_dict()
     out: dict[str, Any] = {}
     with torch.no_grad():
         for rule in bridge.rules():
-            local = state[rule.mcore_key(1)].detach()
+            local = state[rule.mcore_key(local_experts)].detach()
             if tp > 1 and rule.shard.dim is not None:
                 shards = [torch.empty_like(local) for _ in range(tp)]
                 dist.all_gather(shards, local.contiguous(), group=group)
@@ -457,6 +527,49 @@ def hf_tensors(model: Any, bridge: Any) -> dict[str, Any]:
                 full = local
             for key, tensor in zip(rule.hf, rule.fuse.to_hf(full), strict=True):
                 out.setdefault(key, tensor.contiguous())
+    return out
+
+
+def model_named_tensors(tensors: dict[str, Any], spec: Any, model_dir: str | Path) -> dict[str, Any]:
+    """``tensors`` (:func:`hf_tensors`: the Hugging Face *checkpoint*'s names) under the names of the transformers
+    model the rollout engine holds (what its ``update_weights`` takes), converted as transformers' own loader converts
+    a checkpoint (its ``get_model_conversion_mapping``: e.g. a MoE layer's per-expert ``experts.N.gate_proj`` /
+    ``up_proj`` / ``down_proj`` checkpoint tensors merged into the model's fused ``experts.gate_up_proj`` /
+    ``down_proj``). Loaded into a shell of the model's class on the meta device (no memory for the weights it does
+    not get); tensors transformers does not map are given under their own names, for the engine to accept or refuse.
+    """
+    import torch
+    from transformers import AutoConfig
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import convert_and_load_state_dict_in_model
+    from transformers.modeling_utils import LoadStateDictConfig
+    from transformers.utils import logging as hf_logging
+
+    from swiftcore.api.models import model_class_for, read_hf_config
+
+    cls = model_class_for(spec, read_hf_config(str(model_dir)))
+    dtype = next(iter(tensors.values())).dtype
+    with torch.device("meta"):
+        shell = cls._from_config(AutoConfig.from_pretrained(str(model_dir)), dtype=dtype)
+    mapping = get_model_conversion_mapping(shell)
+    if not mapping:
+        return tensors
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar a step would bury the run's own
+    try:
+        info, _ = convert_and_load_state_dict_in_model(
+            shell, dict(tensors), LoadStateDictConfig(weight_mapping=mapping, dtype=dtype)
+        )
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    out: dict[str, Any] = {}
+    sent: set[int] = set()
+    for name, tensor in shell.state_dict().items():  # a tied weight once, as hf_tensors gives it
+        if not tensor.is_meta and tensor.data_ptr() not in sent:
+            sent.add(tensor.data_ptr())
+            out[name] = tensor
+    out.update({name: tensors[name] for name in info.unexpected_keys if name in tensors})
     return out
 
 
@@ -521,9 +634,27 @@ class GRPOLoop(TrainLoop):
         self.reward_weights: list[float] = []
         self.stop_ids: set[int] = set()
         self._prompt_ids: dict[str, list[int]] = {}
+        self._spec: Any = None  # the model's spec, on rank 0 (attach_rollouts): the weight sync's names
         # The engine starts on the base checkpoint: step 0's full weights. A LoRA policy syncs at step 0 too: the
         # adapter is attached then (and --lora-init-adapter may start from a trained one).
         self._synced_step: int | None = 0 if self.lora is None else None
+        self.aux = self._router_aux_loss()
+        self.reference: Any = None
+
+    def attach_reference(self, model: Any) -> None:
+        """Every rank: the reference model of ``--grpo-beta`` (a sharded megatron model, frozen here), whose
+        log-probs of each rollout batch TRL's KL term reads."""
+        self.reference = model.eval().requires_grad_(False)
+
+    def _router_aux_loss(self) -> Any:
+        """TRL's GRPO term of a MoE model: ``router_aux_loss_coef * aux_loss`` of the policy's forward pass, when the
+        (text) config has ``output_router_logits`` and a coefficient other than 0
+        (:func:`~swiftcore_train_megatron.engine.router_aux_loss_coef`); the
+        :class:`~swiftcore_train_megatron.engine.RouterAuxLoss` that computes it from megatron's routers, else None."""
+        from swiftcore_train_megatron.engine import RouterAuxLoss, router_aux_loss_coef
+
+        coef = router_aux_loss_coef(self.cfg.model, rule="grpo") if self.bridge.num_experts() > 0 else 0.0
+        return RouterAuxLoss(self.model, coef) if coef else None
 
     def attach_rollouts(self, plan: Any, plugins: Any) -> None:
         """On rank 0: the rollout engine (the transformers backend on ``--model``, in this process), the weight
@@ -541,6 +672,7 @@ class GRPOLoop(TrainLoop):
         self.reward_weights = [weights.get(r.name, 1.0) for r in plan.rewards]
         self.stop_ids = set(stop_token_ids(codec.template, codec.tokenizer))
         self._prompt_ids = plan.prompts.ids
+        self._spec = plan.spec
 
     def close(self) -> None:
         """Close the rollout engine (rank 0)."""
@@ -561,6 +693,7 @@ class GRPOLoop(TrainLoop):
         self._synced_step = self.step
         if self.weight_sync is None:
             return {"sync_s": 0.0, "sync_bytes": 0.0}
+        tensors = model_named_tensors(tensors, self._spec, self.cfg.model)
         stats = self.weight_sync.push(_HFView(tensors))
         return {"sync_s": time.perf_counter() - start, "sync_bytes": float(stats.bytes)}
 
@@ -664,8 +797,18 @@ class GRPOLoop(TrainLoop):
 
     def learn(self, batch: dict[str, Any]) -> tuple[float, float, dict[str, float]]:
         """One optimiser step on one rollout batch (every rank the same): ``(loss, grad norm, TRL's metrics)``."""
-        logps = completion_logps(self.model, batch, self.options.rollout_temperature)
+        if self.reference is not None:  # TRL's reference log-probs, of the same rows at the same temperature
+            import torch
+
+            with torch.no_grad():
+                batch = {**batch, "ref_per_token_logps": completion_logps(
+                    self.reference, batch, self.options.rollout_temperature
+                )}  # fmt: skip
+        logps, aux_loss = completion_logps_and_aux(self.model, batch, self.options.rollout_temperature, self.aux)
         loss, metrics = grpo_loss(logps, batch, self.options, max_completion_length=self.options.max_completion_length)
+        if aux_loss is not None:  # TRL adds it after the policy loss, unscaled (one rollout batch is one step here)
+            loss = loss + self.aux.coef * aux_loss
+            metrics = {**metrics, "aux_loss": float(aux_loss.detach())}
         loss.backward()
         norm = self._apply_gradients()
         return float(loss.detach()), norm, metrics

@@ -180,7 +180,7 @@ def run_megatron_sft(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayou
 
 def _sft_router_loss(cfg: TrainConfig, bridge: Any, bridge_spec: Any, layout: ParallelLayout) -> float:
     """The weight of the router load-balancing loss SFT adds on this model (0.0: none), as the transformers engine
-    adds it (``engine.router_aux_loss_coef(sft=True)``: a MoE config with ``output_router_logits`` true).
+    adds it (``engine.router_aux_loss_coef(rule="sft")``: a MoE config with ``output_router_logits`` true).
 
     Raises:
         SwiftcoreError: the loss is on and the layout splits what it is computed over (every MoE layer's router
@@ -189,7 +189,7 @@ def _sft_router_loss(cfg: TrainConfig, bridge: Any, bridge_spec: Any, layout: Pa
     """
     from swiftcore_train_megatron.engine import router_aux_loss_coef
 
-    coef = router_aux_loss_coef(cfg.model, sft=True) if bridge.num_experts() > 0 else 0.0
+    coef = router_aux_loss_coef(cfg.model, rule="sft") if bridge.num_experts() > 0 else 0.0
     split = [f"--{k} {v}" for k, v in (("pp", layout.pp), ("cp", layout.cp)) if v > 1]
     if coef and split:
         raise SwiftcoreError(
