@@ -272,3 +272,72 @@ def rollout_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callab
     finally:
         for served in started:
             served.kill()
+
+
+def _generalized_jsd(student_logits: Any, teacher_logits: Any, mask: Any, beta: float) -> Any:
+    """GKD's generalised JSD(beta) per completion token from its definition (float64), ``beta KL(p_t || m) + (1 -
+    beta) KL(p_s || m)`` with ``m = (1 - beta) p_s + beta p_t`` (0: forward KL(p_t || p_s), 1: reverse KL), summed
+    over ``mask`` and divided by its count: a 0-d tensor."""
+    import torch
+
+    log_ps = torch.log_softmax(student_logits.double(), -1)
+    log_pt = torch.log_softmax(teacher_logits.double(), -1)
+    if beta == 0.0:
+        per_token = (log_pt.exp() * (log_pt - log_ps)).sum(-1)
+    elif beta == 1.0:
+        per_token = (log_ps.exp() * (log_ps - log_pt)).sum(-1)
+    else:
+        mix = [log_ps + torch.log(torch.tensor(1 - beta)), log_pt + torch.log(torch.tensor(beta))]
+        log_m = torch.logsumexp(torch.stack(mix), 0)
+        per_token = beta * (log_pt.exp() * (log_pt - log_m)).sum(-1)
+        per_token = per_token + (1 - beta) * (log_ps.exp() * (log_ps - log_m)).sum(-1)
+    m = mask.double()
+    return (per_token * m).sum() / m.sum()
+
+
+@pytest.fixture(scope="session")
+def generalized_jsd() -> Callable[..., Any]:
+    """``generalized_jsd(student_logits, teacher_logits, mask, beta)``: the reference the gkd tests hold TRL's loss
+    to (a 0-d float64 tensor)."""
+    return _generalized_jsd
+
+
+def _watch_vision(module: Any, seen: list[Any], on: list[bool]) -> None:
+    """Record the pixel tensor ``module`` (a vision tower) is called with, into ``seen``, while ``on[0]``."""
+
+    def hook(_module: Any, args: tuple, kwargs: dict) -> None:
+        if on[0]:
+            seen.append((args or [kwargs["hidden_states"]])[0].detach().clone())
+
+    module.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.fixture(scope="session")
+def watch_vision() -> Callable[[Any, list[Any], list[bool]], None]:
+    """``watch_vision(visual, seen, on)``: record into ``seen`` the pixel tensors the vision tower ``visual`` is called
+    with while ``on[0]`` is true."""
+    return _watch_vision
+
+
+@pytest.fixture
+def pixels_while_generating(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, Any], list[Any]]:
+    """``pixels_while_generating(trainer, visual) -> seen``: the pixel tensors the vision tower ``visual`` gets while
+    the trainer's TRL generation (``_generate_single_turn``) runs, appended to ``seen`` as they come."""
+
+    def watch(trainer: Any, visual: Any) -> list[Any]:
+        seen: list[Any] = []
+        generating = [False]
+        _watch_vision(visual, seen, generating)
+        generate = trainer._generate_single_turn
+
+        def generate_watched(*args: Any, **kwargs: Any) -> Any:
+            generating[0] = True
+            try:
+                return generate(*args, **kwargs)
+            finally:
+                generating[0] = False
+
+        monkeypatch.setattr(trainer, "_generate_single_turn", generate_watched)
+        return seen
+
+    return watch

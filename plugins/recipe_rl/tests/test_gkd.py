@@ -18,34 +18,15 @@ import pytest
 LENGTHS = [3, 6, 1, 4]
 
 
-def divergence(student_logits: Any, teacher_logits: Any, mask: Any, beta: float) -> Any:
-    """The per-token generalised JSD summed over ``mask`` and divided by its count (float64)."""
-    import torch
-
-    log_ps = torch.log_softmax(student_logits.double(), -1)
-    log_pt = torch.log_softmax(teacher_logits.double(), -1)
-    if beta == 0.0:
-        per_token = (log_pt.exp() * (log_pt - log_ps)).sum(-1)
-    elif beta == 1.0:
-        per_token = (log_ps.exp() * (log_ps - log_pt)).sum(-1)
-    else:
-        log_m = torch.logsumexp(
-            torch.stack([log_ps + torch.log(torch.tensor(1 - beta)), log_pt + torch.log(torch.tensor(beta))]), 0
-        )
-        per_token = beta * (log_pt.exp() * (log_pt - log_m)).sum(-1) + (1 - beta) * (
-            log_ps.exp() * (log_ps - log_m)
-        ).sum(-1)
-    m = mask.double()
-    return (per_token * m).sum() / m.sum()
-
-
 def completion_logits(model: Any, input_ids: Any, prompt_length: int) -> Any:
     """The logits predicting each completion token (plain forward, no padding in the prompts)."""
     return model(input_ids=input_ids, attention_mask=(input_ids >= 0).long()).logits[:, prompt_length - 1 : -1]
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.5, 0.9, 1.0])
-def test_gkd_loss_equals_the_generalised_jsd(gkd_trainer: Any, beta: float, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gkd_loss_equals_the_generalised_jsd(
+    gkd_trainer: Any, beta: float, monkeypatch: pytest.MonkeyPatch, generalized_jsd: Any
+) -> None:
     import torch
 
     trainer = gkd_trainer
@@ -65,7 +46,7 @@ def test_gkd_loss_equals_the_generalised_jsd(gkd_trainer: Any, beta: float, monk
     loss = trainer.compute_loss(trainer.model, inputs)
     ids = torch.cat([prompt, completion], 1)
     with torch.no_grad():
-        want = divergence(
+        want = generalized_jsd(
             completion_logits(trainer.model, ids, 5), completion_logits(trainer.teacher_model, ids, 5), mask, beta
         )
     diff = abs(loss.item() - want.item())
@@ -75,7 +56,7 @@ def test_gkd_loss_equals_the_generalised_jsd(gkd_trainer: Any, beta: float, monk
 
 @pytest.mark.parametrize("rollout_engine", ["trainer", "transformers"])
 def test_gkd_lowers_the_held_out_divergence_to_the_teacher(
-    rollout_engine: str, tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path: Path
+    rollout_engine: str, tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path: Path, generalized_jsd: Any
 ) -> None:
     """The student's completions from TRL's generate, or from swiftcore's transformers engine synced to the student
     (all its weights, ``--tuner full``) before each generation round."""
@@ -110,12 +91,12 @@ def test_gkd_lowers_the_held_out_divergence_to_the_teacher(
                                min_new_tokens=8, pad_token_id=0)  # fmt: skip
         mask = torch.ones(8, 8, dtype=torch.long)
         teacher_logits = completion_logits(teacher, ids, 6)
-        before = divergence(completion_logits(student, ids, 6), teacher_logits, mask, 0.5).item()
+        before = generalized_jsd(completion_logits(student, ids, 6), teacher_logits, mask, 0.5).item()
 
     result = run_gkd(cfg, plugins, options)
     trained = load(result.last_checkpoint)
     with torch.no_grad():
-        after = divergence(completion_logits(trained, ids, 6), teacher_logits, mask, 0.5).item()
+        after = generalized_jsd(completion_logits(trained, ids, 6), teacher_logits, mask, 0.5).item()
     logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
     losses = [row["loss"] for row in logs if "loss" in row and row.get("step")]
     synced = [row["sync_bytes"] for row in logs if "sync_bytes" in row]

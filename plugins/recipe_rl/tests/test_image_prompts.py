@@ -1,5 +1,5 @@
-"""GRPO, RLOO, REINFORCE++ and OPD on prompts with images (#51): the image reaches the policy in generation and in
-the loss (and an ``opd`` teacher's scores).
+"""GRPO, RLOO, REINFORCE++ and OPD on prompts with images (#51; GKD: test_gkd_images.py): the image reaches the policy
+in generation and in the loss (and an ``opd`` teacher's scores).
 
 A prompt row's user turn may carry an image part (``{"type": "image", "image": PATH}``, as swiftcore datasets write
 it). Before #51 the plan encoded it with the template alone: the policy saw one ``<|image_pad|>`` token and no pixels
@@ -29,40 +29,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_testing import (
+    COLOUR_ANSWERS,
+    colour_turns,
+    held_out_accuracy,
+    plain_completion_logits,
+    write_jsonl,
+)
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 Image = pytest.importorskip("PIL.Image")
 
-COLOURS = {"red": (220, 30, 30), "blue": (30, 30, 220)}
 QUESTION = "What colour is this?"
-
-
-def _png(path: Path, rgb: tuple[int, int, int], seed: int) -> Path:
-    """A 32x32 PNG of ``rgb`` with a little per-image noise (so held-out images are new ones)."""
-    noise = np.random.RandomState(seed).randint(-20, 21, size=(32, 32, 3))
-    Image.fromarray(np.clip(np.array(rgb) + noise, 0, 255).astype(np.uint8)).save(path)
-    return path
-
-
-def _user(path: Path) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "image", "image": str(path)}, {"type": "text", "text": QUESTION}]}
 
 
 def image_rows(folder: Path, seeds: range) -> list[dict[str, Any]]:
     """One prompt row per seed, colours alternating (red first): the image, the question, ``answer`` its colour."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for seed in seeds:
-        colour = list(COLOURS)[seed % 2]
-        path = _png(folder / f"{colour}-{seed}.png", COLOURS[colour], seed)
-        rows.append({"prompt": [_user(path)], "answer": colour})
-    return rows
-
-
-def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return [{"prompt": [user], "answer": colour} for user, colour in colour_turns(folder, seeds, QUESTION)]
 
 
 def _plan(tiny_dir: Path, plugins: Any, work: Path, data: Path, **options: Any) -> Any:
@@ -84,7 +68,7 @@ def _plan(tiny_dir: Path, plugins: Any, work: Path, data: Path, **options: Any) 
 def image_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four image prompts (red, blue, red, blue)."""
     work = tmp_path_factory.mktemp("image-prompts")
-    return _write(work / "prompts.jsonl", image_rows(work / "images", range(4)))
+    return write_jsonl(work / "prompts.jsonl", image_rows(work / "images", range(4)))
 
 
 # ------------------------------------------------------------------------------------------- (a) encoding, refusals
@@ -119,7 +103,7 @@ def test_image_prompts_are_encoded_as_infer_encodes_them(
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"recipe": "gkd", "teacher_model": "TEACHER"}, "--recipe gkd"),
+        ({"recipe": "opsd"}, "--recipe opsd"),
         ({"rollout_engine": "transformers", "async_rollouts": True}, "--async-rollouts"),
         ({"rollout_engine": "vllm"}, "--rollout-engine vllm"),
         ({"rollout_server": "http://127.0.0.1:9"}, "--rollout-server"),
@@ -157,8 +141,8 @@ def test_ms_swift_image_tags_take_the_images_column(tiny_dir: Path, plugins: Any
     rows = image_rows(tmp_path / "images", range(2))
     tagged = [{"prompt": f"<image>{QUESTION}", "images": [r["prompt"][0]["content"][0]["image"]],
                "answer": r["answer"]} for r in rows]  # fmt: skip
-    parts = _plan(tiny_dir, plugins, tmp_path / "a", _write(tmp_path / "parts.jsonl", rows)).prompts
-    tags = _plan(tiny_dir, plugins, tmp_path / "b", _write(tmp_path / "tags.jsonl", tagged)).prompts
+    parts = _plan(tiny_dir, plugins, tmp_path / "a", write_jsonl(tmp_path / "parts.jsonl", rows)).prompts
+    tags = _plan(tiny_dir, plugins, tmp_path / "b", write_jsonl(tmp_path / "tags.jsonl", tagged)).prompts
     assert [e["ids"] for e in tags.media] == [e["ids"] for e in parts.media]
     images = [e["media"]["media_items"][0][1] for e in parts.media]
     assert [e["media"]["media_items"][0][1] for e in tags.media] == images
@@ -170,15 +154,7 @@ def test_ms_swift_image_tags_take_the_images_column(tiny_dir: Path, plugins: Any
 
 def _plain_logps(model: Any, out: dict[str, Any], pixels: dict[str, Any] | None, temperature: float) -> Any:
     """Per-token log-probs of ``out``'s completions by a plain forward of ``model`` (float64 log-softmax)."""
-    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-    mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-    kwargs = {}
-    if pixels is not None:
-        kwargs = {**pixels, "mm_token_type_ids": (ids == model.config.image_token_id).long()}
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask, **kwargs).logits.double() / temperature
-    keep = out["completion_ids"].size(1)
-    logps = torch.log_softmax(logits[:, -keep - 1 : -1], dim=-1)
+    logps = torch.log_softmax(plain_completion_logits(model, out, pixels, temperature), dim=-1)
     return logps.gather(-1, out["completion_ids"][..., None]).squeeze(-1)
 
 
@@ -226,8 +202,9 @@ def _assert_the_grpo_loss_sees_the_image(
 
 
 def test_generation_and_the_loss_see_each_rows_pixels(
-    tiny_dir: Path, plugins: Any, image_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    tiny_dir: Path, plugins: Any, image_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pixels_while_generating: Any,
+) -> None:  # fmt: skip
     import transformers
     from swiftcore_recipe_rl.execute import _build_trainer
 
@@ -235,23 +212,8 @@ def test_generation_and_the_loss_see_each_rows_pixels(
     trainer = _build_trainer(plan, plugins, plan.local.codec, plan.rewards)
     # a sampled image placeholder would have no pixels behind it (the loss's forward fails on the count)
     assert trainer.model.config.image_token_id in trainer.generation_config.suppress_tokens
-    seen: list[Any] = []  # the pixels the vision tower gets while TRL generates
-    generating = [False]
-    visual = trainer.model.get_base_model().model.visual
-    visual.register_forward_pre_hook(
-        lambda _m, args, kwargs: seen.append((args or [kwargs["hidden_states"]])[0]) if generating[0] else None,
-        with_kwargs=True,
-    )
-    generate = trainer._generate_single_turn
-
-    def generate_watched(*args: Any, **kwargs: Any) -> Any:
-        generating[0] = True
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            generating[0] = False
-
-    monkeypatch.setattr(trainer, "_generate_single_turn", generate_watched)
+    # the pixels the vision tower gets while TRL generates
+    seen = pixels_while_generating(trainer, trainer.model.get_base_model().model.visual)
     rows = [dict(trainer.train_dataset[i]) for i in (0, 1) for _ in range(2)]  # red, blue: groups of 2
     trainer.model.train()
     out = trainer._generate_and_score_completions(rows)
@@ -476,7 +438,7 @@ def test_a_batch_mixing_image_and_text_prompts_scores_each_row_as_alone(
     from swiftcore_recipe_rl.execute import _build_trainer
 
     image = image_rows(tmp_path / "images", range(1))[0]
-    data = _write(tmp_path / "mixed.jsonl", [image, {"prompt": "Name a colour, please.", "answer": "red"}])
+    data = write_jsonl(tmp_path / "mixed.jsonl", [image, {"prompt": "Name a colour, please.", "answer": "red"}])
     plan = _plan(tiny_dir, plugins, tmp_path, data, grpo_beta=0.04)
     assert [e["media"] is not None for e in plan.prompts.media] == [True, False]
     trainer = _build_trainer(plan, plugins, plan.local.codec, plan.rewards)
@@ -514,40 +476,14 @@ def test_a_text_only_run_has_no_media_column(tiny_dir: Path, plugins: Any, tmp_p
 
 # ------------------------------------------------------------------------------------------- (c) learning signal
 
-#: The learning task's question: only the image says which answer is right (numbers: the core's ``accuracy`` reward).
-CHOICE = "Is this red (answer 1) or blue (answer 2)?"
-ANSWERS = {"red": "1", "blue": "2"}
-# Measured on the tiny Qwen3.5 (fp32, seed 0, two shared CPU threads): the warm start answers every held-out image
-# "2" (8 of 16 right); GRPO's train reward goes 0.5, 0.5, 0.56, 0.5, 0.56, 0.38, 0.88, 0.94 ... 1.0 from step 12 on,
-# and the trained adapter answers all 16 held-out images right (30 steps, 24 s of training).
+# The learning task: swiftcore_testing's colour task (COLOUR_CHOICE: only the image says which answer is right, a
+# number for the core's ``accuracy`` reward). Measured on the tiny Qwen3.5 (fp32, seed 0, two shared CPU threads):
+# the warm start answers every held-out image "2" (8 of 16 right); GRPO's train reward goes 0.5, 0.5, 0.56, 0.5,
+# 0.56, 0.38, 0.88, 0.94 ... 1.0 from step 12 on, and the trained adapter answers all 16 held-out images right (30
+# steps, 24 s of training).
 RL_STEPS = 30
 #: The held-out images' seeds.
 HELD_OUT = range(100, 116)
-
-
-def _choice_rows(folder: Path, seeds: range) -> list[tuple[dict[str, Any], str]]:
-    """``(user turn, colour)`` per seed, colours alternating (red first)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for seed in seeds:
-        colour = list(COLOURS)[seed % 2]
-        path = _png(folder / f"{colour}-{seed}.png", COLOURS[colour], seed)
-        user = {"role": "user", "content": [{"type": "image", "image": str(path)}, {"type": "text", "text": CHOICE}]}
-        out.append((user, colour))
-    return out
-
-
-def _held_out_accuracy(work: Path, name: str, held: list[tuple[dict, str]], *model: str) -> tuple[float, list]:
-    """The share of held-out images whose greedy answer (``swiftcore infer``, in the thinking mode the checkpoint
-    recorded: off, as it was trained) is right."""
-    from swiftcore_testing import run_cli
-
-    questions = _write(work / f"{name}-q.jsonl", [{"messages": [user]} for user, _ in held])
-    answers = work / f"{name}-a.jsonl"
-    run_cli("infer", *model, "--input", str(questions), "--output", str(answers), "--max-new-tokens", "2")
-    replies = [json.loads(line)["response"].strip() for line in answers.read_text().splitlines()]
-    right = sum(reply == ANSWERS[colour] for reply, (_, colour) in zip(replies, held, strict=True))
-    return right / len(held), replies
 
 
 @pytest.fixture(scope="module")
@@ -561,14 +497,14 @@ def warm_start(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     work = tmp_path_factory.mktemp("warm-start")
     coin = random.Random(0)
     sft = [{"messages": [user, {"role": "assistant", "content": coin.choice(["1", "2"])}]}
-           for user, _ in _choice_rows(work / "sft-images", range(16))]  # fmt: skip
+           for user, _ in colour_turns(work / "sft-images", range(16))]  # fmt: skip
     run_cli(
-        "train", "--model", str(tiny_dir), "--dataset", str(_write(work / "sft.jsonl", sft)), "--tuner", "full",
+        "train", "--model", str(tiny_dir), "--dataset", str(write_jsonl(work / "sft.jsonl", sft)), "--tuner", "full",
         "--learning-rate", "1e-3", "--lr-scheduler", "constant", "--batch-size", "8", "--max-steps", "20",
         "--save-steps", "20", "--seed", "0", "--disable-thinking", "--no-plot", "--output-dir", str(work / "sft"),
     )  # fmt: skip
     warm = work / "sft" / "checkpoint-20"
-    return (warm, *_held_out_accuracy(work, "warm", _choice_rows(work / "held-images", HELD_OUT), "--model", str(warm)))
+    return (warm, *held_out_accuracy(work, "warm", colour_turns(work / "held-images", HELD_OUT), "--model", str(warm)))
 
 
 @pytest.mark.slow  # a GRPO / RLOO run and two `swiftcore infer` runs, in-process (the warm start once for both)
@@ -581,11 +517,12 @@ def test_rl_learns_what_only_the_image_says(recipe: str, warm_start: tuple, tmp_
 
     warm, before, warm_replies = warm_start
     prompts = [
-        {"prompt": [user], "answer": ANSWERS[colour]}
-        for user, colour in _choice_rows(tmp_path / "rl-images", range(16, 48))
+        {"prompt": [user], "answer": COLOUR_ANSWERS[colour]}
+        for user, colour in colour_turns(tmp_path / "rl-images", range(16, 48))
     ]
+    data = write_jsonl(tmp_path / "rl.jsonl", prompts)
     run_cli(
-        "train", "--recipe", recipe, "--model", str(warm), "--dataset", str(_write(tmp_path / "rl.jsonl", prompts)),
+        "train", "--recipe", recipe, "--model", str(warm), "--dataset", str(data),
         "--reward", "accuracy", "--num-generations", "8", "--batch-size", "2", "--max-completion-length", "1",
         "--tuner", "lora", "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--max-steps", str(RL_STEPS),
         "--save-steps", str(RL_STEPS), "--logging-steps", "1", "--seed", "0", "--disable-thinking", "--no-plot",
@@ -593,16 +530,16 @@ def test_rl_learns_what_only_the_image_says(recipe: str, warm_start: tuple, tmp_
     )  # fmt: skip
     logs = [json.loads(line) for line in (tmp_path / "rl" / "logs.jsonl").read_text().splitlines()]
     rewards = [entry["reward"] for entry in logs if "reward" in entry]
-    held = _choice_rows(tmp_path / "held-images", HELD_OUT)  # the same images as the warm start's (same seeds)
+    held = colour_turns(tmp_path / "held-images", HELD_OUT)  # the same images as the warm start's (same seeds)
     adapter = tmp_path / "rl" / f"checkpoint-{RL_STEPS}"
     assert (adapter / "processor_config.json").is_file()  # served with images, as an SFT checkpoint is
     # --disable-thinking is recorded as inference's default, as SFT records its replies' mode (the adapter's record is
     # read before its base's: without it, infer prompted in Qwen3.5's default thinking mode and answered "1" to all)
     recorded = json.loads((adapter / "swiftcore_args.json").read_text())["generation_defaults"]
     assert recorded == {"chat_template_kwargs": {"enable_thinking": False}}
-    after, replies = _held_out_accuracy(tmp_path, "rl", held, "--model", str(warm), "--adapter", str(adapter))
+    after, replies = held_out_accuracy(tmp_path, "rl", held, "--model", str(warm), "--adapter", str(adapter))
     print(f"{recipe}: train reward {[round(r, 2) for r in rewards]}; held-out accuracy {before:.2f} -> {after:.2f}")
-    assert set(warm_replies) <= set(ANSWERS.values()) and before <= 0.75, (
+    assert set(warm_replies) <= set(COLOUR_ANSWERS.values()) and before <= 0.75, (
         f"the warm start already looks: {warm_replies}"
     )
     assert after >= 0.9 and after - before >= 0.25, f"held-out answers {replies} (warm start {warm_replies})"

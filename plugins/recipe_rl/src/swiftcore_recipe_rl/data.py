@@ -13,9 +13,9 @@ reference reply of an SFT row, is dropped: the policy writes its own). ``tools``
 reward functions.
 
 A prompt may carry images (``{"type": "image", "image": PATH}`` parts, as swiftcore datasets write them): the
-``grpo``, ``rloo``, ``reinforce_pp`` and ``opd`` recipes encode them as ``swiftcore infer`` does and the policy sees
-their pixels in generation and in the loss (:func:`refuse_media_prompts` names the combinations that cannot, before
-any model loads).
+``grpo``, ``rloo``, ``reinforce_pp``, ``opd`` and ``gkd`` recipes encode them as ``swiftcore infer`` does and the policy
+sees their pixels in generation and in the loss, and a distillation teacher in its scores (:func:`refuse_media_prompts`
+names the combinations that cannot, before any model loads).
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ __all__ = [
 #: The columns whose items a record's media tags and value-less media parts take, in order (SFT rows' names).
 _MEDIA_COLUMNS = ("images", "audios", "videos")
 #: The recipes whose trainer feeds a prompt's images to the policy (trainer.py's ``ImagePrompts``: TRL's GRPO and
-#: RLOO trainers; REINFORCE++ and on-policy distillation on GRPO's, an ``opd`` teacher scoring with the same pixels).
-IMAGE_RECIPES = ("grpo", "rloo", "reinforce_pp", "opd")
+#: RLOO trainers; REINFORCE++ and on-policy distillation on GRPO's, an ``opd`` teacher scoring with the same pixels;
+#: ``gkd`` on TRL's DistillationTrainer, whose student and teacher forwards both take the round's pixels).
+IMAGE_RECIPES = ("grpo", "rloo", "reinforce_pp", "opd", "gkd")
 #: The rollout engines image prompts generate with: TRL's own generation, and swiftcore's transformers engine (each
 #: row's record sent with its images, trainer.py's ``EngineRollouts``).
 IMAGE_ROLLOUT_ENGINES = ("trainer", "transformers")
@@ -180,11 +181,14 @@ def media_parts(record: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def refuse_media_prompts(rows: list[PromptRow], recipe: str, options: Any, spec: Any) -> bool:
+def refuse_media_prompts(
+    rows: list[PromptRow], recipe: str, options: Any, spec: Any, *, engine: str = "transformers"
+) -> bool:
     """Whether the run's prompts carry media; refuse those it cannot train on, before any model loads.
 
     Prompts with images train with the :data:`IMAGE_RECIPES` and the :data:`IMAGE_ROLLOUT_ENGINES` on a model whose
-    spec takes images: the other recipes, the vLLM engine, a rollout server, Ray, asynchronous or speculative
+    spec takes images, on the default training engine: the other recipes, another ``engine`` (``--engine megatron``'s
+    ``grpo`` / ``gkd`` loops feed no pixels), the vLLM engine, a rollout server, Ray, asynchronous or speculative
     rollouts, multi-turn environments and the refill of ``--dapo-max-resample`` would drop or cannot regroup the
     pixels (or are not tested with them), so they are refused, naming the option and the first such row; so are audio
     and video, which no recipe here feeds yet.
@@ -220,6 +224,7 @@ def refuse_media_prompts(rows: list[PromptRow], recipe: str, options: Any, spec:
             f"--recipe {recipe}",
             f"train image prompts with --recipe {' / '.join(IMAGE_RECIPES)}",
         ),
+        (engine != "transformers", f"--engine {engine}", "drop --engine (the default transformers engine feeds them)"),
         (
             getattr(options, "rollout_engine", "trainer") not in IMAGE_ROLLOUT_ENGINES,
             f"--rollout-engine {getattr(options, 'rollout_engine', '')}",

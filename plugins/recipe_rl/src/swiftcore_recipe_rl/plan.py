@@ -176,7 +176,7 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
         check_context_column(rows, options, f"--dataset {', '.join(cfg.dataset)}")
     for reward in rewards:
         reward.check_columns(rows[0].columns, where=f"--dataset {', '.join(cfg.dataset)}")
-    images = refuse_media_prompts(rows, recipe, options, spec)  # before any model loads
+    images = refuse_media_prompts(rows, recipe, options, spec, engine=cfg.engine)  # before any model loads
     check_recipe_fits_model(cfg, spec, plugins)
     template_spec, template, tokenizer = load_template(cfg, spec, plugins)
     codec = PromptCodec(template, tokenizer, media=media_preparer(spec, cfg.model, tokenizer) if images else None)

@@ -66,9 +66,9 @@ def _image_prompts() -> type:
     from swiftcore_recipe_rl.prompts import MEDIA_COLUMN
 
     class ImagePrompts:
-        """A TRL GRPO trainer whose prompts may carry images, encoded once by the plan as ``swiftcore infer`` encodes
-        them (:meth:`~swiftcore_recipe_rl.rollout.PromptCodec.encode_prompt`: the template, each image's
-        placeholder expanded by the model's media preparer).
+        """A TRL GRPO (or RLOO, or Distillation) trainer whose prompts may carry images, encoded once by the plan as
+        ``swiftcore infer`` encodes them (:meth:`~swiftcore_recipe_rl.rollout.PromptCodec.encode_prompt`: the
+        template, each image's placeholder expanded by the model's media preparer).
 
         Why these hooks: TRL 1.16's GRPOTrainer has its VLM path, but it renders the prompts with the tokenizer's
         chat template and runs the processor on that text again (an encoding that is not the one served). Here
@@ -838,9 +838,18 @@ def gkd_trainer_class() -> type:
     from swiftcore_train import SwiftTrainer
     from trl import DistillationTrainer
 
-    class SwiftGKDTrainer(SwiftTrainer, _template_prompts(), _engine_rollouts(), DistillationTrainer):
-        """DistillationTrainer on template-encoded prompts, with swiftcore's checkpoints (and optionally the student's
-        completions from a rollout engine or server, synced to the student before each generation round)."""
+    class SwiftGKDTrainer(SwiftTrainer, _image_prompts(), _template_prompts(), _engine_rollouts(), DistillationTrainer):
+        """DistillationTrainer on template-encoded prompts (with their images' pixels), with swiftcore's checkpoints
+        (and optionally the student's completions from a rollout engine or server, synced to the student before each
+        generation round).
+
+        Why :func:`_image_prompts` serves it as it serves GRPO: TRL 1.16's DistillationTrainer generates through the
+        same ``_tokenize_prompts`` -> ``_generate_single_turn(prompt_ids, images, multimodal_fields)`` calls, and its
+        ``_compute_loss`` passes the batch's ``pixel_values`` / ``image_grid_thw`` / ``mm_token_type_ids`` (TRL's
+        names, which the mixin adds to each round) to the student's forward and to the teacher's alike; its
+        ``_prepare_inputs`` splits them by sample with ``num_images``. So the student generates seeing each row's
+        pixels and both distributions of the divergence are conditioned on them; the teacher takes the student's
+        processor's pixels as they are (the plan's ``check_teacher_pixels``)."""
 
         _returns_logprobs = False  # DistillationTrainer's _generate_single_turn returns the ids alone
 

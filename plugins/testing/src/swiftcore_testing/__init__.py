@@ -31,6 +31,9 @@ from swiftcore.api.plugins import ENV_PLUGINS, PluginInfo, Plugins, load_plugins
 
 __all__ = [
     "ADD_TOOL",
+    "COLOURS",
+    "COLOUR_ANSWERS",
+    "COLOUR_CHOICE",
     "RULES",
     "TOOL_PAIRS",
     "PluginContract",
@@ -40,6 +43,7 @@ __all__ = [
     "check_batch_streams_logprobs_only_where_asked",
     "check_live_stream_logprobs",
     "check_train_serve_prefix",
+    "colour_turns",
     "compare_fast_and_slow",
     "compare_with_official",
     "deploy_process",
@@ -47,6 +51,8 @@ __all__ = [
     "forward_backward",
     "free_port",
     "generation_record",
+    "grey_video",
+    "held_out_accuracy",
     "isolated_plugins",
     "load_records",
     "lora_exclude_problems",
@@ -54,6 +60,7 @@ __all__ = [
     "make_tiny_qwen3",
     "pairwise_accuracy",
     "part_problems",
+    "plain_completion_logits",
     "plugins_with_tiny_qwen3",
     "register_plugin",
     "registered",
@@ -65,6 +72,7 @@ __all__ = [
     "tool_rows",
     "train_tiny_lora",
     "user_env",
+    "write_jsonl",
 ]
 
 
@@ -141,6 +149,19 @@ _WHERE = {
     "load_records": "templates",
     "loss_runs": "templates",
     **dict.fromkeys(("ADD_TOOL", "TOOL_PAIRS", "tool_question", "tool_rows"), "tool_tasks"),
+    **dict.fromkeys(
+        (
+            "COLOURS",
+            "COLOUR_ANSWERS",
+            "COLOUR_CHOICE",
+            "colour_turns",
+            "grey_video",
+            "held_out_accuracy",
+            "plain_completion_logits",
+            "write_jsonl",
+        ),
+        "media_tasks",
+    ),
     "pairwise_accuracy": "preference_checks",
 }
 __getattr__ = lazy_exports(__name__, _WHERE)
