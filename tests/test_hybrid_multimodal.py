@@ -236,8 +236,8 @@ def test_packing_media_rows_is_refused_clearly(flag: str, hybrid_data: Callable[
     with pytest.raises(SwiftcoreError) as refused:
         CliRunner().invoke(cli, [*args, "--output-dir", str(tmp_path / "run")], catch_exceptions=False)
     message = str(refused.value)
-    assert message.startswith(f"{flag}: 16 of 24 samples carry images or audio"), message
-    assert message.endswith(f"train without {flag}: batches mixing text, image and audio rows are then padded")
+    assert message.startswith(f"{flag}: 16 of 24 samples carry media (images, audio or video)"), message
+    assert message.endswith(f"train without {flag}: batches mixing text and media rows are then padded")
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 

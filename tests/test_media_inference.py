@@ -282,7 +282,10 @@ def test_bad_media_is_a_400_naming_the_part(engine_for: Any) -> None:
         )
     with _client(engine_for("qwen3_5")) as client:
         message = _error(_post(client, [{"type": "text", "text": "hi"}, _input_audio(wav)]))
-        assert "messages[0].content[1] (input_audio): model 'm' does not accept audio (it takes image only)" in message
+        assert (
+            "messages[0].content[1] (input_audio): model 'm' does not accept audio (it takes image, video only)"
+            in message
+        )
 
 
 def test_the_engine_refuses_media_it_cannot_take(engine_for: Any, tmp_path: Any, monkeypatch: Any) -> None:

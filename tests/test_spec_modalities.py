@@ -36,4 +36,4 @@ def test_training_log_names_the_specs_media(plugins: Any, tmp_path: Path, caplog
     with caplog.at_level(logging.INFO, logger="swiftcore.media"):
         assert prepare_media(spec, model_dir, AutoTokenizer.from_pretrained(str(model_dir))) is not None
     said = "\n".join(r.getMessage() for r in caplog.records if r.name == "swiftcore.media")
-    assert "model 'qwen3_5' takes image" in said and "audio" not in said and "video" not in said, said
+    assert "model 'qwen3_5' takes image and video" in said and "audio" not in said, said

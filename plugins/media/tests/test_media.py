@@ -358,8 +358,8 @@ def test_load_image_accepts_paths_urls_arrays_and_dataset_dicts(media_files) -> 
 
 def test_importing_the_media_modules_stays_light() -> None:
     code = (
-        "import sys, swiftcore_media, swiftcore_plugin_gemma4.media; "
-        "heavy = [m for m in ('torch', 'transformers', 'PIL', 'numpy') if m in sys.modules]; "
+        "import sys, swiftcore_media, swiftcore_media.video, swiftcore_plugin_gemma4.media; "
+        "heavy = [m for m in ('av', 'torch', 'transformers', 'PIL', 'numpy') if m in sys.modules]; "
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -28,13 +28,13 @@ def load_processor(model_dir: str | Path, tokenizer: Any) -> Any:
         tokenizer: the tokenizer (a copy the processor may modify).
     """
     import transformers
-    from swiftcore_media import load_processor_without_video
+    from swiftcore_media import load_processor_without_torchvision
 
     try:
         transformers.Gemma4Processor  # noqa: B018 - only checks that the module imports (it needs torchvision)
     except ImportError:
         return Gemma4MediaProcessor.from_pretrained(model_dir, tokenizer)
-    return load_processor_without_video(model_dir, tokenizer)
+    return load_processor_without_torchvision(model_dir, tokenizer)
 
 
 class Gemma4MediaProcessor:

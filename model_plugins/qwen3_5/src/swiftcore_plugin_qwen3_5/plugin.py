@@ -44,10 +44,10 @@ def swiftcore_register_models() -> list[ModelSpec]:
             tiny_config=f"{_TINY}:tiny_qwen3_5_config",
             tiny_tokenizer=f"{_TINY}:tiny_qwen3_5_tokenizer",
             tasks=("causal_lm",),
-            # No video: swiftcore trains and serves images and audio only (transformers' video processor needs
-            # torchvision), so the spec lists what runs.
-            modalities=("text", "image"),
-            description="Qwen3.5 dense (hybrid linear/full attention), text and vision",
+            # Video: swiftcore-media decodes it with PyAV and runs transformers' Qwen3-VL video processor without
+            # torchvision (swiftcore_media.video); training and `swiftcore infer --backend transformers` take it.
+            modalities=("text", "image", "video"),
+            description="Qwen3.5 dense (hybrid linear/full attention), text, images and video",
             # make demo's default model: the core names no family, it runs the one a plugin offers.
             demo=True,
         ),
@@ -63,8 +63,8 @@ def swiftcore_register_models() -> list[ModelSpec]:
             tiny_config=f"{_TINY}:tiny_qwen3_5_moe_config",
             tiny_tokenizer=f"{_TINY}:tiny_qwen3_5_tokenizer",
             tasks=("causal_lm",),
-            modalities=("text", "image"),
-            description="Qwen3.5 mixture of experts (hybrid linear/full attention), text and vision",
+            modalities=("text", "image", "video"),
+            description="Qwen3.5 mixture of experts (hybrid linear/full attention), text, images and video",
         ),
     ]
 

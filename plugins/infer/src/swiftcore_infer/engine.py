@@ -110,6 +110,10 @@ class Engine(WeightSyncMixin):
     #: template's unexpanded ids (:attr:`Prompt.items <swiftcore_infer.media.Prompt.items>`,
     #: ``Prompt.placeholder_ids``) rather than the processor's tensors.
     media_as_items: ClassVar[bool] = False
+    #: Whether the backend feeds videos to the model (the processor's video tensors). Off by default: a backend
+    #: that runs the processor itself gets no videos from swiftcore (``MediaPreparer.item_inputs`` refuses them),
+    #: and one handed tensors may not know the video keys (SGLang's media keys are the image's and audio's).
+    takes_video: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -261,13 +265,18 @@ class Engine(WeightSyncMixin):
                 )
         for where, kind in kinds:
             refusal = self.media_refusal_for(kind)
+            if refusal is None and kind == "video" and not self.takes_video:
+                # Named as the client sent it (video_url): the preparer's own refusal would name "video 0".
+                where = _labelled(record, where)
+                refusal = f"the {self.backend} backend does not take videos yet"
             if refusal is not None:
                 raise InvalidRequestError(
                     f"{where}: {refusal}; serve this model with --backend transformers", param="messages"
                 )
         preparer = tools.preparer if tools is not None else self.media_preparer()
         where = f"record {record['id']!r}: " if record.get("id") is not None else ""
-        return decode_media(record, preparer.sampling_rate, where, policy), preparer
+        video_processor = getattr(preparer.processor, "video_processor", None)
+        return decode_media(record, preparer.sampling_rate, where, policy, video_processor), preparer
 
     def media_refusal_for(self, kind: str) -> str | None:
         """Why this engine cannot feed ``kind`` media (``image``, ``audio``) to its model; None when it can.
@@ -857,6 +866,15 @@ class _StreamState:
             opens_thinking=self.engine.prompt_opens_thinking(self.prompt),
         )
         return self._piece(self.text[self.sent :], final)
+
+
+def _labelled(record: Mapping[str, Any], where: str) -> str:
+    """``where`` (``messages[0].content[1]``) with the part's type as the client sent it (``(video_url)``)."""
+    if not where.startswith("messages["):
+        return where
+    i, j = (int(n) for n in where.removeprefix("messages[").removesuffix("]").split("].content["))
+    part = record["messages"][i]["content"][j]
+    return f"{where} ({part.get('_from') or part.get('type')})"
 
 
 #: Architectures that score text rather than generate it: loaded as a causal LM, their output layer would be

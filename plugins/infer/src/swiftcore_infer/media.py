@@ -1,4 +1,4 @@
-"""Images and audio at inference: the training sample path, run up to the generation prompt.
+"""Images, audio and video at inference: the training sample path, run up to the generation prompt.
 
 A chat record with media is encoded exactly as training encodes it (:func:`swiftcore_train.run.encode_records`):
 ``<image>`` / ``<audio>`` tags become content parts when the record has ``images`` / ``audios`` columns
@@ -9,10 +9,12 @@ the token ids (a plain list, so everything that reads prompt ids keeps working) 
 
 Each media value is decoded first, on the thread that encodes prompts (never the server's event loop), by
 :func:`decode_media`, so that a bad item fails with a message naming its part (``messages[0].content[1]
-(input_audio): ...``), and the decoded value is what the preparer gets (the same pixels and waveform).
+(input_audio): ...``), and the decoded value is what the preparer gets (the same pixels and waveform). A video is
+decoded here too when a server's policy holds it to its limits (:func:`swiftcore_media.load_video`, with the
+family's video processor picking the frames), and the preparer takes those frames as they are.
 
 :func:`openai_media_parts` is the server's side: OpenAI content parts (``image_url`` with a data URL,
-``input_audio``) become the canonical parts templates read, and remote URLs and local paths are refused.
+``input_audio``, ``video_url``) become the canonical parts templates read, and remote URLs and local paths are refused.
 
 Importing this module does not import torch, transformers, PIL or numpy.
 """
@@ -55,10 +57,14 @@ class MediaPolicy:
             resolving symlinks and ``..``); None refuses every local path (the default).
         allow_remote: fetch ``http(s)://`` URLs (with :attr:`remote_timeout`, at most :attr:`max_item_bytes`);
             off by default: a server fetching what clients name is a server clients can point at its network.
-        max_items: media items (images, audio clips) in one request.
+        max_items: media items (images, audio clips, videos) in one request.
         max_item_bytes: encoded bytes of one item (inline data, file or download).
         max_image_pixels: decoded pixels (width x height) of one image.
         max_audio_seconds: decoded length of one audio clip.
+        max_video_seconds: length of one video (its header's frame count / frame rate); at most
+            ``swiftcore_media.video.MAX_SECONDS`` (600), which the preparer holds every video to.
+        max_video_frame_pixels: width x height of one video's frames (from its header); at most
+            ``swiftcore_media.video.MAX_FRAME_PIXELS`` (3840 x 2160).
         remote_timeout: seconds a remote fetch may take.
     """
 
@@ -68,6 +74,8 @@ class MediaPolicy:
     max_item_bytes: int = 20 * 2**20
     max_image_pixels: int = 4096 * 4096
     max_audio_seconds: float = 600.0
+    max_video_seconds: float = 600.0
+    max_video_frame_pixels: int = 3840 * 2160
     remote_timeout: float = 10.0
 
     def over(self, limit: str, got: str, allowed: str, option: str) -> InvalidRequestError:
@@ -131,7 +139,13 @@ class MediaPolicy:
         return data
 
     def over_item(self, kind: str, got: str) -> InvalidRequestError:
-        """The 400 for an image over :attr:`max_image_pixels` or a clip over :attr:`max_audio_seconds`."""
+        """The 400 for an image over :attr:`max_image_pixels`, a clip over :attr:`max_audio_seconds`, or a video
+        over :attr:`max_video_seconds` or :attr:`max_video_frame_pixels` (``got`` says which: pixels or seconds)."""
+        if kind == "video" and "pixels" in got:
+            return self.over("pixels per video frame", got, f"{self.max_video_frame_pixels} pixels",
+                             "--max-video-frame-pixels")  # fmt: skip
+        if kind == "video":
+            return self.over("video seconds", got, f"{self.max_video_seconds:g} s", "--max-video-seconds")
         if kind == "image":
             return self.over("pixels per image", got, f"{self.max_image_pixels} pixels", "--max-image-pixels")
         return self.over("audio seconds", got, f"{self.max_audio_seconds:g} s", "--max-audio-seconds")
@@ -233,9 +247,14 @@ def _inline(value: Any, what: str) -> Any:
 
 
 def decode_media(
-    record: Mapping[str, Any], sampling_rate: int, where: str = "", policy: MediaPolicy | None = None
+    record: Mapping[str, Any],
+    sampling_rate: int,
+    where: str = "",
+    policy: MediaPolicy | None = None,
+    video_processor: Any = None,
 ) -> dict[str, Any]:
-    """``record`` with each media value decoded (PIL images, ``{"array", "sampling_rate"}`` waveforms).
+    """``record`` with each media value decoded (PIL images, ``{"array", "sampling_rate"}`` waveforms), and each
+    video read through under ``policy``.
 
     The decoded values are what :meth:`~swiftcore_media.MediaPreparer.expand` would have loaded
     itself (:func:`~swiftcore_media.load_image`, :func:`~swiftcore_media.load_audio`; loading a
@@ -248,10 +267,14 @@ def decode_media(
         where: prefixes the part in messages (``record 'q1': ``).
         policy: a server's :class:`MediaPolicy` (remote URLs it allows are fetched here, and decoded items are
             held to its limits); None for local callers (``swiftcore infer``), who read files as training does.
+        video_processor: the family's video processor (the preparer's ``processor.video_processor``): with a
+            ``policy``, each video is decoded by :func:`swiftcore_media.load_video` (the frames it samples) within
+            the policy's video limits, and the part then carries its ``(frames, metadata)``, which the preparer
+            takes as they are. Without a policy videos pass unread (the preparer reads them, as training does).
 
     Raises:
-        InvalidRequestError: an item is not an image / audio clip, is truncated, not valid base64, or over a
-            limit of ``policy``.
+        InvalidRequestError: an item is not an image / audio clip / video, is truncated, not valid base64, or
+            over a limit of ``policy``; a video under a policy for a model whose processor reads no video.
     """
     from swiftcore_media import MediaError, MediaLimitError, load_audio, load_image, media_value
 
@@ -266,7 +289,9 @@ def decode_media(
             if policy is not None and isinstance(value, str) and value.startswith(("http://", "https://")):
                 value = policy.fetch(value, what)  # only URLs the server allowed get this far
             decoded = value
-            if kind == "image":
+            if kind == "video" and policy is not None:
+                decoded = _read_video(value, what, policy, video_processor)
+            elif kind == "image":
                 decoded = load_image(value, what, max_pixels=max_pixels)
             elif kind == "audio":
                 wave = load_audio(value, sampling_rate, what, max_seconds=max_seconds)
@@ -283,8 +308,7 @@ def decode_media(
             raise InvalidRequestError(str(exc), param="messages") from None
         except Exception as exc:  # a decoder's own error on bad bytes: still the request's fault
             raise InvalidRequestError(
-                f"{what}: cannot decode it as {'an image' if kind == 'image' else 'audio'} ({type(exc).__name__}: "
-                f"{exc})",
+                f"{what}: cannot decode it as {_ARTICLE.get(kind, kind)} ({type(exc).__name__}: {exc})",
                 param="messages",
             ) from None
 
@@ -303,6 +327,28 @@ def decode_media(
         if isinstance(items, list) and kind != "video":
             out[column] = [load(item, kind, f"{where}{column}[{k}]") for k, item in enumerate(items)]
     return out
+
+
+def _read_video(value: Any, what: str, policy: MediaPolicy, video_processor: Any) -> tuple[Any, Any]:
+    """Decode the frames the model would see of one video within ``policy``'s video limits (checked on its header
+    before a frame is decoded): ``(frames, metadata)`` as :func:`swiftcore_media.load_video` returns them, which the
+    preparer takes as they are (the video is decoded once).
+
+    Raises:
+        InvalidRequestError: the model's processor reads no video.
+        MediaError, MediaLimitError: from :func:`swiftcore_media.load_video` (the caller turns them into 400s).
+    """
+    from swiftcore_media import load_video
+
+    if video_processor is None:
+        raise InvalidRequestError(
+            f"{what}: this model's processor has no video processor (transformers has none for its family, or its "
+            "settings could not be read: see the server's log); remove the video",
+            param="messages",
+        )
+    return load_video(
+        value, video_processor, what, max_seconds=policy.max_video_seconds, max_pixels=policy.max_video_frame_pixels
+    )
 
 
 def strip_media_values(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -329,7 +375,9 @@ def openai_media_parts(
       ``{"type": "image", "image": url}``;
     - ``{"type": "input_audio", "input_audio": {"data": base64, "format": "wav" | "mp3" | "flac"}}`` ->
       ``{"type": "audio", "audio": {"data": ..., "format": ...}}``;
-    - swiftcore's own ``{"type": "image" | "audio", ...}`` parts pass when their value is inline;
+    - ``{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,..."}}`` ->
+      ``{"type": "video", "video": url}``;
+    - swiftcore's own ``{"type": "image" | "audio" | "video", ...}`` parts pass when their value is inline;
     - a part's media controls (``max_pixels``, ``min_pixels``, ``max_seconds``: :mod:`swiftcore_media.controls`)
       are kept, within the server's limits.
 

@@ -77,6 +77,7 @@ class TransformersEngine(Engine):
     #: Whether peft can run only one adapter per batch on this model (parameter-level LoRA is loaded).
     _one_adapter_per_batch = False
     accepts_media = True
+    takes_video = True
 
     def __init__(
         self,

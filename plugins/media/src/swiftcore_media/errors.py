@@ -13,8 +13,8 @@ MEDIA_COLUMNS = {"image": "images", "audio": "audios", "video": "videos"}
 TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "text_replacement_offsets")
 #: ms-swift style inline media tags in string content.
 TAGS = {"image": "<image>", "audio": "<audio>", "video": "<video>"}
-#: The media types samples can be trained on (video needs a video processor, i.e. torchvision; not yet).
-TRAINABLE = ("image", "audio")
+#: The media types samples can be trained on (a model takes those of them its spec's ``modalities`` list).
+TRAINABLE = ("image", "audio", "video")
 
 
 class MediaError(SwiftcoreError):

@@ -105,8 +105,12 @@ def _check_seconds(frames: int, rate: int, max_seconds: float | None, what: str)
 
 
 def _describe(source: Any) -> str:
-    """A file's path, or the size of inline bytes (their repr says nothing to a reader)."""
-    return f"the {len(source)} given bytes" if isinstance(source, bytes) else repr(str(source)[:80])
+    """A file's path (a long one by its end, where the file's name is), or the size of inline bytes (their repr says
+    nothing to a reader)."""
+    if isinstance(source, bytes):
+        return f"the {len(source)} given bytes"
+    text = str(source)
+    return repr(text if len(text) <= 80 else "..." + text[-77:])
 
 
 def load_audio(value: Any, sampling_rate: int, what: str = "audio", *, max_seconds: float | None = None) -> Any:

@@ -30,7 +30,7 @@ class MediaPreparer:
     Attributes:
         processor: a transformers-style processor (see :func:`load_media_processor`).
         tokenizer: the tokenizer the samples were encoded with (its pad id pads ``input_ids``).
-        modalities: the media types the model takes (``image``, ``audio``).
+        modalities: the media types the model takes (``image``, ``audio``, ``video``).
         where: names the checkpoint in error messages.
     """
 
@@ -125,6 +125,11 @@ class MediaPreparer:
         processor is given for it, for an engine that runs the family's processor itself (vLLM)."""
         out: list[tuple[str, Any]] = []
         for kind, value, _text, what, controls in items:
+            if kind == "video":
+                raise MediaError(
+                    f"{what}: this inference engine runs the model's processor itself, and swiftcore does not hand "
+                    "it videos yet; use --backend transformers for video"
+                )
             item = self._item(kind, value, what, controls)
             out.append((kind, item if kind == "image" else {"array": item, "sampling_rate": self.sampling_rate}))
         return out
@@ -210,7 +215,20 @@ class MediaPreparer:
 
     def _item(self, kind: str, value: Any, what: str, controls: Mapping[str, float] | None) -> Any:
         """One item as the processor takes it: a PIL image or a waveform at :attr:`sampling_rate`, within
-        ``controls``."""
+        ``controls``, or a video's sampled frames and their metadata (:func:`swiftcore_media.video.load_video`; a
+        ``(frames, metadata)`` pair it returned, e.g. a server's early decode under its limits, is taken as it is)."""
+        if kind == "video" and isinstance(value, tuple) and len(value) == 2 and hasattr(value[1], "frames_indices"):
+            return value
+        if kind == "video":
+            video_processor = getattr(self.processor, "video_processor", None)
+            if video_processor is None:
+                raise MediaError(
+                    f"{what}: the processor of the model in {self.where} has no video processor (transformers has "
+                    "none for its family, or its settings could not be read: see the log); remove the video"
+                )
+            from swiftcore_media.video import load_video
+
+            return load_video(value, video_processor, what)
         if kind == "image":
             return apply_controls(load_image(value, what), kind, controls or {}, self.sampling_rate)
         return apply_controls(load_audio(value, self.sampling_rate, what), kind, controls or {}, self.sampling_rate)
@@ -232,6 +250,11 @@ class MediaPreparer:
         item = self._item(kind, value, what, controls)
         if kind == "image":
             kwargs: dict[str, Any] = {"images": [item]}
+        elif kind == "video":
+            # Frames sampled at decoding; the metadata carries their indices and the rate, which the processor
+            # turns into the prompt's per-frame-group timestamps.
+            frames, metadata = item
+            kwargs = {"videos": [frames], "video_metadata": [metadata], "do_sample_frames": False}
         else:
             kwargs = {"audio": [item], "sampling_rate": self.sampling_rate}
         try:
@@ -245,7 +268,8 @@ class MediaPreparer:
         if out.get("mm_token_type_ids") is not None:
             result["mm_token_type_ids"] = [int(t) for t in out["mm_token_type_ids"][0]]
         for key, value_out in out.items():
-            if key not in TEXT_KEYS and key not in unused and value_out is not None:
+            # video_metadata: the processor's own record of the frames it was given, not a model input.
+            if key not in TEXT_KEYS and key not in unused and value_out is not None and key != "video_metadata":
                 result[key] = value_out
         return result
 

@@ -3,10 +3,10 @@
 The model plugin's spec decides: ``ModelSpec.modalities`` (``image``, ``audio``) says what the family takes,
 and ``ModelSpec.processor`` may name the family's own ``load_processor(model_dir, tokenizer)`` (Gemma 4's: its
 transformers processor module needs torchvision). Without one, the processor class named in
-``processor_config.json`` is built from its PIL image processor and audio feature extractor, leaving out the
-video processor when it cannot be loaded (it needs torchvision, which a CPU-only environment cannot have).
-Either way the result is called like a transformers processor:
-``processor(text=..., images=[...], audio=[...], add_special_tokens=False, return_tensors="pt")``.
+``processor_config.json`` is built from its PIL image processor, audio feature extractor and video processor (the
+family's transformers one with its torchvision calls replaced, see :mod:`swiftcore_media.video`: torchvision cannot
+be installed beside a CPU-only torch). Either way the result is called like a transformers processor:
+``processor(text=..., images=[...], audio=[...], videos=[...], add_special_tokens=False, return_tensors="pt")``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from swiftcore_media.preparer import MediaPreparer
 __all__ = [
     "PROCESSOR_FILES",
     "load_media_processor",
-    "load_processor_without_video",
+    "load_processor_without_torchvision",
     "media_modalities",
     "prepare_media",
     "processor_files",
@@ -42,7 +42,7 @@ def prepare_media(spec: Any, model_dir: str | Path, tokenizer: Any) -> MediaPrep
         tokenizer: the tokenizer the samples were encoded with (the processor gets a copy).
 
     Returns:
-        The preparer, or None when the spec lists no image or audio modality or the checkpoint has no
+        The preparer, or None when the spec lists no image, audio or video modality or the checkpoint has no
         processor files (a text-only export of a multimodal family).
 
     Raises:
@@ -57,7 +57,7 @@ def prepare_media(spec: Any, model_dir: str | Path, tokenizer: Any) -> MediaPrep
 
 
 #: The files a checkpoint needs, besides the tokenizer's, for its processor to be rebuilt.
-PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json")
 
 
 def _has_processor_files(model_dir: Path) -> bool:
@@ -65,8 +65,8 @@ def _has_processor_files(model_dir: Path) -> bool:
 
 
 def media_modalities(spec: Any, model_dir: str | Path) -> tuple[str, ...]:
-    """The media a checkpoint's samples may carry: the spec's trainable modalities (``image``, ``audio``) when
-    the checkpoint has its processor files, else none (a text-only export of a multimodal family).
+    """The media a checkpoint's samples may carry: the spec's trainable modalities (``image``, ``audio``,
+    ``video``) when the checkpoint has its processor files, else none (a text-only export of a multimodal family).
 
     Training (:func:`prepare_media`) and inference decide it alike, so a prompt takes the media training took.
     """
@@ -89,7 +89,7 @@ def processor_files(model_dir: str | Path) -> dict[str, str]:
 
 def load_media_processor(spec: Any, model_dir: str | Path, tokenizer: Any) -> Any:
     """The processor that expands ``spec``'s media placeholders: the spec's own ``processor`` loader when it
-    names one, else :func:`load_processor_without_video`.
+    names one, else :func:`load_processor_without_torchvision`.
 
     Args:
         spec: the model spec (``spec.processor``: ``"module:attr"`` of ``load_processor(model_dir, tokenizer)``).
@@ -108,17 +108,17 @@ def load_media_processor(spec: Any, model_dir: str | Path, tokenizer: Any) -> An
         load = resolve(reference, what=f"processor of model {spec.name!r} ({spec.provider})")
         log.info("media: processor from %s", reference)
         return load(str(model_dir), tokenizer)
-    return load_processor_without_video(model_dir, tokenizer)
+    return load_processor_without_torchvision(model_dir, tokenizer)
 
 
-def load_processor_without_video(model_dir: str | Path, tokenizer: Any) -> Any:
-    """Build the processor class named in ``processor_config.json``, leaving out a video processor that
-    cannot be loaded.
+def load_processor_without_torchvision(model_dir: str | Path, tokenizer: Any) -> Any:
+    """Build the processor class named in ``processor_config.json`` without torchvision.
 
     transformers' composite processors insist on every sub-processor; their video processors need
-    torchvision. The image processor (PIL backend) and the audio feature extractor do not, and they are
-    all that image and audio training needs; the processor's own placeholder expansion
-    (``replace_image_token`` / ``replace_audio_token``) and tokenization are then used unchanged.
+    torchvision. The image processor (PIL backend) and the audio feature extractor do not; the video processor
+    is the family's own made torchvision-free (:mod:`swiftcore_media.video`), or left out when transformers has
+    none for the family. The processor's own placeholder expansion (``replace_image_token`` /
+    ``replace_video_token`` / ``replace_audio_token``) and tokenization are then used unchanged.
 
     Args:
         model_dir: the checkpoint directory.
@@ -144,8 +144,8 @@ def load_processor_without_video(model_dir: str | Path, tokenizer: Any) -> Any:
         ) from exc
     parts = {}
     for attribute in cls.get_attributes():
-        parts[attribute] = _load_part(attribute, model_dir, tokenizer)
-    if any(value is None for value in parts.values()):
+        parts[attribute] = _load_part(attribute, model_dir, tokenizer, cls)
+    if any(value is None or "video" in attribute for attribute, value in parts.items()):
         cls = _without_missing_parts(cls)
     processor_dict = {k: v for k, v in settings.items() if k not in parts and k != "processor_class"}
     try:
@@ -164,21 +164,34 @@ def _processor_settings(model_dir: Path) -> dict[str, Any]:
         raise MediaError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); re-save the processor") from exc
 
 
-def _load_part(attribute: str, model_dir: Path, tokenizer: Any) -> Any:
+def _load_video_part(model_dir: Path, processor_class: type) -> Any:
+    """The video processor: transformers' own when it loads (torchvision installed), else the family's made
+    torchvision-free (:func:`swiftcore_media.video.load_video_processor`); None when neither can be built."""
+    try:
+        from transformers import AutoVideoProcessor
+
+        return AutoVideoProcessor.from_pretrained(str(model_dir))
+    except (ImportError, OSError, ValueError, AttributeError) as exc:
+        log.debug("media: AutoVideoProcessor cannot load %s (%s)", model_dir, type(exc).__name__)
+    from swiftcore_media.video import load_video_processor
+
+    try:
+        return load_video_processor(model_dir, processor_class)
+    except (ImportError, OSError, ValueError, TypeError, AttributeError, MediaError) as exc:
+        # Not fatal: images and audio still work; a video item then gets a clear error from the preparer.
+        log.warning("media: no video processor for %s (%s: %s); built without it", model_dir, type(exc).__name__, exc)
+        return None
+
+
+def _load_part(attribute: str, model_dir: Path, tokenizer: Any, processor_class: type) -> Any:
     """One sub-processor: the tokenizer given, or the Auto class for its modality (None for a video one
-    that cannot be loaded)."""
+    that cannot be built)."""
     from transformers import AutoFeatureExtractor, AutoImageProcessor
 
     if "tokenizer" in attribute:
         return tokenizer
     if "video" in attribute:
-        try:
-            from transformers import AutoVideoProcessor
-
-            return AutoVideoProcessor.from_pretrained(str(model_dir))
-        except (ImportError, OSError, ValueError, AttributeError) as exc:
-            log.debug("media: no video processor for %s (%s); built without it", model_dir, type(exc).__name__)
-            return None
+        return _load_video_part(model_dir, processor_class)
     auto = {"image_processor": AutoImageProcessor, "feature_extractor": AutoFeatureExtractor}.get(attribute)
     if auto is None:
         raise MediaError(f"{model_dir}: processor part {attribute!r} is not supported for training yet")
@@ -189,11 +202,18 @@ def _load_part(attribute: str, model_dir: Path, tokenizer: Any) -> Any:
 
 
 def _without_missing_parts(cls: type) -> type:
-    """A subclass of ``cls`` that accepts None for a sub-processor (the base class type-checks every part)."""
+    """A subclass of ``cls`` that accepts None for a sub-processor, and a video processor of transformers' video
+    processor base class (the base class type-checks every part; without torchvision its check of a video part
+    fails on the Auto mapping's placeholder, whatever the part)."""
 
     def check_argument_for_proper_class(self: Any, argument_name: str, argument: Any) -> Any:
         if argument is None:
             return None
+        if "video" in argument_name:
+            from transformers.video_processing_utils import BaseVideoProcessor
+
+            if isinstance(argument, BaseVideoProcessor):
+                return None
         return cls.check_argument_for_proper_class(self, argument_name, argument)  # type: ignore[attr-defined]
 
     return type(cls.__name__, (cls,), {"check_argument_for_proper_class": check_argument_for_proper_class})

@@ -124,14 +124,14 @@ def default_served_name(model: Path) -> str:
     default=8,
     show_default=True,
     type=click.IntRange(0),
-    help="Images and audio clips in one request; more get HTTP 400.",
+    help="Images, audio clips and videos in one request; more get HTTP 400.",
 )
 @click.option(
     "--max-media-mb",
     default=20.0,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
-    help="Encoded size of one image or clip in MiB (inline, file or download); larger gets HTTP 400.",
+    help="Encoded size of one image, clip or video in MiB (inline, file or download); larger gets HTTP 400.",
 )
 @click.option(
     "--max-image-pixels",
@@ -148,11 +148,27 @@ def default_served_name(model: Path) -> str:
     help="Decoded length of one audio clip; longer gets HTTP 400.",
 )
 @click.option(
+    "--max-video-seconds",
+    default=600.0,
+    show_default=True,
+    # 600: the media library's own bound on every video (swiftcore_media.video.MAX_SECONDS).
+    type=click.FloatRange(min=0, max=600.0, min_open=True),
+    help="Length of one video (from its header, before decoding; at most 600); longer gets HTTP 400.",
+)
+@click.option(
+    "--max-video-frame-pixels",
+    default=3840 * 2160,
+    show_default=True,
+    # 3840x2160: the media library's own bound (swiftcore_media.video.MAX_FRAME_PIXELS).
+    type=click.IntRange(1, 3840 * 2160),
+    help="Width x height of one video's frames (from its header; at most 3840x2160); larger gets HTTP 400.",
+)
+@click.option(
     "--media-workers",
     default=2,
     show_default=True,
     type=click.IntRange(0),
-    help="Threads that decode requests' images and audio (and run the processor) before they queue for the "
+    help="Threads that decode requests' images, audio and video (and run the processor) before they queue for the "
     "engine, so text requests do not wait behind that work (0: on the engine's thread).",
 )
 @click.option("--docs", is_flag=True, help="Serve /docs, /redoc and /openapi.json (they need the key too).")
@@ -203,6 +219,8 @@ def deploy(
     max_media_mb: float,
     max_image_pixels: int,
     max_audio_seconds: float,
+    max_video_seconds: float,
+    max_video_frame_pixels: int,
     media_workers: int,
     docs: bool,
     max_batch: int,
@@ -281,6 +299,8 @@ def deploy(
             max_item_bytes=int(max_media_mb * 2**20),
             max_image_pixels=max_image_pixels,
             max_audio_seconds=max_audio_seconds,
+            max_video_seconds=max_video_seconds,
+            max_video_frame_pixels=max_video_frame_pixels,
         ),
         media_workers=media_workers,
     )

@@ -106,9 +106,9 @@ def run_sft(cfg: TrainConfig, plugins: PluginSet, options: Any = None) -> TrainR
     if multimodal and (cfg.packing or cfg.padding_free):
         flag = "--packing" if cfg.packing else "--padding-free"
         raise SwiftcoreError(
-            f"{flag}: {with_media} of {len(train_samples) + len(val_samples)} samples carry images or audio, and "
-            "packed rows with media are not supported yet (each packed sample would need its own media tensors and "
-            f"position ids); train without {flag}: batches mixing text, image and audio rows are then padded"
+            f"{flag}: {with_media} of {len(train_samples) + len(val_samples)} samples carry media (images, audio or "
+            "video), and packed rows with media are not supported yet (each packed sample would need its own media "
+            f"tensors and position ids); train without {flag}: batches mixing text and media rows are then padded"
         )
 
     import torch
