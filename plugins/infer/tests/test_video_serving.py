@@ -88,11 +88,12 @@ def _ask(client: Any, video_part: dict[str, Any], **extra: Any) -> Any:
     )
 
 
-def _offline(engine: Any, path: Path) -> Any:
-    """The engine's greedy answer to the same question with the video's file path (as ``swiftcore infer`` reads it)."""
+def _offline(engine: Any, path: Path, **controls: Any) -> Any:
+    """The engine's greedy answer to the same question with the video's file path (as ``swiftcore infer`` reads it)
+    and the part's ``controls``."""
     from swiftcore_infer import Request, SamplingParams
 
-    content = [{"type": "text", "text": QUESTION}, {"type": "video", "video": str(path)}]
+    content = [{"type": "text", "text": QUESTION}, {"type": "video", "video": str(path), **controls}]
     request = Request(record={"messages": [{"role": "user", "content": content}]},
                       sampling=SamplingParams(max_new_tokens=MAX_TOKENS, temperature=0.0))  # fmt: skip
     [answer] = engine.generate_requests([request])
@@ -131,6 +132,28 @@ def test_a_served_video_gets_the_offline_answer_and_two_videos_are_two_prompts(
     assert torch.equal(prompts["up"].media["video_grid_thw"], prompts["down"].media["video_grid_thw"])
     assert (firsts["up"].token, firsts["up"].logprob) != (firsts["down"].token, firsts["down"].logprob)
     assert offline["up"].token_ids != offline["down"].token_ids  # and, here, other answers
+
+
+def test_a_parts_frame_controls_are_served_as_offline(
+    client: Any, offline_engine: Any, videos: dict[str, Path]
+) -> None:
+    """``fps`` / ``max_frames`` next to a ``video_url`` sample the frames the server decodes, as offline."""
+    import torch
+
+    default = _ask(client, _video_url(videos["up"].read_bytes()), logprobs=True)
+    for controls, groups in (({"max_frames": 2}, 1), ({"fps": 4}, 4)):
+        response = _ask(client, {**_video_url(videos["up"].read_bytes()), **controls}, logprobs=True)
+        answer, prompt = _offline(offline_engine, videos["up"], **controls)
+        assert [entry.token for entry in response.choices[0].logprobs.content] == [
+            offline_engine.tokenizer.decode([t]) for t in answer.token_ids
+        ]
+        assert response.usage.prompt_tokens == answer.prompt_tokens == len(prompt)
+        assert int(prompt.media["video_grid_thw"][0, 0]) == groups, controls  # 2 frames a temporal patch
+        assert response.usage.prompt_tokens != default.usage.prompt_tokens  # the default samples 4 frames: 2 groups
+    assert torch.equal(_offline(offline_engine, videos["up"])[1].media["video_grid_thw"][0, :1], torch.tensor([2]))
+    too_many = _refusal(client, {**_video_url(videos["up"].read_bytes()), "max_frames": 1000})
+    assert "messages[0].content[1] (video_url): max_frames 1000 is above the 64 frames" in too_many, too_many
+    assert "fps must be a positive number" in _refusal(client, {**_video_url(videos["up"].read_bytes()), "fps": -1})
 
 
 def _refusal(client: Any, part: dict[str, Any], **extra: Any) -> str:

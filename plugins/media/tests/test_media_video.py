@@ -219,6 +219,54 @@ def test_load_video_bounds_hold_before_decoding(qwen, tmp_path: Path) -> None:
         load_video(clip, video_processor, "clip", max_pixels=2000)
 
 
+def test_a_parts_fps_and_max_frames_choose_the_frames(qwen, tmp_path: Path) -> None:
+    """``fps`` / ``max_frames`` on a video part (as qwen_vl_utils writes them) sample the frames the model sees."""
+    from swiftcore_media import load_video
+
+    levels = [10 * i for i in range(16)]  # 4 s at 4 fps
+    video = grey_video(tmp_path / "clip.mp4", levels)
+    video_processor = qwen["preparer"].processor.video_processor
+
+    def sampled(**controls: Any) -> tuple[list[int], int, str]:
+        """The frame indices, the grid's temporal patches and the prompt of the part with ``controls``."""
+        record = _record(video)
+        record["messages"][0]["content"][0].update(controls)
+        _, sample = _expand(qwen, record)
+        _, metadata = load_video(video, video_processor, "clip", **controls)
+        # Each temporal patch of 2 frames holds the two frames' grey levels (normalised: mean and std 0.5).
+        grid_t, grid_h, grid_w = sample["video_grid_thw"][0].tolist()
+        pixels = sample["pixel_values_videos"].reshape(grid_t, grid_h * grid_w, 3, 2, -1)
+        means = [pixels[g, :, :, t].mean().item() for g in range(grid_t) for t in (0, 1)]
+        seen = [round((m * 0.5 + 0.5) * 255 / 10) for m in means]
+        indices = metadata.frames_indices.tolist()
+        assert seen[: len(indices)] == indices, (seen, indices)  # the pixels are those frames' (level 10 x index)
+        text = qwen["tokenizer"].decode(sample["input_ids"])
+        return indices, grid_t, text
+
+    default, grid, prompt = sampled()
+    assert default == [0, 2, 4, 6, 9, 11, 13, 15] and grid == 4  # the processor's 2 fps over 4 s
+    one_fps, grid, slow = sampled(fps=1)
+    assert one_fps == [0, 5, 10, 15] and grid == 2 and slow.count(" seconds>") == 2 < prompt.count(" seconds>")
+    six, grid, _ = sampled(max_frames=6)
+    assert six == [0, 3, 6, 9, 12, 15] and grid == 3
+    every, grid, _ = sampled(fps=4, max_frames=12)
+    assert len(every) == 12 and grid == 6
+    assert sampled(fps=8)[0] == list(range(16))  # no more frames than the video has
+
+    refusals = [
+        ({"max_frames": 100}, "video 0: max_frames 100 is above the 64 frames this model's video processor samples"),
+        ({"max_frames": 2.5}, "video 0: max_frames must be a whole number of frames, got 2.5"),
+        ({"fps": 0}, "video 0: fps must be a positive number, got 0"),
+        ({"max_pixels": 4096}, "video 0: max_pixels does not apply to video (its controls: fps, max_frames)"),
+    ]
+    for controls, message in refusals:
+        record = _record(video)
+        record["messages"][0]["content"][0].update(controls)
+        with pytest.raises(MediaError) as refused:
+            _expand(qwen, record)
+        assert str(refused.value).startswith("videos.jsonl:1: " + message), str(refused.value)
+
+
 def _fade(path: Path, rising: bool, seed: int) -> Path:
     """Eight frames fading between a dark and a bright level (both a little random): up when ``rising``."""
     rng = np.random.RandomState(seed)

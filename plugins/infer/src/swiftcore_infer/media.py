@@ -283,14 +283,14 @@ def decode_media(
     max_pixels = None if policy is None else policy.max_image_pixels
     max_seconds = None if policy is None else policy.max_audio_seconds
 
-    def load(value: Any, kind: str, what: str) -> Any:
+    def load(value: Any, kind: str, what: str, controls: Mapping[str, Any] | None = None) -> Any:
         try:
             value = _inline(value, what)
             if policy is not None and isinstance(value, str) and value.startswith(("http://", "https://")):
                 value = policy.fetch(value, what)  # only URLs the server allowed get this far
             decoded = value
             if kind == "video" and policy is not None:
-                decoded = _read_video(value, what, policy, video_processor)
+                decoded = _read_video(value, what, policy, video_processor, controls or {})
             elif kind == "image":
                 decoded = load_image(value, what, max_pixels=max_pixels)
             elif kind == "audio":
@@ -319,7 +319,8 @@ def decode_media(
             continue
         what = f"{where}messages[{i}].content[{j}] ({part.get('_from') or part.get('type') or kind})"
         content = list(messages[i]["content"])
-        content[j] = {"type": kind, kind: load(value, kind, what), **_controls(part)}
+        controls = _controls(part)
+        content[j] = {"type": kind, kind: load(value, kind, what, controls), **controls}
         messages[i]["content"] = content
     out = {**record, "messages": messages}
     for column, kind in _COLUMNS.items():
@@ -329,10 +330,12 @@ def decode_media(
     return out
 
 
-def _read_video(value: Any, what: str, policy: MediaPolicy, video_processor: Any) -> tuple[Any, Any]:
+def _read_video(
+    value: Any, what: str, policy: MediaPolicy, video_processor: Any, controls: Mapping[str, Any]
+) -> tuple[Any, Any]:
     """Decode the frames the model would see of one video within ``policy``'s video limits (checked on its header
-    before a frame is decoded): ``(frames, metadata)`` as :func:`swiftcore_media.load_video` returns them, which the
-    preparer takes as they are (the video is decoded once).
+    before a frame is decoded) and its part's ``controls`` (``fps``, ``max_frames``): ``(frames, metadata)`` as
+    :func:`swiftcore_media.load_video` returns them, which the preparer takes as they are (decoded once).
 
     Raises:
         InvalidRequestError: the model's processor reads no video.
@@ -347,7 +350,13 @@ def _read_video(value: Any, what: str, policy: MediaPolicy, video_processor: Any
             param="messages",
         )
     return load_video(
-        value, video_processor, what, max_seconds=policy.max_video_seconds, max_pixels=policy.max_video_frame_pixels
+        value,
+        video_processor,
+        what,
+        max_seconds=policy.max_video_seconds,
+        max_pixels=policy.max_video_frame_pixels,
+        fps=controls.get("fps"),
+        max_frames=controls.get("max_frames"),
     )
 
 

@@ -215,8 +215,9 @@ class MediaPreparer:
 
     def _item(self, kind: str, value: Any, what: str, controls: Mapping[str, float] | None) -> Any:
         """One item as the processor takes it: a PIL image or a waveform at :attr:`sampling_rate`, within
-        ``controls``, or a video's sampled frames and their metadata (:func:`swiftcore_media.video.load_video`; a
-        ``(frames, metadata)`` pair it returned, e.g. a server's early decode under its limits, is taken as it is)."""
+        ``controls``, or a video's frames sampled within them and their metadata
+        (:func:`swiftcore_media.video.load_video`; a ``(frames, metadata)`` pair it returned, e.g. a server's early
+        decode under its limits and the part's controls, is taken as it is)."""
         if kind == "video" and isinstance(value, tuple) and len(value) == 2 and hasattr(value[1], "frames_indices"):
             return value
         if kind == "video":
@@ -228,7 +229,10 @@ class MediaPreparer:
                 )
             from swiftcore_media.video import load_video
 
-            return load_video(value, video_processor, what)
+            sampling = controls or {}
+            frames = sampling.get("max_frames")  # a whole number (media_controls checks it), held as a float
+            max_frames = None if frames is None else int(frames)
+            return load_video(value, video_processor, what, fps=sampling.get("fps"), max_frames=max_frames)
         if kind == "image":
             return apply_controls(load_image(value, what), kind, controls or {}, self.sampling_rate)
         return apply_controls(load_audio(value, self.sampling_rate, what), kind, controls or {}, self.sampling_rate)

@@ -44,6 +44,8 @@ def load_video(
     *,
     max_seconds: float | None = MAX_SECONDS,
     max_pixels: int | None = MAX_FRAME_PIXELS,
+    fps: float | None = None,
+    max_frames: int | None = None,
 ) -> tuple[Any, Any]:
     """Decode the frames ``processor`` samples from a video file.
 
@@ -55,6 +57,9 @@ def load_video(
         what: names the item in errors.
         max_seconds: refuse a longer video (its header's frame count / frame rate), before decoding.
         max_pixels: refuse larger frames (width x height from the header), before decoding.
+        fps: sample this many frames a second instead of the processor's rate (a part's ``fps`` control).
+        max_frames: sample at most this many frames (a part's ``max_frames`` control; at most the processor's
+            ``max_frames``).
 
     Returns:
         ``(frames, metadata)``: a uint8 ``[frames, height, width, 3]`` RGB array and transformers'
@@ -66,6 +71,8 @@ def load_video(
         MediaLimitError: the video is over ``max_seconds`` or its frames over ``max_pixels``.
     """
     from swiftcore_media.items import _describe, _read_source
+
+    sampler = _sampler(processor, what, fps, max_frames)
 
     if isinstance(value, Mapping):
         value = value.get("bytes") or value.get("path")
@@ -90,7 +97,7 @@ def load_video(
             raise MediaLimitError(
                 what, f"{metadata.width}x{metadata.height} pixels per frame", f"{max_pixels} pixels per frame"
             )
-        return processor.sample_frames(metadata)
+        return sampler.sample_frames(metadata)
 
     handle = io.BytesIO(source) if isinstance(source, bytes) else str(source)
     try:
@@ -107,6 +114,24 @@ def load_video(
             "header promises; the file is truncated or its header wrong, re-encode it"
         )
     return frames, metadata
+
+
+def _sampler(processor: Any, what: str, fps: float | None, max_frames: int | None) -> Any:
+    """``processor``, or a copy of it sampling at ``fps`` and to at most ``max_frames`` frames: its own
+    ``sample_frames`` then does the rest (the rounding, ``min_frames``, the indices), as for any video."""
+    if fps is None and max_frames is None:
+        return processor
+    if max_frames is not None and max_frames > processor.max_frames:
+        raise MediaError(
+            f"{what}: max_frames {max_frames:g} is above the {processor.max_frames} frames this model's video "
+            "processor samples at most; ask for fewer"
+        )
+    import copy
+
+    sampler = copy.copy(processor)  # a shallow copy: the settings are numbers, the shared processor stays as it is
+    sampler.fps = fps if fps is not None else processor.fps
+    sampler.max_frames = int(max_frames) if max_frames is not None else processor.max_frames
+    return sampler
 
 
 def load_video_processor(model_dir: str | Path, processor_class: type) -> Any | None:
