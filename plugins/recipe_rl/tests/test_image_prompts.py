@@ -103,7 +103,6 @@ def test_image_prompts_are_encoded_as_infer_encodes_them(
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"recipe": "opsd"}, "--recipe opsd"),
         ({"rollout_engine": "transformers", "async_rollouts": True}, "--async-rollouts"),
         ({"rollout_engine": "vllm"}, "--rollout-engine vllm"),
         ({"rollout_server": "http://127.0.0.1:9"}, "--rollout-server"),

@@ -13,9 +13,9 @@ reference reply of an SFT row, is dropped: the policy writes its own). ``tools``
 reward functions.
 
 A prompt may carry images (``{"type": "image", "image": PATH}`` parts, as swiftcore datasets write them): the
-``grpo``, ``rloo``, ``reinforce_pp``, ``opd`` and ``gkd`` recipes encode them as ``swiftcore infer`` does and the policy
-sees their pixels in generation and in the loss, and a distillation teacher in its scores (:func:`refuse_media_prompts`
-names the combinations that cannot, before any model loads).
+``grpo``, ``rloo``, ``reinforce_pp``, ``opd``, ``opsd`` and ``gkd`` recipes encode them as ``swiftcore infer`` does and
+the policy sees their pixels in generation and in the loss, and a distillation teacher in its scores
+(:func:`refuse_media_prompts` names the combinations that cannot, before any model loads).
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ __all__ = [
 #: The columns whose items a record's media tags and value-less media parts take, in order (SFT rows' names).
 _MEDIA_COLUMNS = ("images", "audios", "videos")
 #: The recipes whose trainer feeds a prompt's images to the policy (trainer.py's ``ImagePrompts``: TRL's GRPO and
-#: RLOO trainers; REINFORCE++ and on-policy distillation on GRPO's, an ``opd`` teacher scoring with the same pixels;
-#: ``gkd`` on TRL's DistillationTrainer, whose student and teacher forwards both take the round's pixels).
-IMAGE_RECIPES = ("grpo", "rloo", "reinforce_pp", "opd", "gkd")
+#: RLOO trainers; REINFORCE++ and on-policy distillation on GRPO's, an ``opd`` teacher scoring with the same pixels and
+#: ``opsd``'s (the policy shown the privileged prompt, its images kept) too; ``gkd`` on TRL's DistillationTrainer,
+#: whose student and teacher forwards both take the round's pixels).
+IMAGE_RECIPES = ("grpo", "rloo", "reinforce_pp", "opd", "opsd", "gkd")
 #: The rollout engines image prompts generate with: TRL's own generation, and swiftcore's transformers engine (each
 #: row's record sent with its images, trainer.py's ``EngineRollouts``).
 IMAGE_ROLLOUT_ENGINES = ("trainer", "transformers")

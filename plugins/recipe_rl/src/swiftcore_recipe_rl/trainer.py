@@ -908,9 +908,17 @@ def opd_trainer_class() -> type:
             computes the student's), in float32."""
             return self.completion_logps(self.teacher, out["prompt_ids"], out["prompt_mask"], out)
 
-        def completion_logps(self, model: Any, prompt_ids: Any, prompt_mask: Any, out: dict[str, Any]) -> Any:
+        def completion_logps(
+            self,
+            model: Any,
+            prompt_ids: Any,
+            prompt_mask: Any,
+            out: dict[str, Any],
+            media: dict[str, Any] | None = None,
+        ) -> Any:
             """``model``'s per-token log-probs ``(B, T)`` of ``out``'s completions after ``prompt_ids`` (left-padded,
-            ``prompt_mask``), at the rollout temperature, in float32, without gradient."""
+            ``prompt_mask``), at the rollout temperature, in float32, without gradient; with the round's pixels
+            (``media``: the model's media inputs for these prompts; None: ``out``'s own, for ``out``'s prompts)."""
             input_ids = torch.cat([prompt_ids, out["completion_ids"]], dim=1)
             attention_mask = torch.cat([prompt_mask, out["completion_mask"]], dim=1)
             keep = out["completion_ids"].size(1)
@@ -918,7 +926,8 @@ def opd_trainer_class() -> type:
             # A round of image prompts: the model's inputs of its pixels too (num_images is TRL's slicing count, not
             # an input), the whole round in one forward: its pixel rows belong to images of varying row counts, and
             # splitting them by sample is TRL's per-family code (_get_per_token_logps_and_entropies), not needed here.
-            media = {k: out[k] for k in MEDIA_BATCH_KEYS if k != "num_images" and out.get(k) is not None}
+            if media is None:
+                media = {k: out[k] for k in MEDIA_BATCH_KEYS if k != "num_images" and out.get(k) is not None}
             if media:
                 size = input_ids.size(0)
             chunks = []
@@ -955,29 +964,37 @@ def opsd_trainer_class() -> type:
         Set after construction (the recipe does): ``teacher_prompt_ids`` (:func:`~swiftcore_recipe_rl.opsd.
         teacher_prompt_ids`), ``context_column``, ``teacher_mode`` (``current`` or ``initial``) and, for
         ``initial`` with full fine-tuning, ``teacher`` (a frozen copy of the starting weights).
+
+        Prompts with images: the teacher's prompt keeps the row's images, so its forward takes the round's pixel
+        tensors (TRL's batch keys, which :func:`_image_prompts` adds) with the teacher's own prompt ids and
+        ``mm_token_type_ids`` (:meth:`teacher_media`); a teacher blind to the image would score the student's tokens
+        against another question.
         """
 
-        teacher_prompt_ids: dict[tuple[str, str], list[int]] = {}
+        teacher_prompt_ids: dict[tuple[str, str, int], dict[str, Any]] = {}
         context_column = "answer"
         teacher_mode = "current"
-        _teacher_rows: list[list[int]] | None = None
+        _teacher_rows: list[dict[str, Any]] | None = None
 
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            saved = self._teacher_rows  # a round inside another (a refill) keeps the outer round's prompts
             self._teacher_rows = [self.teacher_prompt_ids[teacher_key(x, self.context_column)] for x in inputs]
             try:
                 return super()._generate_and_score_completions(inputs)
             finally:
-                self._teacher_rows = None
+                self._teacher_rows = saved
 
         def teacher_logps(self, out: dict[str, Any]) -> Any:
             """The policy's log-probs of the completions after the teacher's (privileged) prompts: its current
-            weights, or with ``initial`` its starting ones (adapter off, or the frozen copy)."""
-            rows = self._teacher_rows
+            weights, or with ``initial`` its starting ones (adapter off, or the frozen copy); in a round of image
+            prompts with the round's pixels (:meth:`teacher_media`)."""
+            rows = [r["ids"] for r in self._teacher_rows or ()]
             width = max(len(r) for r in rows)
             pad = getattr(self.processing_class, "pad_token_id", None) or 0
             device = out["completion_ids"].device
             prompt_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
             prompt_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+            media = self.teacher_media(out, width)
             model, context = self.model, nullcontext()
             if self.teacher_mode == "initial":
                 if self.teacher is not None:
@@ -985,7 +1002,26 @@ def opsd_trainer_class() -> type:
                 else:  # LoRA: the starting policy is the base model
                     context = self.accelerator.unwrap_model(self.model).disable_adapter()
             with context:
-                return self.completion_logps(model, prompt_ids, prompt_mask.to(out["prompt_mask"].dtype), out)
+                return self.completion_logps(model, prompt_ids, prompt_mask.to(out["prompt_mask"].dtype), out, media)
+
+        def teacher_media(self, out: dict[str, Any], width: int) -> dict[str, Any]:
+            """The teacher forward's media inputs of the round ``out``, whose teacher prompts are left-padded to
+            ``width``: the round's pixel tensors as they are (each teacher prompt keeps its row's images, in the same
+            order: :func:`~swiftcore_recipe_rl.opsd.privileged_record`), and ``mm_token_type_ids`` over the teacher's
+            own prompt tokens (its placeholders sit elsewhere than in the student's prompt); empty for a text round."""
+            media = {
+                k: out[k]
+                for k in MEDIA_BATCH_KEYS
+                if k not in ("num_images", "mm_token_type_ids") and out.get(k) is not None
+            }
+            if out.get("mm_token_type_ids") is not None:
+                keep = out["completion_ids"].size(1)
+                types = []
+                for row in self._teacher_rows or ():
+                    own = list(row["types"] or [0] * len(row["ids"]))  # a text row of an image run: all 0
+                    types.append([0] * (width - len(own)) + own + [0] * keep)
+                media["mm_token_type_ids"] = torch.tensor(types, dtype=torch.long, device=out["completion_ids"].device)
+            return media
 
     return SwiftOPSDTrainer
 
