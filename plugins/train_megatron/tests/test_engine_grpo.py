@@ -18,6 +18,9 @@ transformers engine (TRL's GRPOTrainer).
   ranks) carry the transformers model's own parameter names and equal its weights after the same steps.
 - End to end at TP2: a run on 2 torchrun ranks logs the same rewards (same rollouts, sampled under --seed and the step
   from the synced weights), losses and gradient norms as one at TP1, 3 steps.
+- End to end with 2 data-parallel replicas (2 torchrun ranks at --tp 1, 1 prompt each a step): the same rewards,
+  losses, gradient norms and clip ratios as one replica with both prompts a step, 3 steps (each replica learns on its
+  prompt's completions with TRL's normalisation over the round, the gradients summed over the replicas).
 - Learning signal: the vowel task (the recipe_rl tests' toy task: a reply that starts with a vowel earns 1), 6 steps of
   GRPO on this engine with rollouts from the transformers backend synced after each step: the rollouts' reward rises,
   and the mean reward of the exported checkpoint on 8 held-out prompts (8 samples each, by the transformers backend)
@@ -26,10 +29,10 @@ transformers engine (TRL's GRPOTrainer).
   losses, gradient norms and ``kl`` equal TRL's); end to end with LoRA, the logged KL is 0 at step 1 and above 0 after.
 - Refusals, before any process group exists: --pp, --ep, --ray, --environment, --grpo-beta with a trained
   --lora-init-adapter,
-  --rollout-engine vllm, more processes than --tp, a family with multi-token-prediction layers.
+  --rollout-engine vllm, a world that is no multiple of --tp, a family with multi-token-prediction layers.
 
 What the selected tests need of this engine runs in one process per TP size (conftest's ``CliRuns``): the TP1
-``swiftcore train`` runs and parity script in one process, the TP2 ones in one torchrun world of 2.
+``swiftcore train`` runs and parity script in one process, the TP2 and data-parallel ones in one torchrun world of 2.
 """
 
 from __future__ import annotations
@@ -237,8 +240,10 @@ def planned(cli_runs, selected_params, tiny, tiny_model_dir, request, tmp_path_f
     for test, _ in selected_params:
         for key, (steps, lr, tp, *rest) in CLI_RUNS.get(test, {}).items():
             model = tiny_model_dir(rest[0]) if rest and rest[0] else tiny
-            args = _grpo_args(model, root / key, steps=steps, lr=lr, tp=tp) + list(rest[1] if len(rest) > 1 else ())
-            cli_runs.plan(key, args, root / key / "out", ranks=tp, group="grpo")
+            replicas = rest[2] if len(rest) > 2 else 1
+            args = _grpo_args(model, root / key, steps=steps, lr=lr, tp=tp, replicas=replicas)
+            args += list(rest[1] if len(rest) > 1 else ())
+            cli_runs.plan(key, args, root / key / "out", ranks=tp * replicas, group="grpo")
     cases = _parity_cases(selected_params)
     batch = request.getfixturevalue("fixed_batch") if cases else None
     models = {family: tiny_model_dir(family) for family, _, _ in cases}
@@ -352,25 +357,27 @@ def _mean_reward(model_dir: Path, prompts: list[str], plugins, samples: int = 8)
     return sum(bool(re.match(r"^\s*[aeiouAEIOU]", t)) for t in texts) / len(texts)
 
 
-def _grpo_args(model: Path, work: Path, *, steps: int, lr: float, tp: int = 1) -> list[str]:
+def _grpo_args(model: Path, work: Path, *, steps: int, lr: float, tp: int = 1, replicas: int = 1) -> list[str]:
     """What follows ``swiftcore`` for ``swiftcore train --engine megatron --recipe grpo`` on the vowel task (16
     prompts, 2 a step, 8 completions of up to 4 tokens, full weights, constant ``lr``, seed 0) at ``--tp tp`` (on a
-    world of ``tp`` ranks), writing ``work/out``."""
+    world of ``tp x replicas`` ranks; ``--batch-size`` is per replica: ``2 / replicas``), writing ``work/out``."""
     work.mkdir(parents=True, exist_ok=True)
     data = work / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Write a word, number {i}."}) + "\n" for i in range(16)))
     return ["train", "--tp", str(tp), "--engine", "megatron", "--recipe", "grpo", "--model", str(model),
             "--dataset", str(data), "--output-dir", str(work / "out"), "--tuner", "full", "--learning-rate", str(lr),
-            "--lr-scheduler", "constant", "--max-steps", str(steps), "--batch-size", "2", "--logging-steps", "1",
+            "--lr-scheduler", "constant", "--max-steps", str(steps), "--batch-size", str(2 // replicas),
+            "--logging-steps", "1",
             "--save-steps", "1000", "--seed", "0", "--no-plot", "--reward", "format", "--reward-option", VOWEL,
             "--num-generations", "8", "--max-completion-length", "4", "--rollout-engine", "transformers"]  # fmt: skip
 
 
 #: The ``swiftcore train`` runs each test asks for: key -> (steps, learning rate, tp[, family (None: qwen3_5)[, more
-#: arguments]]).
+#: arguments[, data-parallel replicas]]]).
 CLI_RUNS = {
     "test_grpo_raises_the_held_out_reward_on_the_toy_task": {"learn": (6, LR, 1)},
     "test_a_tp2_run_logs_the_steps_of_a_tp1_run": {"tp1": (3, 1e-4, 1), "tp2": (3, 1e-4, 2)},
+    "test_two_data_parallel_replicas_log_the_steps_of_one": {"tp1": (3, 1e-4, 1), "dp2": (3, 1e-4, 1, None, (), 2)},
     "test_a_moe_run_syncs_every_expert_and_adds_the_router_loss": {"olmoe": (2, 1e-4, 1, "olmoe")},
     "test_a_run_with_grpo_beta_logs_its_kl_to_the_start": {
         "kl": (2, LR, 1, None, ("--grpo-beta", "0.1", "--tuner", "lora", "--learning-rate", "5e-3"))
@@ -425,6 +432,28 @@ def test_a_tp2_run_logs_the_steps_of_a_tp1_run(grpo_runs):
     assert one[1]["sync_bytes"] == two[1]["sync_bytes"] > 0
 
 
+@pytest.mark.slow
+def test_two_data_parallel_replicas_log_the_steps_of_one(grpo_runs):
+    """End to end with 2 data-parallel replicas (2 torchrun ranks at --tp 1, --batch-size 1 each): rank 0 samples
+    the round of both replicas' prompts (the prompts of the one-replica run at --batch-size 2: the schedule deals
+    the batches to the replicas in turn), each replica learns on its prompt's 8 completions (TRL's ``dapo``
+    normaliser: the round's completion tokens over the 2 processes) and the gradients are summed over the replicas:
+    the same rewards, losses, gradient norms and clip ratios as one replica, 3 steps at lr 1e-4."""
+    _, one = grpo_runs("tp1")
+    _, two = grpo_runs("dp2")
+    print(f"1 replica {[(r['loss'], r['grad_norm']) for r in one]}")
+    print(f"2 replicas {[(r['loss'], r['grad_norm']) for r in two]}")
+    assert len(one) == len(two) == 3
+    for a, b in zip(one, two, strict=True):
+        assert a["reward"] == b["reward"] and a["completions/mean_length"] == b["completions/mean_length"], (a, b)
+        for key in ("loss", "grad_norm", "clip_ratio/region_mean", "clip_ratio/high_max"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), (key, a, b)
+    # On-policy rollouts whose completions all have 4 tokens: the loss is 0 at every step; the gradient norms check the
+    # normalisation and the reduction over the replicas (a replica's loss not divided by 2 doubles them).
+    assert all(r["grad_norm"] > 1.0 for r in one) and len({r["grad_norm"] for r in one}) == 3, one
+    assert one[1]["sync_bytes"] == two[1]["sync_bytes"] > 0
+
+
 # ---------------------------------------------------------------------------------------------- refusals
 
 
@@ -441,10 +470,14 @@ def test_a_tp2_run_logs_the_steps_of_a_tp1_run(grpo_runs):
             "--grpo-beta with --lora-init-adapter TRAINED: a trained adapter (lora_B not zero) would be the reference",
         ),
         ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
-        ("qwen3_5", {"world": 2}, "2 processes at --tp 1: GRPO has no data-parallel replicas yet"),
+        (
+            "qwen3_5",
+            {"world": 3, "recipe_options": {"tp": 2}},
+            "world size 3 (processes launched) is not a multiple of --tp 2",
+        ),
         ("glm5_with_mtp", {}, "builds multi-token-prediction (MTP) layers"),
     ],
-    ids=["pp", "ep", "ray", "environment", "beta", "vllm", "data-parallel", "mtp"],
+    ids=["pp", "ep", "ray", "environment", "beta", "vllm", "world", "mtp"],
 )
 def test_what_grpo_megatron_does_not_do_is_refused(
     family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after, request
@@ -456,8 +489,8 @@ def test_what_grpo_megatron_does_not_do_is_refused(
     from swiftcore._plugins import load_plugins
     from swiftcore.api import SwiftcoreError
 
-    if options.pop("world", None):
-        monkeypatch.setenv("WORLD_SIZE", "2")
+    if world := options.pop("world", None):
+        monkeypatch.setenv("WORLD_SIZE", str(world))
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "hi"}) + "\n")
     recipe_options = {"reward": ("format",), **options.pop("recipe_options", {})}

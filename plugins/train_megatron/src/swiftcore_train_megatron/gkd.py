@@ -11,7 +11,8 @@ states (checked equal on a fixed batch: ``tests/test_engine_gkd.py``).
 
 One optimiser step:
 
-1. rank 0 samples one completion for each of the step's ``--batch-size`` prompts with the rollout engine
+1. rank 0 samples one completion for each of the step's prompts (``--batch-size`` of each data-parallel replica;
+   each replica then learns on its own prompts' completions, as in ``grpo.megatron``) with the rollout engine
    (swiftcore's transformers backend in this process, synced to the student's current weights; on-policy, as TRL 1.16's
    ``DistillationTrainer`` always is);
 2. the completions go to every rank; each runs the sharded student, keeps the logits of the completion positions and
@@ -137,18 +138,22 @@ def teacher_logits(teacher: Any, batch: dict[str, Any]) -> Any:
     return logits.gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
 
 
-def gkd_loss(student_logits: Any, teacher_logits: Any, completion_mask: Any, options: Any) -> Any:
+def gkd_loss(
+    student_logits: Any, teacher_logits: Any, completion_mask: Any, options: Any, num_items: Any = None
+) -> Any:
     """TRL 1.16's generalised JSD (``GKDTrainer.generalized_jsd_loss``) of the student's and the teacher's
     next-token distributions over the completion tokens: both logits divided by ``--rollout-temperature`` (as TRL's
     ``DistillationTrainer`` does), ``beta = --gkd-beta`` (0: forward KL(teacher || student), 1: reverse
     KL(student || teacher), between them the JSD with mixture ``(1 - beta) p_student + beta p_teacher``), summed over
-    the completion tokens and divided by their count.
+    the completion tokens and divided by their count (``num_items``: the round's, when these rows are one
+    data-parallel replica's slice of it).
 
     Args:
         student_logits: ``(B, C, V)`` with gradient (:func:`completion_logits`).
         teacher_logits: ``(B, C, V)`` (:func:`teacher_logits`).
         completion_mask: ``(B, C)``; 1 marks a completion token.
         options: the ``gkd`` recipe's ``GKDOptions``.
+        num_items: the completion tokens the sum is divided by (default: ``completion_mask``'s).
 
     Raises:
         SwiftcoreError: the two vocabularies differ in size.
@@ -171,7 +176,8 @@ def gkd_loss(student_logits: Any, teacher_logits: Any, completion_mask: Any, opt
     labels = torch.where(mask, 0, -100)
     return GKDTrainer.generalized_jsd_loss(
         student_logits, teacher_logits.to(student_logits.device), labels=labels, beta=options.gkd_beta,
-        temperature=options.rollout_temperature, num_items_in_batch=mask.sum().clamp(min=1),
+        temperature=options.rollout_temperature,
+        num_items_in_batch=(mask.sum() if num_items is None else num_items).clamp(min=1),
     )  # fmt: skip
 
 
@@ -254,9 +260,12 @@ class GKDLoop(GRPOLoop):
         }
 
     def learn(self, batch: dict[str, Any]) -> tuple[float, float, dict[str, float]]:
-        """One optimiser step on one batch of completions (every rank the same): ``(loss, grad norm, metrics)``."""
+        """One optimiser step on this data-parallel replica's slice of the round (:meth:`GRPOLoop.replica_batch`;
+        with one replica, the round): ``(loss, grad norm, metrics)``. Each replica's divergence is summed over its
+        completion tokens and divided by the round's (``num_items_in_batch``), so the replicas' shares sum to the
+        round's token mean, the one-replica loss."""
         student = completion_logits(self.model, batch)
-        loss = gkd_loss(student, teacher_logits(self.teacher, batch), batch["completion_mask"], self.options)
-        loss.backward()
-        norm = self._apply_gradients()
-        return float(loss.detach()), norm, {}
+        share = gkd_loss(student, teacher_logits(self.teacher, batch), batch["completion_mask"], self.options,
+                         num_items=batch["num_items_in_batch"])  # fmt: skip
+        loss, norm = self.step_on(share)
+        return loss, norm, {}

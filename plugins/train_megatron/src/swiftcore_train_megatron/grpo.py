@@ -10,21 +10,25 @@ trainer whose per-token log-probs are the megatron model's, as ``dpo.megatron`` 
 
 One optimiser step:
 
-1. rank 0 generates ``--num-generations`` completions for each of the step's ``--batch-size`` prompts with the
-   rollout engine (swiftcore's transformers backend in this process, on the policy's base checkpoint) and scores them
-   with the ``--reward`` functions; the group advantages are TRL's (:func:`group_advantages`);
-2. the rollouts go to every rank; each computes its share of the completions' per-token log-probs under the sharded
+1. rank 0 generates ``--num-generations`` completions for each of the step's prompts (``--batch-size`` of each
+   data-parallel replica) with the rollout engine (swiftcore's transformers backend in this process, on the policy's
+   base checkpoint) and scores them with the ``--reward`` functions; the group advantages are TRL's
+   (:func:`group_advantages`, over the whole round);
+2. the rollouts go to every rank; each data-parallel replica takes the completions of its own prompts
+   (:meth:`GRPOLoop.replica_batch`, as TRL hands each process its slice, the loss normalised as TRL normalises a
+   process's share); each rank computes its share of those completions' per-token log-probs under the sharded
    model (logits divided by the rollout temperature, megatron's vocabulary-parallel cross entropy: tensor
    parallelism never gathers the logits) and the GRPO loss; backward, gradients reduced and clipped, optimiser step
-   (the SFT loop's, :mod:`~swiftcore_train_megatron.loop`);
-3. the updated weights go to the rollout engine: the bridge's rules turn the sharded megatron tensors back into the
-   Hugging Face tensors (:func:`hf_tensors`, gathered over the tensor-parallel ranks), named as the engine's
-   transformers model names them (:func:`model_named_tensors`: a MoE layer's experts fused as transformers' loader
-   fuses them), pushed in buckets by the recipe's :class:`WeightSync` (full weights). With ``--tuner lora`` (the
-   engine's LoRA, :mod:`~swiftcore_train_megatron.lora`) only the adapter moves: its tensors, gathered over the
-   tensor-parallel ranks and named as peft names them (:func:`adapter_tensors`), go to the engine's policy adapter
-   through its ``update_adapter`` (attached by :meth:`WeightSync.attach` at the first sync, step 0, so the rollouts
-   are always the adapter's, a trained ``--lora-init-adapter`` included); the base weights never move.
+   (the SFT loop's, :mod:`~swiftcore_train_megatron.loop`: gradients summed over the replicas);
+3. the updated weights go to the rollout engine (from data-parallel replica 0's ranks; the others hold the same): the
+   bridge's rules turn the sharded megatron tensors back into the Hugging Face tensors (:func:`hf_tensors`, gathered
+   over the tensor-parallel ranks), named as the engine's transformers model names them (:func:`model_named_tensors`:
+   a MoE layer's experts fused as transformers' loader fuses them), pushed in buckets by the recipe's
+   :class:`WeightSync` (full weights). With ``--tuner lora`` (the engine's LoRA,
+   :mod:`~swiftcore_train_megatron.lora`) only the adapter moves: its tensors, gathered over the tensor-parallel
+   ranks and named as peft names them (:func:`adapter_tensors`), go to the engine's policy adapter through its
+   ``update_adapter`` (attached by :meth:`WeightSync.attach` at the first sync, step 0, so the rollouts are always
+   the adapter's, a trained ``--lora-init-adapter`` included); the base weights never move.
 
 On a MoE family the loss also has TRL's ``router_aux_loss_coef * aux_loss`` of the policy's forward pass
 (:class:`~swiftcore_train_megatron.engine.RouterAuxLoss` over the rows' real tokens, logged as ``aux_loss``).
@@ -89,7 +93,8 @@ def rl_options(cfg: TrainConfig, options_class: Any, recipe: str) -> Any:
 def rl_refusals(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: int, name: str) -> list[str]:
     """What an online recipe on this engine (``name``: GRPO, GKD) does not do yet, each with what would work: the
     layouts, resume and rollout places its loop (:class:`GRPOLoop`) does not run (both tuners run: ``full`` syncs
-    the weights, ``lora`` only the adapter)."""
+    the weights, ``lora`` only the adapter; data-parallel replicas run, ``world = --tp x replicas``, and a world
+    that is no multiple of ``--tp`` is the layout's own refusal)."""
     problems = []
     if layout.pp > 1 or layout.vpp > 1:
         problems.append(f"--pp {layout.pp} / --vpp {layout.vpp}: {name} does not run through pipeline stages yet; "
@@ -98,9 +103,6 @@ def rl_refusals(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: i
         problems.append(f"--ep {layout.ep}: {name} trains dense families only so far; use --ep 1")
     if layout.cp > 1:
         problems.append(f"--cp {layout.cp}: {name} does not split sequences yet; use --cp 1")
-    if world != layout.tp * layout.pp:
-        problems.append(f"{world} processes at --tp {layout.tp}: {name} has no data-parallel replicas yet; launch "
-                        f"exactly --tp ranks (--nproc-per-node {layout.tp})")  # fmt: skip
     if cfg.gradient_accumulation_steps != 1:
         problems.append(f"--gradient-accumulation-steps: {name} on this engine runs one generation round per step; "
                         "use 1 and raise --batch-size instead")  # fmt: skip
@@ -400,22 +402,50 @@ def completion_logps_and_aux(model: Any, batch: dict[str, Any], temperature: flo
 
 
 class _Gather:
-    """What TRL's loss asks of accelerate: one process (this rank's batch is the whole batch)."""
+    """What TRL's loss asks of accelerate, over ``group`` (the data-parallel replicas, each one of TRL's processes;
+    None: one process, this rank's batch is the whole batch): the process count, ``gather`` (each process's tensor,
+    concatenated in rank order, as accelerate's) and ``reduce`` (summed), for TRL's normaliser and its metrics."""
 
-    num_processes = 1
     sync_gradients = True
 
+    def __init__(self, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        self.group = group
+        self.num_processes = 1 if group is None else dist.get_world_size(group)
+
     def gather(self, tensor: Any) -> Any:
-        return tensor
+        """Every process's ``tensor`` (a scalar or ``(B, ...)``; ``B`` may differ), concatenated along dim 0."""
+        if self.num_processes == 1:
+            return tensor
+        import torch
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * self.num_processes
+        dist.all_gather_object(parts, tensor.detach().cpu(), group=self.group)
+        return torch.cat([p.reshape(-1) if p.dim() == 0 else p for p in parts]).to(tensor.device)
 
     gather_for_metrics = gather
 
     def reduce(self, tensor: Any, reduction: str = "sum") -> Any:
-        return tensor
+        """``tensor`` summed over the processes (a copy; TRL asks only for sums)."""
+        if self.num_processes == 1:
+            return tensor
+        import torch.distributed as dist
+
+        total = tensor.detach().clone()
+        dist.all_reduce(total, group=self.group)
+        return total
 
 
 def grpo_loss(
-    per_token_logps: Any, batch: dict[str, Any], options: Any, *, max_completion_length: int, training: bool = True
+    per_token_logps: Any,
+    batch: dict[str, Any],
+    options: Any,
+    *,
+    max_completion_length: int,
+    training: bool = True,
+    data_parallel: Any = None,
 ) -> tuple[Any, dict[str, float]]:
     """TRL 1.16's GRPO loss (``GRPOTrainer._compute_loss``) of one batch of rollouts, from the policy's log-probs.
 
@@ -425,7 +455,10 @@ def grpo_loss(
     fixes: on-policy rollouts unless the batch carries old log-probs, TRL's KL term to the reference when
     ``--grpo-beta`` is set (its ``k3`` estimate from the batch's reference log-probs, times the importance ratio as
     TRL's default ``use_bias_correction_kl`` has it), no entropy mask or bonus, no
-    importance-sampling correction, one process and no gradient accumulation (the caller scales).
+    importance-sampling correction and no gradient accumulation (the caller scales). Under ``data_parallel`` (the
+    process group of the data-parallel replicas) each replica is one of TRL's processes: ``batch`` is this replica's
+    slice of the round, its ``num_items_in_batch`` the whole round's, and the loss TRL's of this process (whose
+    gradient TRL's DDP averages over the processes: the caller divides by their count before summing gradients).
 
     Args:
         per_token_logps: ``(B, C)`` the policy's log-probs of the completion tokens (the gradient flows through it).
@@ -437,6 +470,7 @@ def grpo_loss(
         options: the ``grpo`` recipe's ``GRPOOptions``.
         max_completion_length: ``--max-completion-length`` (the ``dr_grpo`` normaliser).
         training: TRL's train / eval mode (only the metrics' bookkeeping differs).
+        data_parallel: the data-parallel process group (None: one process); TRL's normaliser and metrics span it.
 
     Returns:
         ``(loss, metrics)``: the batch's loss and TRL's clip metrics of it (``clip_ratio/*``; ``kl`` with
@@ -490,7 +524,7 @@ def grpo_loss(
         _entropy_bonus_enabled=False,
         model=SimpleNamespace(training=training),
         current_gradient_accumulation_steps=1,
-        accelerator=_Gather(),
+        accelerator=_Gather(data_parallel),
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
     )
     loss = GRPOTrainer._compute_loss(stand_in, None, inputs)
@@ -683,8 +717,15 @@ class GRPOLoop(TrainLoop):
     # ------------------------------------------------------------------ rollouts (rank 0)
 
     def _sync(self) -> dict[str, float]:
-        """Push this step's weights to the engine (collective: every rank gathers its shards); rank 0's timing."""
+        """Push this step's weights to the engine (collective over the tensor-parallel ranks of data-parallel
+        replica 0, rank 0's: they gather their shards; the other replicas hold the same weights and send nothing);
+        rank 0's timing."""
+        from megatron.core import parallel_state
+
         if self._synced_step == self.step:
+            return {"sync_s": 0.0, "sync_bytes": 0.0}
+        if parallel_state.get_data_parallel_rank() != 0:
+            self._synced_step = self.step
             return {"sync_s": 0.0, "sync_bytes": 0.0}
         start = time.perf_counter()
         if self.lora is not None:
@@ -795,8 +836,48 @@ class GRPOLoop(TrainLoop):
             "num_items_in_batch": completion_mask.sum(),
         }
 
+    def replica_batch(self, batch: dict[str, Any], per_rank: list[list[list[int]]]) -> dict[str, Any]:
+        """This data-parallel replica's slice of the round's ``batch`` (:meth:`rollout_batch` of every replica's
+        prompts, replica 0's first, as :meth:`_train_step` generates them): the rows of its own prompts' completions
+        (``per_rank``: the step's micro-batches of each replica, the schedule's split of the data, as SFT and DPO
+        train on it), as TRL hands each process its slice after the round's advantages. ``num_items_in_batch``
+        stays the round's (TRL's global token count). One replica: ``batch`` itself."""
+        from megatron.core import parallel_state
+
+        if len(per_rank) == 1:
+            return batch
+        prompts = [len(batches[0]) for batches in per_rank]
+        per_prompt = batch["completion_ids"].shape[0] // sum(prompts)  # completions of each prompt
+        rank = parallel_state.get_data_parallel_rank()
+        start = sum(prompts[:rank]) * per_prompt
+        rows = slice(start, start + prompts[rank] * per_prompt)
+        return {k: v if k == "num_items_in_batch" else v[rows] for k, v in batch.items()}
+
+    def step_on(self, share: Any) -> tuple[float, float]:
+        """The end of a step on this replica's ``share`` of the step's loss (the shares summed over the
+        data-parallel replicas are the step's loss, so the gradients summed over them, as
+        :func:`~swiftcore_train_megatron.engine.reduce_gradients` sums them, are the step loss's): backward, the
+        gradients reduced, clipped and applied; ``(the step's loss, grad norm)``."""
+        from megatron.core import parallel_state
+
+        from swiftcore_train_megatron.cp import reduce_loss_sum
+
+        share.backward()
+        loss = reduce_loss_sum(share.detach().clone(), parallel_state.get_data_parallel_group())
+        return float(loss), self._apply_gradients()
+
     def learn(self, batch: dict[str, Any]) -> tuple[float, float, dict[str, float]]:
-        """One optimiser step on one rollout batch (every rank the same): ``(loss, grad norm, TRL's metrics)``."""
+        """One optimiser step on this data-parallel replica's slice of the round (:meth:`replica_batch`; with one
+        replica, the round): ``(loss, grad norm, TRL's metrics)``, the loss and metrics the whole round's.
+
+        Each replica is one of TRL's processes: its loss is TRL's of its slice (normalised as TRL normalises a
+        process's share: ``dapo`` by the round's completion tokens over the process count, ``grpo`` per sequence
+        then over the slice's sequences) and TRL's DDP averages the processes' gradients, so each replica's share is
+        that loss over the replica count."""
+        from megatron.core import parallel_state
+
+        dp_group = parallel_state.get_data_parallel_group()
+        replicas = parallel_state.get_data_parallel_world_size()
         if self.reference is not None:  # TRL's reference log-probs, of the same rows at the same temperature
             import torch
 
@@ -805,28 +886,30 @@ class GRPOLoop(TrainLoop):
                     self.reference, batch, self.options.rollout_temperature
                 )}  # fmt: skip
         logps, aux_loss = completion_logps_and_aux(self.model, batch, self.options.rollout_temperature, self.aux)
-        loss, metrics = grpo_loss(logps, batch, self.options, max_completion_length=self.options.max_completion_length)
+        loss, metrics = grpo_loss(logps, batch, self.options, max_completion_length=self.options.max_completion_length,
+                                  data_parallel=dp_group)  # fmt: skip
         if aux_loss is not None:  # TRL adds it after the policy loss, unscaled (one rollout batch is one step here)
             loss = loss + self.aux.coef * aux_loss
-            metrics = {**metrics, "aux_loss": float(aux_loss.detach())}
-        loss.backward()
-        norm = self._apply_gradients()
-        return float(loss.detach()), norm, metrics
+            # TRL logs the processes' mean (gather_for_metrics)
+            metrics = {**metrics, "aux_loss": float(_Gather(dp_group).gather(aux_loss.detach()).mean())}
+        loss, norm = self.step_on(loss / replicas)
+        return loss, norm, metrics
 
     def _train_step(self) -> tuple[float, float, int]:
-        """Sync the engine to the current weights, generate and score the step's rollouts on rank 0, hand them to
-        every rank, and take the optimiser step; ``(loss, grad norm, tokens)``."""
+        """Sync the engine to the current weights, generate and score the step's round on rank 0 (the prompts of
+        every data-parallel replica, ``--batch-size`` each, replica 0's first: the advantages and reward metrics are
+        the round's), hand it to every rank, and take the optimiser step, each replica on its prompts' completions;
+        ``(loss, grad norm, tokens)``."""
         import torch.distributed as dist
-        from megatron.core import parallel_state
 
         per_rank = self.schedule.micro_batches(self.step)
-        rows = [self.train_samples[i] for i in per_rank[parallel_state.get_data_parallel_rank()][0]]
+        rows = [self.train_samples[i] for batches in per_rank for i in batches[0]]
         sync = self._sync()
         payload = [self._generate(rows) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(payload, src=0)
         rollouts = payload[0]
         batch = self.rollout_batch(rollouts)
-        loss, norm, metrics = self.learn(batch)
+        loss, norm, metrics = self.learn(self.replica_batch(batch, per_rank))
         self._step_metrics = {**rollouts["metrics"], **metrics, **sync}
         tokens = int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
         return loss, norm, tokens
