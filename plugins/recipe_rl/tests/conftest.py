@@ -296,6 +296,17 @@ def _generalized_jsd(student_logits: Any, teacher_logits: Any, mask: Any, beta: 
 
 
 @pytest.fixture(scope="session")
+def image_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four image prompts asking "What colour is this?" of red, blue, red, blue images, each with its colour as
+    ``answer`` (the column opsd reads as privileged context): the gkd and opsd image tests' fixed round."""
+    from swiftcore_testing import colour_turns, write_jsonl
+
+    work = tmp_path_factory.mktemp("colour-prompts")
+    turns = colour_turns(work / "images", range(4), "What colour is this?")
+    return write_jsonl(work / "prompts.jsonl", [{"prompt": [user], "answer": colour} for user, colour in turns])
+
+
+@pytest.fixture(scope="session")
 def generalized_jsd() -> Callable[..., Any]:
     """``generalized_jsd(student_logits, teacher_logits, mask, beta)``: the reference the gkd tests hold TRL's loss
     to (a 0-d float64 tensor)."""

@@ -37,17 +37,6 @@ from swiftcore_testing import (
 torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
-QUESTION = "What colour is this?"
-
-
-@pytest.fixture(scope="module")
-def image_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four image prompts (red, blue, red, blue), each with its colour as ``answer`` (a column opsd reads)."""
-    work = tmp_path_factory.mktemp("gkd-images")
-    turns = colour_turns(work / "images", range(4), QUESTION)
-    return write_jsonl(work / "prompts.jsonl", [{"prompt": [user], "answer": colour} for user, colour in turns])
-
-
 def _plan(tiny_dir: Path, plugins: Any, work: Path, data: Path, recipe: str = "gkd", **options: Any) -> Any:
     from swiftcore_recipe_rl.options import RL_RECIPES
     from swiftcore_recipe_rl.plan import plan_run
@@ -170,7 +159,6 @@ def test_a_gkd_teacher_that_would_read_the_pixels_otherwise_is_refused(
 @pytest.mark.parametrize(
     ("recipe", "options", "named"),
     [
-        ("opsd", {}, "--recipe opsd"),
         ("gkd", {"rollout_engine": "vllm"}, "--rollout-engine vllm"),
         ("gkd", {"rollout_server": "http://127.0.0.1:9"}, "--rollout-server"),
     ],
@@ -187,8 +175,6 @@ def test_what_still_drops_the_pixels_is_refused(
         _plan(tiny_dir, plugins, tmp_path, image_data, recipe, **options)
     message = str(info.value)
     assert f"{image_data}:1" in message and named in message and "image" in message
-    if recipe == "opsd":  # the recipes that do take images, gkd among them
-        assert "--recipe grpo / rloo / reinforce_pp / opd / gkd" in message
     assert not (tmp_path / "out").exists()
 
 

@@ -33,14 +33,6 @@ QUESTION = "What colour is this?"
 FORMAT = "{prompt}\n\nReference answer: {context}"
 
 
-@pytest.fixture(scope="module")
-def image_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four image prompts (red, blue, red, blue), each with its colour as ``answer`` (opsd's privileged context)."""
-    work = tmp_path_factory.mktemp("opsd-images")
-    turns = colour_turns(work / "images", range(4), QUESTION)
-    return write_jsonl(work / "prompts.jsonl", [{"prompt": [user], "answer": colour} for user, colour in turns])
-
-
 def _plan(tiny_dir: Path, plugins: Any, work: Path, data: Path, **options: Any) -> Any:
     from swiftcore_recipe_rl.options import OPSDOptions
     from swiftcore_recipe_rl.plan import plan_run
