@@ -236,6 +236,27 @@ def logged():
     return _logged
 
 
+def _resumed_weights_gap(whole: Path, resumed: Path, step: int) -> tuple[float, float]:
+    """``(largest difference between the two runs' checkpoint-STEP weights, largest change of the uninterrupted run's
+    weights over its last step)``: the first ~0 and the second not, for a resume that restored the optimizer too."""
+    from safetensors.torch import load_file
+
+    want = load_file(whole / f"checkpoint-{step}" / "model.safetensors")
+    got = load_file(resumed / f"checkpoint-{step}" / "model.safetensors")
+    before = load_file(whole / f"checkpoint-{step - 1}" / "model.safetensors")
+    assert sorted(got) == sorted(want)
+    return max(float((got[k] - v).abs().max()) for k, v in want.items()), max(
+        float((v - before[k]).abs().max()) for k, v in want.items()
+    )
+
+
+@pytest.fixture(scope="session")
+def resumed_weights_gap():
+    """``resumed_weights_gap(whole_out, resumed_out, step) -> (gap, last step's change)``: a resumed run's final
+    weights against the uninterrupted run's (both saved ``checkpoint-STEP``)."""
+    return _resumed_weights_gap
+
+
 @pytest.fixture(scope="session")
 def vowel_task():
     """``vowel_task(tokenizer) -> (train_rows, held_rows)``: the preference recipe's vowel task (its conftest's

@@ -220,10 +220,11 @@ def planned(cli_runs, selected_params, tiny, tiny_model_dir, request, tmp_path_f
     file}``."""
     root = tmp_path_factory.mktemp("runs")
     for test, _ in selected_params:
-        for key, (steps, lr, tp, *replicas) in CLI_RUNS.get(test, {}).items():
-            dp = replicas[0] if replicas else 1
+        for key, (steps, lr, tp, *rest) in CLI_RUNS.get(test, {}).items():
+            dp = rest[0] if rest else 1
             args = _gkd_args(tiny, request.getfixturevalue("teacher"), root / key, steps=steps, lr=lr, tp=tp,
                              replicas=dp)  # fmt: skip
+            args += [a.replace("{runs}", str(root)) for a in (rest[1] if len(rest) > 1 else ())]
             cli_runs.plan(key, args, root / key / "out", ranks=tp * dp, group="gkd")
     cases = sorted({(p["family"], p["tp"]) for test, p in selected_params if test == PARITY_TEST})
     batch = request.getfixturevalue("fixed_batch") if cases else None
@@ -306,11 +307,17 @@ def _gkd_args(
             "--rollout-engine", "transformers"]  # fmt: skip
 
 
-#: The ``swiftcore train`` runs each test asks for: key -> (steps, learning rate, tp[, data-parallel replicas]).
+#: The 3-step TP1 run the TP2, data-parallel and resumed runs are compared with (it also saves checkpoint-2).
+TP1 = (3, 1e-4, 1, 1, ("--save-steps", "2"))
+#: The ``swiftcore train`` runs each test asks for: key -> (steps, learning rate, tp[, data-parallel replicas[, more
+#: arguments ("{runs}" is the runs' root)]]).
 CLI_RUNS = {
     "test_gkd_lowers_the_held_out_divergence_to_the_teacher": {"learn": (16, 5e-3, 1)},
-    "test_a_tp2_run_logs_the_steps_of_a_tp1_run": {"tp1": (3, 1e-4, 1), "tp2": (3, 1e-4, 2)},
-    "test_two_data_parallel_replicas_log_the_steps_of_one": {"tp1": (3, 1e-4, 1), "dp2": (3, 1e-4, 1, 2)},
+    "test_a_tp2_run_logs_the_steps_of_a_tp1_run": {"tp1": TP1, "tp2": (3, 1e-4, 2)},
+    "test_two_data_parallel_replicas_log_the_steps_of_one": {"tp1": TP1, "dp2": (3, 1e-4, 1, 2)},
+    "test_a_resumed_run_repeats_the_uninterrupted_ones_last_step": {
+        "tp1": TP1, "resumed": (3, 1e-4, 1, 1, ("--resume-from-checkpoint", "{runs}/tp1/out/checkpoint-2")),
+    },
 }
 
 
@@ -380,6 +387,24 @@ def test_a_tp2_run_logs_the_steps_of_a_tp1_run(gkd_runs):
         for key in ("loss", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), (key, a, b)
     assert one[1]["sync_bytes"] == two[1]["sync_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_a_resumed_run_repeats_the_uninterrupted_ones_last_step(gkd_runs, resumed_weights_gap):
+    """``--resume-from-checkpoint`` the 3-step TP1 run's checkpoint-2: step 3's completions (sampled under --seed and
+    the step by an engine synced to the checkpoint's weights), loss, gradient norm and the weights after it (AdamW's
+    state restored) are the uninterrupted run's."""
+    whole_dir, whole = gkd_runs("tp1")
+    resumed_dir, resumed = gkd_runs("resumed")
+    print(f"uninterrupted step 3 {whole[-1]}\nresumed {resumed}")
+    assert [r["step"] for r in whole] == [1, 2, 3] and [r["step"] for r in resumed] == [3], resumed
+    a, b = whole[-1], resumed[-1]
+    assert a["completions/mean_length"] == b["completions/mean_length"] and a["sync_bytes"] == b["sync_bytes"] > 0
+    for key in ("loss", "grad_norm"):
+        assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), (key, a, b)
+    assert a["loss"] != whole[-2]["loss"]  # step 3 is no copy of step 2
+    gap, moved = resumed_weights_gap(whole_dir, resumed_dir, 3)
+    assert gap < 1e-6 < moved, (gap, moved)
 
 
 @pytest.mark.slow

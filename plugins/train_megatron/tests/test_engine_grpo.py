@@ -27,9 +27,8 @@ transformers engine (TRL's GRPOTrainer).
   rises from the base model's by >= 0.4 and reaches >= 0.7.
 - ``--grpo-beta``: the parity above with TRL's KL term to the reference (``dapo+kl``, beta 0.5, TP1 and TP2: the
   losses, gradient norms and ``kl`` equal TRL's); end to end with LoRA, the logged KL is 0 at step 1 and above 0 after.
-- Refusals, before any process group exists: --pp, --ep, --ray, --environment, --grpo-beta with a trained
-  --lora-init-adapter,
-  --rollout-engine vllm, a world that is no multiple of --tp, a family with multi-token-prediction layers.
+- Refusals, before any process group exists: --pp, --ep, --ray, --environment, --rollout-engine vllm, a world that
+  is no multiple of --tp, a family with multi-token-prediction layers.
 
 What the selected tests need of this engine runs in one process per TP size (conftest's ``CliRuns``): the TP1
 ``swiftcore train`` runs and parity script in one process, the TP2 and data-parallel ones in one torchrun world of 2.
@@ -242,7 +241,7 @@ def planned(cli_runs, selected_params, tiny, tiny_model_dir, request, tmp_path_f
             model = tiny_model_dir(rest[0]) if rest and rest[0] else tiny
             replicas = rest[2] if len(rest) > 2 else 1
             args = _grpo_args(model, root / key, steps=steps, lr=lr, tp=tp, replicas=replicas)
-            args += list(rest[1] if len(rest) > 1 else ())
+            args += [a.replace("{runs}", str(root)) for a in (rest[1] if len(rest) > 1 else ())]
             cli_runs.plan(key, args, root / key / "out", ranks=tp * replicas, group="grpo")
     cases = _parity_cases(selected_params)
     batch = request.getfixturevalue("fixed_batch") if cases else None
@@ -372,12 +371,17 @@ def _grpo_args(model: Path, work: Path, *, steps: int, lr: float, tp: int = 1, r
             "--num-generations", "8", "--max-completion-length", "4", "--rollout-engine", "transformers"]  # fmt: skip
 
 
+#: The 3-step TP1 run the TP2, data-parallel and resumed runs are compared with (it also saves checkpoint-2).
+TP1 = (3, 1e-4, 1, None, ("--save-steps", "2"))
 #: The ``swiftcore train`` runs each test asks for: key -> (steps, learning rate, tp[, family (None: qwen3_5)[, more
-#: arguments[, data-parallel replicas]]]).
+#: arguments ("{runs}" is the runs' root)[, data-parallel replicas]]]).
 CLI_RUNS = {
     "test_grpo_raises_the_held_out_reward_on_the_toy_task": {"learn": (6, LR, 1)},
-    "test_a_tp2_run_logs_the_steps_of_a_tp1_run": {"tp1": (3, 1e-4, 1), "tp2": (3, 1e-4, 2)},
-    "test_two_data_parallel_replicas_log_the_steps_of_one": {"tp1": (3, 1e-4, 1), "dp2": (3, 1e-4, 1, None, (), 2)},
+    "test_a_tp2_run_logs_the_steps_of_a_tp1_run": {"tp1": TP1, "tp2": (3, 1e-4, 2)},
+    "test_two_data_parallel_replicas_log_the_steps_of_one": {"tp1": TP1, "dp2": (3, 1e-4, 1, None, (), 2)},
+    "test_a_resumed_run_repeats_the_uninterrupted_ones_last_step": {
+        "tp1": TP1, "resumed": (3, 1e-4, 1, None, ("--resume-from-checkpoint", "{runs}/tp1/out/checkpoint-2")),
+    },
     "test_a_moe_run_syncs_every_expert_and_adds_the_router_loss": {"olmoe": (2, 1e-4, 1, "olmoe")},
     "test_a_run_with_grpo_beta_logs_its_kl_to_the_start": {
         "kl": (2, LR, 1, None, ("--grpo-beta", "0.1", "--tuner", "lora", "--learning-rate", "5e-3"))
@@ -433,6 +437,25 @@ def test_a_tp2_run_logs_the_steps_of_a_tp1_run(grpo_runs):
 
 
 @pytest.mark.slow
+def test_a_resumed_run_repeats_the_uninterrupted_ones_last_step(grpo_runs, resumed_weights_gap):
+    """``--resume-from-checkpoint`` the 3-step TP1 run's checkpoint-2 (weights, AdamW state, schedule, RNG): step 3's
+    rollouts (sampled under --seed and the step, by an engine synced to the checkpoint's weights), rewards, loss,
+    gradient norm and weight sync are the uninterrupted run's, and so are the final weights."""
+    whole_dir, whole = grpo_runs("tp1")
+    resumed_dir, resumed = grpo_runs("resumed")
+    print(f"uninterrupted step 3 {whole[-1]}\nresumed {resumed}")
+    assert [r["step"] for r in whole] == [1, 2, 3] and [r["step"] for r in resumed] == [3], resumed
+    a, b = whole[-1], resumed[-1]
+    assert a["reward"] == b["reward"] and a["completions/mean_length"] == b["completions/mean_length"], (a, b)
+    assert a["sync_bytes"] == b["sync_bytes"] > 0  # the resumed engine got the checkpoint's weights at step 3
+    for key in ("loss", "grad_norm"):
+        assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), (key, a, b)
+    assert a["grad_norm"] != whole[-2]["grad_norm"]  # step 3 is no copy of step 2
+    gap, moved = resumed_weights_gap(whole_dir, resumed_dir, 3)  # AdamW's state restored: the same update
+    assert gap < 1e-6 < moved, (gap, moved)
+
+
+@pytest.mark.slow
 def test_two_data_parallel_replicas_log_the_steps_of_one(grpo_runs):
     """End to end with 2 data-parallel replicas (2 torchrun ranks at --tp 1, --batch-size 1 each): rank 0 samples
     the round of both replicas' prompts (the prompts of the one-replica run at --batch-size 2: the schedule deals
@@ -464,11 +487,6 @@ def test_two_data_parallel_replicas_log_the_steps_of_one(grpo_runs):
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: GRPO trains dense families only so far"),
         ("qwen3_5", {"recipe_options": {"ray": True}}, "--ray: GRPO on this engine runs its rollouts in rank 0"),
         ("qwen3_5", {"recipe_options": {"environment": "calculator"}}, "--environment: multi-turn episodes are not"),
-        (
-            "qwen3_5",
-            {"tuner": "lora", "recipe_options": {"grpo_beta": 0.04, "lora_init_adapter": "TRAINED"}},
-            "--grpo-beta with --lora-init-adapter TRAINED: a trained adapter (lora_B not zero) would be the reference",
-        ),
         ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
         (
             "qwen3_5",
@@ -477,7 +495,7 @@ def test_two_data_parallel_replicas_log_the_steps_of_one(grpo_runs):
         ),
         ("glm5_with_mtp", {}, "builds multi-token-prediction (MTP) layers"),
     ],
-    ids=["pp", "ep", "ray", "environment", "beta", "vllm", "world", "mtp"],
+    ids=["pp", "ep", "ray", "environment", "vllm", "world", "mtp"],
 )
 def test_what_grpo_megatron_does_not_do_is_refused(
     family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after, request
@@ -494,16 +512,6 @@ def test_what_grpo_megatron_does_not_do_is_refused(
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "hi"}) + "\n")
     recipe_options = {"reward": ("format",), **options.pop("recipe_options", {})}
-    if recipe_options.get("lora_init_adapter") == "TRAINED":  # a peft adapter whose lora_B is not zero
-        import torch
-        from safetensors.torch import save_file
-
-        adapter = tmp_path / "trained"
-        adapter.mkdir()
-        (adapter / "adapter_config.json").write_text("{}")
-        save_file({"base_model.model.lm_head.lora_B.weight": torch.ones(2, 2)}, adapter / "adapter_model.safetensors")
-        recipe_options["lora_init_adapter"] = str(adapter)
-        expected = expected.replace("TRAINED", str(adapter))
     model = request.getfixturevalue(family) if family == "glm5_with_mtp" else tiny_model_dir(family)
     cfg = TrainConfig(
         model=str(model), dataset=(str(data),), output_dir=str(tmp_path / "out"), engine="megatron",

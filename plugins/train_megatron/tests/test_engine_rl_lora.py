@@ -8,7 +8,10 @@ engine's LoRA (``swiftcore_train_megatron.lora``) and a LoRA-only weight sync to
   equal those of the recipe's trainer on the transformers engine (TRL's GRPOTrainer / DistillationTrainer on the
   peft policy ``apply_tuner`` makes, the same AdamW step) to 1e-5, at TP1 and TP2 (real processes on gloo, TP2 a
   torchrun world of 2). Both start from the same adapter: the peft one, saved and given to this engine as
-  ``--lora-init-adapter``.
+  ``--lora-init-adapter``. ``grpo_kl``: GRPO with ``--grpo-beta`` from a trained adapter (lora_B moved off zero):
+  TRL's reference is a frozen copy of that adapter ("ref"), this engine's the base with ``--lora-init-adapter``
+  loaded (``grpo.load_reference``); a reference without the adapter (the base) puts a KL of the adapter's size into
+  step 1's loss.
 - The LoRA-only sync, in the same runs: rank 0 holds a real transformers rollout engine with the recipe's
   ``WeightSync``; the loop syncs before each step (step 0 attaches the adapter) and once after the last. Every
   ``update_adapter`` call carries exactly the peft policy's adapter tensors by name (``get_peft_model_state_dict``),
@@ -24,7 +27,7 @@ engine's LoRA (``swiftcore_train_megatron.lora``) and a LoRA-only weight sync to
   0.97. With the rollouts sampled from the base model instead (no adapter on the requests) the rollouts' reward
   stays near 0.1 and the test fails.
 - Refusals that remain with ``--tuner lora``, before any process group exists: --pp, --ep, --rollout-engine vllm,
-  more processes than --tp, a family with multi-token-prediction layers, a MoE family (both recipes:
+  a world that is no multiple of --tp, a family with multi-token-prediction layers, a MoE family (both recipes:
   MoE trains with --tuner full).
 
 What the selected tests need of this engine runs in one process per TP size (conftest's ``CliRuns``): the
@@ -56,6 +59,9 @@ PROMPT = 5
 LEARN_STEPS, LEARN_LR = 8, 5e-3
 #: The probe the engine's and the policy's logits are compared on.
 PROBE = list(range(11, 27))
+#: ``grpo_kl``: ``--grpo-beta``, from a trained adapter (its lora_B moved off zero by this much noise), which TRL keeps
+#: as its frozen reference ("ref" adapter): at step 1 the policy is its reference (KL 0), where the base would not be.
+KL_BETA, TRAINED_B = 0.5, 0.05
 
 #: One rank's side: the recipe's loop of this engine with LoRA from the peft init, 3 optimiser steps on the fixed batch,
 #: a LoRA-only sync to a real transformers rollout engine (rank 0) before each step and after the last, what each sync
@@ -74,11 +80,11 @@ import swiftcore.api
 from swiftcore.api.models import resolve_model_spec
 from swiftcore_train_megatron.engine import load_sharded_model
 from swiftcore_train_megatron.gkd import GKDLoop, load_teacher
-from swiftcore_train_megatron.grpo import GRPOLoop, completion_logps
+from swiftcore_train_megatron.grpo import GRPOLoop, completion_logps, load_reference
 from swiftcore_train_megatron.layout import ParallelLayout, world_size
 from swiftcore_train_megatron.recipe import _add_lora, _schedule_and_optimizer
 
-model_dir, teacher_dir, cases_file, lr, steps, rank, alpha, probe = sys.argv[1:9]
+model_dir, teacher_dir, cases_file, lr, steps, rank, alpha, probe, beta = sys.argv[1:10]
 tp = world_size()
 plugins = swiftcore.api.load_plugins(env={})
 spec = resolve_model_spec(model_dir, plugins)
@@ -106,8 +112,9 @@ for recipe, init_dir, batch_file, out_file in json.loads(Path(cases_file).read_t
     cfg = TrainConfig(model=model_dir, dataset=("unused",), output_dir=str(Path(out_file).parent), tuner="lora",
                       lora_rank=int(rank), lora_alpha=int(alpha), learning_rate=float(lr), lr_scheduler="constant",
                       batch_size=2, max_steps=int(steps), seed=0, recipe_options={"lora_init_adapter": init_dir})
-    if recipe == "grpo":
-        options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, rollout_temperature=0.7)
+    if recipe.startswith("grpo"):  # grpo_kl: with --grpo-beta, from a trained adapter
+        options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6, rollout_temperature=0.7,
+                              grpo_beta=float(beta) if recipe == "grpo_kl" else 0.0)
     else:
         options = GKDOptions(teacher_model=teacher_dir, gkd_beta=0.5, max_completion_length=6, rollout_temperature=0.7)
     init_model_parallel(tp, 1, seed=0)  # again for each case: megatron's state rebuilt and re-seeded, as in a new world
@@ -115,10 +122,12 @@ for recipe, init_dir, batch_file, out_file in json.loads(Path(cases_file).read_t
     lora = _add_lora(cfg, spec, bridge, model)
     layout = ParallelLayout(tp=tp)
     schedule, optimizer, scheduler = _schedule_and_optimizer(cfg, Path(cfg.output_dir), model, 2, layout, tp)
-    loop = (GRPOLoop if recipe == "grpo" else GKDLoop)(
+    loop = (GRPOLoop if recipe.startswith("grpo") else GKDLoop)(
         cfg=cfg, output_dir=Path(cfg.output_dir), model=model, optimizer=optimizer, scheduler=scheduler,
         schedule=schedule, train_samples=[], val_samples=[], pad_token_id=0, bridge=bridge, bridge_name="qwen3_5",
         layout=layout, extras={}, lora=lora, options=options)
+    if recipe == "grpo_kl":  # the reference as grpo.megatron loads it: the base with the starting adapter
+        loop.attach_reference(load_reference(cfg, spec, bridge, layout))
     if recipe == "gkd":
         loop.attach_teacher(load_teacher(resolve_model_spec(teacher_dir, plugins), teacher_dir, plugins))
     if rank0:  # a new engine for each case: the adapter is loaded once per engine
@@ -126,7 +135,7 @@ for recipe, init_dir, batch_file, out_file in json.loads(Path(cases_file).read_t
         loop.weight_sync = WeightSync(loop.engine)
     batch = torch.load(batch_file)
     model.train()
-    if recipe == "grpo":
+    if recipe.startswith("grpo"):
         with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy
             batch["old_per_token_logps"] = completion_logps(model, batch, 0.7)
     got, synced = [], []
@@ -229,11 +238,18 @@ def _reference(recipe: str, tiny: Path, teacher: Path, batch_file: Path, out: Pa
 
     torch.manual_seed(SEED)
     policy = apply_tuner(load(tiny), spec, cfg)
+    if recipe == "grpo_kl":  # a trained adapter to start from
+        noise = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for name, param in policy.named_parameters():
+                if ".lora_B." in name:
+                    param.copy_(torch.randn(param.shape, generator=noise) * TRAINED_B)
     policy.save_pretrained(out / "init")
     dataset = Dataset.from_list([{"prompt": "p"}] * 4)
-    if recipe == "grpo":
+    if recipe.startswith("grpo"):  # TRL adds its "ref" adapter, a copy of the policy's, when beta is set
+        beta = KL_BETA if recipe == "grpo_kl" else 0.0
         options = GRPOOptions(reward=("format",), num_generations=4, max_completion_length=6,
-                              rollout_temperature=TEMPERATURE)  # fmt: skip
+                              rollout_temperature=TEMPERATURE, grpo_beta=beta)  # fmt: skip
         trainer = trainer_class("grpo")(
             model=policy, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
             args=grpo_config(cfg, options, out, reward_names=["format"]), train_dataset=dataset,
@@ -251,15 +267,24 @@ def _reference(recipe: str, tiny: Path, teacher: Path, batch_file: Path, out: Pa
     optimizer = trainer.create_optimizer()
     batch = torch.load(batch_file)
     model.train()
-    if recipe == "grpo":
+    if recipe.startswith("grpo"):
         with torch.no_grad():  # the initial weights sampled the batch: later steps are off-policy
             ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
             mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
             old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, batch["completion_ids"].size(1))
+            if recipe == "grpo_kl":  # TRL's reference log-probs: its "ref" adapter, as _generate_and_score_completions
+                from trl.trainer.utils import use_adapter
+
+                assert "ref" in model.peft_config, "TRL keeps no copy of the starting adapter"
+                with use_adapter(model, adapter_name="ref"):
+                    ref, _, _ = trainer._get_per_token_logps_and_entropies(
+                        model, ids, mask, batch["completion_ids"].size(1)
+                    )
+                batch["ref_per_token_logps"] = ref
         batch["old_per_token_logps"] = old
     steps = []
     for _ in range(STEPS):
-        loss = trainer._compute_loss(model, batch) if recipe == "grpo" else trainer.compute_loss(model, batch)
+        loss = trainer._compute_loss(model, batch) if recipe.startswith("grpo") else trainer.compute_loss(model, batch)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         optimizer.step()
@@ -287,7 +312,7 @@ def _parity_cases(selected_params: list[tuple[str, dict]]) -> set[tuple[str, int
 def references(tiny, teacher, batches, selected_params, tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("transformers")
     recipes = sorted({recipe for recipe, _ in _parity_cases(selected_params)})
-    return {r: _reference(r, tiny, teacher, batches[r], root / r) for r in recipes}
+    return {r: _reference(r, tiny, teacher, batches[r.removesuffix("_kl")], root / r) for r in recipes}
 
 
 def _plan_megatron_steps(cli_runs, tiny: Path, teacher: Path, cases: list[tuple[str, Path, Path]], out: Path,
@@ -303,7 +328,7 @@ def _plan_megatron_steps(cli_runs, tiny: Path, teacher: Path, cases: list[tuple[
         result.parent.mkdir(exist_ok=True)
     cases_file = out / "cases.json"
     cases_file.write_text(json.dumps([[r, str(init), str(batch), str(results[r])] for r, init, batch in cases]))
-    argv = [tiny, teacher, cases_file, LR, STEPS, RANK, ALPHA, json.dumps(PROBE)]
+    argv = [tiny, teacher, cases_file, LR, STEPS, RANK, ALPHA, json.dumps(PROBE), KL_BETA]
     cli_runs.plan_script(("parity", tp), script, argv, out, ranks=tp, group="lora")
     return results
 
@@ -325,7 +350,7 @@ def planned(cli_runs, selected_params, tiny, request, tmp_path_factory) -> dict[
     planned = {}
     for tp in sorted({n for _, n in cases}):
         recipes = sorted(r for r, n in cases if n == tp)
-        work = [(r, references[r]["init"], batches[r]) for r in recipes]
+        work = [(r, references[r]["init"], batches[r.removesuffix("_kl")]) for r in recipes]
         planned[tp] = _plan_megatron_steps(cli_runs, tiny, teacher, work, root / f"tp{tp}", tp)
     return planned
 
@@ -347,7 +372,7 @@ def megatron_steps(planned, cli_runs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
-@pytest.mark.parametrize("recipe", ["grpo", "gkd"])
+@pytest.mark.parametrize("recipe", ["grpo", "gkd", "grpo_kl"])
 def test_lora_steps_equal_the_transformers_engine_and_sync_only_the_adapter(recipe, tp, references, megatron_steps):
     import torch
 
@@ -497,7 +522,7 @@ def test_grpo_lora_raises_the_held_out_reward_on_the_toy_task(tiny, lora_runs):
         ("qwen3_5", {"recipe_options": {"pp": 2}}, "--pp 2 / --vpp 1: {R} does not run through pipeline stages"),
         ("qwen3_5", {"recipe_options": {"ep": 2}}, "--ep 2: {R} trains dense families only so far"),
         ("qwen3_5", {"recipe_options": {"rollout_engine": "vllm"}}, "--rollout-engine vllm: this engine generates"),
-        ("qwen3_5", {"world": 2}, "2 processes at --tp 1: {R} has no data-parallel replicas yet"),
+        ("qwen3_5", {"world": 3, "recipe_options": {"tp": 2}}, "world size 3 (processes launched) is not a multiple"),
         ("glm5_with_mtp", {}, "builds multi-token-prediction (MTP) layers"),
         (
             "olmoe",
@@ -505,7 +530,7 @@ def test_grpo_lora_raises_the_held_out_reward_on_the_toy_task(tiny, lora_runs):
             "--tuner lora: bridge 'olmoe' builds MoE layers, which {R} on this engine trains with --tuner full",
         ),
     ],
-    ids=["pp", "ep", "vllm", "data-parallel", "mtp", "moe"],
+    ids=["pp", "ep", "vllm", "world", "mtp", "moe"],
 )
 def test_what_lora_rl_megatron_does_not_do_is_refused_first(
     recipe, family, options, expected, tiny_model_dir, tmp_path, monkeypatch, no_process_group_after, request
@@ -520,8 +545,8 @@ def test_what_lora_rl_megatron_does_not_do_is_refused_first(
     from swiftcore.api import SwiftcoreError
 
     options = dict(options)
-    if options.pop("world", None):
-        monkeypatch.setenv("WORLD_SIZE", "2")
+    if world := options.pop("world", None):
+        monkeypatch.setenv("WORLD_SIZE", str(world))
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "hi"}) + "\n")
     model = request.getfixturevalue(family) if family == "glm5_with_mtp" else tiny_model_dir(family)

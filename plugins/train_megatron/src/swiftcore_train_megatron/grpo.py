@@ -66,6 +66,7 @@ __all__ = [
     "group_advantages",
     "grpo_loss",
     "hf_tensors",
+    "load_reference",
     "model_named_tensors",
     "prepare_rl_run",
     "run_megatron_grpo",
@@ -92,7 +93,7 @@ def rl_options(cfg: TrainConfig, options_class: Any, recipe: str) -> Any:
 
 def rl_refusals(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: int, name: str) -> list[str]:
     """What an online recipe on this engine (``name``: GRPO, GKD) does not do yet, each with what would work: the
-    layouts, resume and rollout places its loop (:class:`GRPOLoop`) does not run (both tuners run: ``full`` syncs
+    layouts and rollout places its loop (:class:`GRPOLoop`) does not run (both tuners run: ``full`` syncs
     the weights, ``lora`` only the adapter; data-parallel replicas run, ``world = --tp x replicas``, and a world
     that is no multiple of ``--tp`` is the layout's own refusal)."""
     problems = []
@@ -106,8 +107,6 @@ def rl_refusals(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: i
     if cfg.gradient_accumulation_steps != 1:
         problems.append(f"--gradient-accumulation-steps: {name} on this engine runs one generation round per step; "
                         "use 1 and raise --batch-size instead")  # fmt: skip
-    if cfg.resume_from_checkpoint:
-        problems.append(f"--resume-from-checkpoint: {name} on this engine does not resume yet; start a new run")
     if options.rollout_server:
         problems.append("--rollout-server: this engine generates with a colocated engine; drop --rollout-server")
     if options.rollout_engine not in ("trainer", "transformers"):
@@ -133,14 +132,6 @@ def refuse_grpo(cfg: TrainConfig, options: Any, layout: ParallelLayout, world: i
     if options.async_rollouts or options.importance_sampling_mode() is not None:
         problems.append("--async-rollouts / --rollout-importance-sampling: not supported on this engine yet; the "
                         "rollouts are on-policy, leave them off")  # fmt: skip
-    from swiftcore_train_megatron.recipe import _has_update  # the check dpo/kto's reference makes of it
-
-    init_adapter = cfg.recipe_options.get("lora_init_adapter")
-    if options.grpo_beta and init_adapter and _has_update(Path(init_adapter)):
-        problems.append(f"--grpo-beta with --lora-init-adapter {init_adapter}: a trained adapter (lora_B not zero) "
-                        "would be the reference (TRL keeps a 'ref' copy of it), which this engine does not keep yet "
-                        "(its reference is the base model); start from an untrained adapter, or merge this one into "
-                        "--model (swiftcore export --merge-lora)")  # fmt: skip
     if options.grpo_loss_type == "fipo" or options.dynamic_sampling or options.chord_dataset:
         problems.append("--grpo-loss-type fipo / --dynamic-sampling / --chord-dataset: not supported on this engine "
                         "yet; run them on the default engine (drop --engine)")  # fmt: skip
@@ -197,28 +188,39 @@ class RLRun:
     schedule: Any
     optimizer: Any
     scheduler: Any
+    #: The checkpoint ``--resume-from-checkpoint`` names (checked: this recipe's, at this layout), else None.
+    resume: Path | None = None
 
     def loop(self, loop_class: type[GRPOLoop], plugins: PluginSet, **record: Any) -> GRPOLoop:
         """Record the run (``args.json``, with ``record`` under the recipe's own keys) and build its loop of
-        ``loop_class`` (:class:`GRPOLoop` or a subclass) over the plan's prompts."""
+        ``loop_class`` (:class:`GRPOLoop` or a subclass) over the plan's prompts; a resumed run's loop continues
+        from its checkpoint (weights, optimizer, schedule, RNG and log; the rollouts of a step are sampled under
+        ``--seed`` and the step, and the engine gets the checkpoint's weights at the first sync, so the steps after
+        it are the uninterrupted run's)."""
         from dataclasses import asdict
 
         from swiftcore_train import start_run
 
+        from swiftcore_train_megatron.recipe import _resumed_step
+
         cfg, layout = self.cfg, self.layout
         args_record = start_run(
-            cfg, self.output_dir, self.plan.spec, plugins, fresh=True, template=self.plan.template,
+            cfg, self.output_dir, self.plan.spec, plugins, fresh=self.resume is None,
+            resumed_step=_resumed_step(self.resume), template=self.plan.template,
             engine=layout.record(self.world, self.bridge_spec.name),
             **record, **{self.recipe: asdict(self.options)},
         )  # fmt: skip
         tokenizer = self.plan.local.codec.tokenizer
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-        return loop_class(
+        loop = loop_class(
             cfg=cfg, output_dir=self.output_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
             schedule=self.schedule, train_samples=self.plan.prompts.dataset, val_samples=[], pad_token_id=pad_id,
             bridge=self.bridge, bridge_name=self.bridge_spec.name, layout=layout,
             extras={"swiftcore_args.json": json.dumps(args_record, indent=2)}, lora=self.lora, options=self.options,
         )  # fmt: skip
+        if self.resume is not None:
+            loop.resume(self.resume)
+        return loop
 
 
 def prepare_rl_run(
@@ -226,15 +228,21 @@ def prepare_rl_run(
 ) -> RLRun:
     """The preamble ``grpo.megatron`` and ``gkd.megatron`` share: the options (``options_class``), every check before
     any process group (the engine's, ``refuse(cfg, options, layout, world)``, the recipe's plan, the bridge, MoE/MTP,
-    the layout), the output directory; then the process group, the sharded model, LoRA (``--tuner lora``,
-    ``--lora-init-adapter``), the optimiser and schedule.
+    the layout, the checkpoint to resume), the output directory; then the process group, the sharded model, LoRA
+    (``--tuner lora``, ``--lora-init-adapter``), the optimiser and schedule.
 
     Raises:
         SwiftcoreError: the first check that fails, naming what would work.
     """
     from swiftcore_recipe_rl import plan_run
 
-    from swiftcore_train_megatron.recipe import _add_lora, _bridge, _refuse_unsupported, _schedule_and_optimizer
+    from swiftcore_train_megatron.recipe import (
+        _add_lora,
+        _bridge,
+        _refuse_unsupported,
+        _schedule_and_optimizer,
+        resume_checkpoint,
+    )
 
     cfg.validate()
     _refuse_unsupported(cfg)
@@ -246,10 +254,13 @@ def prepare_rl_run(
     refuse_model(bridge, bridge_spec, recipe, cfg.tuner)
     layout.check(bridge, bridge_spec, world)
     output_dir = Path(cfg.output_dir)
+    resume = resume_checkpoint(cfg, output_dir, plan.spec, layout)
     if is_main_process():
         from swiftcore_train import plan_output_dir, run_inputs
 
-        plan_output_dir(output_dir, resume=False, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg))
+        plan_output_dir(
+            output_dir, resume=resume is not None, overwrite=cfg.overwrite_output_dir, inputs=run_inputs(cfg)
+        )
     log.info("%s: model %s, bridge %s, tp %d, tuner %s, %d prompts", recipe, plan.spec.name, bridge_spec.name,
              layout.tp, cfg.tuner, len(plan.prompts.dataset))  # fmt: skip
 
@@ -267,7 +278,7 @@ def prepare_rl_run(
     return RLRun(
         cfg=cfg, recipe=recipe, plan=plan, options=options, layout=layout, world=world, bridge_spec=bridge_spec,
         bridge=bridge, output_dir=output_dir, model=model, lora=lora, schedule=schedule, optimizer=optimizer,
-        scheduler=scheduler,
+        scheduler=scheduler, resume=resume,
     )  # fmt: skip
 
 
@@ -285,16 +296,28 @@ def run_megatron_grpo(cfg: TrainConfig, plugins: PluginSet, layout: ParallelLayo
     rewards = [{"name": r.name, "provider": str(r.spec.provider), "options": r.options} for r in run.plan.rewards]
     loop = run.loop(GRPOLoop, plugins, rewards=rewards)
     if run.options.grpo_beta:
-        from swiftcore_train_megatron.engine import load_sharded_model
-
-        # TRL's reference: the checkpoint as it starts (a full run's copy; with LoRA the base, the adapter off).
-        loop.attach_reference(load_sharded_model(run.bridge, cfg.model, tp=layout.tp, ep=layout.ep))
+        loop.attach_reference(load_reference(cfg, run.plan.spec, run.bridge, layout))
     if is_main_process():
         loop.attach_rollouts(run.plan, plugins)
     try:
         return loop.run()
     finally:
         loop.close()
+
+
+def load_reference(cfg: TrainConfig, spec: Any, bridge: Any, layout: ParallelLayout) -> Any:
+    """TRL's reference model of ``--grpo-beta``, sharded as the policy is (every rank; frozen by
+    :meth:`GRPOLoop.attach_reference`): the policy as the run starts. A full run's is a copy of ``--model``; a LoRA
+    run's is the base with ``--lora-init-adapter`` when one is given (TRL copies a peft policy's starting adapter into a
+    frozen ``ref`` adapter), else the base (TRL switches a new adapter off, and a new adapter, ``lora_B`` zero, changes
+    nothing)."""
+    from swiftcore_train_megatron.engine import load_sharded_model
+    from swiftcore_train_megatron.recipe import _add_lora
+
+    model = load_sharded_model(bridge, cfg.model, tp=layout.tp, ep=layout.ep)
+    if cfg.tuner == "lora" and cfg.recipe_options.get("lora_init_adapter"):
+        _add_lora(cfg, spec, bridge, model)  # the adapter's layers, loaded from --lora-init-adapter
+    return model
 
 
 # ---------------------------------------------------------------------------------------------- the loss's parts
