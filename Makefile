@@ -20,7 +20,7 @@ $(STAMP): constraints.txt Makefile core/pyproject.toml $(addsuffix pyproject.tom
 	$(PIP) --upgrade pip setuptools wheel
 	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PIP) torch==2.13.0
-	$(PIP) --no-build-isolation -e './core[train,serve,test]' $(foreach d,$(PLUGIN_DISTS),-e ./$(d)) pytest pytest-xdist ruff openai httpx matplotlib sentence-transformers schemathesis import-linter playwright \
+	$(PIP) --no-build-isolation -e './core[train,serve,test]' $(foreach d,$(PLUGIN_DISTS),-e ./$(d)) pytest pytest-xdist pytest-timeout ruff openai httpx matplotlib sentence-transformers schemathesis import-linter playwright \
 	  deepspeed ray opentelemetry-api deptry twine check-wheel-contents build uv mypy
 	# vLLM's CPU build, pinned, without dependencies: its metadata would pull CUDA torchvision/triton wheels
 	# that break a CPU torch (see plugins/backend_vllm/requirements-cpu.txt).
