@@ -20,7 +20,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-_PLUGIN_ENV = ("SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT")
+#: What a test may leave in ``os.environ`` that would change every later test of its xdist worker: the plugin set a
+#: CLI run in-process exports, and the launch variables of a torch.distributed world (accelerate's state writes
+#: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_PORT into ``os.environ``: on 2026-12-07 a refusal test that ran on into
+#: accelerate left them in its worker, and every later child process there acted as a rank; 15 tests failed).
+_PLUGIN_ENV = (
+    "SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT",
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT",
+)  # fmt: skip
 _ROOT = Path(__file__).resolve().parent
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -183,7 +190,8 @@ def _set_plugin_env(values: dict[str, str | None]) -> None:
 
 
 def _plugin_env_kept() -> Iterator[None]:
-    """Put ``SWIFTCORE_PLUGINS`` / ``SWIFTCORE_PLUGINS_STRICT`` back as they were when this started."""
+    """Put ``SWIFTCORE_PLUGINS`` / ``SWIFTCORE_PLUGINS_STRICT`` and the rank variables (:data:`_PLUGIN_ENV`) back as
+    they were when this started."""
     saved = {name: os.environ.get(name) for name in _PLUGIN_ENV}
     yield
     _set_plugin_env(saved)

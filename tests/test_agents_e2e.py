@@ -179,7 +179,17 @@ def _tiny_with_tool_tokenizer(name: str, out: Path) -> Path:
     return make_tiny(spec, out, seed=0, tokenizer_texts=[template.render(row) for row in _rows()])
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
+#: The family make test (CI) trains, serves and drives through the tool loop; the other families run in make test-all
+#: (docs/testing.md, "Two tiers"): each costs a full fine-tune and a server of its own (DeepSeek-V4's ~3 minutes), and
+#: their templates' tool rendering and training labels stay in make test (test_tool_call_trained_tool_result_not,
+#: plugins/agent_templates/tests, the templates' official-output tests).
+IN_MAKE_TEST = "qwen3_5"
+
+
+@pytest.fixture(
+    scope="module",
+    params=[name if name == IN_MAKE_TEST else pytest.param(name, marks=pytest.mark.extended) for name in FAMILIES],
+)
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     """``(family, openai client)``: the family's tiny model fully fine-tuned on the tool rows, then deployed."""
     import torch

@@ -84,7 +84,7 @@ NOT_RUN: dict[str, dict[str, str]] = {
     "README.md": {
         "make demo": "tests/test_demo.py runs the demo's run_demo with make demo's defaults and asserts what the "
         "README states; make demo adds only make install",
-        "make test": "runs the whole test suite, this file included",
+        "make test": "runs the test suite (CI's tier), this file included",
         "pip install ./core": "installs into the environment these tests run in (make install already holds every "
         "distribution, editable); the path and extras are checked instead",
         "pip install ./template_plugins/qwen": "installs into the test environment; the path is checked instead",

@@ -16,6 +16,11 @@ from types import ModuleType
 
 import pytest
 
+# make test (CI) leaves this module to make test-all: the docs' multi-rank commands run; make test checks their
+# options (tests/test_docs_commands.py), and their flows run in the megatron, DDP and export tests (docs/testing.md,
+# "Two tiers").
+pytestmark = pytest.mark.extended
+
 #: This module starts torch.distributed ranks (torchrun, ``--nproc-per-node``, TP parity exports): conftest.py holds
 #: the rank lock for it under pytest-xdist.
 STARTS_RANKS = True

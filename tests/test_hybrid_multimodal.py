@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import run_cli
+from swiftcore_testing import COLOURS, colour_image, run_cli
 
 np = pytest.importorskip("numpy")
 torch = pytest.importorskip("torch")
@@ -46,7 +46,6 @@ pytestmark = pytest.mark.slow  # two `swiftcore train` runs and four `swiftcore 
 
 RATE = 16_000
 TEXT = {"Name animal one.": "cat", "Name animal two.": "dog"}
-COLOURS = {"red": (220, 30, 30), "blue": (30, 30, 220)}
 PITCHES = {"low": 300.0, "high": 2400.0}
 QUESTION = {"image": "What colour is this?", "audio": "What pitch is this?"}
 KINDS = {"gemma4": ("text", "image", "audio"), "qwen3_5": ("text", "image")}
@@ -66,12 +65,6 @@ TRAIN = {
     "gemma4": ("--tuner", "full", "--learning-rate", "3e-3", "--lr-scheduler", "cosine", "--max-steps", "40"),
     "qwen3_5": ("--tuner", "lora", "--learning-rate", "2e-3", "--lr-scheduler", "constant", "--max-steps", "30"),
 }
-
-
-def _png(path: Path, rgb: tuple[int, int, int], seed: int) -> Path:
-    noise = np.random.RandomState(seed).randint(-20, 21, size=(32, 32, 3))
-    Image.fromarray(np.clip(np.array(rgb) + noise, 0, 255).astype(np.uint8)).save(path)
-    return path
 
 
 def _wav(path: Path, freq: float, seed: int) -> Path:
@@ -97,7 +90,7 @@ def _rows(kind: str, folder: Path, seeds: range) -> list[tuple[dict[str, Any], s
             continue
         answer = list(COLOURS if kind == "image" else PITCHES)[index]
         if kind == "image":
-            path = _png(folder / f"{answer}-{seed}.png", COLOURS[answer], seed)
+            path = colour_image(folder / f"{answer}-{seed}.png", answer, seed)
         else:
             path = _wav(folder / f"{answer}-{seed}.wav", PITCHES[answer], seed)
         if seed % 4 < 2:

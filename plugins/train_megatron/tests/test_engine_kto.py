@@ -23,6 +23,10 @@ from pathlib import Path
 
 import pytest
 
+# make test (CI) leaves this module to make test-all: megatron KTO parity; megatron DPO parity (the shared preference
+# path) stays in make test (test_engine_dpo.py) (docs/testing.md, "Two tiers").
+pytestmark = pytest.mark.extended
+
 STARTS_RANKS = True  # torchrun worlds (the repository conftest's rank lock)
 STEPS = 3
 LEARN_STEPS = 24

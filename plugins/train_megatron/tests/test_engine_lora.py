@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from swiftcore_testing import free_port, user_env
 
-pytestmark = pytest.mark.slow
+# make test (CI) leaves this module to make test-all: megatron LoRA at TP1 against TP2; megatron LoRA against peft's
+# stays in make test (test_engine_lora_parity.py) (docs/testing.md, "Two tiers").
+pytestmark = [pytest.mark.extended, pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
 STEPS = 10

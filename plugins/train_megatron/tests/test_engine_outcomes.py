@@ -222,22 +222,29 @@ def megatron_run(runs):
     return lambda family, tp=1, ep=1, pp=1, accum=1: runs(("megatron", family, tp, ep, pp, accum))
 
 
+#: The layouts make test leaves to make test-all (docs/testing.md, "Two tiers"): make test keeps one process, TP2,
+#: PP2 and the tied PP2 for Qwen3.5, expert parallelism for the MoE, and every family on one process.
+EXTENDED = pytest.mark.extended
+
 LAYOUTS = [  # family, tp, ep, pp, gradient accumulation
     ("qwen3_5", 1, 1, 1, 1),
     ("qwen3_5", 2, 1, 1, 1),
     ("qwen3_5", 1, 1, 2, 1),
-    ("qwen3_5", 1, 1, 2, 2),  # two micro-batches a step through the two stages (1F1B)
-    ("qwen3_5", 2, 1, 2, 1),  # four ranks
+    pytest.param("qwen3_5", 1, 1, 2, 2, marks=EXTENDED),  # two micro-batches a step through the two stages (1F1B)
+    pytest.param("qwen3_5", 2, 1, 2, 1, marks=EXTENDED),  # four ranks
     ("qwen3_5_tied", 1, 1, 2, 1),  # the embedding on stage 0 and its copy, the head, on stage 1
-    ("qwen3_5_moe", 1, 1, 1, 1),
+    pytest.param("qwen3_5_moe", 1, 1, 1, 1, marks=EXTENDED),
     ("qwen3_5_moe", 1, 2, 1, 1),
-    ("qwen3_5_moe", 2, 1, 1, 1),  # MoE under TP trains with megatron's sequence parallelism
-    ("qwen3_5_moe", 1, 1, 2, 1),
-    ("qwen3_5_moe", 1, 2, 2, 1),  # four ranks: two stages, each split over two expert-parallel ranks
+    # MoE under TP trains with megatron's sequence parallelism
+    pytest.param("qwen3_5_moe", 2, 1, 1, 1, marks=EXTENDED),
+    pytest.param("qwen3_5_moe", 1, 1, 2, 1, marks=EXTENDED),
+    # four ranks: two stages, each split over two expert-parallel ranks
+    pytest.param("qwen3_5_moe", 1, 2, 2, 1, marks=EXTENDED),
     ("olmoe", 1, 1, 1, 1),
-    ("olmoe", 2, 1, 1, 1),  # sequence parallelism with the local spec's torch norms (sequence_parallel_norms)
-    ("olmoe", 1, 2, 1, 1),
-    ("olmoe", 1, 1, 2, 1),
+    # sequence parallelism with the local spec's torch norms (sequence_parallel_norms)
+    pytest.param("olmoe", 2, 1, 1, 1, marks=EXTENDED),
+    pytest.param("olmoe", 1, 2, 1, 1, marks=EXTENDED),
+    pytest.param("olmoe", 1, 1, 2, 1, marks=EXTENDED),
     # Every other family with a bridge, on one process (measured: within 3e-7 of the reference at every step).
     ("deepseek_v4", 1, 1, 1, 1),
     ("glm5", 1, 1, 1, 1),

@@ -16,6 +16,7 @@ __all__ = [
     "COLOURS",
     "COLOUR_ANSWERS",
     "COLOUR_CHOICE",
+    "colour_image",
     "colour_turns",
     "grey_video",
     "held_out_accuracy",
