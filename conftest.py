@@ -24,7 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 #: CLI run in-process exports, and the launch variables of a torch.distributed world (accelerate's state writes
 #: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_PORT into ``os.environ``: on 2026-12-07 a refusal test that ran on into
 #: accelerate left them in its worker, and every later child process there acted as a rank; 15 tests failed).
-_PLUGIN_ENV = (
+_KEPT_ENV = (
     "SWIFTCORE_PLUGINS", "SWIFTCORE_PLUGINS_STRICT",
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT",
 )  # fmt: skip
@@ -178,10 +178,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 #: The plugin variables as the session found them (this file is imported before any fixture runs).
-_SESSION_PLUGIN_ENV = {name: os.environ.get(name) for name in _PLUGIN_ENV}
+_SESSION_KEPT_ENV = {name: os.environ.get(name) for name in _KEPT_ENV}
 
 
-def _set_plugin_env(values: dict[str, str | None]) -> None:
+def _set_kept_env(values: dict[str, str | None]) -> None:
     for name, value in values.items():
         if value is None:
             os.environ.pop(name, None)
@@ -189,12 +189,12 @@ def _set_plugin_env(values: dict[str, str | None]) -> None:
             os.environ[name] = value
 
 
-def _plugin_env_kept() -> Iterator[None]:
-    """Put ``SWIFTCORE_PLUGINS`` / ``SWIFTCORE_PLUGINS_STRICT`` and the rank variables (:data:`_PLUGIN_ENV`) back as
+def _kept_env() -> Iterator[None]:
+    """Put ``SWIFTCORE_PLUGINS`` / ``SWIFTCORE_PLUGINS_STRICT`` and the rank variables (:data:`_KEPT_ENV`) back as
     they were when this started."""
-    saved = {name: os.environ.get(name) for name in _PLUGIN_ENV}
+    saved = {name: os.environ.get(name) for name in _KEPT_ENV}
     yield
-    _set_plugin_env(saved)
+    _set_kept_env(saved)
 
 
 @pytest.fixture(autouse=True)
@@ -205,7 +205,7 @@ def _restore_plugin_env() -> Iterator[None]:
     for child processes, and ``monkeypatch.delenv`` of an unset variable records nothing to undo, so
     without this a later test's subprocess would inherit that set.
     """
-    yield from _plugin_env_kept()
+    yield from _kept_env()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -218,7 +218,7 @@ def _restore_plugin_env_per_module() -> Iterator[None]:
     module that uses it takes any snapshot, so a snapshot would keep what that fixture exported for every later module.
     """
     yield
-    _set_plugin_env(_SESSION_PLUGIN_ENV)
+    _set_kept_env(_SESSION_KEPT_ENV)
 
 
 @pytest.fixture
