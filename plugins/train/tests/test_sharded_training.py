@@ -81,11 +81,12 @@ def _launch(model: Path, dataset: Path, out: Path, tuner: str, *extra: str) -> N
     _check(subprocess.run(args, env=env, capture_output=True, text=True, timeout=600))
 
 
-def _world(model: Path, dataset: Path, *runs: tuple[Path, str, tuple[str, ...], bool]) -> None:
+def _world(model: Path, dataset: Path, *runs: tuple[Path, str, tuple[str, ...], bool], **env_vars: str) -> None:
     """One two-rank world (torchrun, ``swiftcore_testing.cli_runs``) for ``runs`` (output directory, tuner, extra
     arguments, resumed), in order: each is trained for :data:`STEPS` steps; a resumed one is then copied to
     :func:`_resumed` without its last checkpoint, and that copy resumed from its step-2 checkpoint. The ranks import
-    the training stack once for all the runs; each run reads its checkpoints from disk."""
+    the training stack once for all the runs; each run reads its checkpoints from disk. ``env_vars`` are added to the
+    ranks' environment."""
     steps: list[dict[str, Any]] = []
     for run, tuner, extra, resume in runs:
         steps.append(["train", *_args(model, dataset, run, tuner, *extra, nproc=2)])
@@ -97,7 +98,7 @@ def _world(model: Path, dataset: Path, *runs: tuple[Path, str, tuple[str, ...], 
     plan.write_text(json.dumps(steps))
     args = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "swiftcore_testing.cli_runs"]
     args.append(str(plan))
-    env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env = user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **env_vars)
     _check(subprocess.run(args, env=env, capture_output=True, text=True, timeout=600))
 
 
@@ -144,12 +145,17 @@ def fsdp_runs(tiny_model_dir, dataset, tmp_path_factory, two_ranks) -> dict[str,
 @pytest.fixture(scope="module")
 def deepspeed_runs(tiny_model_dir, dataset, tmp_path_factory, two_ranks) -> dict[str, Path]:
     """``{stage: run}``: the ``--deepspeed zero2`` run, then the ``zero3`` run and its resume, in one world (ZeRO-2
-    first, in fresh ranks: transformers keeps a process-wide reference to the ZeRO-3 config a run set up)."""
+    first, in fresh ranks: transformers keeps a process-wide reference to the ZeRO-3 config a run set up). DeepSpeed
+    compiles its ops under ``root/torch_extensions`` (see :func:`test_deepspeed_on_a_cpu_compiles_no_op`)."""
     pytest.importorskip("deepspeed")
     root = tmp_path_factory.mktemp("deepspeed")
     runs = {stage: root / stage for stage in ("zero2", "zero3")}
+    extensions = str(root / "torch_extensions")
     _world(
-        tiny_model_dir(FAMILY), dataset, *((run, "full", ("--deepspeed", s), s == "zero3") for s, run in runs.items())
+        tiny_model_dir(FAMILY),
+        dataset,
+        *((run, "full", ("--deepspeed", s), s == "zero3") for s, run in runs.items()),
+        TORCH_EXTENSIONS_DIR=extensions,
     )
     return runs
 
@@ -242,6 +248,20 @@ def test_deepspeed_matches_one_process_and_resumes_exactly(reference, deepspeed_
     assert _max_diff(_weights(checkpoint), _weights(single / f"checkpoint-{STEPS}")) <= TOLERANCE["full"]
     if stage == "zero3":
         _assert_resumed_exactly(run)
+
+
+@pytest.mark.slow
+def test_deepspeed_on_a_cpu_compiles_no_op(deepspeed_runs) -> None:
+    """DeepSpeed's CPU backend would compile its shared-memory all-reduce op (a minute or more of C++ before the first
+    step, in every fresh environment) that ZeRO training never calls; swiftcore keeps it from doing so."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the op is DeepSpeed's CPU accelerator's")
+    extensions = deepspeed_runs["zero2"].parent / "torch_extensions"
+    built = sorted(p.name for p in extensions.iterdir()) if extensions.exists() else []
+    assert not any("shm_comm" in name for name in built), f"DeepSpeed compiled {built} under {extensions}"
+    assert (deepspeed_runs["zero2"] / f"checkpoint-{STEPS}").is_dir()  # the runs trained, on gloo's all-reduce
 
 
 @pytest.mark.slow

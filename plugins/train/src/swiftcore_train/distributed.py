@@ -9,7 +9,8 @@ those arguments and refuses, before any process group starts, what cannot run.
   ``optimizer_0/``, torch distributed checkpoints) that resume exactly, and the full model gathered on rank 0
   as a plain transformers checkpoint (``model.safetensors`` or ``adapter_model.safetensors``).
 - ``--deepspeed zero2|zero3|FILE``: a generated ZeRO config, or the user's JSON file, checked field by field.
-  DeepSpeed runs on CPUs too (its CPU accelerator, over gloo, with a shared-memory op it compiles on first use).
+  DeepSpeed runs on CPUs too (its CPU accelerator, over gloo); its shared-memory all-reduce op, which only its
+  inference path calls, is not compiled for training (:func:`_skip_inference_all_reduce_op`).
 
 No torch at import time.
 """
@@ -235,7 +236,24 @@ def sharding_arguments(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.fsdp:
         return {"fsdp": True, "fsdp_config": fsdp_config(cfg)}
     stage = DEEPSPEED_STAGES.get(cfg.deepspeed or "")
+    if _accelerator() is None:
+        _skip_inference_all_reduce_op()
     return {"deepspeed": deepspeed_config(stage) if stage else validate_deepspeed_file(str(cfg.deepspeed), cfg)}
+
+
+def _skip_inference_all_reduce_op() -> None:
+    """Keep DeepSpeed's CPU backend from compiling its shared-memory all-reduce op in this process.
+
+    DeepSpeed builds that C++ op when its communication backend starts, on first use in every environment (68 s of
+    two cores here, before the first step), yet only ``inference_all_reduce`` (DeepSpeed inference's tensor
+    parallelism) calls it: ZeRO's collectives go through torch.distributed. DeepSpeed skips the build for an op
+    marked incompatible in ``deepspeed.ops.__compatible_ops__`` (the dict its backend consults, kept in the module
+    so edits persist), and falls back to the process group's all-reduce, as it does where the op cannot build.
+    """
+    import deepspeed.ops
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
+    deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
 
 
 def finish_ranks() -> None:
