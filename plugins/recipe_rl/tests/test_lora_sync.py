@@ -64,6 +64,13 @@ def test_one_lora_sync_gives_the_engine_the_policys_adapter(
             policy, prompts, max_new_tokens=GREEDY_TOKENS, stop_ids=engine.stop_token_ids, pad_id=engine.pad_token_id
         )
 
+    import peft
+
+    walks: list[bool] = []  # peft's walks of a state dict to find the adapter's tensors: the policy's?
+    real = peft.get_peft_model_state_dict
+    monkeypatch.setattr(
+        peft, "get_peft_model_state_dict", lambda m, *a, **k: walks.append(m is policy) or real(m, *a, **k)
+    )
     sync.push(policy)  # attaches the adapter (B = 0: the base model's output)
     with torch.no_grad():
         generator = torch.Generator().manual_seed(0)
@@ -75,6 +82,8 @@ def test_one_lora_sync_gives_the_engine_the_policys_adapter(
 
     stats = sync.push(policy)
     assert engine_greedy() == policy_greedy()
+    # Found once (the first push), then read from the same parameters: the second push sent lora_B's new values.
+    assert walks.count(True) == 1, walks
 
     adapter_names = set(get_peft_model_state_dict(policy))
     assert adapter_names and all(".lora_A." in n or ".lora_B." in n for n in adapter_names), sorted(adapter_names)
