@@ -434,8 +434,7 @@ def test_a_rollout_server_generates_with_each_rows_image(
     that the server encoded each prompt into the ids it trains on, image tokens included), and the server's greedy
     rollouts and their log-probs are a colocated transformers engine's on the same records, the red and the blue rows'
     different (the pixels reached the server's vision tower)."""
-    from swiftcore_infer import Request, SamplingParams
-    from swiftcore_infer.transformers_engine import TransformersEngine
+    from swiftcore_infer import Request, SamplingParams, create_engine
     from swiftcore_recipe_rl.execute import _attach_rollout_engine, _build_trainer
     from swiftcore_recipe_rl.remote import RemoteRolloutEngine
 
@@ -457,7 +456,7 @@ def test_a_rollout_server_generates_with_each_rows_image(
 
     greedy = SamplingParams(max_new_tokens=6)  # temperature 0
     records = [entry["prompt_record"] for entry in plan.prompts.media[:2]]  # red, blue
-    local = TransformersEngine(tiny_dir, plugins, device="cpu")
+    local = create_engine("transformers", str(tiny_dir), plugins, device="cpu")
     theirs = trainer.rollout_engine.generate_rollouts(
         [Request(record=r, sampling=greedy) for r in records], logprobs=True
     )
