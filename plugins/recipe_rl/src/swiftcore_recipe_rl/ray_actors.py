@@ -227,6 +227,8 @@ class RayRolloutEngine(RemoteRolloutEngine):
         timeout: seconds a call may take (``--rollout-server-timeout``).
     """
 
+    flag = "--ray"
+
     def __init__(self, actor: Any, *, timeout: float = 600.0) -> None:
         self._actor = actor
         super().__init__("ray://rollout-worker", timeout=timeout)

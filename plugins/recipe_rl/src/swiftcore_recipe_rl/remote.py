@@ -50,6 +50,9 @@ class RemoteRolloutEngine:
         backend, capabilities, stop_token_ids, pad_token_id, max_model_len: the server engine's.
     """
 
+    #: The option that chose this engine, as errors name it.
+    flag = "--rollout-server"
+
     def __init__(self, url: str, *, timeout: float = 600.0, api_key: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
@@ -162,7 +165,7 @@ class RemoteRolloutEngine:
         for item in items:
             item["adapter"] = self.served_names.get(item["adapter"], item["adapter"])
             if has_media(item.get("record")):
-                item["record"] = _inlined(item["record"])
+                item["record"] = _inlined(item["record"], self.flag)
         size = self.max_requests_per_call or len(items)
         rollouts: list[Any] = []
         for start in range(0, len(items), size):  # the server caps requests per call; a round is one or more calls
@@ -223,15 +226,14 @@ class RemoteRolloutEngine:
             client.close()
 
 
-def _inlined(record: dict[str, Any]) -> dict[str, Any]:
+def _inlined(record: dict[str, Any], flag: str) -> dict[str, Any]:
     """A rollout record with its images and clips inlined (``data:`` URLs, base64 audio), read here: the server
     cannot read the trainer's files, and the prompt it encodes must be the trainer's, image tokens included (checked
-    by the trainer against the ids it trains on)."""
+    by the trainer against the ids it trains on). ``flag`` names the option in errors."""
     from swiftcore_recipe_rl.inline_media import MEDIA_COLUMNS, inline_media
 
     rest = {k: v for k, v in record.items() if k not in MEDIA_COLUMNS.values()}
-    fix = "rollout prompts take images"
-    return {**rest, **inline_media(record, "--rollout-server", "the rollout server", fix)}
+    return {**rest, **inline_media(record, flag, "the rollout engine", "drop the row's video parts")}
 
 
 def connect_rollout_server(
