@@ -14,14 +14,13 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 import wave
 from math import prod
 from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import user_env
+from swiftcore_testing import run_swiftcore, user_env
 
 openai = pytest.importorskip("openai")
 np = pytest.importorskip("numpy")
@@ -39,10 +38,7 @@ MAX_FRAMES = 300
 
 
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "swiftcore.cli.main", *args], capture_output=True, text=True, timeout=timeout,
-        env=user_env(),
-    )  # fmt: skip
+    proc = run_swiftcore(*args, timeout=timeout, env=user_env())
     assert proc.returncode == 0, f"swiftcore {args[0]} failed:\n{proc.stderr[-3000:]}"
     return proc
 

@@ -856,6 +856,7 @@ def _request(doc: DocCommand, argv: list[str], base: str, headers: dict[str, str
 def _deploy(doc: DocCommand, argv: list[str], cwd: Path) -> None:
     """Start the documented ``swiftcore deploy``, check /health and one request, stop it."""
     import httpx
+    from swiftcore_testing import start_swiftcore
 
     port = _free_port()
     argv = _set_option(argv, "--port", str(port))
@@ -865,27 +866,26 @@ def _deploy(doc: DocCommand, argv: list[str], cwd: Path) -> None:
         key = (cwd / key_file).read_text().splitlines()[0].strip()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     log = cwd / f"deploy-{port}.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen([str(SWIFTCORE), *argv[1:]], cwd=cwd, env=_child_env(doc.env), stdout=sink,
-                                stderr=subprocess.STDOUT)  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
+    # a process of its own, forked from swiftcore_testing's fork server (its imports made once per worker)
+    proc = start_swiftcore(*argv[1:], cwd=cwd, env=_child_env(doc.env), log=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, f"{doc}: exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, f"{doc}: no /health in 300 s:\n{log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        _request(doc, argv, base, headers, cwd)
+    finally:
+        proc.terminate()
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                assert proc.poll() is None, f"{doc}: exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                assert time.monotonic() < deadline, f"{doc}: no /health in 300 s:\n{log.read_text()[-3000:]}"
-                time.sleep(0.5)
-            _request(doc, argv, base, headers, cwd)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _check_outputs(doc: DocCommand, argv: list[str], done: Done, cwd: Path) -> None:

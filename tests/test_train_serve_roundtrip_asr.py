@@ -21,14 +21,13 @@ import base64
 import io
 import json
 import subprocess
-import sys
 import wave
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import deploy_process, user_env
+from swiftcore_testing import deploy_process, run_swiftcore, user_env
 
 openai = pytest.importorskip("openai")
 np = pytest.importorskip("numpy")
@@ -41,13 +40,7 @@ PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "swiftcore.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=user_env(),
-    )
+    proc = run_swiftcore(*args, timeout=timeout, env=user_env())
     assert proc.returncode == 0, f"swiftcore {' '.join(args[:1])} failed:\n{proc.stderr[-3000:]}"
     return proc
 

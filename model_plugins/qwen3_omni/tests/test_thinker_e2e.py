@@ -10,20 +10,17 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import user_env
+from swiftcore_testing import run_swiftcore, user_env
 
 FILLER = ["the", "quick", "brown", "fox", "lazy", "dog", "sun", "water", "city", "model", "data", "tree"]
 STEPS = 30
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "swiftcore.cli.main", *args], capture_output=True, text=True, timeout=900, env=user_env()
-    )
+    proc = run_swiftcore(*args, timeout=900, env=user_env())
     assert proc.returncode == 0, f"swiftcore {args[0]} failed:\n{proc.stderr[-3000:]}"
     return proc
 

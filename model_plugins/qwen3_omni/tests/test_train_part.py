@@ -13,7 +13,6 @@ import itertools
 import json
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,11 +26,9 @@ STEPS = 16
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    from swiftcore_testing import user_env
+    from swiftcore_testing import run_swiftcore, user_env
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "swiftcore.cli.main", *args], capture_output=True, text=True, timeout=900, env=user_env()
-    )
+    proc = run_swiftcore(*args, timeout=900, env=user_env())
     assert proc.returncode == 0, f"swiftcore {args[0]} failed:\n{proc.stderr[-3000:]}"
     return proc
 

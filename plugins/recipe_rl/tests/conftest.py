@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -197,7 +195,8 @@ def gkd_trainer(tiny_dir: Path, teacher_dir: Path, plugins: Any, tmp_path_factor
 
 
 class RolloutServer:
-    """``swiftcore rollout --model DIR`` as a subprocess on a free port of this machine, restartable on that port."""
+    """``swiftcore rollout --model DIR`` as a process of its own on a free port of this machine, restartable on that
+    port."""
 
     def __init__(self, model_dir: Path, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.model_dir, self.log, self.extra = model_dir, log, tuple(extra)
@@ -205,20 +204,20 @@ class RolloutServer:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
+        self.process: Any = None  # a swiftcore_testing.forked.ForkedProcess once started
 
     def start(self, timeout: float = 180.0) -> None:
         """Start it and wait until ``/health`` answers."""
         import httpx
+        from swiftcore_testing import start_swiftcore
 
         # No key unless the test gives one (``extra``): a loopback server, said out loud with --no-api-key.
         keyed = "--api-key-file" in self.extra
-        command = [sys.executable, "-m", "swiftcore.cli.main", "rollout", "--model", str(self.model_dir),
-                   "--port", str(self.port), "--log-level", "warning", *(() if keyed else ("--no-api-key",)),
-                   *self.extra]  # fmt: skip
+        command = ["rollout", "--model", str(self.model_dir), "--port", str(self.port), "--log-level", "warning",
+                   *(() if keyed else ("--no-api-key",)), *self.extra]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        with self.log.open("a") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        # forked from swiftcore_testing's fork server: its own process, its imports made once per worker
+        self.process = start_swiftcore(*command, env=env, log=self.log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

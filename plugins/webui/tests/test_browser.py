@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_testing import start_swiftcore
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,7 @@ class Server:
     url: str
     root: Path
     log: Path
-    process: subprocess.Popen
+    process: Any  # a swiftcore_testing.forked.ForkedProcess
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +88,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = base / "server.log"
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [str(SWIFTCORE), "web-ui", "--root", str(root), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    # forked from swiftcore_testing's fork server: a process of its own, its imports made once per worker
+    process = start_swiftcore("web-ui", "--root", str(root), "--port", str(port), env=env, log=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT
     while f"swiftcore web-ui: {url}" not in log.read_text():

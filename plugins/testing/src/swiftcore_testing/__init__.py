@@ -66,6 +66,8 @@ __all__ = [
     "register_plugin",
     "registered",
     "run_cli",
+    "run_swiftcore",
+    "start_swiftcore",
     "sampled_logprobs",
     "special_token_problems",
     "swiftcore_plugins",
@@ -124,6 +126,8 @@ def register_plugin(swiftcore_plugins: Plugins) -> Iterator[Callable[..., Plugin
 # The contract and the helpers live in their own modules, imported on first use so the fixtures above stay cheap.
 _WHERE = {
     "run_cli": "cli",
+    "run_swiftcore": "forked",
+    "start_swiftcore": "forked",
     "PluginContract": "contract",
     "ServerThread": "engines",
     "make_tiny_qwen3": "engines",

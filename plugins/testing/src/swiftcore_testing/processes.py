@@ -3,8 +3,9 @@
     with deploy_process("--model", str(checkpoint), env=user_env(SWIFTCORE_API_KEY=KEY)) as (base_url, proc):
         client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=KEY)
 
-The server is a real subprocess (``python -m swiftcore.cli.main deploy``) on a free loopback port, waited for
-through ``GET /health``, and stopped (terminate, then kill) when the block ends.
+The server is a process of its own (``swiftcore deploy``, forked from :mod:`swiftcore_testing.forked`'s fork server
+when it is this environment's swiftcore) on a free loopback port, waited for through ``GET /health``, and stopped
+(terminate, then kill) when the block ends.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 __all__ = ["deploy_process", "failure_report", "free_port", "user_env"]
 
@@ -73,8 +76,12 @@ def deploy_process(
     timeout: float = 240,
     served_model_name: str | None = "tuned",
     python: str = sys.executable,
-) -> Iterator[tuple[str, subprocess.Popen]]:
+) -> Iterator[tuple[str, Any]]:
     """Start ``swiftcore deploy ARGS`` on a free port and yield ``(base_url, process)`` once ``/health`` answers.
+
+    With this environment's interpreter the server is forked from :mod:`swiftcore_testing.forked`'s fork server (its
+    torch and transformers imported once per test worker; the process a ``ForkedProcess``); with another venv's
+    (``python``), a ``subprocess.Popen``.
 
     Args:
         args: the ``deploy`` arguments (``--model DIR`` ...), without ``--port``.
@@ -89,18 +96,26 @@ def deploy_process(
     import httpx
 
     port = free_port()
-    argv = [python, "-m", "swiftcore.cli.main", "deploy", *args, "--port", str(port), "--log-level", "warning"]
+    argv = ["deploy", *args, "--port", str(port), "--log-level", "warning"]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(env or user_env())
-    )
+    if Path(python) == Path(sys.executable):  # this environment's swiftcore: forked, its imports made once
+        from swiftcore_testing.forked import start_swiftcore
+
+        proc: Any = start_swiftcore(*argv, env=dict(env or user_env()))
+        errors: Callable[[], str] = proc.read_stderr
+    else:
+        proc = subprocess.Popen(
+            [python, "-m", "swiftcore.cli.main", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=dict(env or user_env()),
+        )  # fmt: skip
+        errors = proc.stderr.read
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise AssertionError(f"swiftcore deploy exited: {proc.stderr.read()[-3000:] if proc.stderr else ''}")
+                raise AssertionError(f"swiftcore deploy exited: {errors()[-3000:]}")
             try:
                 if httpx.get(f"{base}/health", timeout=2).status_code == 200:
                     break
@@ -116,3 +131,5 @@ def deploy_process(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if hasattr(proc, "close"):
+            proc.close()
