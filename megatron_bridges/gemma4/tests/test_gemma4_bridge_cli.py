@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
-
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
+from swiftcore_testing import run_swiftcore
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SWIFTCORE, "export", *args], capture_output=True, text=True, timeout=300)
+    return run_swiftcore("export", *args, timeout=300)
 
 
 @pytest.mark.slow

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
+from swiftcore_testing import run_swiftcore
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SWIFTCORE, "export", *args], capture_output=True, text=True, timeout=300)
+    return run_swiftcore("export", *args, timeout=300)
 
 
 def test_export_to_mcore_and_back_via_cli(tiny, tmp_path: Path) -> None:

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from swiftcore_megatron import hf_to_mcore, load_mcore_state, mcore_to_hf
-
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
+from swiftcore_testing import failure_report, run_swiftcore
 
 
 @pytest.fixture(scope="module")
 def asr(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("asr") / "tiny"
-    subprocess.run([SWIFTCORE, "make-tiny", "qwen3_asr", str(out)], check=True, capture_output=True, timeout=300)
+    made = run_swiftcore("make-tiny", "qwen3_asr", str(out), timeout=300)
+    assert made.returncode == 0, failure_report(made)
     return out
 
 

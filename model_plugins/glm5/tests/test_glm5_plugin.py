@@ -11,13 +11,18 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import forward_backward, lora_exclude_problems, part_problems, special_token_problems
+from swiftcore_testing import (
+    forward_backward,
+    lora_exclude_problems,
+    part_problems,
+    run_swiftcore,
+    special_token_problems,
+)
 from swiftcore_tiny import make_tiny, parity_records
 
 from swiftcore.api import load_plugins
 from swiftcore.api.models import load_model, load_tokenizer, resolve_model_spec
 
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 CONVERSATION = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "What is the capital of France?"},
@@ -51,7 +56,7 @@ def test_plugin_import_does_not_import_torch() -> None:
 
 
 def test_swiftcore_plugins_lists_the_family() -> None:
-    result = subprocess.run([SWIFTCORE, "plugins"], capture_output=True, text=True, env=_env(), timeout=300)
+    result = run_swiftcore("plugins", env=_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r"^glm5\s+swiftcore-plugin-glm5\s.*model: glm5$", result.stdout, re.M), result.stdout
     assert re.search(r"^template_glm\s+swiftcore-template-glm\s.*template: glm5$", result.stdout, re.M)
@@ -109,9 +114,9 @@ def test_router_and_indexer_are_kept_out_of_lora(plugins, tiny_dir: Path) -> Non
 
 def test_dry_run_adapts_attention_and_experts_never_the_router(tiny_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    args = [SWIFTCORE, "train", "--model", str(tiny_dir), "--dry-run", "--tuner", "lora", "--target-modules",
+    args = ["train", "--model", str(tiny_dir), "--dry-run", "--tuner", "lora", "--target-modules",
             "all-linear", "--output-dir", str(out)]
-    result = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=600)
+    result = run_swiftcore(*args, env=_env(), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LoRA adapts 15 linear modules (all-linear):" in result.stdout
     for proj in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"):
@@ -154,11 +159,11 @@ def test_training_on_the_demo_data_lowers_the_loss(tiny_dir: Path, tmp_path: Pat
     data = tmp_path / "parity_train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in parity_records(list(range(10, 74)))))
     out = tmp_path / "run"
-    args = [SWIFTCORE, "train", "--model", str(tiny_dir), "--dataset", str(data), "--output-dir", str(out),
+    args = ["train", "--model", str(tiny_dir), "--dataset", str(data), "--output-dir", str(out),
             "--tuner", tuner, "--max-steps", "12", "--batch-size", "16", "--learning-rate",
             "1e-2" if tuner == "lora" else "3e-3", "--logging-steps", "1", "--save-steps", "1000", "--no-plot",
             "--seed", "0"]
-    result = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=600)
+    result = run_swiftcore(*args, env=_env(), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "logs.jsonl").read_text().splitlines()]
     losses = [row["loss"] for row in rows if "loss" in row]

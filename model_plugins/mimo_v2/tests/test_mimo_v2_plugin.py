@@ -10,13 +10,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import forward_backward, lora_exclude_problems, part_problems, special_token_problems
+from swiftcore_testing import (
+    forward_backward,
+    lora_exclude_problems,
+    part_problems,
+    run_swiftcore,
+    special_token_problems,
+)
 from swiftcore_tiny import make_tiny
 
 import swiftcore
 from swiftcore.models import load_model, load_tokenizer, resolve_model_spec
 
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 CHAT = (
     "<|im_start|>system\nYou are MiMo, an AI assistant developed by Xiaomi.<|im_end|>\n"
     "<|im_start|>user\nWhat is 2+2? Answer briefly, please.<|im_end|>\n"
@@ -105,9 +110,9 @@ def test_routers_are_kept_out_of_lora_and_experts_are_adapted(tiny_dir: Path, tm
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    args = [SWIFTCORE, "train", "--model", str(tiny_dir), "--dry-run", "--target-modules", "all-linear",
+    args = ["train", "--model", str(tiny_dir), "--dry-run", "--target-modules", "all-linear",
             "--output-dir", str(out)]
-    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    result = run_swiftcore(*args, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LoRA adapts 19 linear modules (all-linear):" in result.stdout
     for kind in ("self_attn.q_proj  x4", "self_attn.v_proj  x4", "mlp.gate_proj  x1", "mlp.down_proj  x1"):
@@ -146,6 +151,6 @@ def test_lora_on_the_demo_data_lowers_the_loss(tiny_dir: Path, tmp_path: Path) -
 
 def test_swiftcore_plugins_lists_it() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
-    result = subprocess.run([SWIFTCORE, "plugins"], capture_output=True, text=True, env=env, timeout=300)
+    result = run_swiftcore("plugins", env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "mimo_v2" in result.stdout and "mimo_v2_flash" in result.stdout

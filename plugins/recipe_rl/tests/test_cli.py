@@ -20,10 +20,10 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from swiftcore_testing import run_swiftcore
 
 ACME = '''\
 """A third-party reward plugin."""
@@ -95,14 +95,7 @@ def _swiftcore(*args: str, cwd: Path, site: Path) -> subprocess.CompletedProcess
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
     env["PYTHONPATH"] = str(site)
     env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "swiftcore.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=600,
-    )
+    return run_swiftcore(*args, cwd=cwd, env=env, timeout=600)
 
 
 def test_plugins_lists_a_third_party_reward_plugin_and_checks_it(acme: Path, tmp_path: Path) -> None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from swiftcore_testing import run_swiftcore
 
 from swiftcore.api import ModelSpec
 
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 ATTENTION = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"}
 FUSED = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}
 
@@ -216,9 +214,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(plugins: Any, tiny_dirs: Any
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    args = [SWIFTCORE, "train", "--model", str(tiny_dirs("qwen3_5_moe")), "--dry-run", "--output-dir", str(out)]
+    args = ["train", "--model", str(tiny_dirs("qwen3_5_moe")), "--dry-run", "--output-dir", str(out)]
     args += ["--lora-exclude-modules", "shared_expert.down_proj"]
-    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    result = run_swiftcore(*args, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LoRA adapts 27 linear modules (all-linear):" in result.stdout
     assert "shared_expert.down_proj" not in result.stdout

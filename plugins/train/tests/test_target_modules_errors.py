@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from swiftcore_testing import run_swiftcore
 
 from swiftcore.errors import SwiftcoreError
-
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +29,11 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _train(model: Path, dataset: Path, out: Path, *targets: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    args = [SWIFTCORE, "train", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out)]
+    args = ["train", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(out)]
     args += ["--tuner", "lora", "--max-steps", "1", "--max-length", "64", "--no-plot"]
     for target in targets:
         args += ["--target-modules", target]
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    return run_swiftcore(*args, env=env, timeout=600)
 
 
 def test_lm_head_target_is_a_clear_error(tiny_model_dir, dataset, tmp_path) -> None:

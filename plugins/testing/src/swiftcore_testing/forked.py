@@ -7,13 +7,14 @@ in such children. :func:`run_swiftcore` starts the process from multiprocessing'
 pytest worker that imported the heavy modules once (``set_forkserver_preload``, the preload below) and forks a child
 for each run. The child then takes the environment, working folder, ``sys.path``, ``sys.argv``, stdout and stderr a
 fresh ``swiftcore`` process would have, runs the CLI's ``main`` and exits with its code, running the ``atexit``
-handlers first as an interpreter's exit does. Measured on this machine: a 2-step tiny LoRA run, 33 s as a subprocess,
-8 s forked.
+handlers first as an interpreter's exit does. ``scripts/bench_forked.py`` measures both ways: on a loaded 2-core
+machine a 2-step tiny LoRA ``train`` took 14-20 s as a subprocess and 4-4.5 s forked, ``infer`` 12.5 s and 1 s.
 
 Where a fork-server child is not a fresh process, keep ``subprocess``:
 
 - modules already imported: a test of what a command imports (the light commands import no torch) needs a fresh
-  interpreter;
+  interpreter, as does a test of what it prints: the warnings the preloaded modules give when imported went to the
+  fork server's stderr, not the command's (``tests/test_no_cuda_advice_on_cpu.py`` stays a subprocess);
 - what modules read when imported (``OMP_NUM_THREADS`` by torch, ``HF_HUB_OFFLINE`` by huggingface_hub) comes from
   this process's environment when the fork server started, not from ``env`` (``OMP_NUM_THREADS`` is applied to
   torch's thread count);
@@ -39,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -229,6 +231,10 @@ def _child(argv: list[str], environ: dict[str, str], cwd: str, paths: list[str],
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", line_buffering=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", line_buffering=True)
     sys.argv = [str(Path(paths[0]) / "swiftcore"), *argv]
+    if environ.get("PYTHONFAULTHANDLER"):  # read at an interpreter's start: a crash prints the Python stacks
+        import faulthandler
+
+        faulthandler.enable()
     threads = environ.get("OMP_NUM_THREADS", "")
     if "torch" in sys.modules and threads.isdigit() and int(threads) > 0:
         sys.modules["torch"].set_num_threads(int(threads))  # torch read the fork server's value when imported
@@ -236,6 +242,11 @@ def _child(argv: list[str], environ: dict[str, str], cwd: str, paths: list[str],
 
     try:
         code = main(argv)
+    except SystemExit:
+        raise
+    except BaseException:  # as an interpreter ends on an uncaught exception: its traceback, exit code 1
+        traceback.print_exc()
+        code = 1
     finally:
         atexit._run_exitfuncs()  # an interpreter's exit runs them; multiprocessing's children end with os._exit
         sys.stdout.flush()
