@@ -11,12 +11,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
+from swiftcore_testing import run_swiftcore
 
 
 def _env() -> dict[str, str]:
@@ -26,7 +24,7 @@ def _env() -> dict[str, str]:
 
 
 def _swiftcore(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([SWIFTCORE, *args], cwd=cwd, capture_output=True, text=True, env=_env(), timeout=600)
+    return run_swiftcore(*args, cwd=cwd, env=_env(), timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +115,7 @@ def test_export_names_the_base_like_infer_and_deploy(trained, tmp_path) -> None:
 
 @pytest.mark.parametrize("command", ["infer", "deploy", "export"])
 def test_every_adapter_command_takes_model_and_adapter(command: str) -> None:
-    proc = subprocess.run([SWIFTCORE, command, "--help"], capture_output=True, text=True, env=_env(), timeout=120)
+    proc = run_swiftcore(command, "--help", env=_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "--model" in proc.stdout and "--adapter" in proc.stdout
 

@@ -13,14 +13,11 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import run_cli
+from swiftcore_testing import run_cli, run_swiftcore
 
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 TRAINED_TEMPLATE = "qwen3"  # not the tiny qwen3_5 base's default template
 BASE_TEMPLATE = "qwen3_5"
 #: The prompt the adapter is asked; thinking on, so the two templates' generation prompts differ.
@@ -238,14 +235,10 @@ def test_template_version_mismatch_warns_on_stderr(lora_run, tmp_path) -> None:
     prompts.write_text(json.dumps(PROMPT) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [SWIFTCORE, "infer", "--model", str(adapter), "--input", str(prompts), "--output", str(tmp_path / "a.jsonl")]
-        + ["--max-new-tokens", "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    proc = run_swiftcore(
+        "infer", "--model", str(adapter), "--input", str(prompts), "--output", str(tmp_path / "a.jsonl"),
+        "--max-new-tokens", "2", env=env, timeout=600,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "checkpoint manifest" in proc.stderr, proc.stderr[-4000:]
     line = next(x for x in proc.stderr.splitlines() if "checkpoint manifest" in x)

@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from swiftcore_testing import run_swiftcore
 
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 RECORD = {"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]}
 
 
@@ -58,9 +56,8 @@ def test_train_refuses_it_before_any_step(gutted: Path, tmp_path: Path) -> None:
     data.write_text(json.dumps(RECORD) + "\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
     out = tmp_path / "out"
-    command = [SWIFTCORE, "train", "--model", str(gutted), "--dataset", str(data), "--output-dir", str(out),
-               "--max-steps", "1"]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    command = ["train", "--model", str(gutted), "--dataset", str(data), "--output-dir", str(out), "--max-steps", "1"]
+    proc = run_swiftcore(*command, env=env, timeout=600)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "are not in its weight files" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert not (out / "checkpoint-1").exists()

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from swiftcore_testing import run_swiftcore
 
 TOY = Path(__file__).parent / "fixtures" / "recipe_toy"
 PLUGIN = ("--plugin", "swiftcore_recipe_toy")
@@ -28,9 +28,7 @@ PLUGIN = ("--plugin", "swiftcore_recipe_toy")
 def _swiftcore(*args: str, tmp_path: Path, extra_path: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (TOY, extra_path) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "swiftcore.cli.main", *args], capture_output=True, text=True, cwd=tmp_path, env=env
-    )
+    return run_swiftcore(*args, cwd=tmp_path, env=env)
 
 
 @pytest.fixture

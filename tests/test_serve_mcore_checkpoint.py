@@ -19,20 +19,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from swiftcore_testing import deploy_process, run_cli, user_env
+from swiftcore_testing import deploy_process, run_cli, run_swiftcore, user_env
 
 openai = pytest.importorskip("openai")
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent
 QA = [
     ("Which colour is the sky?", "blue"),
     ("Name a fruit.", "apple"),
@@ -74,14 +71,12 @@ def trained(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     questions.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}]}) + "\n" for q, _ in QA))
     run = work / "run"
     command = [
-        str(BIN / "swiftcore"), "train", "--model", str(tiny_model_dir("qwen3_5")), "--dataset", str(data),
+        "train", "--model", str(tiny_model_dir("qwen3_5")), "--dataset", str(data),
         "--output-dir", str(run), "--engine", "megatron", "--tuner", "full", "--max-steps", str(STEPS),
         "--save-steps", str(STEPS), "--batch-size", str(len(QA)), "--learning-rate", "1e-3", "--logging-steps", "1",
         "--seed", "0", "--no-plot",
     ]  # fmt: skip
-    done = subprocess.run(
-        command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600
-    )
+    done = run_swiftcore(*command, env=user_env(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"), timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     losses = [json.loads(line).get("loss") for line in (run / "logs.jsonl").read_text().splitlines()]
     losses = [x for x in losses if x is not None]

@@ -6,7 +6,7 @@ Full fine-tuning per family is trained (and loaded back with plain transformers)
 The runs that train go through the CLI in-process (``run_cli``, click's runner on the real ``swiftcore`` group), and
 so does the refusal that needs the tokenizer (the CLI's ``main``, as the console script calls it): torch and
 transformers load once for the module instead of once per command (about 8 s of CPU each on 2 cores). The refusals
-that come before any model library loads run the ``swiftcore`` console script itself, in a process as a user's.
+that come before any model library loads run ``swiftcore`` in a process of its own, as a user's (``run_swiftcore``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from swiftcore_testing import run_cli
+from swiftcore_testing import run_cli, run_swiftcore
 
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 FAMILIES = ["qwen3_5", "gemma4", "deepseek_v4", "qwen3_asr", "mimo_v2_flash", "olmoe", "glm5"]
 
 
@@ -57,8 +55,8 @@ def train_cli(*args: str) -> None:
 
 
 def train_process(*args: str) -> subprocess.CompletedProcess:
-    """``swiftcore train ARGS`` run by the console script in a process of its own, as a user runs it."""
-    return subprocess.run([SWIFTCORE, "train", *args], capture_output=True, text=True, env=_env(), timeout=600)
+    """``swiftcore train ARGS`` in a process of its own, as a user runs it (forked: see ``run_swiftcore``)."""
+    return run_swiftcore("train", *args, env=_env(), timeout=600)
 
 
 def train_refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:

@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from swiftcore_testing import run_swiftcore
 
-SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 RECORD = {"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]}
 
 
 def _train(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
-    return subprocess.run([SWIFTCORE, "train", *args], capture_output=True, text=True, env=env, timeout=600)
+    return run_swiftcore("train", *args, env=env, timeout=600)
 
 
 def _listing(root: Path) -> dict[str, int]:

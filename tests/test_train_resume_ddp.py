@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from swiftcore_testing import failure_report, run_swiftcore
 
 SWIFTCORE = str(Path(sys.executable).parent / "swiftcore")
 
@@ -19,6 +20,12 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWIFTCORE_")}
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     return env
+
+
+def _swiftcore(*args: str) -> None:
+    """``swiftcore ARGS`` run to completion (forked: no signal is sent to it), which must succeed."""
+    proc = run_swiftcore(*args, env=_env())
+    assert proc.returncode == 0, failure_report(proc)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +83,7 @@ def _args(model: Path, dataset: Path, out: Path, *extra: str) -> list[str]:
 def test_sigkill_then_resume_reproduces_the_uninterrupted_losses(tiny_model_dir, dataset, tmp_path) -> None:
     model = tiny_model_dir("qwen3_5")
     reference = tmp_path / "reference"
-    subprocess.run([SWIFTCORE, *_args(model, dataset, reference)], check=True, env=_env(), capture_output=True)
+    _swiftcore(*_args(model, dataset, reference))
     expected = _losses(reference)
     assert sorted(expected) == list(range(1, 11))
 
@@ -99,12 +106,7 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_losses(tiny_model_dir,
     last_saved = max(int(c.name.split("-")[1]) for c in killed.glob("checkpoint-*"))
     assert last_saved < 10
 
-    subprocess.run(
-        [SWIFTCORE, *_args(model, dataset, killed, "--resume-from-checkpoint", "latest")],
-        check=True,
-        env=_env(),
-        capture_output=True,
-    )
+    _swiftcore(*_args(model, dataset, killed, "--resume-from-checkpoint", "latest"))
     steps = [json.loads(line)["step"] for line in (killed / "logs.jsonl").read_text().splitlines()
              if "loss" in json.loads(line)]
     assert steps == list(range(1, 11)), "logs.jsonl must hold each step once after a resume"
@@ -114,12 +116,7 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_losses(tiny_model_dir,
     # Resume, not restart: a process that ignored the checkpoint would have logged steps 1.. again (each
     # step once fails), and a run restarted from scratch for the remaining steps logs other losses.
     restarted = tmp_path / "restarted"
-    subprocess.run(
-        [SWIFTCORE, *_args(model, dataset, restarted)[:-2], "--seed", "3", "--max-steps", str(10 - last_saved)],
-        check=True,
-        env=_env(),
-        capture_output=True,
-    )
+    _swiftcore(*_args(model, dataset, restarted)[:-2], "--seed", "3", "--max-steps", str(10 - last_saved))
     from_scratch = list(_losses(restarted).values())
     after_resume = [resumed[s] for s in range(last_saved + 1, 11)]
     assert len(from_scratch) == len(after_resume)
@@ -152,24 +149,8 @@ def test_two_process_ddp_matches_one_process_with_the_doubled_batch(tiny_model_d
         "5",
     ]
     single = tmp_path / "single"
-    subprocess.run(
-        [
-            SWIFTCORE,
-            "train",
-            "--model",
-            str(model),
-            "--dataset",
-            str(dataset),
-            "--output-dir",
-            str(single),
-            "--batch-size",
-            "4",
-            *common,
-        ],
-        check=True,
-        env=_env(),
-        capture_output=True,
-    )
+    _swiftcore("train", "--model", str(model), "--dataset", str(dataset), "--output-dir", str(single),
+               "--batch-size", "4", *common)  # fmt: skip
     ddp = tmp_path / "ddp"
     torchrun = str(Path(sys.executable).parent / "torchrun")
     proc = subprocess.run(
