@@ -31,6 +31,7 @@ check a difference).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import io
 import json
@@ -70,9 +71,7 @@ def run_swiftcore(
     if _use_subprocess():
         command = [str(Path(sys.executable).with_name("swiftcore")), *argv]
         return subprocess.run(command, env=_environ(env), cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    folder = str(Path(cwd) if cwd is not None else Path.cwd())
-    scratch = Path(tempfile.mkdtemp(prefix="swiftcore-forked-"))
-    process = ForkedProcess(argv, _environ(env), folder, scratch, scratch / "stdout", scratch / "stderr")
+    process = start_swiftcore(*argv, env=env, cwd=cwd)
     try:
         try:
             process.wait(timeout)
@@ -106,8 +105,8 @@ def start_swiftcore(
         scratch = Path(tempfile.mkdtemp(prefix="swiftcore-forked-"))
         out, err = scratch / "stdout", scratch / "stderr"
     if _use_subprocess():
-        with out.open("a" if log is not None else "w") as stdout:
-            stderr = subprocess.STDOUT if log is not None else err.open("w")
+        with out.open("a" if log is not None else "w") as stdout, contextlib.ExitStack() as files:
+            stderr = subprocess.STDOUT if log is not None else files.enter_context(err.open("w"))
             popen = subprocess.Popen(
                 [str(Path(sys.executable).with_name("swiftcore")), *argv], env=_environ(env), cwd=cwd, stdout=stdout,
                 stderr=stderr, text=True,
